@@ -1,0 +1,54 @@
+"""Options and steps shared by several verbs (spec file, output format, loading + rendering)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from kubetrain.errors import UsageError
+from kubetrain.spec.load import DEFAULT_SPEC, LoadedSpec, load_spec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def spec_file_option(func: F) -> F:
+    """-f/--filename, like kubectl; '-' reads the spec from stdin."""
+    return click.option("-f", "--filename", "filename", default=DEFAULT_SPEC, show_default=True,
+                        metavar="FILE", help="The job spec ('-' for stdin).")(func)
+
+
+def namespace_option(func: F) -> F:
+    return click.option("-n", "--namespace", default=None, metavar="NS",
+                        help="Namespace (default: the spec's, then the context's, then 'default').")(func)
+
+
+def load(filename: str) -> LoadedSpec:
+    return load_spec(filename)
+
+
+def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: str | None = None,
+                  image: str | None = None, cloud: str | None = None) -> list[dict[str, Any]]:
+    """Read the spec's code directory (the only I/O) and render; shared by render, submit and run."""
+    from kubetrain.render import RenderOptions, render_job
+    from kubetrain.render.code import collect_code
+
+    code = None
+    if loaded.job.spec.code:
+        code_dir = (loaded.base_dir / loaded.job.spec.code.path).resolve()
+        code = collect_code(code_dir, loaded.job.spec.code.exclude)
+    options = RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace)
+    return render_job(loaded.job, options, target=target)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write to a temp file beside `path` and rename, so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"{path}: cannot write: {exc.strerror}") from None

@@ -1,0 +1,76 @@
+"""Render a job spec into Kubernetes objects with the jinja2 templates under `manifests/`.
+
+`render_job` is a pure function: no network, no clock, no randomness. Templates build the structure;
+every user-provided value enters through the `q`/`flow` filters, so it can never change that structure.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from kubetrain.render.code import configmap_payload
+from kubetrain.render.context import RenderOptions, code_configmap_name, labels, template_context
+from kubetrain.render.yamlout import flow, quote
+from kubetrain.spec.model import TrainingJob
+
+__all__ = ["RenderOptions", "manifests_dir", "render_job", "resolve_target"]
+
+TEMPLATES = {"pytorchjob": "pytorchjob.yaml.j2", "trainjob": "trainjob.yaml.j2"}
+
+
+def manifests_dir() -> Path:
+    """Templates ship in the wheel as kubetrain/_manifests; a source checkout uses ./manifests."""
+    packaged = Path(__file__).resolve().parent.parent / "_manifests"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent.parent / "manifests"
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(manifests_dir())),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+    )
+    env.filters["q"] = quote
+    env.filters["flow"] = flow
+    env.filters["secret_ref"] = lambda name: {"name": name}
+    return env
+
+
+def resolve_target(job: TrainingJob, target: str | None = None) -> str:
+    """The manifest kind to render; `auto` means PyTorchJob offline (submit resolves it from the CRDs)."""
+    chosen = target or job.spec.target
+    return "pytorchjob" if chosen == "auto" else chosen
+
+
+def render_job(job: TrainingJob, options: RenderOptions | None = None, target: str | None = None
+               ) -> list[dict[str, Any]]:
+    """The job's objects: the code ConfigMap (if any), then the PyTorchJob or TrainJob."""
+    options = options or RenderOptions()
+    context = template_context(job, options)
+    objects = []
+    if job.spec.code and options.code is not None:
+        objects.append(_render_configmap(job, options, context))
+    objects.append(_render_template(TEMPLATES[resolve_target(job, target)], context))
+    return objects
+
+
+def _render_configmap(job: TrainingJob, options: RenderOptions, context: dict[str, Any]) -> dict[str, Any]:
+    assert options.code is not None
+    data, binary, _ = configmap_payload(options.code)
+    cm_context = {"configmap_name": code_configmap_name(job, options.code), "namespace": context["namespace"],
+                  "labels": labels(job), "data": data, "binary_data": binary}
+    return _render_template("configmap.yaml.j2", cm_context)
+
+
+def _render_template(name: str, context: dict[str, Any]) -> dict[str, Any]:
+    text = _environment().get_template(name).render(context)
+    loaded = yaml.safe_load(text)
+    assert isinstance(loaded, dict), f"template {name} did not produce a mapping"
+    return loaded

@@ -1,0 +1,180 @@
+"""Derived values for the templates: env, resources, volumes, placement, labels. Pure functions of the spec."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from kubetrain.render.code import CodeBundle, configmap_payload
+from kubetrain.render.launch import torchrun_args
+from kubetrain.render.placement import GPU_RESOURCE, placement_for
+from kubetrain.spec.model import JobSpec, TrainingJob
+from kubetrain.spec.quantity import format_bytes, parse_quantity
+
+MASTER_PORT = 23456  # the operator's default, named pytorchjob-port
+MANAGED_BY = "kubetrain"
+SPEC_HASH_ANNOTATION = "kubetrain.dev/spec-hash"
+JOB_LABEL = "kubetrain.dev/job"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GPU_POD_ANNOTATIONS = {
+    # A checkpoint-less eviction of one rank kills every rank: keep autoscalers away from running jobs.
+    "karpenter.sh/do-not-disrupt": "true",
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+}
+GPU_ENV = {"NCCL_DEBUG": "WARN", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+DEBUG_ENV = {"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
+             "TORCH_SHOW_CPP_STACKTRACES": "1", "CUDA_LAUNCH_BLOCKING": "1"}
+DEFAULT_SHM = 2 * 2**30
+MIN_SHM = 2**30
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Inputs to rendering besides the spec: all explicit, so rendering stays a pure function."""
+
+    code: CodeBundle | None = None
+    cloud: str | None = None  # a resolved profile for `placement.cloud: auto`
+    image: str | None = None  # the image reference `kubetrain build` just made
+    namespace: str | None = None
+
+
+def spec_hash(job: TrainingJob, options: RenderOptions) -> str:
+    payload = {"spec": job.model_dump(mode="json", by_alias=True), "code": options.code.digest if options.code
+               else None, "cloud": options.cloud, "image": options.image}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def shm_bytes(spec: JobSpec) -> int:
+    if spec.shmSize:
+        return int(parse_quantity(spec.shmSize))
+    if spec.resources.memory:
+        return max(MIN_SHM, int(parse_quantity(spec.resources.memory)) // 4 // 2**20 * 2**20)
+    return DEFAULT_SHM
+
+
+def resources(spec: JobSpec) -> dict[str, dict[str, str]]:
+    """Requests and limits. GPU requests equal limits (the apiserver insists); /dev/shm is tmpfs charged to
+    the container's memory cgroup, so the memory limit is `resources.memory` plus the shm size."""
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+    if spec.resources.cpu:
+        requests["cpu"] = spec.resources.cpu
+    if spec.resources.memory:
+        requests["memory"] = spec.resources.memory
+        limits["memory"] = format_bytes(parse_quantity(spec.resources.memory) + Decimal(shm_bytes(spec)))
+    if spec.resources.ephemeralStorage:
+        requests["ephemeral-storage"] = limits["ephemeral-storage"] = spec.resources.ephemeralStorage
+    if spec.gpusPerNode:
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(spec.gpusPerNode)
+    return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
+
+
+def env(job: TrainingJob) -> list[dict[str, Any]]:
+    """Container env: defaults, then the debug preset, then the user's values, then Secret references."""
+    spec = job.spec
+    values = {"PYTHONUNBUFFERED": "1", "KUBETRAIN_JOB_NAME": job.metadata.name}
+    if spec.gpusPerNode:
+        values.update(GPU_ENV)
+    if spec.debug:
+        values.update(DEBUG_ENV)
+    if spec.code:
+        values["PYTHONPATH"] = spec.code.mountPath
+    runtime_config = _runtime_config(spec)
+    if runtime_config:
+        values["KUBETRAIN_CONFIG"] = runtime_config
+    values.update(spec.env)
+    items: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
+    for secret in spec.secretEnv:
+        ref = {"name": secret.secret, "key": secret.key, **({"optional": True} if secret.optional else {})}
+        items.append({"name": secret.name, "valueFrom": {"secretKeyRef": ref}})
+    return items
+
+
+def _runtime_config(spec: JobSpec) -> str | None:
+    """The Trainer API and checkpoint settings, as JSON for kubetrain.runtime inside the container."""
+    if spec.train is None and spec.checkpoint.dir is None:
+        return None
+    config = {"train": spec.train.model_dump(mode="json", by_alias=True) if spec.train else None,
+              "checkpoint": spec.checkpoint.model_dump(mode="json", by_alias=True)}
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def security_context(spec: JobSpec) -> dict[str, Any]:
+    non_root = spec.security.runAsNonRoot
+    if non_root is None:
+        non_root = spec.build is not None  # kubetrain's images run as uid 1000
+    context: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsNonRoot": non_root,
+    }
+    if spec.security.runAsUser is not None:
+        context["runAsUser"] = spec.security.runAsUser
+    if spec.security.readOnlyRootFilesystem:
+        context["readOnlyRootFilesystem"] = True
+    return context
+
+
+def volumes_and_mounts(job: TrainingJob, options: RenderOptions) -> tuple[list[Any], list[Any]]:
+    spec = job.spec
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                                  "sizeLimit": format_bytes(shm_bytes(spec))}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    for volume in spec.volumes:
+        claim = {"claimName": volume.claim, **({"readOnly": True} if volume.readOnly else {})}
+        volumes.append({"name": volume.name, "persistentVolumeClaim": claim})
+        mounts.append({"name": volume.name, "mountPath": volume.mountPath,
+                       **({"readOnly": True} if volume.readOnly else {})})
+    if spec.code and options.code is not None:
+        _, _, items = configmap_payload(options.code)
+        volumes.append({"name": "code", "configMap": {"name": code_configmap_name(job, options.code),
+                                                       "items": items}})
+        mounts.append({"name": "code", "mountPath": spec.code.mountPath, "readOnly": True})
+    return volumes, mounts
+
+
+def code_configmap_name(job: TrainingJob, code: CodeBundle) -> str:
+    # Content-addressed: a new code version is a new ConfigMap, never a mutation under a running job.
+    return f"{job.metadata.name}-code-{code.digest[:10]}"
+
+
+def labels(job: TrainingJob) -> dict[str, str]:
+    values = {**job.metadata.labels, "app.kubernetes.io/name": job.metadata.name,
+              "app.kubernetes.io/managed-by": MANAGED_BY, JOB_LABEL: job.metadata.name}
+    if job.spec.scheduling.queue:
+        values[QUEUE_LABEL] = job.spec.scheduling.queue
+    return values
+
+
+def pod_annotations(job: TrainingJob) -> dict[str, str]:
+    base = GPU_POD_ANNOTATIONS if job.spec.gpusPerNode else {}
+    return {**base, **job.metadata.annotations}
+
+
+def template_context(job: TrainingJob, options: RenderOptions) -> dict[str, Any]:
+    spec = job.spec
+    volumes, mounts = volumes_and_mounts(job, options)
+    workdir = spec.code.mountPath if spec.code else None
+    return {
+        "name": job.metadata.name,
+        "namespace": options.namespace or job.metadata.namespace,
+        "labels": labels(job),
+        "annotations": {**job.metadata.annotations, SPEC_HASH_ANNOTATION: spec_hash(job, options)},
+        "pod_annotations": pod_annotations(job),
+        "spec": spec,
+        "image": options.image or spec.image,
+        "args": torchrun_args(spec, workdir),
+        "workdir": workdir,
+        "env": env(job),
+        "resources": resources(spec),
+        "security_context": security_context(spec),
+        "volumes": volumes,
+        "mounts": mounts,
+        "placement": placement_for(spec, options.cloud),
+        "port": MASTER_PORT,
+        "procs_per_node": spec.procs_per_node,
+    }

@@ -1,0 +1,69 @@
+"""Cross-field checks of a typed spec that pydantic's per-field validation cannot express."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kubetrain.spec.model import TrainingJob
+
+RESERVED_VOLUMES = {"dshm", "code"}
+
+
+def spec_problems(job: TrainingJob) -> list[tuple[str, str]]:
+    """Every cross-field problem as (field path, message); empty when the spec is consistent."""
+    spec = job.spec
+    problems: list[tuple[str, str]] = []
+    if spec.command is None and spec.train is None:
+        problems.append(("spec.command", "set either `command` (your program) or `train` (the Trainer API)"))
+    if spec.command is not None and not spec.command:
+        problems.append(("spec.command", "must not be empty"))
+    if spec.elastic and spec.target == "trainjob":
+        problems.append(("spec.elastic", "not supported with target trainjob: Kubeflow Trainer v2 has no "
+                         "elastic training; use target pytorchjob or remove `elastic`"))
+    if spec.elastic and not spec.elastic.minNodes <= spec.nodes <= spec.elastic.maxNodes:
+        problems.append(("spec.nodes", f"{spec.nodes} must be between elastic.minNodes "
+                         f"({spec.elastic.minNodes}) and elastic.maxNodes ({spec.elastic.maxNodes})"))
+    problems += _mount_problems(job)
+    problems += _env_problems(job)
+    problems += _name_length_problems(job)
+    return problems
+
+
+def _mount_problems(job: TrainingJob) -> list[tuple[str, str]]:
+    spec = job.spec
+    problems = []
+    paths = [(f"spec.volumes[{i}].mountPath", v.mountPath) for i, v in enumerate(spec.volumes)]
+    if spec.code:
+        paths.append(("spec.code.mountPath", spec.code.mountPath))
+    counts = Counter(path for _, path in paths)
+    for field, path in paths:
+        if counts[path] > 1:
+            problems.append((field, f"{path} is mounted more than once"))
+        elif path == "/dev/shm":
+            problems.append((field, "/dev/shm is kubetrain's shared-memory mount; set `shmSize` instead"))
+    names = Counter(v.name for v in spec.volumes)
+    for i, volume in enumerate(spec.volumes):
+        if volume.name in RESERVED_VOLUMES:
+            problems.append((f"spec.volumes[{i}].name", f"{volume.name!r} is reserved by kubetrain"))
+        elif names[volume.name] > 1:
+            problems.append((f"spec.volumes[{i}].name", f"{volume.name!r} is used more than once"))
+    return problems
+
+
+def _env_problems(job: TrainingJob) -> list[tuple[str, str]]:
+    plain = set(job.spec.env)
+    return [(f"spec.secretEnv[{i}].name", f"{s.name} is also set in spec.env")
+            for i, s in enumerate(job.spec.secretEnv) if s.name in plain]
+
+
+def _name_length_problems(job: TrainingJob) -> list[tuple[str, str]]:
+    """Pod and Service names the operators derive must still be DNS labels (<= 63 characters)."""
+    spec = job.spec
+    count = spec.elastic.maxNodes if spec.elastic else spec.nodes
+    if spec.target == "trainjob":
+        longest = f"{job.metadata.name}-node-0-{count - 1}"
+    else:
+        longest = f"{job.metadata.name}-worker-{max(count - 1, 0)}"
+    if len(longest) > 63:
+        return [("metadata.name", f"too long: the operator would name a pod {longest!r}, over 63 characters")]
+    return []

@@ -1,0 +1,288 @@
+"""The parts of a job spec. Every field documents itself; `docs/spec.md` is generated from these."""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+from kubetrain.spec import names
+from kubetrain.spec.quantity import is_quantity
+
+
+class Section(BaseModel):
+    """Base of every spec model: camelCase keys, unknown keys are errors, immutable once loaded."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True,
+        validate_default=True, use_attribute_docstrings=True, coerce_numbers_to_str=True,
+    )
+
+
+def _check(error: str | None, value: str) -> str:
+    if error:
+        raise ValueError(error)
+    return value
+
+
+def _quantity(value: str) -> str:
+    if not is_quantity(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. '8', '500m', '32Gi')")
+    return value
+
+
+def _abs_path(value: str) -> str:
+    if not value.startswith("/") or ":" in value or ".." in value.split("/"):
+        raise ValueError(f"{value!r} must be an absolute path without ':' or '..'")
+    return posixpath.normpath(value)
+
+
+def _module_ref(value: str) -> str:
+    if not names.MODULE_REF.match(value):
+        raise ValueError(f"{value!r} must be a 'package.module:function' reference")
+    return value
+
+
+DnsLabel = Annotated[str, AfterValidator(lambda v: _check(names.dns_label_error(v), v))]
+Subdomain = Annotated[str, AfterValidator(lambda v: _check(names.subdomain_error(v), v))]
+Quantity = Annotated[str, AfterValidator(_quantity)]
+AbsPath = Annotated[str, AfterValidator(_abs_path)]
+EnvName = Annotated[str, Field(pattern=names.ENV_NAME.pattern)]
+ModuleRef = Annotated[str, AfterValidator(_module_ref)]
+
+
+class Resources(Section):
+    """CPU and memory per pod (per node). GPUs are set with `gpusPerNode`."""
+
+    cpu: Quantity | None = None
+    """CPU cores requested per pod, e.g. "8" or "7500m". Not set as a limit, to avoid CFS throttling."""
+    memory: Quantity | None = None
+    """Memory per pod for your processes, e.g. "32Gi". The limit is this plus `shmSize` (tmpfs pages count
+    against the container's memory cgroup)."""
+    ephemeralStorage: Quantity | None = None
+    """Local scratch disk per pod, e.g. "100Gi"."""
+
+
+class SecretEnv(Section):
+    """An environment variable read from a Kubernetes Secret. Values never appear in a manifest."""
+
+    name: EnvName
+    """The variable's name inside the container, e.g. HF_TOKEN."""
+    secret: Subdomain
+    """The Secret's name (in the job's namespace)."""
+    key: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+    """The key inside the Secret."""
+    optional: bool = False
+    """Start the pod even if the Secret or key is missing."""
+
+
+class Volume(Section):
+    """A PersistentVolumeClaim mounted into every pod (datasets, checkpoints)."""
+
+    name: DnsLabel
+    """The volume's name in the pod spec."""
+    claim: Subdomain
+    """The PersistentVolumeClaim's name. Locally (`kubetrain run`) see `localPath`."""
+    mountPath: AbsPath
+    """Where the volume appears in the container."""
+    readOnly: bool = False
+    """Mount read-only."""
+    localPath: str | None = None
+    """For `kubetrain run`: the local directory standing in for the claim (default ./.kubetrain/volumes/<name>)."""
+
+
+class Code(Section):
+    """Local code shipped with the job as a ConfigMap, so a code edit needs no image rebuild."""
+
+    path: Annotated[str, Field(min_length=1)] = "."
+    """Directory with the code, relative to the spec file. Must fit in a ConfigMap (1 MiB)."""
+    mountPath: AbsPath = "/workspace"
+    """Where the code appears in the container; it is also the working directory."""
+    exclude: list[str] = Field(default_factory=list)
+    """Extra glob patterns to leave out (`.git`, `__pycache__`, `*.pyc` and `.kubetrainignore` always apply)."""
+
+
+class Toleration(Section):
+    """A pod toleration, as in the Kubernetes API."""
+
+    key: str | None = None
+    """The taint key to tolerate; empty with operator Exists means every taint."""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    """Exists or Equal."""
+    value: str | None = None
+    """The taint value (with operator Equal)."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """The taint effect to tolerate; empty means all effects."""
+    tolerationSeconds: int | None = None
+    """For NoExecute: how long the pod stays bound after the taint appears."""
+
+
+Cloud = Literal["none", "generic", "gke", "eks", "eks-karpenter", "aks", "kind", "auto"]
+
+
+class Placement(Section):
+    """Where GPU pods may run. A cloud profile adds its node labels and tolerations; yours win."""
+
+    cloud: Cloud = "none"
+    """Cloud profile: gke, eks (Auto Mode), eks-karpenter, aks, kind, generic (GPU Feature Discovery labels),
+    none, or auto (resolved at submit time from the cluster's node labels)."""
+    gpuType: str | None = None
+    """Accelerator name in the profile's vocabulary, e.g. nvidia-l4 (gke), l4 (eks), NVIDIA-H100-80GB-HBM3 (generic)."""
+    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    """Extra node labels the pods require; these override the profile's labels key by key."""
+    tolerations: list[Toleration] = Field(default_factory=list)
+    """Extra tolerations, added to the profile's."""
+
+    @model_validator(mode="after")
+    def _check_labels(self) -> Placement:
+        for key, value in self.nodeSelector.items():
+            _check(names.qualified_name_error(key) or names.label_value_error(value), key)
+        return self
+
+
+class Elastic(Section):
+    """Elastic training (torchrun rendezvous): the job runs with between minNodes and maxNodes pods."""
+
+    minNodes: Annotated[int, Field(ge=1)] = 1
+    """Fewest pods the job trains with."""
+    maxNodes: Annotated[int, Field(ge=1)]
+    """Most pods the job trains with."""
+    maxRestarts: Annotated[int, Field(ge=0)] = 3
+    """How often torchrun restarts the worker group after a failure or membership change."""
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> Elastic:
+        if self.minNodes > self.maxNodes:
+            raise ValueError(f"minNodes ({self.minNodes}) must be <= maxNodes ({self.maxNodes})")
+        return self
+
+
+class RunPolicy(Section):
+    """How the operator runs the job (PyTorchJob spec.runPolicy; TrainJob uses what it supports)."""
+
+    backoffLimit: Annotated[int, Field(ge=0)] | None = 3
+    """Pod failures (after restarts) before the job is marked Failed."""
+    activeDeadlineSeconds: Annotated[int, Field(ge=1)] | None = None
+    """Wall-clock limit for the whole job."""
+    ttlSecondsAfterFinished: Annotated[int, Field(ge=0)] | None = 86400
+    """Delete the finished job (and its pods) after this many seconds."""
+    cleanPodPolicy: Literal["None", "Running", "All"] = "None"
+    """Which pods to delete when the job finishes: None keeps logs around."""
+    restartPolicy: Literal["OnFailure", "Never", "ExitCode", "Always"] = "OnFailure"
+    """Replica restart policy. ExitCode restarts on retryable exit codes (128+) only."""
+
+
+class Scheduling(Section):
+    """Queueing and priority."""
+
+    queue: Annotated[str, AfterValidator(lambda v: _check(names.label_value_error(v), v))] | None = None
+    """Kueue LocalQueue name (the kueue.x-k8s.io/queue-name label)."""
+    priorityClass: Subdomain | None = None
+    """PriorityClass name for the pods."""
+
+
+class Security(Section):
+    """The container's securityContext. Defaults are restrictive: no privilege escalation, no capabilities,
+    seccomp RuntimeDefault."""
+
+    runAsNonRoot: bool | None = None
+    """Require a non-root user. Default: true for images kubetrain builds (uid 1000), false otherwise, since
+    many CUDA base images run as root."""
+    runAsUser: Annotated[int, Field(ge=0)] | None = None
+    """The uid to run as."""
+    readOnlyRootFilesystem: bool = False
+    """Mount the image's filesystem read-only."""
+
+
+class Checkpoint(Section):
+    """Checkpointing for the kubetrain runtime (the Trainer API, and scripts that use kubetrain.runtime)."""
+
+    dir: str | None = None
+    """Directory for checkpoints, typically a volume's mountPath. Unset disables checkpointing."""
+    everySteps: Annotated[int, Field(ge=1)] | None = None
+    """Write a checkpoint every N optimizer steps (besides every epoch end and on SIGTERM)."""
+    keep: Annotated[int, Field(ge=1)] = 3
+    """Keep the newest K complete checkpoints."""
+    resume: bool = True
+    """On start, resume from the newest complete checkpoint."""
+    sigtermTimeoutSeconds: Annotated[int, Field(ge=1)] = 25
+    """Time allowed for the checkpoint written on SIGTERM (keep below terminationGracePeriodSeconds)."""
+
+
+class DDP(Section):
+    """DistributedDataParallel options."""
+
+    findUnusedParameters: bool = False
+    """Allow parameters that get no gradient in a step (costs an extra graph traversal)."""
+    staticGraph: bool = False
+    """Promise the graph is the same every step (enables more optimisations)."""
+    gradientAsBucketView: bool = True
+    """Gradients alias the allreduce buckets (saves memory)."""
+    bucketCapMb: Annotated[float, Field(gt=0)] = 25.0
+    """Allreduce bucket size in MiB."""
+
+
+class Train(Section):
+    """The kubetrain Trainer API: name factories as 'module:function' and kubetrain runs the loop."""
+
+    model: ModuleRef
+    """Returns a torch.nn.Module."""
+    dataset: ModuleRef
+    """Returns a training Dataset, or a (train, eval) pair."""
+    loss: ModuleRef | None = None
+    """Returns a loss module or function (default: torch.nn.CrossEntropyLoss)."""
+    optimizer: ModuleRef | None = None
+    """Called with (parameters, lr); default torch.optim.AdamW."""
+    scheduler: ModuleRef | None = None
+    """Called with (optimizer, total_steps); stepped once per optimizer step."""
+    epochs: Annotated[int, Field(ge=1)] = 1
+    """Passes over the training data."""
+    batchSize: Annotated[int, Field(ge=1)] = 32
+    """Samples per process per micro-step."""
+    lr: Annotated[float, Field(gt=0)] = 1e-3
+    """Learning rate given to the optimizer factory."""
+    seed: int = 0
+    """Seed for torch, numpy and python RNGs (offset by rank where it must differ)."""
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Mixed precision: bf16 autocast, or fp16 autocast with a GradScaler."""
+    gradAccumSteps: Annotated[int, Field(ge=1)] = 1
+    """Micro-steps per optimizer step (no_sync on all but the last)."""
+    gradClip: Annotated[float, Field(gt=0)] | None = None
+    """Clip the global gradient norm to this value."""
+    compile: bool = False
+    """Wrap the model with torch.compile."""
+    syncBatchNorm: bool = False
+    """Convert BatchNorm layers to SyncBatchNorm."""
+    activationCheckpointing: bool = False
+    """Recompute activations of top-level child modules in backward to save memory."""
+    numWorkers: Annotated[int, Field(ge=0)] = 0
+    """DataLoader worker processes per rank."""
+    logEvery: Annotated[int, Field(ge=1)] = 10
+    """Print a metrics line every N optimizer steps."""
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    """Process-group backend: nccl with CUDA, gloo without."""
+    timeoutSeconds: Annotated[int, Field(ge=1)] = 1800
+    """Collective operation timeout."""
+    ddp: DDP = Field(default_factory=DDP)
+    """DDP wrapper options."""
+
+
+class Build(Section):
+    """How `kubetrain build` makes the image (context, Dockerfile, build args, repository)."""
+
+    context: str = "."
+    """Build context directory, relative to the spec file. `.dockerignore` is respected."""
+    dockerfile: str | None = None
+    """Dockerfile path relative to the context; default: kubetrain's own (images/Dockerfile)."""
+    repository: str | None = None
+    """Image repository to tag and push, e.g. ghcr.io/acme/digits. Default: the spec image without its tag."""
+    baseImage: str | None = None
+    """Base image for kubetrain's Dockerfile (default pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime)."""
+    variant: Literal["cuda", "cpu"] = "cuda"
+    """cuda for GPU clusters, cpu for laptops and CI smoke runs."""
+    buildArgs: dict[str, str] = Field(default_factory=dict)
+    """Extra --build-arg values."""
+    requirements: str | None = None
+    """A requirements file (relative to the context) installed before your code is copied."""
