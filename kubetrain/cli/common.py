@@ -8,7 +8,8 @@ from typing import Any, TypeVar
 
 import click
 
-from kubetrain.errors import UsageError
+from kubetrain.errors import Problem, SpecError, UsageError
+from kubetrain.spec.checks import spec_problems
 from kubetrain.spec.load import DEFAULT_SPEC, LoadedSpec, load_spec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,12 +36,22 @@ def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: s
     from kubetrain.render import RenderOptions, render_job
     from kubetrain.render.code import collect_code
 
+    if target and target != loaded.job.spec.target:
+        check_target(loaded, target)
     code = None
     if loaded.job.spec.code:
         code_dir = (loaded.base_dir / loaded.job.spec.code.path).resolve()
         code = collect_code(code_dir, loaded.job.spec.code.exclude)
     options = RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace)
     return render_job(loaded.job, options, target=target)
+
+
+def check_target(loaded: LoadedSpec, target: str) -> None:
+    """Re-run the spec's cross-field checks for an overridden target (e.g. `--target trainjob`)."""
+    problems = spec_problems(loaded.job, target)
+    if problems:
+        raise SpecError([Problem(field, f"{message} (--target {target})", loaded.source)
+                         for field, message in problems])
 
 
 def write_atomically(path: Path, text: str) -> None:

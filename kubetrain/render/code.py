@@ -41,7 +41,7 @@ def collect_code(root: Path, exclude: list[str] | tuple[str, ...] = (), field: s
     """Read every file under `root` except the excluded ones; refuses a bundle over the ConfigMap limit."""
     if not root.is_dir():
         raise RenderError(f"{field}: {root} is not a directory")
-    patterns = [*ALWAYS_EXCLUDED, *exclude, *_ignore_file_patterns(root)]
+    patterns = [*ALWAYS_EXCLUDED, IGNORE_FILE, *exclude, *_ignore_file_patterns(root)]
     files = []
     for path in sorted(_walk(root, patterns)):
         files.append((path, (root / path).read_bytes()))

@@ -9,24 +9,54 @@ from kubetrain.spec.model import TrainingJob
 RESERVED_VOLUMES = {"dshm", "code"}
 
 
-def spec_problems(job: TrainingJob) -> list[tuple[str, str]]:
-    """Every cross-field problem as (field path, message); empty when the spec is consistent."""
+def spec_problems(job: TrainingJob, target: str | None = None) -> list[tuple[str, str]]:
+    """Every cross-field problem as (field path, message); empty when the spec is consistent.
+
+    `target` overrides spec.target (as `render --target` does), so its own restrictions apply.
+    """
     spec = job.spec
     problems: list[tuple[str, str]] = []
     if spec.command is None and spec.train is None:
         problems.append(("spec.command", "set either `command` (your program) or `train` (the Trainer API)"))
     if spec.command is not None and not spec.command:
         problems.append(("spec.command", "must not be empty"))
-    if spec.elastic and spec.target == "trainjob":
-        problems.append(("spec.elastic", "not supported with target trainjob: Kubeflow Trainer v2 has no "
-                         "elastic training; use target pytorchjob or remove `elastic`"))
+    if (target or spec.target) == "trainjob":
+        problems += _trainjob_problems(job)
     if spec.elastic and not spec.elastic.minNodes <= spec.nodes <= spec.elastic.maxNodes:
         problems.append(("spec.nodes", f"{spec.nodes} must be between elastic.minNodes "
                          f"({spec.elastic.minNodes}) and elastic.maxNodes ({spec.elastic.maxNodes})"))
+    problems += _placement_problems(job)
     problems += _mount_problems(job)
     problems += _env_problems(job)
-    problems += _name_length_problems(job)
+    problems += _name_length_problems(job, target or spec.target)
     return problems
+
+
+def _trainjob_problems(job: TrainingJob) -> list[tuple[str, str]]:
+    """What a TrainJob cannot express: Trainer v2 has no elastic mode, and its runtimePatches only reach
+    some pod fields."""
+    spec = job.spec
+    unsupported = [
+        ("spec.elastic", spec.elastic is not None, "Kubeflow Trainer v2 has no elastic training; use target "
+         "pytorchjob or remove `elastic`"),
+        ("spec.scheduling.priorityClass", spec.scheduling.priorityClass is not None, "a TrainJob cannot set the "
+         "pods' priorityClassName; set it in the ClusterTrainingRuntime or use target pytorchjob"),
+        ("spec.imagePullPolicy", spec.imagePullPolicy is not None, "a TrainJob cannot set imagePullPolicy; "
+         "use a content-hash tag (`kubetrain build`) so IfNotPresent is right"),
+        ("spec.placement.cloud", spec.placement.cloud == "kind" and spec.gpusPerNode > 0, "a TrainJob cannot set "
+         "runtimeClassName: nvidia, which kind GPU nodes need; use target pytorchjob"),
+    ]
+    return [(field, f"not supported with target trainjob: {why}") for field, bad, why in unsupported if bad]
+
+
+def _placement_problems(job: TrainingJob) -> list[tuple[str, str]]:
+    placement = job.spec.placement
+    if placement.gpuType and job.spec.gpusPerNode == 0:
+        return [("spec.placement.gpuType", "set, but gpusPerNode is 0 (a CPU job); remove it or request GPUs")]
+    if placement.gpuType and placement.cloud in {"aks", "kind", "none"}:
+        return [("spec.placement.gpuType", f"the {placement.cloud} profile has no GPU-model node label; select "
+                 "nodes with placement.nodeSelector (e.g. node.kubernetes.io/instance-type) or use cloud generic")]
+    return []
 
 
 def _mount_problems(job: TrainingJob) -> list[tuple[str, str]]:
@@ -56,11 +86,11 @@ def _env_problems(job: TrainingJob) -> list[tuple[str, str]]:
             for i, s in enumerate(job.spec.secretEnv) if s.name in plain]
 
 
-def _name_length_problems(job: TrainingJob) -> list[tuple[str, str]]:
+def _name_length_problems(job: TrainingJob, target: str) -> list[tuple[str, str]]:
     """Pod and Service names the operators derive must still be DNS labels (<= 63 characters)."""
     spec = job.spec
     count = spec.elastic.maxNodes if spec.elastic else spec.nodes
-    if spec.target == "trainjob":
+    if target == "trainjob":
         longest = f"{job.metadata.name}-node-0-{count - 1}"
     else:
         longest = f"{job.metadata.name}-worker-{max(count - 1, 0)}"

@@ -6,19 +6,19 @@ Every problem is collected and reported together as `file:line: field.path: mess
 from __future__ import annotations
 
 import difflib
+import typing
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from kubetrain.errors import Problem, SpecError
 from kubetrain.spec.checks import spec_problems
 from kubetrain.spec.model import TrainingJob
+from kubetrain.yamlsrc import PathKey, join_path, line_for, parse_documents, split_path
 
-PathKey = tuple[str | int, ...]
 DEFAULT_SPEC = "kubetrain.yaml"
 
 
@@ -67,52 +67,20 @@ def validate_data(data: Any, lines: dict[PathKey, int], source: str) -> Training
         job = TrainingJob.model_validate(data)
     except ValidationError as exc:
         raise SpecError(_problems_from_pydantic(exc, lines, source)) from None
-    problems = [Problem(field, message, source, _line_for(_split_path(field), lines))
+    problems = [Problem(field, message, source, line_for(split_path(field), lines))
                 for field, message in spec_problems(job)]
     if problems:
-        raise SpecError(problems)
+        raise SpecError(sorted(problems, key=lambda p: p.line or 0))
     return job
 
 
 def parse_yaml(text: str, source: str) -> tuple[Any, dict[PathKey, int]]:
-    """One YAML document → (data, {path: line}). Syntax errors and duplicate keys become SpecError."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        raise SpecError([Problem("", f"invalid YAML: {exc.problem or exc.context}", source, line)]) from None
-    except yaml.YAMLError as exc:
-        raise SpecError([Problem("", f"invalid YAML: {exc}", source)]) from None
-    finally:
-        loader.dispose()
-    lines: dict[PathKey, int] = {}
-    duplicates: list[Problem] = []
-    if node is not None:
-        _index_lines(node, (), lines, duplicates, source)
-    if duplicates:
-        raise SpecError(duplicates)
-    return data, lines
-
-
-def _index_lines(node: yaml.Node, path: PathKey, lines: dict[PathKey, int],
-                 duplicates: list[Problem], source: str) -> None:
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            key = str(key_node.value)
-            if key in seen:
-                duplicates.append(Problem(_join_path(path + (key,)), "duplicate key", source,
-                                          key_node.start_mark.line + 1))
-            seen.add(key)
-            lines[path + (key,)] = key_node.start_mark.line + 1
-            _index_lines(value_node, path + (key,), lines, duplicates, source)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _index_lines(item, path + (index,), lines, duplicates, source)
+    """The spec's single YAML document → (data, {path: line})."""
+    docs = parse_documents(text, source)
+    if len(docs) > 1:
+        raise SpecError([Problem("", "expected one YAML document, found several (---)", source,
+                                 docs[1].start_line)])
+    return (docs[0].data, docs[0].lines) if docs else (None, {})
 
 
 def _problems_from_pydantic(exc: ValidationError, lines: dict[PathKey, int], source: str) -> list[Problem]:
@@ -120,7 +88,7 @@ def _problems_from_pydantic(exc: ValidationError, lines: dict[PathKey, int], sou
     for error in exc.errors(include_url=False):
         loc: PathKey = tuple(error["loc"])
         message = _humanize(error, loc)
-        problems.append(Problem(_join_path(loc), message, source, _line_for(loc, lines)))
+        problems.append(Problem(join_path(loc), message, source, line_for(loc, lines)))
     return sorted(problems, key=lambda p: (p.line or 0, p.field))
 
 
@@ -164,37 +132,14 @@ def _suggestion(loc: PathKey) -> str:
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
-    for candidate in (annotation, *getattr(annotation, "__args__", ())):
+    """The pydantic model inside an annotation such as `Elastic | None` or `list[Volume]`."""
+    stack = [annotation]
+    while stack:
+        candidate = stack.pop()
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
             return candidate
-        inner = _model_of(candidate) if getattr(candidate, "__args__", None) else None
-        if inner:
-            return inner
+        stack.extend(typing.get_args(candidate))
     return None
-
-
-def _line_for(loc: PathKey, lines: dict[PathKey, int]) -> int | None:
-    """The line of the deepest part of `loc` present in the file (a missing field points at its parent)."""
-    for end in range(len(loc), -1, -1):
-        if loc[:end] in lines:
-            return lines[loc[:end]]
-    return None
-
-
-def _join_path(loc: PathKey) -> str:
-    text = ""
-    for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
-
-
-def _split_path(field: str) -> PathKey:
-    parts: list[str | int] = []
-    for chunk in field.replace("]", "").split("."):
-        name, *indexes = chunk.split("[")
-        parts.append(name)
-        parts.extend(int(i) for i in indexes)
-    return tuple(parts)
 
 
 def _type_name(value: Any) -> str:

@@ -33,16 +33,10 @@ KIND = "TrainingJob"
 Target = Literal["pytorchjob", "trainjob", "auto"]
 
 
-def _check_map(values: dict[str, str], *, labels: bool) -> dict[str, str]:
-    for key, value in values.items():
-        _check(names.qualified_name_error(key), key)
-        if labels:
-            _check(names.label_value_error(value), value)
-    return values
-
-
-Labels = Annotated[dict[str, str], AfterValidator(lambda v: _check_map(v, labels=True))]
-Annotations = Annotated[dict[str, str], AfterValidator(lambda v: _check_map(v, labels=False))]
+LabelKey = Annotated[str, AfterValidator(lambda v: _check(names.qualified_name_error(v), v))]
+LabelValue = Annotated[str, AfterValidator(lambda v: _check(names.label_value_error(v), v))]
+Labels = dict[LabelKey, LabelValue]
+Annotations = dict[LabelKey, str]
 
 
 class Metadata(Section):

@@ -1,0 +1,45 @@
+# kubetrain developer tasks. `make demo` and `make test` are the README's two commands: they install
+# everything they need (virtualenv, torch, hadolint, the Go-built control plane) and cache it.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+EXTRAS ?= runtime,examples,dev
+PYTEST_ARGS ?=
+
+.PHONY: install demo testenv test test-fast lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	@touch $(STAMP)
+
+## The main job: the built-in digits example, 2 nodes x 1 process, on this machine.
+demo: install
+	$(BIN)/kubetrain run -f examples/digits/kubetrain.yaml
+
+## Build (first time) or reuse (cached) the Kubernetes control plane binaries for the tests.
+testenv: install
+	bash tests/testenv/prepare.sh
+
+## The whole suite: renderer, CLI, runtime (real DDP), and the real control plane.
+test: install testenv
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Everything that needs neither torch nor the control plane.
+test-fast: install
+	$(BIN)/python -m pytest -m "not controlplane and not torch" $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check kubetrain tests benchmarks
+	$(BIN)/mypy
+
+bench: install
+	$(BIN)/python benchmarks/bench_cli.py
+	@for b in benchmarks/bench_*.py; do [ "$$b" = benchmarks/bench_cli.py ] || $(BIN)/python $$b; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis dist build

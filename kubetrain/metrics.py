@@ -1,0 +1,56 @@
+"""The metrics line: how a training process reports progress on stdout. Torch-free, so the CLI can parse it.
+
+A metrics line is the prefix ``KUBETRAIN_METRICS`` and one space, then one JSON object on the same line::
+
+    KUBETRAIN_METRICS {"kind":"train","step":40,"total_steps":480,"epoch":2,"loss":0.41,...}
+
+Anything before the prefix is ignored, so lines decorated by a log merger (``[node-1 rank-0] ``) or by
+``kubectl logs --prefix`` still parse. Every object has ``kind`` (see ``KINDS``) and ``rank``; the other fields
+per kind are listed in docs/runtime.md. Unknown fields must be ignored by readers (the format only grows).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+PREFIX = "KUBETRAIN_METRICS "
+"""The marker that starts the JSON part of a metrics line."""
+
+KINDS = ("start", "train", "eval", "checkpoint", "resume", "end")
+"""start: set-up done, first step next; train: progress every `logEvery` optimizer steps; eval: held-out
+results after an epoch; checkpoint: a checkpoint was committed; resume: state loaded from a checkpoint;
+end: the loop finished (status completed) or stopped on a signal (status stopped)."""
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN/Infinity: non-finite floats become null (a diverged loss still prints)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def format_metrics(kind: str, **fields: Any) -> str:
+    """One metrics line (without a newline). ``time`` (Unix seconds) is added unless given."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown metrics kind {kind!r}; expected one of {', '.join(KINDS)}")
+    record: dict[str, Any] = {"kind": kind}
+    record.update({key: _finite(value) for key, value in fields.items()})
+    record.setdefault("time", round(time.time(), 3))
+    return PREFIX + json.dumps(record, separators=(",", ":"), allow_nan=False)
+
+
+def parse_metrics_line(line: str) -> dict[str, Any] | None:
+    """The JSON object of a metrics line, or None if `line` is not one (never raises)."""
+    index = line.find(PREFIX)
+    if index < 0:
+        return None
+    try:
+        record = json.loads(line[index + len(PREFIX):])
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+        return None
+    return record

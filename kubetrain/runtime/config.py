@@ -1,0 +1,101 @@
+"""The runtime's configuration: KUBETRAIN_CONFIG (set by `kubetrain render` / `kubetrain run`) and factory refs."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from kubetrain.errors import KubetrainError
+from kubetrain.spec.sections import Checkpoint, Train
+
+CONFIG_ENV = "KUBETRAIN_CONFIG"
+PATH_MAP_ENV = "KUBETRAIN_PATH_MAP"
+
+
+class RuntimeConfigError(KubetrainError):
+    """The runtime's configuration is unusable (bad KUBETRAIN_CONFIG, a factory that does not import...)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """What `python -m kubetrain.runtime` runs: the Trainer settings and the checkpoint settings."""
+
+    train: Train | None
+    checkpoint: Checkpoint
+
+
+def _first_error(exc: ValidationError, prefix: str) -> str:
+    error = exc.errors(include_url=False)[0]
+    field = ".".join(str(part) for part in error["loc"])
+    return f"{prefix}.{field}: {error['msg']}" if field else f"{prefix}: {error['msg']}"
+
+
+def load_config(environ: Mapping[str, str] | None = None) -> RuntimeConfig:
+    """Parse KUBETRAIN_CONFIG ({"train": ..., "checkpoint": ...}) with the spec's own models."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(CONFIG_ENV)
+    if not raw:
+        raise RuntimeConfigError(f"{CONFIG_ENV} is not set: run the Trainer API through `kubetrain run` or "
+                                 "a rendered manifest, or call kubetrain.runtime.Trainer from Python")
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise RuntimeConfigError(f"{CONFIG_ENV}: invalid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RuntimeConfigError(f"{CONFIG_ENV}: expected a JSON object with 'train' and 'checkpoint'")
+    try:
+        train = Train.model_validate(data["train"]) if data.get("train") is not None else None
+    except ValidationError as exc:
+        raise RuntimeConfigError(_first_error(exc, "spec.train")) from None
+    try:
+        checkpoint = Checkpoint.model_validate(data.get("checkpoint") or {})
+    except ValidationError as exc:
+        raise RuntimeConfigError(_first_error(exc, "spec.checkpoint")) from None
+    return RuntimeConfig(train, checkpoint)
+
+
+def resolve_ref(ref: str, field: str) -> Callable[..., Any]:
+    """Import 'package.module:function'; errors name the spec field, e.g. `spec.train.model: cannot import`."""
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise RuntimeConfigError(f"{field}: {ref!r} must be a 'package.module:function' reference")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RuntimeConfigError(f"{field}: cannot import {module_name!r}: {exc}") from None
+    target = getattr(module, attr, None)
+    if target is None:
+        raise RuntimeConfigError(f"{field}: module {module_name!r} has no attribute {attr!r}")
+    if not callable(target):
+        raise RuntimeConfigError(f"{field}: {ref!r} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+def path_map(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Cluster path -> local directory, as exported by `kubetrain run` (empty in a cluster)."""
+    environ = os.environ if environ is None else environ
+    try:
+        mapping = json.loads(environ.get(PATH_MAP_ENV) or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in mapping.items()} if isinstance(mapping, dict) else {}
+
+
+def local_path(path: str, environ: Mapping[str, str] | None = None) -> str:
+    """Where a cluster path (e.g. a volume's mountPath `/ckpt/run1`) lives on this machine.
+
+    Under `kubetrain run` volumes and the code directory are local directories; in a cluster this is the
+    identity. Use it for paths hard-coded in a script (paths in args and env are already rewritten).
+    """
+    for mount, local in sorted(path_map(environ).items(), key=lambda item: -len(item[0])):
+        if path == mount or path.startswith(mount.rstrip("/") + "/"):
+            return local + path[len(mount.rstrip("/")):]
+    return path

@@ -1,0 +1,180 @@
+"""Validate any manifests offline: schema (CRD or core OpenAPI), metadata and semantic checks."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kubetrain.errors import SpecError
+from kubetrain.spec import names
+from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
+from kubetrain.validate.semantic import Finding, misplaced_run_policies, semantic_findings
+from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for, parse_documents
+
+SKIPPED_GROUPS = ("kustomize.config.k8s.io/",)
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem in one document, with enough context to find it."""
+
+    severity: str
+    source: str
+    document: int  # 1-based index within its file
+    kind: str
+    name: str
+    path: str
+    message: str
+    line: int | None = None
+
+    def text(self) -> str:
+        where = f"{self.source}:{self.line}" if self.line else self.source
+        subject = f"{self.kind}/{self.name}" if self.kind else "document"
+        path = f"{self.path}: " if self.path else ""
+        return f"{self.severity}: {where}: doc {self.document} {subject}: {path}{self.message}"
+
+
+@dataclass
+class Report:
+    issues: list[Issue] = field(default_factory=list)
+    documents: int = 0
+
+    def errors(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity == "error"]
+
+    def warnings(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity == "warning"]
+
+    def failed(self, strict: bool = False) -> bool:
+        return bool(self.errors() or (strict and self.warnings()))
+
+    def as_dict(self, strict: bool = False) -> dict[str, Any]:
+        return {"valid": not self.failed(strict), "documents": self.documents,
+                "errors": len(self.errors()), "warnings": len(self.warnings()),
+                "issues": [asdict(i) for i in self.issues]}
+
+
+def validate_sources(sources: Iterable[tuple[str, str]], store: SchemaStore,
+                     ignore_missing_schemas: bool = False) -> Report:
+    """Validate every document of every (source name, text)."""
+    report = Report()
+    for source, text in sources:
+        try:
+            docs = parse_documents(text, source)
+        except SpecError as exc:
+            report.issues += [Issue("error", source, 0, "", "", p.field, p.message, p.line) for p in exc.problems]
+            continue
+        index = 0
+        for doc in docs:
+            if doc.data is None:
+                continue
+            index += 1
+            report.documents += 1
+            report.issues += validate_document(doc, source, index, store, ignore_missing_schemas)
+    return report
+
+
+def validate_objects(objects: list[dict[str, Any]], store: SchemaStore, source: str = "<rendered>") -> Report:
+    """Validate objects already in memory (what `render` produced), without re-reading YAML."""
+    report = Report(documents=len(objects))
+    for index, obj in enumerate(objects, 1):
+        report.issues += validate_document(ParsedDoc(obj), source, index, store)
+    return report
+
+
+def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStore,
+                      ignore_missing_schemas: bool = False) -> list[Issue]:
+    obj = doc.data
+    if not isinstance(obj, dict) or not isinstance(obj.get("apiVersion"), str) or not isinstance(obj.get("kind"), str):
+        return [Issue("error", source, index, "", "", "", "not a Kubernetes object: apiVersion and kind are required",
+                      doc.start_line)]
+    kind = obj["kind"]
+    name = str((obj.get("metadata") or {}).get("name", "")) if isinstance(obj.get("metadata"), dict) else ""
+
+    def issue(finding: Finding) -> Issue:
+        return Issue(finding.severity, source, index, kind, name, join_path(finding.path), finding.message,
+                     line_for(finding.path, doc.lines))
+
+    if obj["apiVersion"].startswith(SKIPPED_GROUPS):
+        return []
+    if kind == "List" and isinstance(obj.get("items"), list):
+        return [i for item in obj["items"] for i in validate_document(ParsedDoc(item), source, index, store)]
+    findings = _schema_findings(obj, store, ignore_missing_schemas)
+    findings += _metadata_findings(obj)
+    findings += semantic_findings(obj)
+    issues = [issue(f) for f in findings]
+    return sorted(issues, key=lambda i: (i.line or 0, i.path))
+
+
+def _schema_findings(obj: dict[str, Any], store: SchemaStore, ignore_missing: bool) -> list[Finding]:
+    found = store.validator(obj["apiVersion"], obj["kind"])
+    if found is None:
+        message = f"no schema for {obj['apiVersion']} {obj['kind']}: {MISSING_HINT}"
+        return [Finding((), message, "warning" if ignore_missing else "error")]
+    validator, _ = found
+    misplaced = set(misplaced_run_policies(obj)) if obj["kind"] == "PyTorchJob" else set()
+    findings: list[Finding] = []
+    for error in validator.iter_errors(obj):
+        findings += [f for f in _humanize(error) if f.path not in misplaced]
+    return findings
+
+
+def _humanize(error: Any) -> list[Finding]:
+    path: PathKey = tuple(error.absolute_path)
+    validator, instance, schema = error.validator, error.instance, error.schema
+    if validator == "additionalProperties" and isinstance(instance, dict):
+        known = list(schema.get("properties", {}))
+        return [Finding((*path, extra), "unknown field" + _did_you_mean(extra, known))
+                for extra in instance if extra not in known]
+    if validator == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else ""
+        return [Finding((*path, missing), "required field is missing")]
+    if validator == "type":
+        return [Finding(path, f"must be {_type_words(error.validator_value)}, not {_describe(instance)}")]
+    if validator == "anyOf" and {"integer", "string"} == {s.get("type") for s in error.validator_value}:
+        return [Finding(path, f"must be an integer or a string, not {_describe(instance)}")]
+    if validator == "enum":
+        return [Finding(path, f"must be one of {', '.join(map(repr, error.validator_value))}, not {instance!r}")]
+    return [Finding(path, error.message)]
+
+
+def _metadata_findings(obj: dict[str, Any]) -> list[Finding]:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return [Finding(("metadata",), "required field is missing")]
+    findings = []
+    name = metadata.get("name")
+    if not name and not metadata.get("generateName"):
+        findings.append(Finding(("metadata", "name"), "required field is missing"))
+    elif isinstance(name, str) and (error := names.subdomain_error(name)):
+        findings.append(Finding(("metadata", "name"), error))
+    for section, check_values in (("labels", True), ("annotations", False)):
+        for key, value in (metadata.get(section) or {}).items() if isinstance(metadata.get(section), dict) else ():
+            error = names.qualified_name_error(str(key))
+            if not error and check_values and isinstance(value, str):
+                error = names.label_value_error(value)
+            if error:
+                findings.append(Finding(("metadata", section, key), error))
+    return findings
+
+
+def _did_you_mean(word: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(word, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _type_words(expected: Any) -> str:
+    kinds = expected if isinstance(expected, list) else [expected]
+    words = {"integer": "an integer", "string": "a string", "object": "a mapping", "array": "a list",
+             "boolean": "a boolean", "number": "a number", "null": "null"}
+    return " or ".join(words.get(k, k) for k in kinds)
+
+
+def _describe(value: Any) -> str:
+    kind = {dict: "a mapping", list: "a list", str: "the string", bool: "the boolean", int: "the integer",
+            float: "the number"}.get(type(value), type(value).__name__)
+    if isinstance(value, dict | list):
+        return kind
+    return f"{kind} {value!r}"

@@ -1,0 +1,80 @@
+"""`kubetrain schemas fetch`: download the pinned upstream CRDs into the cache, verifying sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubetrain.errors import SchemaError
+from kubetrain.validate.schemas import schema_cache_dir
+
+BASE_URL = "https://raw.githubusercontent.com/kubeflow/trainer"
+
+
+@dataclass(frozen=True)
+class PinnedSchema:
+    name: str  # the CRD's name
+    ref: str  # upstream git tag
+    path: str  # path in the repository
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}.yaml"
+
+    def url(self, base_url: str) -> str:
+        return f"{base_url.rstrip('/')}/{self.ref}/{self.path}"
+
+
+PINNED = (
+    PinnedSchema("pytorchjobs.kubeflow.org", "v1.9.4", "manifests/base/crds/kubeflow.org_pytorchjobs.yaml",
+                 "8b8a8a719cc94173169290251e817f7ac2bb425c20b6c2fa813397bcf4e932ed"),
+    PinnedSchema("trainjobs.trainer.kubeflow.org", "v2.3.0",
+                 "manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml",
+                 "a742cafc5b5582640c7e0b7467c024fc237256fbca5ba0a9f0531dfb66d64416"),
+    PinnedSchema("clustertrainingruntimes.trainer.kubeflow.org", "v2.3.0",
+                 "manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml",
+                 "ec84dc3388fcdbe8c61d3c247a773d14458dd9438e995bea8e50d2a18080eef9"),
+)
+
+
+def fetch_pinned(base_url: str | None = None, timeout: float = 30.0) -> list[Path]:
+    """Download every pinned CRD (skipping ones already cached and intact); returns the cached paths."""
+    base = base_url or os.environ.get("KUBETRAIN_SCHEMA_BASE_URL") or BASE_URL
+    directory = schema_cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for pinned in PINNED:
+        target = directory / pinned.filename
+        if not (target.is_file() and _sha256(target.read_bytes()) == pinned.sha256):
+            _store(target, _download(pinned.url(base), timeout), pinned)
+        paths.append(target)
+    return paths
+
+
+def _store(target: Path, payload: bytes, pinned: PinnedSchema) -> None:
+    digest = _sha256(payload)
+    if digest != pinned.sha256:
+        raise SchemaError(f"{pinned.url('')}: sha256 {digest} does not match the pinned {pinned.sha256}; "
+                          "refusing to cache it")
+    tmp = target.with_name(f".{target.name}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(payload)
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(target)
+
+
+def _download(url: str, timeout: float) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return bytes(response.read())
+    except (OSError, ValueError) as exc:
+        raise SchemaError(f"cannot download {url}: {exc}; pass --schema FILE instead if you are offline") from None
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,60 @@
+"""Turn a CRD's openAPIV3Schema into a JSON Schema that behaves like the apiserver's structural schema.
+
+The apiserver's rules, as they apply to creating an object:
+- a structural schema drops unknown fields, and with `kubectl --validate=strict` (the default) rejects
+  them; so every object with `properties` gets `additionalProperties: false` ...
+- ... except where `x-kubernetes-preserve-unknown-fields: true` keeps them;
+- `x-kubernetes-int-or-string: true` accepts an integer or a string whatever `type` says;
+- `nullable: true` also accepts null;
+- `x-kubernetes-list-type: map|set` requires unique keys or items (checked by the validator's extension).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+INT_OR_STRING = [{"type": "integer"}, {"type": "string"}]
+
+
+def structural_json_schema(openapi: dict[str, Any]) -> dict[str, Any]:
+    """A converted deep copy; the input is left untouched."""
+    schema = copy.deepcopy(openapi)
+    _convert(schema, root=True)
+    return schema
+
+
+def _convert(node: Any, root: bool = False) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _convert(item)
+        return
+    if not isinstance(node, dict):
+        return
+    if node.get("x-kubernetes-int-or-string"):
+        node.pop("type", None)
+        node.pop("pattern", None)  # controller-gen puts the quantity pattern on the string branch
+        node.setdefault("anyOf", INT_OR_STRING)
+    if node.get("nullable") and isinstance(node.get("type"), str):
+        node["type"] = [node["type"], "null"]
+    if _is_closed_object(node):
+        node["additionalProperties"] = False
+    if root:
+        # apiVersion/kind/metadata are validated by the apiserver itself, not by the CRD's schema.
+        properties = node.setdefault("properties", {})
+        properties.setdefault("apiVersion", {"type": "string"})
+        properties.setdefault("kind", {"type": "string"})
+        properties.setdefault("metadata", {"type": "object"})
+        properties.setdefault("status", {"type": "object"})
+    for key, value in node.items():
+        if key in {"properties", "patternProperties", "definitions"} and isinstance(value, dict):
+            for child in value.values():
+                _convert(child)
+        elif key in {"items", "additionalProperties", "not"} or key in {"allOf", "anyOf", "oneOf"}:
+            _convert(value)
+
+
+def _is_closed_object(node: dict[str, Any]) -> bool:
+    return ("properties" in node and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")
+            and not node.get("x-kubernetes-embedded-resource"))

@@ -1,0 +1,181 @@
+"""Where schemas come from, compiled once per kind.
+
+CRDs (PyTorchJob, TrainJob, ...) come from, in order: the live cluster (--from-cluster), files or URLs the
+user gives (--schema), and the cache filled by `kubetrain schemas fetch`. Core kinds (ConfigMap, Service,
+...) use the Kubernetes OpenAPI schemas shipped in the `kubernetes-validate` package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kubetrain.errors import SchemaError
+from kubetrain.validate.jsonschema_ext import CoreValidator, KubernetesValidator
+from kubetrain.validate.openapi import structural_json_schema
+
+DEFAULT_KUBERNETES_VERSION = "1.36"
+MISSING_HINT = ("run `kubetrain schemas fetch` (pinned upstream CRDs), pass --schema FILE|URL, "
+                "or use --from-cluster")
+
+
+def cache_dir() -> Path:
+    """$KUBETRAIN_CACHE_DIR, else $XDG_CACHE_HOME/kubetrain, else ~/.cache/kubetrain."""
+    if os.environ.get("KUBETRAIN_CACHE_DIR"):
+        return Path(os.environ["KUBETRAIN_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kubetrain"
+
+
+def schema_cache_dir() -> Path:
+    return cache_dir() / "schemas"
+
+
+@dataclass(frozen=True)
+class CrdVersion:
+    group: str
+    kind: str
+    version: str
+    schema: dict[str, Any]
+    source: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+@dataclass
+class SchemaStore:
+    """Validators by (apiVersion, kind), compiled on first use and then reused."""
+
+    crds: dict[tuple[str, str], CrdVersion] = field(default_factory=dict)
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    _compiled: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    def add_crd(self, crd: dict[str, Any], source: str) -> None:
+        for version in crd_versions(crd, source):
+            self.crds.setdefault((version.api_version, version.kind), version)
+
+    def validator(self, api_version: str, kind: str) -> tuple[Any, str] | None:
+        """(jsonschema validator, where the schema came from), or None when no schema is known."""
+        key = (api_version, kind)
+        if key not in self._compiled:
+            self._compiled[key] = self._compile(api_version, kind)
+        return self._compiled[key]  # type: ignore[no-any-return]
+
+    def _compile(self, api_version: str, kind: str) -> tuple[Any, str] | None:
+        crd = self.crds.get((api_version, kind))
+        if crd is not None:
+            return KubernetesValidator(structural_json_schema(crd.schema)), crd.source
+        return core_validator(api_version, kind, self.kubernetes_version)
+
+
+def crd_versions(crd: dict[str, Any], source: str) -> list[CrdVersion]:
+    if crd.get("kind") != "CustomResourceDefinition" or not isinstance(crd.get("spec"), dict):
+        raise SchemaError(f"{source}: not a CustomResourceDefinition")
+    spec = crd["spec"]
+    try:
+        group, kind = spec["group"], spec["names"]["kind"]
+        return [CrdVersion(group, kind, v["name"], v["schema"]["openAPIV3Schema"], source)
+                for v in spec["versions"] if v.get("served", True) and "schema" in v]
+    except (KeyError, TypeError) as exc:
+        raise SchemaError(f"{source}: CustomResourceDefinition without {exc} in its spec") from None
+
+
+def load_crd_source(location: str) -> list[tuple[dict[str, Any], str]]:
+    """CRDs from a file, a directory of YAML files, or an http(s) URL."""
+    if location.startswith(("http://", "https://")):
+        return [(doc, location) for doc in _yaml_docs(_download(location), location)]
+    path = Path(location)
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml", ".json"})
+    elif path.is_file():
+        files = [path]
+    else:
+        raise SchemaError(f"--schema {location}: no such file, directory or URL")
+    return [(doc, str(f)) for f in files for doc in _yaml_docs(f.read_text(encoding="utf-8"), str(f))
+            if doc.get("kind") == "CustomResourceDefinition"]
+
+
+def cached_crds() -> list[tuple[dict[str, Any], str]]:
+    directory = schema_cache_dir()
+    if not directory.is_dir():
+        return []
+    return load_crd_source(str(directory))
+
+
+def _yaml_docs(text: str, source: str) -> list[dict[str, Any]]:
+    try:
+        return [doc for doc in yaml.safe_load_all(text) if isinstance(doc, dict)]
+    except yaml.YAMLError as exc:
+        raise SchemaError(f"{source}: invalid YAML: {exc}") from None
+
+
+def _download(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return str(response.read().decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SchemaError(f"cannot download {url}: {exc}") from None
+
+
+# --- core kinds, from the kubernetes-validate package's JSON schemas -------------------------------
+
+def _kv_schema_root() -> Path | None:
+    spec = importlib.util.find_spec("kubernetes_validate")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "kubernetes-json-schema"
+
+
+def core_validator(api_version: str, kind: str, kubernetes_version: str) -> tuple[Any, str] | None:
+    """A strict validator for a built-in kind, from the newest schema set not newer than the version asked."""
+    root = _kv_schema_root()
+    directory = _core_schema_dir(root, kubernetes_version) if root else None
+    if directory is None:
+        return None
+    group_version = api_version.split("/")
+    group = group_version[0].split(".")[0] if len(group_version) == 2 else ""
+    name = f"{kind.lower()}-{group}-{group_version[-1]}.json" if group else f"{kind.lower()}-{api_version}.json"
+    path = directory / name
+    if not path.is_file():
+        return None
+    from referencing import Registry, Resource
+
+    schema = json.loads(path.read_text())
+    registry: Registry[Any] = Resource.from_contents(schema) @ Registry()
+    registry = Resource.from_contents(_definitions(directory)) @ registry
+    return CoreValidator(schema, registry=registry), f"Kubernetes {directory.name.split('-')[0]} OpenAPI"
+
+
+_DEFINITIONS: dict[Path, Any] = {}
+
+
+def _definitions(directory: Path) -> Any:
+    if directory not in _DEFINITIONS:
+        _DEFINITIONS[directory] = json.loads((directory / "_definitions.json").read_text())
+    return _DEFINITIONS[directory]
+
+
+def _core_schema_dir(root: Path, kubernetes_version: str) -> Path | None:
+    wanted = _version_tuple(kubernetes_version.lstrip("v"))
+    candidates = []
+    for entry in root.glob("v*-local-strict"):
+        version = _version_tuple(entry.name[1:].split("-")[0])
+        if version[:2] <= wanted[:2]:
+            candidates.append((version, entry))
+    return max(candidates)[1] if candidates else None
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(".") if part)
+    except ValueError:
+        raise SchemaError(f"--kubernetes-version {text!r}: expected a version like 1.36") from None

@@ -1,0 +1,103 @@
+"""Teardown leaves no process behind: not after a failing test, not after
+SIGINT (Ctrl-C) of the pytest that owns the control plane, not even after
+SIGKILL of it (children die with it through PR_SET_PDEATHSIG)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.testenv import binaries
+from tests.testenv.plugin import unavailable
+
+pytestmark = pytest.mark.controlplane
+REPO = Path(__file__).resolve().parents[2]
+INNER = '''
+import json, os, time
+
+def test_hold(controlplane):
+    info = {"pids": controlplane.pids(), "workdir": str(controlplane.workdir)}
+    probe = os.environ["KUBETRAIN_TEARDOWN_PROBE"]
+    with open(probe + ".tmp", "w") as f:
+        json.dump(info, f)
+    os.replace(probe + ".tmp", probe)
+    if os.environ["KUBETRAIN_TEARDOWN_MODE"] == "fail":
+        raise AssertionError("deliberate failure")
+    time.sleep(600)
+'''
+
+
+@pytest.fixture(scope="module")
+def have_binaries() -> None:
+    try:
+        binaries.resolve()
+    except binaries.MissingBinaries as exc:
+        unavailable(str(exc))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"  # a zombie is dead, merely not yet reaped by init
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                if text in proc.joinpath("cmdline").read_bytes().decode(errors="replace") and _alive(int(proc.name)):
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+def _run_inner(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[bytes], dict]:
+    (tmp_path / "test_inner.py").write_text(INNER)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    probe = tmp_path / "probe.json"
+    env = {**os.environ, "KUBETRAIN_TEARDOWN_PROBE": str(probe), "KUBETRAIN_TEARDOWN_MODE": mode,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "pytest", "-p", "tests.testenv.plugin", "-p", "no:cacheprovider",
+           "-q", "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")]
+    log = (tmp_path / "inner.log").open("wb")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while not probe.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"inner pytest did not start a control plane:\n{(tmp_path / 'inner.log').read_text()}")
+        time.sleep(0.2)
+    return proc, json.loads(probe.read_text())
+
+
+@pytest.mark.parametrize("mode", ["fail", "SIGINT", "SIGKILL"])
+def test_no_process_left_behind(tmp_path, have_binaries, mode):
+    proc, info = _run_inner(tmp_path, mode)
+    assert info["pids"] and all(_alive(p) for p in info["pids"])
+    if mode != "fail":
+        proc.send_signal(getattr(signal, mode))
+    proc.wait(timeout=90)
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(p) for p in info["pids"]):
+        time.sleep(0.2)
+    assert [p for p in info["pids"] if _alive(p)] == [], (tmp_path / "inner.log").read_text()
+    assert _processes_mentioning(info["workdir"]) == []
+    if mode == "SIGKILL":
+        # Nothing ran in the owner to remove its temp dir; the next
+        # ControlPlane start removes such orphans. Clean up here too.
+        shutil.rmtree(info["workdir"], ignore_errors=True)
+    else:
+        assert not Path(info["workdir"]).exists()

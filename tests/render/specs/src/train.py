@@ -1,0 +1,3 @@
+import torch
+
+print("hello from train.py")

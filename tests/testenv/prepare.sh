@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Build (once) and cache the binaries of the integration-test control plane:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and the
+# Kubeflow training-operator, at the versions pinned in versions.env and the
+# go.mod/go.sum files under gomod/. Everything comes from the Go module proxy.
+#
+#   bash tests/testenv/prepare.sh          # what `make testenv` runs
+#
+# Idempotent: a component whose binaries exist and whose stamp (a hash of its
+# pinned go.mod/go.sum) matches is not rebuilt, so a warm run takes seconds.
+#
+# Environment:
+#   KUBETRAIN_TESTENV_CACHE  cache root (default: ${XDG_CACHE_HOME:-~/.cache}/kubetrain/testenv)
+#   KUBETRAIN_TESTENV_BIN    a directory with prebuilt binaries; those found there are not built
+#   KUBEBUILDER_ASSETS       likewise (usually holds etcd and kube-apiserver)
+# Progress goes to stderr; the last stdout line is the binary directory.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$HERE/versions.env"
+
+log() { printf '[testenv] %s\n' "$*" >&2; }
+die() { printf '[testenv] ERROR: %s\n' "$*" >&2; exit 1; }
+
+CACHE_ROOT="${KUBETRAIN_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/testenv}"
+BIN_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/bin"
+
+# component -> "gomod dir|packages|binaries" where a binary is "name" or "built-name:name"
+declare -A SPEC=(
+  [kubernetes]="kubernetes|k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler|kube-apiserver kube-controller-manager kube-scheduler"
+  [etcd]="etcd|go.etcd.io/etcd/server/v3|server:etcd"
+  [kwok]="kwok|sigs.k8s.io/kwok/cmd/kwok|kwok"
+  [training-operator]="training-operator|github.com/kubeflow/training-operator/cmd/training-operator.v1|training-operator.v1:training-operator"
+)
+ORDER=(etcd kwok training-operator kubernetes)
+
+check_go() {
+  command -v go >/dev/null 2>&1 || die "go is not on PATH; install Go >= 1.26 (the pinned modules need it)"
+  local v; v="$(go env GOVERSION)"
+  case "$v" in go1.2[6-9]*|go1.[3-9][0-9]*) ;; *) die "Go $v is too old; the pinned modules need go >= 1.26";; esac
+}
+
+check_pins() {
+  # The go.mod files must pin what versions.env says (guards against drift).
+  grep -q "k8s.io/kubernetes $KUBERNETES_VERSION" "$HERE/gomod/kubernetes/go.mod" || die "gomod/kubernetes/go.mod does not pin $KUBERNETES_VERSION (re-run gomod/gen_k8s_replace.py)"
+  grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION" "$HERE/gomod/etcd/go.mod" || die "gomod/etcd/go.mod does not pin $ETCD_VERSION"
+  grep -q "sigs.k8s.io/kwok $KWOK_VERSION" "$HERE/gomod/kwok/go.mod" || die "gomod/kwok/go.mod does not pin $KWOK_VERSION"
+  grep -q "github.com/kubeflow/training-operator $TRAINING_OPERATOR_VERSION" "$HERE/gomod/training-operator/go.mod" || die "gomod/training-operator/go.mod does not pin $TRAINING_OPERATOR_VERSION"
+}
+
+stamp_of() { cat "$HERE/versions.env" "$HERE/gomod/$1/go.mod" "$HERE/gomod/$1/go.sum" | sha256sum | cut -c1-16; }
+
+# Prints the directory that already provides binary $1 from the user, if any.
+user_provided() {
+  local d
+  for d in "${KUBETRAIN_TESTENV_BIN:-}" "${KUBEBUILDER_ASSETS:-}"; do
+    [[ -n "$d" && -x "$d/$1" ]] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+
+is_fresh() {
+  local comp="$1" bins="$2" b from_cache=0
+  for b in $bins; do
+    b="${b##*:}"
+    user_provided "$b" >/dev/null && continue
+    from_cache=1
+    [[ -x "$BIN_DIR/$b" ]] || return 1
+  done
+  [[ $from_cache == 0 ]] && return 0
+  [[ -f "$BIN_DIR/.$comp.stamp" && "$(cat "$BIN_DIR/.$comp.stamp")" == "$(stamp_of "$comp")" ]]
+}
+
+build() {
+  local comp="$1" dir pkgs bins tmp start
+  IFS='|' read -r dir pkgs bins <<<"${SPEC[$comp]}"
+  if is_fresh "$comp" "$bins"; then
+    log "$comp: up to date ($bins)"
+    return 0
+  fi
+  check_go
+  log "$comp: building $pkgs"
+  start=$(date +%s)
+  tmp="$(mktemp -d "$BIN_DIR/.build-$comp.XXXXXX")"
+  trap 'rm -rf "$tmp"' EXIT
+  # shellcheck disable=SC2086  # pkgs is a list
+  if ! (cd "$HERE/gomod/$dir" && GOFLAGS="${GOFLAGS:-} -mod=readonly" \
+        go build -trimpath -ldflags='-s -w' -o "$tmp/" $pkgs); then
+    rm -rf "$tmp"
+    die "$comp: go build failed (see output above); the module proxy must be reachable for a cold build"
+  fi
+  for b in $bins; do mv -f "$tmp/${b%%:*}" "$BIN_DIR/${b##*:}"; done
+  rm -rf "$tmp"
+  trap - EXIT
+  stamp_of "$comp" >"$BIN_DIR/.$comp.stamp"
+  log "$comp: built in $(( $(date +%s) - start ))s"
+}
+
+main() {
+  mkdir -p "$BIN_DIR"
+  check_pins
+  local total_start comp
+  total_start=$(date +%s)
+  for comp in "${ORDER[@]}"; do build "$comp"; done
+  log "binaries ready in $BIN_DIR ($(( $(date +%s) - total_start ))s)"
+  echo "$BIN_DIR"
+}
+
+main "$@"

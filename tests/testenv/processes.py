@@ -1,0 +1,181 @@
+"""Child-process supervision for the test control plane.
+
+Every component runs in its own session/process group, so one killpg() takes
+down whatever it forked (kwok's exec'd commands, the operator's mount wrapper).
+Three layers make sure nothing outlives its owner:
+
+* ``Supervisor.stop()``: SIGTERM each group in reverse start order, SIGKILL on timeout.
+* ``atexit`` and a SIGTERM/SIGHUP handler that turns the signal into
+  KeyboardInterrupt, so pytest still runs fixture teardown.
+* ``PR_SET_PDEATHSIG=SIGKILL`` set in each child before exec: if the owner is
+  SIGKILLed (no Python code runs), the kernel kills the children.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+_LIVE: weakref.WeakSet[Supervisor] = weakref.WeakSet()
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1 (bind to 0 and release)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec. The parent-death signal is
+    # kept across execve (not for setuid binaries, which we never run).
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+@dataclass
+class Child:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+
+@dataclass
+class Supervisor:
+    log_dir: Path
+    children: list[Child] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        _LIVE.add(self)
+        _install_exit_hooks()
+
+    def start(
+        self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: Path | None = None
+    ) -> Child:
+        log = self.log_dir / f"{name}.log"
+        with log.open("ab") as out:
+            out.write(f"$ {' '.join(map(str, argv))}\n".encode())
+            out.flush()
+            popen = subprocess.Popen(
+                [str(a) for a in argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                cwd=cwd,
+                start_new_session=True,  # own process group: killpg reaches grandchildren
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads run Python here
+            )
+        child = Child(name, popen, log)
+        self.children.append(child)
+        return child
+
+    def pids(self) -> list[int]:
+        return [c.pid for c in self.children]
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every child, newest first; SIGKILL the group after `timeout`."""
+        while self.children:
+            child = self.children.pop()
+            _stop_group(child.popen, timeout)
+        _LIVE.discard(self)
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _stop_group(popen: subprocess.Popen[bytes], timeout: float) -> None:
+    _signal_group(popen.pid, signal.SIGTERM)
+    try:
+        popen.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    # Even after the leader exits, stragglers in its group get SIGKILL.
+    _signal_group(popen.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        popen.wait(timeout=5)
+
+
+def stop_all() -> None:
+    for sup in list(_LIVE):
+        sup.stop(timeout=5)
+
+
+_hooks_installed = False
+
+
+def _raise_interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"received signal {signum}")
+
+
+def _install_exit_hooks() -> None:
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    atexit.register(stop_all)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        # Only take over signals nobody else handles: as KeyboardInterrupt,
+        # pytest unwinds and runs the fixture teardown.
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            signal.signal(sig, _raise_interrupt)
+
+
+class NotReady(RuntimeError):
+    """A component did not become ready in time (or died)."""
+
+
+def wait_until(
+    check: Callable[[], bool],
+    what: str,
+    timeout: float,
+    child: Child | None = None,
+    interval: float = 0.2,
+) -> None:
+    """Poll `check` until it returns True; fail fast if `child` has exited."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        if child is not None and not child.alive():
+            raise NotReady(f"{child.name} exited with {child.popen.returncode} while waiting for {what}:\n{child.log_tail()}")
+        try:
+            if check():
+                return
+        except Exception as exc:  # noqa: BLE001 - connection refused etc. while starting
+            last_error = exc
+        time.sleep(interval)
+    tail = f"\n{child.name} log:\n{child.log_tail()}" if child else ""
+    raise NotReady(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error}){tail}")
