@@ -4,9 +4,10 @@ A metrics line is the prefix ``KUBETRAIN_METRICS`` and one space, then one JSON 
 
     KUBETRAIN_METRICS {"kind":"train","step":40,"total_steps":480,"epoch":2,"loss":0.41,...}
 
-Anything before the prefix is ignored, so lines decorated by a log merger (``[node-1 rank-0] ``) or by
-``kubectl logs --prefix`` still parse. Every object has ``kind`` (see ``KINDS``) and ``rank``; the other fields
-per kind are listed in docs/runtime.md. Unknown fields must be ignored by readers (the format only grows).
+Anything before the prefix is ignored, so lines decorated by a log merger (``[node-1 rank-0] ``) or
+by ``kubectl logs --prefix`` still parse. Every object has ``kind`` (see ``KINDS``), ``rank`` and ``time``;
+the other fields per kind are listed in docs/runtime.md. Readers must ignore unknown fields (the format
+only grows).
 """
 
 from __future__ import annotations

@@ -28,10 +28,11 @@ class ParsedDoc:
 
 def parse_documents(text: str, source: str) -> list[ParsedDoc]:
     """Every document in `text`. A syntax error or a duplicate key raises SpecError with file:line."""
-    loader = yaml.SafeLoader(text)
     docs: list[ParsedDoc] = []
     problems: list[Problem] = []
+    loader: yaml.SafeLoader | None = None
     try:
+        loader = yaml.SafeLoader(text)  # the reader already vets the first characters here
         while loader.check_node():
             node = loader.get_node()
             lines: dict[PathKey, int] = {}
@@ -41,10 +42,16 @@ def parse_documents(text: str, source: str) -> list[ParsedDoc]:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         raise SpecError([Problem("", f"invalid YAML: {exc.problem or exc.context}", source, line)]) from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        message = f"invalid YAML: character U+{char:04X} is not allowed ({exc.reason})"
+        raise SpecError([Problem("", message, source, line)]) from None
     except yaml.YAMLError as exc:
-        raise SpecError([Problem("", f"invalid YAML: {exc}", source)]) from None
+        raise SpecError([Problem("", "invalid YAML: " + " ".join(str(exc).split()), source)]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if problems:
         raise SpecError(problems)
     return docs

@@ -16,6 +16,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render": ("kubetrain.cli.render_cmd:render", "Render the job spec into Kubernetes manifests."),
     "validate": ("kubetrain.cli.validate_cmd:validate", "Check manifests offline against the CRD and core schemas."),
     "schemas": ("kubetrain.cli.schemas_cmd:schemas", "Fetch and list the CRD schemas used by validate."),
+    "run": ("kubetrain.cli.run_cmd:run", "Run the job on this machine with torchrun (no cluster)."),
+    "build": ("kubetrain.cli.build_cmd:build", "Build (and push or kind-load) the training image."),
+    "cluster": ("kubetrain.cli.kind_cmd:cluster", "Create or delete a local kind cluster with NVIDIA GPUs."),
 }
 
 

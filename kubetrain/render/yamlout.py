@@ -63,7 +63,7 @@ _Dumper.add_representer(str, _str_presenter)
 
 def dump_yaml(objects: Iterable[dict[str, Any]]) -> str:
     """Objects as a multi-document YAML stream (`---` separated), keys in template order."""
-    docs = [yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True,
+    docs = [yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=False,
                       width=4096) for obj in objects]
     return "---\n".join(docs)
 

@@ -1,4 +1,4 @@
-"""The runtime's configuration: KUBETRAIN_CONFIG (set by `kubetrain render` / `kubetrain run`) and factory refs."""
+"""The runtime's configuration: KUBETRAIN_CONFIG (set by `kubetrain render` / `run`) and factory refs."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> RuntimeConfig:
 
 
 def resolve_ref(ref: str, field: str) -> Callable[..., Any]:
-    """Import 'package.module:function'; errors name the spec field, e.g. `spec.train.model: cannot import`."""
+    """Import 'package.module:function'; errors name the field (`spec.train.model: cannot import ...`)."""
     module_name, _, attr = ref.partition(":")
     if not module_name or not attr:
         raise RuntimeConfigError(f"{field}: {ref!r} must be a 'package.module:function' reference")

@@ -68,7 +68,7 @@ def _ignore_stop_signals(_worker_id: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def make_loader(dataset: Dataset[Any], sampler: Sampler[Any], batch_size: int, num_workers: int,
+def make_loader(dataset: Dataset[Any], sampler: Sampler[Any], *, batch_size: int, num_workers: int,
                 env: DistEnv, seed: int) -> DataLoader[Any]:
     """pin_memory and persistent workers on GPU; worker seeds come from a private generator, so the
     main process's RNG stream (saved in checkpoints) does not depend on when iterators are created."""

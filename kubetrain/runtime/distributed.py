@@ -86,7 +86,8 @@ def init_distributed(backend: str = "auto", timeout_seconds: float = 1800,
         if "MASTER_ADDR" in environ and "RANK" in environ:
             dist.init_process_group(chosen, timeout=timeout, device_id=device if chosen == "nccl" else None)
         else:
-            dist.init_process_group(chosen, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+            store = dist.HashStore()  # type: ignore[attr-defined]
+            dist.init_process_group(chosen, store=store, rank=0, world_size=1, timeout=timeout)
     return DistEnv(rank, world, local_rank, local_world, device, chosen)
 
 

@@ -33,9 +33,11 @@ def convert_sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
     """BatchNorm -> SyncBatchNorm. torch implements SyncBatchNorm for accelerators only: on CPU the
     model keeps per-process BatchNorm and a warning says so."""
     if device.type == "cpu":
-        print("kubetrain.runtime: warning: syncBatchNorm needs a GPU; keeping BatchNorm on CPU", file=sys.stderr)
+        print("kubetrain.runtime: warning: syncBatchNorm needs a GPU; keeping BatchNorm on CPU",
+              file=sys.stderr)
         return model
-    return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    converted: nn.Module = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]
+    return converted
 
 
 def _checkpointed(forward: Callable[..., Any]) -> Callable[..., Any]:
@@ -51,7 +53,7 @@ def apply_activation_checkpointing(model: nn.Module) -> int:
     count = 0
     for child in model.children():
         if any(True for _ in child.parameters()):
-            child.forward = _checkpointed(child.forward)  # type: ignore[method-assign]
+            child.forward = _checkpointed(child.forward)
             count += 1
     return count
 

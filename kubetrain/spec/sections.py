@@ -285,4 +285,8 @@ class Build(Section):
     buildArgs: dict[str, str] = Field(default_factory=dict)
     """Extra --build-arg values."""
     requirements: str | None = None
-    """A requirements file (relative to the context) installed before your code is copied."""
+    """A requirements file (relative to the context) installed before your code is copied; default
+    requirements.txt when the context has one. Used by kubetrain's own Dockerfile."""
+    platform: Annotated[str, Field(pattern=r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")] | None = None
+    """Target platform for the builder, e.g. linux/amd64 (GPU nodes are usually amd64 even when your laptop
+    is arm64). Default: the builder's own platform."""

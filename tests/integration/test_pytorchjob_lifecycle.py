@@ -7,6 +7,8 @@ and on our cue they succeed, so the job's conditions reach Succeeded.
 
 from __future__ import annotations
 
+import time
+
 import kubernetes
 import pytest
 
@@ -77,10 +79,18 @@ def test_gpu_taint_is_respected(controlplane, namespace):
     assert "untolerated taint" in message and GPU in message, message
 
 
-def test_failed_master_fails_the_job(controlplane, namespace):
+def test_pods_move_on_cue_and_a_failed_master_fails_the_job(controlplane, namespace):
     client = controlplane.api_client()
     core = kubernetes.client.CoreV1Api(client)
-    server_side_apply(client, pytorchjob("boom", namespace, workers=0, gpus=1))
+    held = {"kubetrain.test/phase": "Pending"}  # kwok keeps the pod in ContainerCreating
+    server_side_apply(client, pytorchjob("boom", namespace, workers=0, gpus=1, annotations=held))
+    pod = wait_for(lambda: _if((p := _pod(core, namespace, "boom-master-0")) and p.status.pod_ip, p), "pod scheduled")
+    time.sleep(1)
+    pod = core.read_namespaced_pod("boom-master-0", namespace)
+    assert pod.status.phase == "Pending" and pod.spec.node_name.startswith("gpu-node-")
+    assert pod.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
+
+    controlplane.set_pod_phase(namespace, "boom-master-0", "Running")
     wait_for(lambda: _all_running(core, namespace, "boom", 1), "master Running")
     controlplane.set_pod_phase(namespace, "boom-master-0", "Failed")
     job = wait_for(lambda: _if(condition(j := get_job(client, namespace, "boom"), "Failed"), j), "job Failed")
@@ -88,6 +98,13 @@ def test_failed_master_fails_the_job(controlplane, namespace):
     assert pod.status.phase == "Failed"
     assert pod.status.container_statuses[0].state.terminated.exit_code == 1
     assert job["status"]["replicaStatuses"]["Master"]["failed"] == 1
+
+
+def _pod(core, namespace, name):
+    try:
+        return core.read_namespaced_pod(name, namespace)
+    except kubernetes.client.ApiException:
+        return None
 
 
 def _running(core, namespace, job, count):

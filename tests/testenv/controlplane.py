@@ -89,7 +89,9 @@ class ControlPlane:
 
     def start(self) -> ControlPlane:
         try:
-            for step in (self._pki, self._etcd, self._apiserver, self._controllers, self._crds, self._kwok, self._operator):
+            # CRDs go in before the controller-manager starts: its garbage collector
+            # discovers resource types at start and then only every 30 s.
+            for step in (self._pki, self._etcd, self._apiserver, self._crds, self._controllers, self._kwok, self._operator):
                 began = time.monotonic()
                 step()
                 self.timings[step.__name__.strip("_")] = round(time.monotonic() - began, 2)
@@ -238,7 +240,9 @@ class ControlPlane:
             operator.validating_webhook(self.ports["op_webhook"], ca)
         )
         ports = {"metrics": self.ports["op_metrics"], "probe": self.ports["op_probe"], "webhook": self.ports["op_webhook"]}
-        argv, env = operator.command(self.bins["training-operator"], self.workdir / "operator.kubeconfig", ports, self.workdir)
+        argv, env = operator.command(
+            self.bins["training-operator"], self.workdir / "operator.kubeconfig", ports, self.workdir, (ca, serving)
+        )
         child = self._start("training-operator", argv, env)
         probe = f"http://127.0.0.1:{self.ports['op_probe']}/readyz"
         wait_until(lambda: _get(probe) == "ok", "training-operator /readyz (certs + webhook server)", 60, child)

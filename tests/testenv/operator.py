@@ -11,14 +11,18 @@ Three things assume a pod, and each is handled so users' behaviour is kept:
   training-operator.kubeflow.svc, RSA/PKCS#1) plus an IP SAN 127.0.0.1, and
   register the webhook with `url: https://127.0.0.1:<port>/...` instead of a
   Service reference (a Service would make the apiserver dial a ClusterIP).
-  The rotator finds the cert valid, keeps it, writes it out and keeps the
-  caBundle injected, so the validating webhook is live, as in a cluster.
+  The rotator finds the cert valid, keeps it and keeps the caBundle
+  injected. It does not write the files: in a cluster the Deployment mounts
+  the Secret at /tmp/k8s-webhook-server/serving-certs, and the operator waits
+  for them there. We write them, as the kubelet would. So the validating
+  webhook is live, as in a cluster.
 * Leader election. controller-runtime reads its lease namespace from
   /var/run/secrets/kubernetes.io/serviceaccount/namespace.
 * The shared /tmp cert dir would clash between concurrent test sessions.
 
 When we may (root, `unshare` works) the operator runs in a private mount
-namespace with a tmpfs over /run holding that namespace file and its own /tmp,
+namespace with a tmpfs over /run holding that namespace file and its own
+/tmp/k8s-webhook-server (the empty mount point is left on the host),
 and runs with --leader-elect. Otherwise it runs without leader election, as the
 upstream Deployment does by default.
 """
@@ -48,7 +52,8 @@ run=$(readlink -f /var/run)
 mount -t tmpfs -o size=1m,mode=755 kubetrain-run "$run"
 mkdir -p "$run/secrets/kubernetes.io/serviceaccount"
 printf %s "$OPERATOR_NAMESPACE" > "$run/secrets/kubernetes.io/serviceaccount/namespace"
-mount --bind "$OPERATOR_TMP" /tmp
+mkdir -p /tmp/k8s-webhook-server
+mount --bind "$OPERATOR_TMP" /tmp/k8s-webhook-server
 exec "$@"
 """
 
@@ -118,7 +123,16 @@ def validating_webhook(port: int, ca: pki.KeyPair) -> dict[str, Any]:
     }
 
 
-def command(binary: Path, kubeconfig: Path, ports: dict[str, int], workdir: Path) -> tuple[list[str], dict[str, str]]:
+def mount_secret(cert_dir: Path, ca: pki.KeyPair, serving: pki.KeyPair) -> None:
+    """What the Deployment's Secret volume would put in the operator's cert dir."""
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in (("ca.crt", ca.cert_pem), ("tls.crt", serving.cert_pem), ("tls.key", serving.key_pem)):
+        (cert_dir / name).write_bytes(data)
+
+
+def command(
+    binary: Path, kubeconfig: Path, ports: dict[str, int], workdir: Path, certs: tuple[pki.KeyPair, pki.KeyPair]
+) -> tuple[list[str], dict[str, str]]:
     args = [
         str(binary),
         f"--kubeconfig={kubeconfig}",
@@ -132,9 +146,11 @@ def command(binary: Path, kubeconfig: Path, ports: dict[str, int], workdir: Path
     ]
     env = {"MY_POD_NAMESPACE": NAMESPACE, "MY_POD_NAME": "training-operator-local", "KUBECONFIG": str(kubeconfig)}
     if not can_isolate():
+        # Shared with any other session on this machine running the operator.
+        mount_secret(Path("/tmp/k8s-webhook-server/serving-certs"), *certs)
         return args, env
     tmp = workdir / "operator-tmp"
-    tmp.mkdir(exist_ok=True)
+    mount_secret(tmp / "serving-certs", *certs)
     env |= {"OPERATOR_TMP": str(tmp), "OPERATOR_NAMESPACE": NAMESPACE}
     wrapper = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", _MOUNT_WRAPPER, "sh"]
     return [*wrapper, *args, "--leader-elect", f"--leader-election-id={LEADER_ELECTION_ID}"], env

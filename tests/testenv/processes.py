@@ -68,7 +68,7 @@ class Child:
         return "\n".join(text[-lines:])
 
 
-@dataclass
+@dataclass(eq=False)  # hashable by identity, for the WeakSet
 class Supervisor:
     log_dir: Path
     children: list[Child] = field(default_factory=list)

@@ -1,0 +1,35 @@
+"""kubetrain build."""
+
+from __future__ import annotations
+
+import click
+
+from kubetrain.build import build_image
+from kubetrain.build.builders import BUILDERS
+from kubetrain.cli.common import load, spec_file_option
+from kubetrain.cli.output import handle_errors
+
+
+@click.command()
+@spec_file_option
+@click.option("--push", is_flag=True, help="Push the image to its registry (skipped if the tag is there).")
+@click.option("--kind", "kind_cluster", default=None, metavar="CLUSTER",
+              help="Load the image into this kind cluster's nodes (kind load).")
+@click.option("--builder", type=click.Choice(BUILDERS), default=None,
+              help="Builder to use (default: the first of docker, podman, nerdctl, buildah that works).")
+@handle_errors
+def build(filename: str, push: bool, kind_cluster: str | None, builder: str | None) -> None:
+    """Build (and push or kind-load) the training image.
+
+    The tag is a hash of everything that goes into the image (context files after .dockerignore,
+    Dockerfile, build args, base image), so the same inputs give the same tag and a build whose tag
+    already exists is skipped. stdout carries only the image reference; builder output goes to stderr.
+
+    \b
+    Examples:
+      kubetrain build
+      kubetrain build --push
+      kubetrain build --kind kubetrain --builder podman
+      kubetrain render --image "$(kubetrain build --kind kubetrain)" | kubectl apply -f -
+    """
+    click.echo(build_image(load(filename), push=push, kind_cluster=kind_cluster, builder=builder))

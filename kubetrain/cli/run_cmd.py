@@ -1,0 +1,65 @@
+"""kubetrain run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from kubetrain.cli.common import load, spec_file_option
+from kubetrain.cli.output import handle_errors, info
+
+
+@click.command()
+@spec_file_option
+@click.option("--env-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="KEY=VALUE file with values for spec.secretEnv (else they come from the environment).")
+@click.option("--volume", "volumes", multiple=True, metavar="NAME=DIR",
+              help="Use DIR for the spec's volume NAME (default: its localPath). Repeatable.")
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="Override spec.nodes.")
+@click.option("--procs-per-node", type=click.IntRange(min=1), default=None,
+              help="Override spec.procsPerNode.")
+@click.option("--port", type=click.IntRange(0, 65535), default=0,
+              help="Rendezvous port on 127.0.0.1 (default: a free one).")
+@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also keep each rank's stdout/stderr in files under DIR (torchrun --log-dir).")
+@click.option("--dry-run", is_flag=True,
+              help="Print the commands and environment (secrets redacted); run nothing.")
+@handle_errors
+def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes: int | None,
+        procs_per_node: int | None, port: int, log_dir: Path | None, dry_run: bool) -> None:
+    """Run the job on this machine with torchrun (no cluster).
+
+    Starts one torchrun agent per node (nodes x procsPerNode processes, c10d rendezvous on
+    127.0.0.1), each running exactly what the cluster manifests run. Volumes become local
+    directories, secretEnv values come from --env-file or the environment (never printed).
+    The job's merged logs go to stdout as `[node-N rank-R] ...`; the exit status is the job's
+    (128+signal if stopped by Ctrl-C/SIGTERM, after the runtime's checkpoint).
+
+    \b
+    Examples:
+      kubetrain run -f examples/digits/kubetrain.yaml
+      kubetrain run --env-file .env --volume ckpt=/tmp/ckpt
+      kubetrain run --nodes 1 --dry-run
+    """
+    from kubetrain.local import RunOptions, Supervisor, build_plan, parse_env_file  # noqa: PLC0415
+    from kubetrain.local.preflight import check_refs, check_script, require_torch  # noqa: PLC0415
+
+    loaded = load(filename)
+    secrets = parse_env_file(env_file) if env_file else {}
+    plan = build_plan(loaded, RunOptions(secrets, list(volumes), nodes, procs_per_node, port, log_dir))
+    if dry_run:
+        click.echo("\n".join(plan.describe()))
+        return
+    require_torch()
+    check_refs(plan)
+    check_script(plan)
+    mapping = ", ".join(f"{mount} -> {local}" for mount, local in plan.path_map.mounts)
+    info(f"kubetrain run: {plan.job_name}: {len(plan.nodes)} node(s) x {plan.procs_per_node} process(es)"
+         + (f"; {mapping}" if mapping else ""))
+    code = Supervisor(plan).run()
+    info(f"kubetrain run: {plan.job_name} " + ("succeeded" if code == 0 else f"exited with {code}"))
+    if code:
+        sys.exit(code)
+

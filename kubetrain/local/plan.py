@@ -1,0 +1,178 @@
+"""What `kubetrain run` starts: one torchrun agent per node, c10d rendezvous on localhost.
+
+Each agent runs exactly the program the manifests run (`torchrun <kubetrain.render.launch.torchrun_args>`),
+with the container's environment (`kubetrain.render.context.env`), paths mapped to local directories, and
+secrets from `--env-file` or this environment. Building the plan starts nothing and imports no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubetrain.errors import UsageError
+from kubetrain.local.paths import PathMap, build_path_map
+from kubetrain.render.context import env as container_env
+from kubetrain.render.launch import torchrun_args
+from kubetrain.spec.load import LoadedSpec
+from kubetrain.spec.model import JobSpec
+
+RUN_ID_ENV = "KUBETRAIN_RUN_ID"
+PATH_MAP_ENV = "KUBETRAIN_PATH_MAP"
+RANK_PREFIX = "[rank-${rank}]:"
+# Variables of an enclosing launcher that must not leak into the agents (they set their own).
+LAUNCHER_ENV_PREFIXES = ("PET_", "TORCHELASTIC_")
+LAUNCHER_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_WORLD_SIZE", "ROLE_NAME"}
+REDACTED = "<redacted>"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Command-line choices of `kubetrain run`."""
+
+    env_file_values: Mapping[str, str] = field(default_factory=dict)
+    volumes: list[str] = field(default_factory=list)
+    nodes: int | None = None
+    procs_per_node: int | None = None
+    port: int = 0
+    log_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    """One torchrun agent: node `index` (1-based), its argv and complete environment."""
+
+    index: int
+    argv: list[str]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything needed to start (and describe) a local run."""
+
+    job_name: str
+    run_id: str
+    nodes: list[NodeCommand]
+    procs_per_node: int
+    cwd: Path
+    path_map: PathMap
+    elastic: bool
+    secret_values: frozenset[str]
+    stop_grace_seconds: float
+    trainer_refs: dict[str, str]
+    program: list[str]
+
+    def describe(self) -> list[str]:
+        """The commands as shell lines, with secret values redacted (for --dry-run)."""
+        lines = [f"cd {shlex.quote(str(self.cwd))}"]
+        first = self.nodes[0].env
+        for key in sorted(first):
+            if os.environ.get(key) != first[key] or key in {RUN_ID_ENV, PATH_MAP_ENV}:
+                lines.append(f"export {key}={shlex.quote(self.redact(first[key]))}")
+        for node in self.nodes:
+            extra = {k: v for k, v in node.env.items() if first.get(k) != v}
+            prefix = "".join(f"{k}={shlex.quote(self.redact(v))} " for k, v in sorted(extra.items()))
+            lines.append(f"# node-{node.index}\n{prefix}{shlex.join(self.redact(a) for a in node.argv)} &")
+        return lines
+
+    def redact(self, value: str) -> str:
+        return REDACTED if value in self.secret_values and value else value
+
+
+def _secret_env(spec: JobSpec, env_file: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for index, secret in enumerate(spec.secretEnv):
+        value = env_file.get(secret.name, environ.get(secret.name))
+        if value is None:
+            if secret.optional:
+                continue
+            raise UsageError(f"spec.secretEnv[{index}]: {secret.name} (Secret {secret.secret}, key "
+                             f"{secret.key}) is not set: put it in an --env-file or export it")
+        values[secret.name] = value
+    return values
+
+
+def _job_env(loaded: LoadedSpec, path_map: PathMap, code_dir: Path | None, environ: Mapping[str, str],
+             secrets: dict[str, str]) -> dict[str, str]:
+    """The agents' environment: this machine's, minus launcher variables, plus the container's."""
+    base = {k: v for k, v in environ.items()
+            if k not in LAUNCHER_ENV and not k.startswith(LAUNCHER_ENV_PREFIXES)}
+    job = {item["name"]: path_map.rewrite(item["value"])
+           for item in container_env(loaded.job) if "value" in item}
+    if code_dir is not None:
+        job["PYTHONPATH"] = os.pathsep.join(p for p in (str(code_dir), environ.get("PYTHONPATH")) if p)
+    job[PATH_MAP_ENV] = path_map.to_env()
+    job.update(secrets)
+    return {**base, **job}
+
+
+def _agent_argv(spec: JobSpec, plan_args: list[str], *, index: int, nodes: int, procs: int,
+                endpoint: str, run_id: str, log_dir: Path | None) -> list[str]:
+    nnodes = f"{spec.elastic.minNodes}:{spec.elastic.maxNodes}" if spec.elastic else str(nodes)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", nnodes, "--nproc-per-node", str(procs),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
+            "--rdzv-conf", f"is_host={1 if index == 1 else 0},last_call_timeout=2",
+            "--max-restarts", str(spec.elastic.maxRestarts if spec.elastic else 0),
+            "--monitor-interval", "0.5", "--local-addr", "127.0.0.1",
+            "--shutdown-timeout", str(spec.checkpoint.sigtermTimeoutSeconds + 2),
+            "--tee", "3", "--log-line-prefix-template", RANK_PREFIX]
+    if log_dir is not None:
+        argv += ["--log-dir", str(log_dir / f"node-{index}")]
+    return argv + plan_args
+
+
+def _sizes(spec: JobSpec, options: RunOptions) -> tuple[int, int]:
+    nodes = options.nodes or spec.nodes
+    if spec.elastic and not spec.elastic.minNodes <= nodes <= spec.elastic.maxNodes:
+        raise UsageError(f"--nodes {nodes}: must be between elastic.minNodes ({spec.elastic.minNodes}) and "
+                         f"elastic.maxNodes ({spec.elastic.maxNodes})")
+    return nodes, options.procs_per_node or spec.procs_per_node
+
+
+def _node_env(spec: JobSpec, env: dict[str, str], index: int, procs: int, total: int) -> dict[str, str]:
+    """Per-node variables: disjoint GPUs per node (as on separate machines) and a fair thread count."""
+    env = dict(env)
+    if spec.gpusPerNode and "CUDA_VISIBLE_DEVICES" not in env:
+        first = (index - 1) * spec.gpusPerNode
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(spec.gpusPerNode))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // total)))
+    return env
+
+
+def build_plan(loaded: LoadedSpec, options: RunOptions, environ: Mapping[str, str] | None = None,
+               cwd: Path | None = None) -> RunPlan:
+    """Resolve everything `kubetrain run` needs; raises UsageError naming the field or flag at fault."""
+    environ = os.environ if environ is None else environ
+    spec = loaded.job.spec
+    nodes, procs = _sizes(spec, options)
+    path_map, code_dir = build_path_map(loaded, options.volumes, cwd or Path.cwd())
+    secrets = _secret_env(spec, options.env_file_values, environ)
+    env = _job_env(loaded, path_map, code_dir, environ, secrets)
+    run_id = f"{loaded.job.metadata.name}-{uuid.uuid4().hex[:8]}"
+    env[RUN_ID_ENV] = run_id
+    workdir = spec.code.mountPath if spec.code else None
+    program = [path_map.rewrite(arg) for arg in torchrun_args(spec, workdir)]
+    endpoint = f"127.0.0.1:{options.port or free_port()}"
+    commands = [NodeCommand(i, _agent_argv(spec, program, index=i, nodes=nodes, procs=procs,
+                                           endpoint=endpoint, run_id=run_id, log_dir=options.log_dir),
+                            _node_env(spec, env, i, procs, nodes * procs)) for i in range(1, nodes + 1)]
+    refs = {name: getattr(spec.train, name) for name in ("model", "dataset", "loss", "optimizer", "scheduler")
+            if spec.train and getattr(spec.train, name)}
+    return RunPlan(loaded.job.metadata.name, run_id, commands, procs, code_dir or loaded.base_dir, path_map,
+                   spec.elastic is not None, frozenset(secrets.values()),
+                   float(spec.checkpoint.sigtermTimeoutSeconds + 10), refs, program)
+
+
+def free_port() -> int:
+    import socket  # noqa: PLC0415 - only needed here
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,63 @@
+"""Checks before anything starts, so a typo is one line of error instead of N crashed processes.
+
+The Trainer API's 'module:function' refs are located (not imported: that would run user code and torch)
+with importlib's finder in a short-lived interpreter that has the job's environment and working directory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from kubetrain.errors import Problem, SpecError, UsageError
+from kubetrain.local.plan import RunPlan
+
+_FIND = """
+import importlib.util, json, os, sys
+sys.path.insert(0, os.getcwd())  # python -m puts the working directory first
+errors = {}
+for field, ref in json.loads(sys.argv[1]).items():
+    module = ref.partition(":")[0]
+    try:
+        found = importlib.util.find_spec(module) is not None
+        reason = f"No module named {module!r}"
+    except Exception as exc:  # a parent package failed to import
+        found = False
+        reason = str(exc) if isinstance(exc, ImportError) else f"{type(exc).__name__}: {exc}"
+    if not found:
+        errors[field] = f"cannot import {module!r}: {reason}"
+print(json.dumps(errors))
+"""
+
+
+def require_torch() -> None:
+    """torch is the `runtime` extra: say how to get it rather than failing in every process."""
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError("torch is not installed in this environment; install the runtime extra: "
+                         "pip install 'kubetrain[runtime]'")
+
+
+def check_refs(plan: RunPlan) -> None:
+    """Every Trainer ref's module can be found from the job's working directory and PYTHONPATH."""
+    if not plan.trainer_refs:
+        return
+    result = subprocess.run([sys.executable, "-c", _FIND, json.dumps(plan.trainer_refs)], cwd=plan.cwd,
+                            env=plan.nodes[0].env, capture_output=True, text=True, timeout=60, check=False)
+    if result.returncode != 0:
+        raise UsageError(f"cannot check spec.train references: {result.stderr.strip().splitlines()[-1:]}")
+    errors = json.loads(result.stdout)
+    if errors:
+        raise SpecError([Problem(f"spec.train.{name}", message) for name, message in sorted(errors.items())])
+
+
+def check_script(plan: RunPlan) -> None:
+    """A `python script.py` command must name a file that exists locally."""
+    if not plan.program or plan.program[0] in ("-m", "--no-python"):
+        return
+    script = Path(plan.program[0])
+    script = script if script.is_absolute() else plan.cwd / script
+    if not script.is_file():
+        raise SpecError([Problem("spec.command", f"{script}: no such file")])

@@ -1,0 +1,198 @@
+"""Start the torchrun agents of a RunPlan, merge their logs, stop them cleanly, leave no process behind.
+
+* Each agent runs in its own session, so a terminal's Ctrl-C reaches only `kubetrain run`, which then sends
+  SIGTERM to every agent; torchrun forwards it to its workers (the runtime checkpoints and exits 143) and
+  SIGKILLs workers that outlive its shutdown timeout. A second Ctrl-C, or the grace period running out,
+  SIGKILLs everything at once.
+* Every process of the run inherits KUBETRAIN_RUN_ID; after the agents exit, any process still carrying
+  this run's id (e.g. a worker whose agent was killed) is killed, so no orphan survives.
+* Log lines become `[node-N rank-R] text` (worker output, via torchrun's --tee) or `[node-N] text` (the
+  agent itself), all on stdout, since they are the job's output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from types import FrameType
+from typing import IO, Any, TextIO
+
+from kubetrain.local.plan import RUN_ID_ENV, NodeCommand, RunPlan
+
+_RANK_LINE = re.compile(r"^\[rank-(\d+)\]:(.*)$", re.DOTALL)
+FAILURE_GRACE_SECONDS = 15.0  # after one node fails (not elastic), how long the others get to notice
+POLL_SECONDS = 0.1
+TRACEBACK = "Traceback (most recent call last):"
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def format_line(node: int, text: str) -> str:
+    """`[rank-3]:hello` from node 2 -> `[node-2 rank-3] hello`; anything else -> `[node-2] text`."""
+    match = _RANK_LINE.match(text)
+    if match:
+        return f"[node-{node} rank-{match.group(1)}] {match.group(2)}"
+    return f"[node-{node}] {text}"
+
+
+def processes_of_run(run_id: str) -> list[int]:
+    """PIDs (other than ours) whose environment carries this run's id (Linux /proc; empty elsewhere)."""
+    needle = f"{RUN_ID_ENV}={run_id}".encode()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if needle in handle.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+class Supervisor:
+    """Runs a plan to completion and returns the job's exit status."""
+
+    def __init__(self, plan: RunPlan, out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self.plan = plan
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.readers: list[threading.Thread] = []
+        self.lock = threading.Lock()
+        self.signum = 0
+        self.force = False
+        self.stop_deadline: float | None = None
+        self.output_open = True
+
+    # --- public ---------------------------------------------------------------------------------------
+    def run(self) -> int:
+        previous = self._install_signals()
+        try:
+            for node in self.plan.nodes:
+                self._start(node)
+            code = self._wait()
+        finally:
+            self._kill_all()
+            self._kill_leftovers()
+            for reader in self.readers:
+                reader.join(timeout=5)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+        return code
+
+    # --- processes ------------------------------------------------------------------------------------
+    def _start(self, node: NodeCommand) -> None:
+        proc = subprocess.Popen(node.argv, env=node.env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.procs.append(proc)
+        for pipe in (proc.stdout, proc.stderr):
+            assert pipe is not None
+            reader = threading.Thread(target=self._pump, args=(node.index, pipe), daemon=True)
+            reader.start()
+            self.readers.append(reader)
+
+    def _pump(self, node: int, pipe: IO[bytes]) -> None:
+        held: list[str] | None = None  # an agent traceback, held back while we stop the job
+        for raw in iter(pipe.readline, b""):
+            text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            if held is None and text == TRACEBACK and self.stop_deadline is not None:
+                held = [text]
+                continue
+            if held is not None:
+                held.append(text)
+                if text[:1].isspace() or text == held[0]:
+                    continue
+                # torchrun reports the stop we asked for as a SignalException traceback: not news
+                lines, held = ([] if "SignalException" in text else held), None
+                for line in lines:
+                    self._write(format_line(node, line))
+                continue
+            self._write(format_line(node, text))
+        for line in held or []:
+            self._write(format_line(node, line))
+        pipe.close()
+
+    def _write(self, line: str) -> None:
+        with self.lock:
+            if not self.output_open:
+                return
+            try:
+                self.out.write(line + "\n")
+                self.out.flush()
+            except (BrokenPipeError, ValueError):  # the reader of our stdout went away; keep supervising
+                self.output_open = False
+
+    def _wait(self) -> int:
+        failure: tuple[int, float] | None = None  # (first non-zero exit code, when)
+        while True:
+            codes = [proc.poll() for proc in self.procs]
+            if all(code is not None for code in codes):
+                break
+            now = time.monotonic()
+            if failure is None:
+                failed = next((code for code in codes if code not in (None, 0)), None)
+                failure = (failed, now) if failed is not None else None
+            if self.signum and self.stop_deadline is None:
+                name = signal.Signals(self.signum).name
+                self._terminate(f"got {name}; stopping the job (the runtime checkpoints first)")
+            elif failure and not self.plan.elastic and self.stop_deadline is None \
+                    and now - failure[1] > FAILURE_GRACE_SECONDS:
+                self._terminate(f"a node exited with {failure[0]}; stopping the other nodes")
+            if self.force or (self.stop_deadline is not None and now > self.stop_deadline):
+                self._kill_all()
+            time.sleep(POLL_SECONDS)
+        if self.signum:
+            return 128 + self.signum
+        return next((code for code in codes if code), 0) if failure is None else failure[0]
+
+    def _terminate(self, reason: str) -> None:
+        print(f"kubetrain run: {reason}", file=self.err, flush=True)
+        self.stop_deadline = time.monotonic() + self.plan.stop_grace_seconds
+        self._signal_agents(signal.SIGTERM)
+
+    def _signal_agents(self, signum: int) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signum)
+
+    def _kill_all(self) -> None:
+        if any(proc.poll() is None for proc in self.procs):
+            self._signal_agents(signal.SIGKILL)
+            self._kill_leftovers()
+            for proc in self.procs:
+                proc.wait()
+
+    def _kill_leftovers(self) -> None:
+        pids = processes_of_run(self.plan.run_id)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+        if pids:
+            print(f"kubetrain run: killed {len(pids)} leftover process(es) of the run", file=self.err,
+                  flush=True)
+
+    # --- signals --------------------------------------------------------------------------------------
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {signum: signal.signal(signum, self._on_signal) for signum in HANDLED_SIGNALS}
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        if self.signum:
+            self.force = True  # a second Ctrl-C: no more waiting
+        else:
+            self.signum = signum

@@ -1,0 +1,108 @@
+"""Checkpoint files: atomic writes, newest-complete lookup, retention.
+
+Layout: one file per checkpoint, `<dir>/step-<optimizer step, 10 digits>.pt` (a torch.save zip). It is
+written as `<dir>/.tmp-step-<N>.pt.<pid>`, fsync'd, renamed to its final name (atomic on POSIX) and the
+directory is fsync'd. Only final names count as checkpoints, so one cut off mid-write is never loaded; its
+temp file is removed on the next start. A final-named file that still fails to load (a damaged disk) is
+skipped in favour of the next older one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+NAME_RE = re.compile(r"^step-(\d{10})\.pt$")
+TMP_PREFIX = ".tmp-"
+FORMAT_VERSION = 1
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:010d}.pt"
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointStore:
+    """A directory of checkpoints. Only rank 0 writes; every rank may read."""
+
+    def __init__(self, directory: str | Path, keep: int = 3) -> None:
+        self.directory = Path(directory)
+        self.keep = keep
+
+    def complete(self) -> list[tuple[int, Path]]:
+        """(step, path) of every complete checkpoint, newest first."""
+        if not self.directory.is_dir():
+            return []
+        found = []
+        for path in self.directory.iterdir():
+            match = NAME_RE.match(path.name)
+            if match:
+                found.append((int(match.group(1)), path))
+        return sorted(found, reverse=True)
+
+    def save(self, state: dict[str, Any], step: int) -> Path:
+        """Write atomically: temp file, flush + fsync, rename, fsync the directory."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        final = self.directory / checkpoint_name(step)
+        tmp = self.directory / f"{TMP_PREFIX}{final.name}.{os.getpid()}"
+        try:
+            with open(tmp, "wb") as handle:
+                torch.save({"format": FORMAT_VERSION, **state}, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(self.directory)
+        return final
+
+    def prune(self) -> list[Path]:
+        """Delete all but the newest `keep` complete checkpoints; returns what was deleted."""
+        removed = [path for _, path in self.complete()[self.keep:]]
+        for path in removed:
+            path.unlink(missing_ok=True)
+        return removed
+
+    def clean_partial(self) -> list[Path]:
+        """Remove temp files left by a writer that died mid-write (call only when nobody is writing)."""
+        if not self.directory.is_dir():
+            return []
+        partial = [path for path in self.directory.iterdir() if path.name.startswith(TMP_PREFIX)]
+        for path in partial:
+            path.unlink(missing_ok=True)
+        return partial
+
+    def load(self, path: Path) -> dict[str, Any]:
+        """Load one checkpoint onto the CPU (tensors, numbers and strings only: weights_only)."""
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
+            raise ValueError(f"{path}: not a kubetrain checkpoint (format {FORMAT_VERSION})")
+        return state
+
+    def load_newest(self) -> tuple[Path, dict[str, Any]] | None:
+        """The newest checkpoint that loads; damaged ones are reported on stderr and skipped."""
+        for _, path in self.complete():
+            started = time.monotonic()
+            try:
+                return path, self.load(path)
+            except Exception as exc:  # a damaged file must not stop the job: fall back to an older one
+                print(f"kubetrain.runtime: warning: skipping unreadable checkpoint {path} "
+                      f"({type(exc).__name__}: {exc}; {time.monotonic() - started:.1f}s)", file=sys.stderr)
+        return None

@@ -1,0 +1,268 @@
+"""The loop behind Trainer: micro-steps, optimizer steps, metrics, evaluation, checkpoints, resume."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+from kubetrain.runtime.checkpoint import CheckpointStore
+from kubetrain.runtime.config import RuntimeConfigError
+from kubetrain.runtime.data import ResumableSampler, batch_size_of, to_device
+from kubetrain.runtime.distributed import DistEnv
+from kubetrain.runtime.report import Reporter, Window, gpu_memory_mb
+from kubetrain.runtime.state import (
+    broadcast_from_main,
+    gather_to_all,
+    rng_state,
+    seed_everything,
+    set_rng_state,
+)
+from kubetrain.runtime.stop import StopSignal, TrainingStopped
+from kubetrain.runtime.wrap import Wrapped
+from kubetrain.spec.sections import Train
+
+
+@dataclass
+class FitResult:
+    """How training ended (identical on every rank)."""
+
+    step: int
+    epoch: int
+    total_steps: int
+    loss: float | None
+    eval_loss: float | None
+    eval_accuracy: float | None
+    resumed_from: str | None
+    checkpoint: str | None
+
+
+def _pair(batch: Any) -> tuple[Any, Any]:
+    if isinstance(batch, tuple | list) and len(batch) == 2:
+        return batch[0], batch[1]
+    raise RuntimeConfigError("spec.train.dataset: each sample must be an (input, target) pair, got "
+                             f"{type(batch).__name__}")
+
+
+@dataclass
+class Loop:
+    """All state of one training run on one rank. Positions: `step` counts optimizer steps, `epoch` the
+    current epoch (0-based), `batch_in_epoch` the micro-batches of that epoch already trained on."""
+
+    train: Train
+    env: DistEnv
+    wrapped: Wrapped
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler | None
+    loss_fn: Callable[..., torch.Tensor]
+    sampler: ResumableSampler
+    loader: DataLoader[Any]
+    eval_loader: DataLoader[Any] | None
+    batches: int
+    total_steps: int
+    store: CheckpointStore | None
+    resume: bool
+    every_steps: int | None
+    stop: StopSignal
+    reporter: Reporter
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]]
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    saved_step: int = -1
+    last_checkpoint: str | None = None
+    resumed_from: str | None = None
+    last_loss: float | None = None
+    eval_result: tuple[float | None, float | None] = (None, None)
+    window: Window = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.window = Window(self.env.device)
+
+    # --- the loop -------------------------------------------------------------------------------------
+    def run(self) -> FitResult:
+        self._resume()
+        self.reporter.emit("start", world_size=self.env.world_size, backend=self.env.backend,
+                           device=str(self.env.device), epochs=self.train.epochs,
+                           total_steps=self.total_steps, start_step=self.step, resumed_from=self.resumed_from)
+        trained = False
+        while self.epoch < self.train.epochs:
+            self._train_epoch()
+            trained = True
+        if not trained and self.eval_loader is not None:
+            self._evaluate()  # resumed from a finished run: still report its held-out metrics
+        self._save("final")
+        self.reporter.emit("end", status="completed", step=self.step, epoch=self.epoch)
+        return FitResult(self.step, self.epoch, self.total_steps, self.last_loss, *self.eval_result,
+                         self.resumed_from, self.last_checkpoint)
+
+    def _train_epoch(self) -> None:
+        self.sampler.set_epoch(self.epoch)
+        self.sampler.skip(self.batch_in_epoch * self.train.batchSize)
+        self.wrapped.module.train()
+        self.window.reset()
+        for index, batch in enumerate(self.loader, start=self.batch_in_epoch):
+            if self._micro_step(index, batch):
+                self._after_step(index + 1)
+        self.epoch += 1
+        self.batch_in_epoch = 0
+        if self.eval_loader is not None:
+            self._evaluate()
+        self._save("epoch")
+
+    def _micro_step(self, index: int, batch: Any) -> bool:
+        """Forward and backward of one micro-batch; True when it completes an optimizer step. All but the
+        last micro-batch of a group skip the gradient allreduce (no_sync); the loss is divided by the
+        group's size so the accumulated gradient is the mean over the group."""
+        accum = self.train.gradAccumSteps
+        group_start = index // accum * accum
+        group = min(accum, self.batches - group_start)
+        last = index == group_start + group - 1
+        inputs, target = _pair(to_device(batch, self.env.device))
+        sync = contextlib.nullcontext() if last else self.wrapped.ddp.no_sync()
+        with sync:
+            with self.autocast():
+                loss = self.loss_fn(self.wrapped.forward(inputs), target)
+            scaled = loss / group if group > 1 else loss
+            (self.scaler.scale(scaled) if self.scaler else scaled).backward()  # type: ignore[no-untyped-call]
+        self.window.add(loss, batch_size_of(inputs))
+        if last:
+            self._optimizer_step()
+        return last
+
+    def _optimizer_step(self) -> None:
+        """Clip (after unscaling under fp16), step, update the scaler, zero gradients, step the scheduler."""
+        clip = self.train.gradClip
+        if self.scaler is not None:
+            if clip is not None:
+                self.scaler.unscale_(self.optimizer)
+                torch.nn.utils.clip_grad_norm_(self.wrapped.module.parameters(), clip)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(self.wrapped.module.parameters(), clip)
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.step += 1
+
+    def _after_step(self, consumed: int) -> None:
+        self.batch_in_epoch = consumed
+        if self.step % self.train.logEvery == 0:
+            self._log()
+        if self.every_steps and self.step % self.every_steps == 0 and consumed < self.batches:
+            self._save("interval")  # the last step of an epoch is saved by the epoch checkpoint
+        signum = self.stop.poll()
+        if signum:
+            self._save("signal")
+            if self.env.world_size > 1:
+                dist.barrier()  # nobody leaves before rank 0 has committed the checkpoint
+            self.reporter.emit("end", status="stopped", step=self.step, epoch=self.epoch, signal=signum)
+            raise TrainingStopped(signum, self.last_checkpoint)
+
+    def _log(self) -> None:
+        loss, rate = self.window.read(self.env)
+        self.last_loss = loss
+        self.reporter.emit("train", step=self.step, total_steps=self.total_steps, epoch=self.epoch + 1,
+                           loss=loss, samples_per_s=round(rate, 2), lr=self.optimizer.param_groups[0]["lr"],
+                           gpu_mem_mb=gpu_memory_mb(self.env.device))
+        self.window.reset()
+
+    # --- evaluation -----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _evaluate(self) -> None:
+        """Loss (and accuracy, for class logits) over the held-out set, each rank a disjoint shard."""
+        assert self.eval_loader is not None
+        module = self.wrapped.module
+        module.eval()
+        totals = torch.zeros(3, dtype=torch.float64, device=self.env.device)  # loss sum, correct, count
+        classification = True
+        for batch in self.eval_loader:
+            inputs, target = _pair(to_device(batch, self.env.device))
+            with self.autocast():
+                output = module(inputs)
+                loss = self.loss_fn(output, target)
+            count = batch_size_of(target)
+            totals[0] += loss.detach().double() * count
+            totals[2] += count
+            classification = classification and output.dim() == 2 and target.dim() == 1
+            if classification:
+                totals[1] += (output.argmax(dim=1) == target).sum()
+        if self.env.world_size > 1:
+            dist.all_reduce(totals)
+        module.train()
+        seen = max(float(totals[2]), 1.0)
+        accuracy = round(float(totals[1]) / seen, 6) if classification else None
+        self.eval_result = (float(totals[0]) / seen, accuracy)
+        self.reporter.emit("eval", step=self.step, epoch=self.epoch, eval_loss=self.eval_result[0],
+                           eval_accuracy=accuracy, samples=int(totals[2]))
+
+    # --- checkpoints ----------------------------------------------------------------------------------
+    def _state(self, rngs: list[Any]) -> dict[str, Any]:
+        return {
+            "model": self.wrapped.module.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+            "samples_in_epoch": self.batch_in_epoch * self.train.batchSize,
+            "world_size": self.env.world_size, "rng": rngs,
+        }
+
+    def _save(self, reason: str) -> None:
+        """A checkpoint at the current step (a collective: every rank calls it at the same step)."""
+        if self.store is None or self.saved_step == self.step:
+            return
+        rngs = gather_to_all(rng_state(), self.env.world_size)
+        if self.env.is_main:
+            started = time.perf_counter()
+            path = self.store.save(self._state(rngs), self.step)
+            self.store.prune()
+            self.reporter.emit("checkpoint", step=self.step, epoch=self.epoch, path=str(path), reason=reason,
+                               seconds=round(time.perf_counter() - started, 3))
+            self.last_checkpoint = str(path)
+        self.saved_step = self.step
+
+    def _resume(self) -> None:
+        """Rank 0 picks the newest complete checkpoint; every rank loads that one."""
+        if self.store is None or not self.resume:
+            return
+        chosen: tuple[Path, dict[str, Any]] | None = None
+        if self.env.is_main:
+            self.store.clean_partial()
+            chosen = self.store.load_newest()
+        path = broadcast_from_main(str(chosen[0]) if chosen else None, self.env.world_size)
+        if path is None:
+            return
+        state = chosen[1] if chosen else self.store.load(Path(path))
+        self._apply(state)
+        self.resumed_from = self.last_checkpoint = path
+        self.saved_step = self.step
+        self.reporter.emit("resume", step=self.step, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
+                           path=path)
+
+    def _apply(self, state: dict[str, Any]) -> None:
+        self.wrapped.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and state.get("scaler") is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        rngs = state.get("rng") or []
+        if state.get("world_size") == self.env.world_size and self.env.rank < len(rngs):
+            set_rng_state(rngs[self.env.rank])
+        else:  # the world changed size (elastic): the shards changed, so resume approximately, with fresh
+            # but deterministic per-rank streams, at the same per-rank position in the epoch
+            self.batch_in_epoch = min(self.batch_in_epoch, self.batches)
+            seed_everything(self.train.seed + self.env.rank + 1_000_003 * self.step)

@@ -1,0 +1,66 @@
+"""Metrics lines on stdout (format: kubetrain.metrics). Rank 0 prints; other ranks only when asked."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+import torch
+import torch.distributed as dist
+
+from kubetrain.metrics import format_metrics
+from kubetrain.runtime.distributed import DistEnv
+
+ALL_RANKS_ENV = "KUBETRAIN_LOG_ALL_RANKS"
+
+
+def gpu_memory_mb(device: torch.device) -> float | None:
+    """Peak GPU memory allocated by this process, in MiB (None on CPU)."""
+    if device.type != "cuda":
+        return None
+    return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+
+
+class Reporter:
+    """Prints metrics lines. Set KUBETRAIN_LOG_ALL_RANKS=1 to hear from every rank."""
+
+    def __init__(self, env: DistEnv, stream: TextIO | None = None) -> None:
+        self.env = env
+        self.stream = stream
+        self.enabled = env.is_main or os.environ.get(ALL_RANKS_ENV, "") not in ("", "0", "false")
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        if self.enabled:
+            line = format_metrics(kind, rank=self.env.rank, **fields)
+            print(line, file=self.stream or sys.stdout, flush=True)
+
+
+class Window:
+    """Loss and sample counts since the last metrics line; the loss is averaged over all ranks when read."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.batches = 0
+        self.samples = 0
+        self.started = time.perf_counter()
+
+    def add(self, loss: torch.Tensor, samples: int) -> None:
+        self.loss_sum += loss.detach().to(torch.float64)
+        self.batches += 1
+        self.samples += samples
+
+    def read(self, env: DistEnv) -> tuple[float, float]:
+        """(mean loss over ranks and micro-batches, samples/s across all ranks); a collective."""
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        stats = torch.stack([self.loss_sum, torch.tensor(float(self.batches), dtype=torch.float64,
+                                                         device=self.device)])
+        if env.world_size > 1:
+            dist.all_reduce(stats)
+        loss = float(stats[0] / stats[1]) if float(stats[1]) else float("nan")
+        return loss, self.samples * env.world_size / elapsed

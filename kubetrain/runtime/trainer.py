@@ -1,0 +1,140 @@
+"""The Trainer API: name model/dataset/loss/optimizer/scheduler factories, kubetrain runs the DDP loop.
+
+    from kubetrain.runtime import Trainer
+    from kubetrain.spec.sections import Checkpoint, Train
+
+    Trainer(Train(model="digits.train:build_model", dataset="digits.train:build_datasets", epochs=5),
+            Checkpoint(dir="/ckpt", everySteps=50)).fit()
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+from torch import nn
+
+from kubetrain.runtime.checkpoint import CheckpointStore
+from kubetrain.runtime.config import RuntimeConfigError, resolve_ref
+from kubetrain.runtime.data import ResumableSampler, ShardSampler, make_loader, split_datasets
+from kubetrain.runtime.distributed import DistEnv, distributed
+from kubetrain.runtime.loop import FitResult, Loop
+from kubetrain.runtime.report import Reporter
+from kubetrain.runtime.state import seed_everything
+from kubetrain.runtime.stop import StopSignal, TrainingStopped
+from kubetrain.runtime.wrap import autocast, grad_scaler, wrap_model
+from kubetrain.spec.sections import Checkpoint, Train
+
+__all__ = ["Factories", "FitResult", "Trainer", "TrainingStopped"]
+
+
+@dataclass
+class Factories:
+    """The user's code as callables; `from_train` imports them from the spec's 'module:function' refs."""
+
+    model: Callable[[], nn.Module]
+    dataset: Callable[[], Any]
+    loss: Callable[[], Callable[..., torch.Tensor]] | None = None
+    optimizer: Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer] | None = None
+    scheduler: Callable[[torch.optim.Optimizer, int], Any] | None = None
+
+    @classmethod
+    def from_train(cls, train: Train) -> Factories:
+        def ref(name: str) -> Callable[..., Any] | None:
+            value = getattr(train, name)
+            return resolve_ref(value, f"spec.train.{name}") if value else None
+
+        model, dataset = ref("model"), ref("dataset")
+        assert model is not None and dataset is not None  # required fields of Train
+        return cls(model, dataset, ref("loss"), ref("optimizer"), ref("scheduler"))
+
+
+def _build(factory: Callable[..., Any], field: str, expected: type | tuple[type, ...], *args: Any) -> Any:
+    value = factory(*args)
+    if not isinstance(value, expected):
+        raise RuntimeConfigError(f"spec.train.{field}: the factory returned {type(value).__name__}, expected "
+                                 f"{getattr(expected, '__name__', expected)}")
+    return value
+
+
+def _optimizer(factories: Factories, model: nn.Module, lr: float) -> torch.optim.Optimizer:
+    if factories.optimizer is None:
+        return torch.optim.AdamW(model.parameters(), lr=lr)
+    return _build(factories.optimizer, "optimizer", torch.optim.Optimizer, model.parameters(), lr)  # type: ignore[no-any-return]
+
+
+def _loss_fn(factories: Factories) -> Callable[..., torch.Tensor]:
+    if factories.loss is None:
+        return nn.CrossEntropyLoss()
+    loss = factories.loss()
+    if not callable(loss):
+        raise RuntimeConfigError(f"spec.train.loss: the factory returned {type(loss).__name__}, expected a "
+                                 "loss module or function")
+    return loss
+
+
+class Trainer:
+    """Runs `train` (the spec's Train section) with checkpoints in `checkpoint.dir`, on every rank."""
+
+    def __init__(self, train: Train, checkpoint: Checkpoint | None = None, factories: Factories | None = None,
+                 *, stream: TextIO | None = None) -> None:
+        self.train = train
+        self.checkpoint = checkpoint or Checkpoint()
+        self.factories = factories or Factories.from_train(train)
+        self.stream = stream
+
+    def fit(self) -> FitResult:
+        """Train to the end (or raise TrainingStopped after a stop checkpoint). The process group is
+        created here and destroyed on every exit path."""
+        with distributed(self.train.backend, self.train.timeoutSeconds) as env:
+            loop = self._setup(env)
+            stop = loop.stop
+            stop.install()
+            try:
+                return loop.run()
+            finally:
+                stop.uninstall()
+                stop.drain()
+
+    def _setup(self, env: DistEnv) -> Loop:
+        train, factories = self.train, self.factories
+        seed_everything(train.seed)  # identical data split and initial weights on every rank
+        train_set, eval_set = split_datasets(factories.dataset())
+        model = _build(factories.model, "model", nn.Module)
+        seed_everything(train.seed + env.rank)  # per-rank streams (dropout, augmentation)
+        wrapped = wrap_model(model, train, env)
+        optimizer = _optimizer(factories, model, train.lr)
+        sampler = ResumableSampler(train_set, env, train.seed)
+        loader_for = functools.partial(make_loader, batch_size=train.batchSize, num_workers=train.numWorkers,
+                                       env=env, seed=train.seed)
+        loader = loader_for(train_set, sampler)
+        eval_loader = (loader_for(eval_set, ShardSampler(len(eval_set), env))  # type: ignore[arg-type]
+                       if eval_set is not None else None)
+        batches = len(loader)
+        total_steps = train.epochs * math.ceil(batches / train.gradAccumSteps)
+        scheduler = factories.scheduler(optimizer, total_steps) if factories.scheduler else None
+        store = CheckpointStore(self.checkpoint.dir, self.checkpoint.keep) if self.checkpoint.dir else None
+        return Loop(
+            train=train, env=env, wrapped=wrapped, optimizer=optimizer, scheduler=scheduler,
+            scaler=grad_scaler(train, env.device), loss_fn=_loss_fn(factories),
+            sampler=sampler, loader=loader, eval_loader=eval_loader, batches=batches, total_steps=total_steps,
+            store=store, resume=self.checkpoint.resume, every_steps=self.checkpoint.everySteps,
+            stop=StopSignal(env, self.checkpoint.sigtermTimeoutSeconds, checkpointing=store is not None),
+            reporter=Reporter(env, self.stream), autocast=lambda: autocast(train, env.device),
+        )
+
+
+def describe(result: FitResult) -> str:
+    """A one-line human summary of a FitResult (for logs)."""
+    parts = [f"step {result.step}/{result.total_steps}", f"epoch {result.epoch}"]
+    if result.eval_accuracy is not None:
+        parts.append(f"held-out accuracy {result.eval_accuracy:.4f}")
+    if result.checkpoint:
+        parts.append(f"checkpoint {Path(result.checkpoint).name}")
+    return ", ".join(parts)
+

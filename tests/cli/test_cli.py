@@ -1,0 +1,223 @@
+"""The CLI tier: click's CliRunner for behaviour, subprocesses where import side effects matter."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import click
+import pytest
+import yaml
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kubetrain.cli.main import COMMANDS, cli
+from kubetrain.validate.fetch import PINNED
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = REPO / "tests" / "render" / "specs"
+VALIDATE_FIXTURES = REPO / "tests" / "validate" / "manifests"
+
+
+def all_commands() -> Iterator[tuple[str, click.Command]]:
+    ctx = click.Context(cli)
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        assert command is not None
+        yield name, command
+        if isinstance(command, click.Group):
+            for sub in command.list_commands(ctx):
+                sub_command = command.get_command(ctx, sub)
+                assert sub_command is not None
+                yield f"{name} {sub}", sub_command
+
+
+@pytest.mark.parametrize(("name", "command"), list(all_commands()), ids=[n for n, _ in all_commands()])
+def test_every_command_has_help_with_an_example(name: str, command: click.Command) -> None:
+    result = CliRunner().invoke(cli, [*name.split(), "--help"])
+    assert result.exit_code == 0
+    assert "Example" in result.output, f"`kubetrain {name} --help` has no example"
+    assert f"kubetrain {name.split()[0]}" in result.output.split("Example", 1)[1]
+    assert command.help and command.help.strip().splitlines()[0].endswith(".")
+
+
+def test_every_listed_command_exists() -> None:
+    assert set(COMMANDS) == {name for name, _ in all_commands() if " " not in name}
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["render", "-f", str(SPECS / "gke-h100.yaml")],
+                                  ["validate", str(VALIDATE_FIXTURES / "simple.yaml"), "--ignore-missing-schemas"]])
+def test_light_commands_import_neither_torch_nor_kubernetes(argv: list[str]) -> None:
+    code = ("import sys; from kubetrain.cli.main import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'kubernetes'})\n"
+            "print('HEAVY=' + ','.join(heavy), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60,
+                            cwd=REPO, check=False)
+    assert "HEAVY=\n" in result.stderr or result.stderr.rstrip().endswith("HEAVY="), result.stderr[-2000:]
+
+
+def test_render_stdout_is_only_manifests() -> None:
+    result = CliRunner().invoke(cli, ["render", "-f", str(SPECS / "trainjob-aks.yaml")])
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert [d["kind"] for d in docs] == ["ConfigMap", "TrainJob"]
+    assert result.stderr == ""
+
+
+def test_render_json_and_out_dir(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["render", "-f", str(SPECS / "trainjob-aks.yaml"), "-o", "json"])
+    listing = json.loads(result.stdout)
+    assert listing["kind"] == "List"
+    configmap_name = listing["items"][0]["metadata"]["name"]
+    out = tmp_path / "deploy"
+    result = CliRunner().invoke(cli, ["render", "-f", str(SPECS / "trainjob-aks.yaml"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    kustomization = yaml.safe_load((out / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == [f"configmap-{configmap_name}.yaml", "trainjob-bert-trainjob.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([*kustomization["resources"], "kustomization.yaml"])
+    assert result.stdout.splitlines() == [str(out / name) for name in [*kustomization["resources"],
+                                                                       "kustomization.yaml"]]
+
+
+def test_render_overrides_and_target_checks() -> None:
+    result = CliRunner().invoke(cli, ["render", "-f", str(SPECS / "elastic-eks.yaml"), "--image", "repo/x:1",
+                                      "-n", "team"])
+    job = yaml.safe_load(result.stdout)
+    assert job["metadata"]["namespace"] == "team"
+    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] == "repo/x:1"
+    result = CliRunner().invoke(cli, ["render", "-f", str(SPECS / "elastic-eks.yaml"), "--target", "trainjob"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and "spec.elastic: not supported with target trainjob" in result.stderr
+
+
+def test_spec_errors_exit_2_one_line_each(tmp_path: Path) -> None:
+    spec = tmp_path / "kubetrain.yaml"
+    spec.write_text((SPECS / "kind-gpu.yaml").read_text().replace("gpusPerNode: 1", "gpusPerNode: -1\n  bogus: 1"))
+    result = CliRunner().invoke(cli, ["render", "-f", str(spec)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [f"error: {spec}:7: spec.gpusPerNode: must be >= 0",
+                                          f"error: {spec}:8: spec.bogus: unknown field"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(payload=st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode),
+                         st.sampled_from([b"spec: [", b"apiVersion: 1\nkind: []\nmetadata: 3\nspec: {nodes: x}",
+                                          b"\xef\xbb\xbf---\n- !!python/object:os.system ls", b"{{ 1 }}: {%"])))
+def test_garbage_never_produces_a_traceback(payload: bytes) -> None:
+    result = CliRunner().invoke(cli, ["render", "-f", "-"], input=payload)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    assert all(line.startswith("error: ") for line in result.stderr.splitlines())
+
+
+def test_validate_cli_exit_codes_and_json(reference_dir: Path) -> None:
+    crd = str(reference_dir / "kubeflow-training-operator-v1.9.4")
+    ok = CliRunner().invoke(cli, ["validate", "--schema", crd, str(VALIDATE_FIXTURES / "simple.yaml")])
+    assert ok.exit_code == 0
+    assert "1 document(s): 0 error(s), 1 warning(s): valid" in ok.stderr
+    strict = CliRunner().invoke(cli, ["validate", "--strict", "--schema", crd, str(VALIDATE_FIXTURES / "simple.yaml")])
+    assert strict.exit_code == 1
+    report = CliRunner().invoke(cli, ["validate", "-o", "json", "--schema", crd, str(VALIDATE_FIXTURES)])
+    data = json.loads(report.stdout)
+    assert data["documents"] == 6 and data["valid"] is False  # the TrainJob has no schema given here
+    assert [i["kind"] for i in data["issues"] if i["severity"] == "error"] == ["TrainJob"]
+
+
+def test_validate_rendered_output_via_stdin(reference_dir: Path) -> None:
+    rendered = CliRunner().invoke(cli, ["render", "-f", str(SPECS / "gke-h100.yaml")]).stdout
+    result = CliRunner().invoke(cli, ["validate", "--strict", "--schema",
+                                      str(reference_dir / "kubeflow-training-operator-v1.9.4"), "-"], input=rendered)
+    assert result.exit_code == 0, result.output
+
+
+def test_validate_missing_file_is_a_usage_error() -> None:
+    result = CliRunner().invoke(cli, ["validate", "nope.yaml"])
+    assert result.exit_code == 2
+    assert result.stderr == "error: nope.yaml: no such file (create one with `kubetrain init`)\n"
+
+
+def test_init_writes_a_valid_starter(tmp_path: Path, reference_dir: Path) -> None:
+    result = CliRunner().invoke(cli, ["init", str(tmp_path / "Proj_1")])
+    assert result.exit_code == 0
+    spec = tmp_path / "Proj_1" / "kubetrain.yaml"
+    assert result.stdout == f"{spec}\n"
+    assert "name: proj-1" in spec.read_text()
+    again = CliRunner().invoke(cli, ["init", str(tmp_path / "Proj_1")])
+    assert again.exit_code == 2 and "already exists (use --force to overwrite)" in again.stderr
+    rendered = CliRunner().invoke(cli, ["render", "-f", str(spec)]).stdout
+    valid = CliRunner().invoke(cli, ["validate", "--strict", "--schema",
+                                     str(reference_dir / "kubeflow-training-operator-v1.9.4"), "-"], input=rendered)
+    assert valid.exit_code == 0, valid.output
+
+
+@pytest.fixture()
+def upstream_mirror(tmp_path: Path, reference_dir: Path) -> Iterator[tuple[str, Path]]:
+    """A loopback HTTP server laid out like the upstream repository, serving the reference CRDs."""
+    root = tmp_path / "mirror"
+    sources = {"kubeflow.org_pytorchjobs.yaml": "kubeflow-training-operator-v1.9.4",
+               "trainer.kubeflow.org_trainjobs.yaml": "kubeflow-trainer-v2.3.0",
+               "trainer.kubeflow.org_clustertrainingruntimes.yaml": "kubeflow-trainer-v2.3.0"}
+    for pinned in PINNED:
+        target = root / pinned.ref / pinned.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        name = Path(pinned.path).name
+        shutil.copy(reference_dir / sources[name] / name, target)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", root
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+def test_schemas_fetch_verifies_and_caches(upstream_mirror: tuple[str, Path], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    base_url, root = upstream_mirror
+    monkeypatch.setenv("KUBETRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    result = CliRunner().invoke(cli, ["schemas", "fetch", "--base-url", base_url])
+    assert result.exit_code == 0, result.output
+    cached = [Path(line) for line in result.stdout.splitlines()]
+    assert [p.name for p in cached] == [f"{p.name}.yaml" for p in PINNED]
+    assert all(hashlib.sha256(p.read_bytes()).hexdigest() == pin.sha256 for p, pin in zip(cached, PINNED, strict=True))
+    listing = CliRunner().invoke(cli, ["schemas", "list"]).stdout
+    assert "kubeflow.org/v1\tPyTorchJob\t" in listing and "trainer.kubeflow.org/v1alpha1\tTrainJob\t" in listing
+    valid = CliRunner().invoke(cli, ["validate", str(VALIDATE_FIXTURES)])  # schemas now come from the cache
+    assert valid.exit_code == 0, valid.output
+
+
+def test_schemas_fetch_rejects_a_tampered_file(upstream_mirror: tuple[str, Path], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    base_url, root = upstream_mirror
+    monkeypatch.setenv("KUBETRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    tampered = root / PINNED[0].ref / PINNED[0].path
+    tampered.write_text(tampered.read_text() + "\n# extra\n")
+    result = CliRunner().invoke(cli, ["schemas", "fetch", "--base-url", base_url])
+    assert result.exit_code == 2
+    assert "does not match the pinned" in result.stderr and "refusing to cache it" in result.stderr
+    assert not (tmp_path / "cache" / "schemas" / PINNED[0].filename).exists()
+
+
+def test_schemas_fetch_unreachable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBETRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    result = CliRunner().invoke(cli, ["schemas", "fetch", "--base-url", "http://127.0.0.1:9"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: cannot download http://127.0.0.1:9/v1.9.4/")

@@ -1,0 +1,150 @@
+"""`kubetrain run` planning (torch-free): env files, path mapping, secrets, the torchrun commands."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kubetrain.errors import UsageError
+from kubetrain.local.envfile import parse_env_text
+from kubetrain.local.paths import PathMap
+from kubetrain.local.plan import RUN_ID_ENV, RunOptions, build_plan
+from kubetrain.local.supervisor import format_line
+from kubetrain.spec.load import load_spec
+from tests.runtime.helpers import EXAMPLE, REPO, write_spec
+
+
+def test_env_file_syntax() -> None:
+    text = """
+# comment
+export A=1
+B = two words  # trailing comment
+C='single # kept'
+D="line\\nbreak \\"quoted\\""
+E=
+"""
+    assert parse_env_text(text, ".env") == {"A": "1", "B": "two words", "C": "single # kept",
+                                            "D": 'line\nbreak "quoted"', "E": ""}
+
+
+def test_env_file_error_names_line_but_not_value() -> None:
+    with pytest.raises(UsageError) as info:
+        parse_env_text("OK=1\nTOKEN 's3cret'\n", "secrets.env")
+    assert str(info.value) == "secrets.env:2: expected KEY=VALUE (value not shown)"
+    assert "s3cret" not in str(info.value)
+
+
+def test_path_map_rewrites_path_prefixes_only() -> None:
+    paths = PathMap((("/ckpt", "/home/me/ckpt"), ("/ckpt/big", "/mnt/big"), ("/workspace", "/src")))
+    assert paths.rewrite("/ckpt") == "/home/me/ckpt"
+    assert paths.rewrite("/ckpt/run1/model.pt") == "/home/me/ckpt/run1/model.pt"
+    assert paths.rewrite("/ckpt/big/x") == "/mnt/big/x"  # the longest mount wins
+    assert paths.rewrite("--out=/ckpt/x") == "--out=/home/me/ckpt/x"
+    assert paths.rewrite("/a:/workspace/lib") == "/a:/src/lib"
+    assert paths.rewrite('{"dir":"/ckpt/d"}') == '{"dir":"/home/me/ckpt/d"}'
+    for untouched in ("/ckpts/x", "/data/ckpt", "s3://bucket/ckpt", "x/ckpt"):
+        assert paths.rewrite(untouched) == untouched
+
+
+def _plan(tmp_path: Path, environ: dict[str, str] | None = None, **kwargs: object):
+    spec = write_spec(tmp_path / "kubetrain.yaml", train={"model": "m:f", "dataset": "m:d"},
+                      checkpoint={"dir": "/ckpt/run"}, elastic=kwargs.pop("elastic", None))
+    text = spec.read_text()
+    extra = kwargs.pop("extra", "")
+    spec.write_text(text + extra)
+    return build_plan(load_spec(str(spec)), RunOptions(**kwargs), environ=environ or {"PATH": "/bin"},
+                      cwd=tmp_path)
+
+
+def test_plan_runs_the_manifests_program_through_one_agent_per_node(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, environ={"PATH": "/bin", "RANK": "5", "PET_NNODES": "9", "MASTER_ADDR": "x"})
+    assert [node.index for node in plan.nodes] == [1, 2]
+    argv = plan.nodes[0].argv
+    assert argv[1:3] == ["-m", "torch.distributed.run"] and argv[-2:] == ["-m", "kubetrain.runtime"]
+    value = dict(zip(argv, argv[1:], strict=False))
+    assert value["--nnodes"] == "2" and value["--nproc-per-node"] == "1" and value["--rdzv-backend"] == "c10d"
+    assert value["--max-restarts"] == "0" and value["--rdzv-endpoint"].startswith("127.0.0.1:")
+    assert "is_host=1" in value["--rdzv-conf"] and "is_host=0" in dict(zip(plan.nodes[1].argv,
+                                                                             plan.nodes[1].argv[1:],
+                                                                             strict=False))["--rdzv-conf"]
+    env = plan.nodes[0].env
+    assert env[RUN_ID_ENV] == plan.run_id and env["PATH"] == "/bin"
+    assert "RANK" not in env and "PET_NNODES" not in env and "MASTER_ADDR" not in env  # launcher leftovers
+    config = json.loads(env["KUBETRAIN_CONFIG"])
+    assert config["checkpoint"]["dir"] == str(tmp_path / "ckpt" / "run")  # /ckpt mapped to the volume
+    assert json.loads(env["KUBETRAIN_PATH_MAP"])["/ckpt"] == str(tmp_path / "ckpt")
+    assert env["PYTHONPATH"].split(":")[0] == plan.path_map.rewrite("/workspace")
+
+
+def test_plan_honours_elastic_settings(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, elastic={"minNodes": 1, "maxNodes": 3, "maxRestarts": 4})
+    value = dict(zip(plan.nodes[0].argv, plan.nodes[0].argv[1:], strict=False))
+    assert value["--nnodes"] == "1:3" and value["--max-restarts"] == "4" and plan.elastic
+    with pytest.raises(UsageError, match="between elastic.minNodes"):
+        _plan(tmp_path, elastic={"minNodes": 1, "maxNodes": 3}, nodes=4)
+
+
+def test_secrets_come_from_env_file_then_environment_and_are_redacted(tmp_path: Path) -> None:
+    extra = ("  secretEnv:\n  - {name: HF_TOKEN, secret: hf, key: token}\n"
+             "  - {name: WANDB_KEY, secret: wandb, key: key}\n  - {name: OPT, secret: o, key: k, optional: true}\n")
+    plan = _plan(tmp_path, environ={"WANDB_KEY": "from-env"}, extra=extra,
+                 env_file_values={"HF_TOKEN": "hf_s3cret"})
+    env = plan.nodes[0].env
+    assert env["HF_TOKEN"] == "hf_s3cret" and env["WANDB_KEY"] == "from-env" and "OPT" not in env
+    described = "\n".join(plan.describe())
+    assert "hf_s3cret" not in described and "from-env" not in described and "<redacted>" in described
+    with pytest.raises(UsageError, match=r"spec.secretEnv\[1\]: WANDB_KEY .* is not set"):
+        _plan(tmp_path, environ={}, extra=extra, env_file_values={"HF_TOKEN": "x"})
+
+
+def test_volume_override_and_unknown_volume(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, volumes=["ckpt=elsewhere"])
+    assert dict(plan.path_map.mounts)["/ckpt"] == str(tmp_path / "elsewhere")
+    assert (tmp_path / "elsewhere").is_dir()
+    with pytest.raises(UsageError, match="no volume named 'data'"):
+        _plan(tmp_path, volumes=["data=/tmp/x"])
+
+
+def test_gpu_nodes_get_disjoint_devices(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, extra="  gpusPerNode: 2\n")
+    assert [node.env["CUDA_VISIBLE_DEVICES"] for node in plan.nodes] == ["0,1", "2,3"]
+
+
+def test_log_lines_get_node_and_rank_prefixes() -> None:
+    assert format_line(2, "[rank-3]:loss 0.1") == "[node-2 rank-3] loss 0.1"
+    assert format_line(1, "W1121 agent warning") == "[node-1] W1121 agent warning"
+
+
+def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kubetrain", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=60, check=False)
+
+
+def test_run_help_has_examples() -> None:
+    result = _cli("run", "--help")
+    assert result.returncode == 0 and "Examples:" in result.stdout and "kubetrain run -f" in result.stdout
+
+
+def test_dry_run_prints_commands_without_secrets(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "job.yaml", train={"model": "m:f", "dataset": "m:d"})
+    spec.write_text(spec.read_text() + "  secretEnv:\n  - {name: API_KEY, secret: api, key: k}\n")
+    (tmp_path / ".env").write_text("API_KEY=topsecret-value\n")
+    result = _cli("run", "-f", str(spec), "--env-file", str(tmp_path / ".env"), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "torch.distributed.run" in result.stdout and "# node-2" in result.stdout
+    assert "topsecret-value" not in result.stdout + result.stderr
+
+
+def test_cli_paths_that_must_stay_light_do_not_import_torch() -> None:
+    code = ("import sys\nfrom kubetrain.cli.main import main\n"
+            "for argv in (['--help'], ['run', '--help'], ['render', '-f', sys.argv[1]]):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "import kubetrain.metrics, kubetrain.local\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    result = subprocess.run([sys.executable, "-c", code, str(EXAMPLE / "kubetrain.yaml")], capture_output=True,
+                            text=True, cwd=REPO, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
