@@ -35,6 +35,7 @@ def parse_documents(text: str, source: str) -> list[ParsedDoc]:
         loader = yaml.SafeLoader(text)  # the reader already vets the first characters here
         while loader.check_node():
             node = loader.get_node()
+            assert node is not None  # check_node() said there is one
             lines: dict[PathKey, int] = {}
             _index_lines(node, (), lines, problems, source)
             docs.append(ParsedDoc(loader.construct_document(node), lines))
@@ -65,14 +66,14 @@ def _index_lines(node: yaml.Node, path: PathKey, lines: dict[PathKey, int],
         for key_node, value_node in node.value:
             key = str(key_node.value)
             if key in seen:
-                duplicates.append(Problem(join_path(path + (key,)), "duplicate key", source,
+                duplicates.append(Problem(join_path((*path, key)), "duplicate key", source,
                                           key_node.start_mark.line + 1))
             seen.add(key)
-            lines[path + (key,)] = key_node.start_mark.line + 1
-            _index_lines(value_node, path + (key,), lines, duplicates, source)
+            lines[(*path, key)] = key_node.start_mark.line + 1
+            _index_lines(value_node, (*path, key), lines, duplicates, source)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _index_lines(item, path + (index,), lines, duplicates, source)
+            _index_lines(item, (*path, index), lines, duplicates, source)
 
 
 def line_for(loc: PathKey, lines: dict[PathKey, int]) -> int | None:

@@ -43,8 +43,8 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
       kubetrain run --env-file .env --volume ckpt=/tmp/ckpt
       kubetrain run --nodes 1 --dry-run
     """
-    from kubetrain.local import RunOptions, Supervisor, build_plan, parse_env_file  # noqa: PLC0415
-    from kubetrain.local.preflight import check_refs, check_script, require_torch  # noqa: PLC0415
+    from kubetrain.local import RunOptions, Supervisor, build_plan, parse_env_file
+    from kubetrain.local.preflight import check_refs, check_script, require_torch
 
     loaded = load(filename)
     secrets = parse_env_file(env_file) if env_file else {}

@@ -6,8 +6,8 @@ Every problem is collected and reported together as `file:line: field.path: mess
 from __future__ import annotations
 
 import difflib
-import typing
 import sys
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,7 +106,7 @@ def _humanize(error: Any, loc: PathKey) -> str:
         return f"must be one of {ctx.get('expected', '')} (got {error['input']!r})"
     if kind == "string_pattern_mismatch":
         return f"{error['input']!r} does not match {ctx.get('pattern')}"
-    if kind == "model_type" or kind == "dict_type":
+    if kind in {"model_type", "dict_type"}:
         return f"must be a mapping, not {_type_name(error['input'])}"
     if kind == "list_type":
         return f"must be a list, not {_type_name(error['input'])}"

@@ -41,11 +41,13 @@ def qualified_name_error(key: str) -> str | None:
     if prefix and subdomain_error(prefix):
         return f"key {key!r}: prefix must be a DNS subdomain"
     if not name or len(name) > 63 or not QUALIFIED_NAME.match(name):
-        return f"key {key!r} must be an optional DNS prefix and '/' then a name of at most 63 alphanumerics, '-', '_' or '.'"
+        return (f"key {key!r} must be an optional DNS prefix and '/' then a name of at most 63 alphanumerics, "
+                "'-', '_' or '.'")
     return None
 
 
 def label_value_error(value: str) -> str | None:
     if len(value) > 63 or not LABEL_VALUE.match(value):
-        return f"label value {value!r} must be at most 63 alphanumerics, '-', '_' or '.', beginning and ending with an alphanumeric"
+        return (f"label value {value!r} must be at most 63 alphanumerics, '-', '_' or '.', beginning and "
+                "ending with an alphanumeric")
     return None

@@ -169,7 +169,7 @@ def _type_words(expected: Any) -> str:
     kinds = expected if isinstance(expected, list) else [expected]
     words = {"integer": "an integer", "string": "a string", "object": "a mapping", "array": "a list",
              "boolean": "a boolean", "number": "a number", "null": "null"}
-    return " or ".join(words.get(k, k) for k in kinds)
+    return " or ".join(words.get(str(k), str(k)) for k in kinds)
 
 
 def _describe(value: Any) -> str:

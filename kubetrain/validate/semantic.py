@@ -51,7 +51,7 @@ def misplaced_run_policies(obj: Any, path: PathKey = ()) -> list[PathKey]:
 def _pytorchjob_findings(obj: dict[str, Any]) -> Iterator[Finding]:
     for path in misplaced_run_policies(obj):
         yield Finding(path, "runPolicy belongs directly under spec (spec.runPolicy)")
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    spec: dict[str, Any] = obj["spec"] if isinstance(obj.get("spec"), dict) else {}
     replicas = spec.get("pytorchReplicaSpecs")
     if isinstance(replicas, dict):
         for replica_type, replica in replicas.items():
@@ -59,7 +59,7 @@ def _pytorchjob_findings(obj: dict[str, Any]) -> Iterator[Finding]:
                 yield from _replica_findings(replica_type, replica)
         if "Master" not in replicas and not spec.get("elasticPolicy"):
             yield Finding(("spec", "pytorchReplicaSpecs"), "a PyTorchJob without elasticPolicy needs a Master replica")
-    run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
+    run_policy: dict[str, Any] = spec["runPolicy"] if isinstance(spec.get("runPolicy"), dict) else {}
     if "ttlSecondsAfterFinished" not in run_policy:
         yield Finding(("spec", "runPolicy"), "no ttlSecondsAfterFinished: finished jobs and their pods are never "
                       "cleaned up", "warning")
@@ -73,7 +73,8 @@ def _replica_findings(replica_type: str, replica: dict[str, Any]) -> Iterator[Fi
         yield Finding((*base, "replicas"), f"Master must have exactly 1 replica, not {replica.get('replicas')!r}")
     policy = replica.get("restartPolicy")
     if policy is not None and policy not in OPERATOR_RESTART_POLICIES:
-        yield Finding((*base, "restartPolicy"), f"{policy!r} is not one of {', '.join(sorted(OPERATOR_RESTART_POLICIES))}")
+        allowed = ", ".join(sorted(OPERATOR_RESTART_POLICIES))
+        yield Finding((*base, "restartPolicy"), f"{policy!r} is not one of {allowed}")
     pod_spec = _get(replica, "template", "spec")
     containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
     if isinstance(containers, list):

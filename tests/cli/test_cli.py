@@ -46,7 +46,7 @@ def test_every_command_has_help_with_an_example(name: str, command: click.Comman
     result = CliRunner().invoke(cli, [*name.split(), "--help"])
     assert result.exit_code == 0
     assert "Example" in result.output, f"`kubetrain {name} --help` has no example"
-    assert f"kubetrain {name.split()[0]}" in result.output.split("Example", 1)[1]
+    assert f"kubetrain {name.split(maxsplit=1)[0]}" in result.output.split("Example", 1)[1]
     assert command.help and command.help.strip().splitlines()[0].endswith(".")
 
 
@@ -185,13 +185,13 @@ def upstream_mirror(tmp_path: Path, reference_dir: Path) -> Iterator[tuple[str, 
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
 def test_schemas_fetch_verifies_and_caches(upstream_mirror: tuple[str, Path], tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    base_url, root = upstream_mirror
+    base_url, _ = upstream_mirror
     monkeypatch.setenv("KUBETRAIN_CACHE_DIR", str(tmp_path / "cache"))
     result = CliRunner().invoke(cli, ["schemas", "fetch", "--base-url", base_url])
     assert result.exit_code == 0, result.output

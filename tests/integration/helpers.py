@@ -47,6 +47,7 @@ def replica(gpus: int, tolerate: bool, annotations: dict[str, str] | None) -> di
 def pytorchjob(
     name: str,
     namespace: str,
+    *,
     workers: int = 2,
     gpus: int = 8,
     tolerate: bool = True,
@@ -63,12 +64,22 @@ def pytorchjob(
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/managed-by": "kubetrain"}},
-        "spec": {"nprocPerNode": str(gpus or 1), "runPolicy": {"cleanPodPolicy": "None"}, "pytorchReplicaSpecs": specs},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "kubetrain"},
+        },
+        "spec": {
+            "nprocPerNode": str(gpus or 1),
+            "runPolicy": {"cleanPodPolicy": "None"},
+            "pytorchReplicaSpecs": specs,
+        },
     }
 
 
-def server_side_apply(client: kubernetes.client.ApiClient, manifest: dict[str, Any], dry_run: bool = False) -> Any:
+def server_side_apply(
+    client: kubernetes.client.ApiClient, manifest: dict[str, Any], dry_run: bool = False
+) -> Any:
     """`kubectl apply --server-side [--dry-run=server]` through the dynamic client."""
     dyn = DynamicClient(client)
     resource = dyn.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
@@ -76,16 +87,23 @@ def server_side_apply(client: kubernetes.client.ApiClient, manifest: dict[str, A
     if dry_run:
         kwargs["dry_run"] = "All"
     return resource.server_side_apply(
-        body=manifest, name=manifest["metadata"]["name"], namespace=manifest["metadata"].get("namespace"), **kwargs
+        body=manifest,
+        name=manifest["metadata"]["name"],
+        namespace=manifest["metadata"].get("namespace"),
+        **kwargs,
     )
 
 
 def get_job(client: kubernetes.client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    return kubernetes.client.CustomObjectsApi(client).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return kubernetes.client.CustomObjectsApi(client).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name
+    )
 
 
 def condition(obj: dict[str, Any], kind: str) -> bool:
-    return any(c["type"] == kind and c["status"] == "True" for c in obj.get("status", {}).get("conditions") or [])
+    return any(
+        c["type"] == kind and c["status"] == "True" for c in obj.get("status", {}).get("conditions") or []
+    )
 
 
 def job_pods(core: kubernetes.client.CoreV1Api, namespace: str, job: str) -> list[Any]:

@@ -6,7 +6,16 @@ from __future__ import annotations
 import kubernetes
 import pytest
 
-from tests.integration.helpers import GROUP, JOB_NAME_LABEL, PLURAL, VERSION, get_job, pytorchjob, server_side_apply, wait_for
+from tests.integration.helpers import (
+    GROUP,
+    JOB_NAME_LABEL,
+    PLURAL,
+    VERSION,
+    get_job,
+    pytorchjob,
+    server_side_apply,
+    wait_for,
+)
 
 pytestmark = pytest.mark.controlplane
 
@@ -18,8 +27,12 @@ def test_delete_job_collects_pods_and_services(controlplane, namespace, propagat
     selector = f"{JOB_NAME_LABEL}=gc"
     server_side_apply(client, pytorchjob("gc", namespace, workers=1, gpus=1))
 
-    pods = wait_for(lambda: _n(core.list_namespaced_pod(namespace, label_selector=selector).items, 2), "2 pods")
-    services = wait_for(lambda: _n(core.list_namespaced_service(namespace, label_selector=selector).items, 2), "2 services")
+    pods = wait_for(
+        lambda: _n(core.list_namespaced_pod(namespace, label_selector=selector).items, 2), "2 pods"
+    )
+    services = wait_for(
+        lambda: _n(core.list_namespaced_service(namespace, label_selector=selector).items, 2), "2 services"
+    )
     uid = get_job(client, namespace, "gc")["metadata"]["uid"]
     for obj in [*pods, *services]:
         owners = obj.metadata.owner_references
@@ -28,8 +41,16 @@ def test_delete_job_collects_pods_and_services(controlplane, namespace, propagat
     kubernetes.client.CustomObjectsApi(client).delete_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "gc", propagation_policy=propagation
     )
-    wait_for(lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items or None, "pods gone", 60)
-    wait_for(lambda: not core.list_namespaced_service(namespace, label_selector=selector).items or None, "services gone", 60)
+    wait_for(
+        lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items or None,
+        "pods gone",
+        60,
+    )
+    wait_for(
+        lambda: not core.list_namespaced_service(namespace, label_selector=selector).items or None,
+        "services gone",
+        60,
+    )
     wait_for(lambda: _absent(client, namespace), "job gone", 60)
 
 

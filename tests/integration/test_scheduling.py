@@ -21,9 +21,15 @@ def test_too_many_gpus_stays_pending(controlplane, namespace):
 
     pods = wait_for(lambda: _n(job_pods(core, namespace, "huge"), 2), "operator to create 2 pods")
     for pod in pods:
-        events = wait_for(lambda p=pod: events_about(core, namespace, p.metadata.name, "FailedScheduling"), "FailedScheduling")
+        events = wait_for(
+            lambda p=pod: events_about(core, namespace, p.metadata.name, "FailedScheduling"),
+            "FailedScheduling",
+        )
         assert f"Insufficient {GPU}" in events[-1].message, events[-1].message
-        assert events[-1].source.component == "default-scheduler" or events[-1].reporting_component == "default-scheduler"
+        assert (
+            events[-1].source.component == "default-scheduler"
+            or events[-1].reporting_component == "default-scheduler"
+        )
 
     time.sleep(2)  # nothing changes: the pods are unschedulable, not slow
     for pod in job_pods(core, namespace, "huge"):

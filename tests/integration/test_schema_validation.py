@@ -44,10 +44,17 @@ def _unknown_field(job: dict[str, Any]) -> None:
 
 INVALID = [  # (mutation, field in details.causes, cause reason)
     (_no_containers, "spec.pytorchReplicaSpecs.Master.template.spec.containers", "FieldValueRequired"),
-    (_bad_quantity, "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu", "FieldValueInvalid"),
+    (
+        _bad_quantity,
+        "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu",
+        "FieldValueInvalid",
+    ),
 ]
 UNTYPABLE = [  # (mutation, field path and problem in the message)
-    (_string_replicas, ".spec.pytorchReplicaSpecs.Master.replicas: expected numeric (int or float), got string"),
+    (
+        _string_replicas,
+        ".spec.pytorchReplicaSpecs.Master.replicas: expected numeric (int or float), got string",
+    ),
     (_unknown_field, ".spec.pytorchReplicaSpecs.Master.replicaz: field not declared in schema"),
 ]
 
@@ -60,11 +67,15 @@ def _rejected(client: kubernetes.client.ApiClient, job: dict[str, Any]) -> tuple
 
 def _assert_not_persisted(client: kubernetes.client.ApiClient, namespace: str) -> None:
     with pytest.raises(kubernetes.client.ApiException) as gone:
-        kubernetes.client.CustomObjectsApi(client).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "bad")
+        kubernetes.client.CustomObjectsApi(client).get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "bad"
+        )
     assert gone.value.status == 404
 
 
-@pytest.mark.parametrize(("mutate", "field", "reason"), INVALID, ids=lambda v: getattr(v, "__name__", "")[:20])
+@pytest.mark.parametrize(
+    ("mutate", "field", "reason"), INVALID, ids=lambda v: getattr(v, "__name__", "")[:20]
+)
 def test_openapi_schema_violation_is_422_with_causes(controlplane, namespace, mutate, field, reason):
     client = controlplane.api_client()
     job = pytorchjob("bad", namespace, workers=1, gpus=8)
@@ -72,7 +83,9 @@ def test_openapi_schema_violation_is_422_with_causes(controlplane, namespace, mu
     mutate(job)
     code, status = _rejected(client, job)
     assert (code, status["reason"]) == (422, "Invalid"), status
-    assert {"field": field, "reason": reason} in [{k: c.get(k) for k in ("field", "reason")} for c in status["details"]["causes"]], status
+    assert {"field": field, "reason": reason} in [
+        {k: c.get(k) for k in ("field", "reason")} for c in status["details"]["causes"]
+    ], status
     _assert_not_persisted(client, namespace)
 
 

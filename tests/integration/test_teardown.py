@@ -20,7 +20,7 @@ from tests.testenv.plugin import unavailable
 
 pytestmark = pytest.mark.controlplane
 REPO = Path(__file__).resolve().parents[2]
-INNER = '''
+INNER = """
 import json, os, time
 
 def test_hold(controlplane):
@@ -32,7 +32,7 @@ def test_hold(controlplane):
     if os.environ["KUBETRAIN_TEARDOWN_MODE"] == "fail":
         raise AssertionError("deliberate failure")
     time.sleep(600)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,9 @@ def _processes_mentioning(text: str) -> list[int]:
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit() and int(proc.name) != os.getpid():
             try:
-                if text in proc.joinpath("cmdline").read_bytes().decode(errors="replace") and _alive(int(proc.name)):
+                if text in proc.joinpath("cmdline").read_bytes().decode(errors="replace") and _alive(
+                    int(proc.name)
+                ):
                     found.append(int(proc.name))
             except OSError:
                 continue
@@ -67,17 +69,36 @@ def _run_inner(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[bytes], dict
     (tmp_path / "test_inner.py").write_text(INNER)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     probe = tmp_path / "probe.json"
-    env = {**os.environ, "KUBETRAIN_TEARDOWN_PROBE": str(probe), "KUBETRAIN_TEARDOWN_MODE": mode,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "pytest", "-p", "tests.testenv.plugin", "-p", "no:cacheprovider",
-           "-q", "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")]
+    env = {
+        **os.environ,
+        "KUBETRAIN_TEARDOWN_PROBE": str(probe),
+        "KUBETRAIN_TEARDOWN_MODE": mode,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "tests.testenv.plugin",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-c",
+        str(tmp_path / "pytest.ini"),
+        "--rootdir",
+        str(tmp_path),
+        str(tmp_path / "test_inner.py"),
+    ]
     log = (tmp_path / "inner.log").open("wb")
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180
     while not probe.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            pytest.fail(f"inner pytest did not start a control plane:\n{(tmp_path / 'inner.log').read_text()}")
+            pytest.fail(
+                f"inner pytest did not start a control plane:\n{(tmp_path / 'inner.log').read_text()}"
+            )
         time.sleep(0.2)
     return proc, json.loads(probe.read_text())
 

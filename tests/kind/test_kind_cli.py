@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner, Result
-from conftest import CTK_CONFIG, DOCKER_INFO, healthy_gpu_host, mounts, nodes_json, nothing_installed_yet
+from kindhost import CTK_CONFIG, DOCKER_INFO, healthy_gpu_host, mounts, nodes_json, nothing_installed_yet
 
 from kubetrain.cli.main import cli
 from kubetrain.kind.config import render_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import nodes_json
+from kindhost import nodes_json
 
 from kubetrain.errors import ClusterError
 from kubetrain.kind.cluster import NodeInfo, Summary, format_summary, wait_for_gpus

@@ -27,8 +27,8 @@ PREPARE_HINT = "run `make testenv` (or `bash tests/testenv/prepare.sh`) to build
 def versions() -> dict[str, str]:
     """Parse versions.env (KEY=VALUE lines, shell-compatible)."""
     out: dict[str, str] = {}
-    for line in (HERE / "versions.env").read_text().splitlines():
-        line = line.strip()
+    for raw in (HERE / "versions.env").read_text().splitlines():
+        line = raw.strip()
         if line and not line.startswith("#") and "=" in line:
             key, _, value = line.partition("=")
             out[key.strip()] = value.strip()

@@ -40,7 +40,9 @@ class ControlPlane:
     def __init__(self, workdir: Path | None = None, keep_workdir: bool = False) -> None:
         self.bins = binaries.resolve()
         if not PYTORCHJOB_CRD.is_file():
-            raise binaries.MissingBinaries(f"PyTorchJob CRD not found at {PYTORCHJOB_CRD} (expected ../shared/reference beside the repo)")
+            raise binaries.MissingBinaries(
+                f"PyTorchJob CRD not found at {PYTORCHJOB_CRD} (expected ../shared/reference beside the repo)"
+            )
         _remove_orphaned_workdirs()
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
         (self.workdir / "owner.pid").write_text(str(os.getpid()))
@@ -48,10 +50,20 @@ class ControlPlane:
         self.pki_dir = self.workdir / "pki"
         self.pki_dir.mkdir(parents=True, exist_ok=True)
         self.sup = Supervisor(self.workdir / "logs")
-        self.ports = {name: free_port() for name in (
-            "etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok",
-            "op_webhook", "op_metrics", "op_probe",
-        )}
+        self.ports = {
+            name: free_port()
+            for name in (
+                "etcd",
+                "etcd_peer",
+                "apiserver",
+                "kcm",
+                "scheduler",
+                "kwok",
+                "op_webhook",
+                "op_metrics",
+                "op_probe",
+            )
+        }
         self.kubeconfig = self.workdir / "kubeconfig"
         self.timings: dict[str, float] = {}
         self._procs: dict[str, Child] = {}
@@ -61,7 +73,9 @@ class ControlPlane:
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports['apiserver']}"
 
-    def api_client(self, user: str | None = None, groups: tuple[str, ...] = ()) -> kubernetes.client.ApiClient:
+    def api_client(
+        self, user: str | None = None, groups: tuple[str, ...] = ()
+    ) -> kubernetes.client.ApiClient:
         """An ApiClient as the admin, or as `user` in `groups` (client cert)."""
         path = self.kubeconfig if user is None else self.write_kubeconfig(user, groups)
         return kubernetes.config.new_client_from_config(config_file=str(path))
@@ -91,7 +105,15 @@ class ControlPlane:
         try:
             # CRDs go in before the controller-manager starts: its garbage collector
             # discovers resource types at start and then only every 30 s.
-            for step in (self._pki, self._etcd, self._apiserver, self._crds, self._controllers, self._kwok, self._operator):
+            for step in (
+                self._pki,
+                self._etcd,
+                self._apiserver,
+                self._crds,
+                self._controllers,
+                self._kwok,
+                self._operator,
+            ):
                 began = time.monotonic()
                 step()
                 self.timings[step.__name__.strip("_")] = round(time.monotonic() - began, 2)
@@ -118,8 +140,21 @@ class ControlPlane:
         cfg = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "kubetrain-test", "cluster": {"server": self.server, "certificate-authority-data": _b64(self.ca.cert_pem)}}],
-            "users": [{"name": user, "user": {"client-certificate-data": _b64(pair.cert_pem), "client-key-data": _b64(pair.key_pem)}}],
+            "clusters": [
+                {
+                    "name": "kubetrain-test",
+                    "cluster": {"server": self.server, "certificate-authority-data": _b64(self.ca.cert_pem)},
+                }
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate-data": _b64(pair.cert_pem),
+                        "client-key-data": _b64(pair.key_pem),
+                    },
+                }
+            ],
             "contexts": [{"name": "kubetrain-test", "context": {"cluster": "kubetrain-test", "user": user}}],
             "current-context": "kubetrain-test",
         }
@@ -132,10 +167,18 @@ class ControlPlane:
         d = self.pki_dir
         self.ca = pki.make_ca("kubetrain-test-ca")
         self.ca.write(d, "ca")
-        sans = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local")
+        sans = (
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        )
         pki.serving_cert(self.ca, "kube-apiserver", sans, ("127.0.0.1", "10.96.0.1")).write(d, "apiserver")
         pki.serving_cert(self.ca, "kwok-kubelet").write(d, "kwok")
-        pki.client_cert(self.ca, "kube-apiserver-kubelet-client", ("system:masters",)).write(d, "apiserver-kubelet-client")
+        pki.client_cert(self.ca, "kube-apiserver-kubelet-client", ("system:masters",)).write(
+            d, "apiserver-kubelet-client"
+        )
         sa_key = pki.new_key()
         pki.write_private_key(sa_key, d / "sa.key")
         pki.write_public_key(sa_key, d / "sa.pub")
@@ -154,53 +197,104 @@ class ControlPlane:
 
     def _etcd(self) -> None:
         client, peer = (f"http://127.0.0.1:{self.ports[p]}" for p in ("etcd", "etcd_peer"))
-        child = self._start("etcd", [
-            self.bins["etcd"], "--name=default", f"--data-dir={self.workdir / 'etcd'}",
-            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster=default={peer}", "--unsafe-no-fsync=true", "--log-level=warn",
-        ])
-        wait_until(lambda: json.loads(_get(f"{client}/health"))["health"] == "true", "etcd /health", 30, child)
+        child = self._start(
+            "etcd",
+            [
+                self.bins["etcd"],
+                "--name=default",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=default={peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        wait_until(
+            lambda: json.loads(_get(f"{client}/health"))["health"] == "true", "etcd /health", 30, child
+        )
 
     def _apiserver(self) -> None:
         d = self.pki_dir
-        child = self._start("kube-apiserver", [
-            self.bins["kube-apiserver"],
-            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.ports['apiserver']}",
-            f"--cert-dir={d}", f"--tls-cert-file={d / 'apiserver.crt'}", f"--tls-private-key-file={d / 'apiserver.key'}",
-            f"--client-ca-file={d / 'ca.crt'}",
-            f"--service-account-key-file={d / 'sa.pub'}", f"--service-account-signing-key-file={d / 'sa.key'}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--authorization-mode=Node,RBAC", "--allow-privileged=true",
-            # logs/exec go to kwok's kubelet-like server, verified against our CA.
-            "--kubelet-preferred-address-types=InternalIP",
-            f"--kubelet-certificate-authority={d / 'ca.crt'}",
-            f"--kubelet-client-certificate={d / 'apiserver-kubelet-client.crt'}",
-            f"--kubelet-client-key={d / 'apiserver-kubelet-client.key'}",
-            "--profiling=false", "--v=1",
-        ])
+        child = self._start(
+            "kube-apiserver",
+            [
+                self.bins["kube-apiserver"],
+                f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.ports['apiserver']}",
+                f"--cert-dir={d}",
+                f"--tls-cert-file={d / 'apiserver.crt'}",
+                f"--tls-private-key-file={d / 'apiserver.key'}",
+                f"--client-ca-file={d / 'ca.crt'}",
+                f"--service-account-key-file={d / 'sa.pub'}",
+                f"--service-account-signing-key-file={d / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--authorization-mode=Node,RBAC",
+                "--allow-privileged=true",
+                # logs/exec go to kwok's kubelet-like server, verified against our CA.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-certificate-authority={d / 'ca.crt'}",
+                f"--kubelet-client-certificate={d / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={d / 'apiserver-kubelet-client.key'}",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
         wait_until(lambda: self._admin_get("/readyz") == "ok", "kube-apiserver /readyz", 90, child)
 
     def _controllers(self) -> None:
         common = ["--bind-address=127.0.0.1", "--leader-elect=false", "--profiling=false", "--v=1"]
-        kcm = self._start("kube-controller-manager", [
-            self.bins["kube-controller-manager"], f"--kubeconfig={self.workdir / 'kcm.kubeconfig'}",
-            f"--secure-port={self.ports['kcm']}", f"--cert-dir={self.workdir / 'kcm-certs'}",
-            f"--root-ca-file={self.pki_dir / 'ca.crt'}",
-            f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--use-service-account-credentials=true",
-            "--kube-api-qps=100", "--kube-api-burst=200", *common,
-        ])
-        sched = self._start("kube-scheduler", [
-            self.bins["kube-scheduler"], f"--kubeconfig={self.workdir / 'scheduler.kubeconfig'}",
-            f"--secure-port={self.ports['scheduler']}", f"--cert-dir={self.workdir / 'scheduler-certs'}", *common,
-        ])
-        wait_until(lambda: _get(f"https://127.0.0.1:{self.ports['kcm']}/healthz") == "ok", "kube-controller-manager /healthz", 60, kcm)
-        wait_until(lambda: _get(f"https://127.0.0.1:{self.ports['scheduler']}/healthz") == "ok", "kube-scheduler /healthz", 60, sched)
+        kcm = self._start(
+            "kube-controller-manager",
+            [
+                self.bins["kube-controller-manager"],
+                f"--kubeconfig={self.workdir / 'kcm.kubeconfig'}",
+                f"--secure-port={self.ports['kcm']}",
+                f"--cert-dir={self.workdir / 'kcm-certs'}",
+                f"--root-ca-file={self.pki_dir / 'ca.crt'}",
+                f"--service-account-private-key-file={self.pki_dir / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--use-service-account-credentials=true",
+                "--kube-api-qps=100",
+                "--kube-api-burst=200",
+                *common,
+            ],
+        )
+        sched = self._start(
+            "kube-scheduler",
+            [
+                self.bins["kube-scheduler"],
+                f"--kubeconfig={self.workdir / 'scheduler.kubeconfig'}",
+                f"--secure-port={self.ports['scheduler']}",
+                f"--cert-dir={self.workdir / 'scheduler-certs'}",
+                *common,
+            ],
+        )
+        wait_until(
+            lambda: _get(f"https://127.0.0.1:{self.ports['kcm']}/healthz") == "ok",
+            "kube-controller-manager /healthz",
+            60,
+            kcm,
+        )
+        wait_until(
+            lambda: _get(f"https://127.0.0.1:{self.ports['scheduler']}/healthz") == "ok",
+            "kube-scheduler /healthz",
+            60,
+            sched,
+        )
         # The serviceaccount controller creates "default" SAs; pods need them.
         core = kubernetes.client.CoreV1Api(self.api_client())
-        wait_until(lambda: bool(core.read_namespaced_service_account("default", "default")), "default ServiceAccount", 60, kcm)
+        wait_until(
+            lambda: bool(core.read_namespaced_service_account("default", "default")),
+            "default ServiceAccount",
+            60,
+            kcm,
+        )
 
     def _crds(self) -> None:
         ext = kubernetes.client.ApiextensionsV1Api(self.api_client())
@@ -211,7 +305,11 @@ class ControlPlane:
                     ext.create_custom_resource_definition(doc)
                     names.append(doc["metadata"]["name"])
         for name in names:
-            wait_until(lambda n=name: _established(ext.read_custom_resource_definition(n)), f"CRD {name} Established", 30)
+            wait_until(
+                lambda n=name: _established(ext.read_custom_resource_definition(n)),
+                f"CRD {name} Established",
+                30,
+            )
 
     def _kwok(self) -> None:
         core = kubernetes.client.CoreV1Api(self.api_client())
@@ -220,13 +318,24 @@ class ControlPlane:
         kwokdir = self.workdir / "kwok"
         kwokdir.mkdir()
         port = self.ports["kwok"]
-        child = self._start("kwok", [
-            self.bins["kwok"], f"--kubeconfig={self.workdir / 'kwok.kubeconfig'}", f"--config={kwok.write_config(kwokdir)}",
-            "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={kwok.NODE_SELECTOR_ANNOTATION}=fake",
-            "--node-ip=127.0.0.1", f"--node-port={port}", f"--server-address=127.0.0.1:{port}",
-            f"--tls-cert-file={self.pki_dir / 'kwok.crt'}", f"--tls-private-key-file={self.pki_dir / 'kwok.key'}",
-            "--node-lease-duration-seconds=40", "--enable-crds=Logs",
-        ], env=kwok.process_env())
+        child = self._start(
+            "kwok",
+            [
+                self.bins["kwok"],
+                f"--kubeconfig={self.workdir / 'kwok.kubeconfig'}",
+                f"--config={kwok.write_config(kwokdir)}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={kwok.NODE_SELECTOR_ANNOTATION}=fake",
+                "--node-ip=127.0.0.1",
+                f"--node-port={port}",
+                f"--server-address=127.0.0.1:{port}",
+                f"--tls-cert-file={self.pki_dir / 'kwok.crt'}",
+                f"--tls-private-key-file={self.pki_dir / 'kwok.key'}",
+                "--node-lease-duration-seconds=40",
+                "--enable-crds=Logs",
+            ],
+            env=kwok.process_env(),
+        )
         wait_until(lambda: _get(f"https://127.0.0.1:{port}/healthz") == "ok", "kwok /healthz", 30, child)
         wait_until(lambda: _all_nodes_ready(core), "kwok nodes Ready", 60, child)
 
@@ -239,25 +348,47 @@ class ControlPlane:
         kubernetes.client.AdmissionregistrationV1Api(client).create_validating_webhook_configuration(
             operator.validating_webhook(self.ports["op_webhook"], ca)
         )
-        ports = {"metrics": self.ports["op_metrics"], "probe": self.ports["op_probe"], "webhook": self.ports["op_webhook"]}
+        ports = {
+            "metrics": self.ports["op_metrics"],
+            "probe": self.ports["op_probe"],
+            "webhook": self.ports["op_webhook"],
+        }
         argv, env = operator.command(
-            self.bins["training-operator"], self.workdir / "operator.kubeconfig", ports, self.workdir, (ca, serving)
+            self.bins["training-operator"],
+            self.workdir / "operator.kubeconfig",
+            ports,
+            self.workdir,
+            (ca, serving),
         )
         child = self._start("training-operator", argv, env)
         probe = f"http://127.0.0.1:{self.ports['op_probe']}/readyz"
-        wait_until(lambda: _get(probe) == "ok", "training-operator /readyz (certs + webhook server)", 60, child)
+        wait_until(
+            lambda: _get(probe) == "ok", "training-operator /readyz (certs + webhook server)", 60, child
+        )
         if "--leader-elect" in argv:
             coord = kubernetes.client.CoordinationV1Api(client)
-            wait_until(lambda: bool(coord.read_namespaced_lease(operator.LEADER_ELECTION_ID, operator.NAMESPACE).spec.holder_identity),
-                       "training-operator leader election", 60, child)
+            wait_until(
+                lambda: bool(
+                    coord.read_namespaced_lease(
+                        operator.LEADER_ELECTION_ID, operator.NAMESPACE
+                    ).spec.holder_identity
+                ),
+                "training-operator leader election",
+                60,
+                child,
+            )
         self._wait_reconciling(client, child)
 
     def _wait_reconciling(self, client: kubernetes.client.ApiClient, child: Child) -> None:
         """Create a suspended PyTorchJob (through the webhook) and wait for its status."""
         crd = kubernetes.client.CustomObjectsApi(client)
         args = ("kubeflow.org", "v1", operator.NAMESPACE, "pytorchjobs")
-        wait_until(lambda: bool(crd.create_namespaced_custom_object(*args, operator.warmup_job("warmup"))),
-                   "PyTorchJob create through the operator's webhook", 30, child)
+        wait_until(
+            lambda: bool(crd.create_namespaced_custom_object(*args, operator.warmup_job("warmup"))),
+            "PyTorchJob create through the operator's webhook",
+            30,
+            child,
+        )
 
         def reconciled() -> bool:
             job: dict[str, Any] = crd.get_namespaced_custom_object(*args, "warmup")
@@ -280,8 +411,8 @@ def _get(url: str, ctx: ssl.SSLContext | None = None) -> str:
     if ctx is None and url.startswith("https"):
         # Health endpoints of kcm/scheduler/kwok, whose serving certs are
         # self-signed or ours; this only reads "ok" from loopback.
-        ctx = ssl._create_unverified_context()  # noqa: S323
-    with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:  # noqa: S310 - loopback only
+        ctx = ssl._create_unverified_context()
+    with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
         return resp.read().decode().strip()
 
 
@@ -302,7 +433,9 @@ def _established(crd: Any) -> bool:
 
 def _all_nodes_ready(core: kubernetes.client.CoreV1Api) -> bool:
     items = core.list_node().items
-    ready = [n for n in items if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))]
+    ready = [
+        n for n in items if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+    ]
     return len(items) == len(kwok.nodes()) and len(ready) == len(items)
 
 

@@ -37,7 +37,7 @@ DEFAULT_LOG_LINES = (
 
 def cri_log(lines: tuple[str, ...] | list[str], stream: str = "stdout") -> str:
     """Lines in the CRI container-log format kwok's log server parses."""
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     out = []
     for i, line in enumerate(lines):
         ts = (now + dt.timedelta(milliseconds=i)).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
@@ -88,7 +88,9 @@ def process_env() -> dict[str, str]:
     return {"PATH": f"{FAKEBIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"}
 
 
-def _node(name: str, labels: dict[str, str], allocatable: dict[str, str], taints: list[dict[str, str]]) -> dict[str, Any]:
+def _node(
+    name: str, labels: dict[str, str], allocatable: dict[str, str], taints: list[dict[str, str]]
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -122,11 +124,14 @@ def nodes() -> list[dict[str, Any]]:
         "node.kubernetes.io/instance-type": "a3-highgpu-8g",
         "topology.kubernetes.io/zone": "us-central1-a",
     }
-    gpu_alloc = {"cpu": "208", "memory": "1870Gi", "pods": "110", "ephemeral-storage": "100Gi", GPU_RESOURCE: str(GPUS_PER_NODE)}
-    out = [
-        _node(f"gpu-node-{i}", gpu_labels, gpu_alloc, [gpu_taint()] if i == 2 else [])
-        for i in range(3)
-    ]
+    gpu_alloc = {
+        "cpu": "208",
+        "memory": "1870Gi",
+        "pods": "110",
+        "ephemeral-storage": "100Gi",
+        GPU_RESOURCE: str(GPUS_PER_NODE),
+    }
+    out = [_node(f"gpu-node-{i}", gpu_labels, gpu_alloc, [gpu_taint()] if i == 2 else []) for i in range(3)]
     cpu_labels = {
         "cloud.google.com/gke-nodepool": "cpu-pool",
         "node.kubernetes.io/instance-type": "n2-standard-32",

@@ -131,7 +131,11 @@ def mount_secret(cert_dir: Path, ca: pki.KeyPair, serving: pki.KeyPair) -> None:
 
 
 def command(
-    binary: Path, kubeconfig: Path, ports: dict[str, int], workdir: Path, certs: tuple[pki.KeyPair, pki.KeyPair]
+    binary: Path,
+    kubeconfig: Path,
+    ports: dict[str, int],
+    workdir: Path,
+    certs: tuple[pki.KeyPair, pki.KeyPair],
 ) -> tuple[list[str], dict[str, str]]:
     args = [
         str(binary),
@@ -144,7 +148,11 @@ def command(
         f"--webhook-secret-name={SECRET_NAME}",
         "--zap-log-level=info",
     ]
-    env = {"MY_POD_NAMESPACE": NAMESPACE, "MY_POD_NAME": "training-operator-local", "KUBECONFIG": str(kubeconfig)}
+    env = {
+        "MY_POD_NAMESPACE": NAMESPACE,
+        "MY_POD_NAME": "training-operator-local",
+        "KUBECONFIG": str(kubeconfig),
+    }
     if not can_isolate():
         # Shared with any other session on this machine running the operator.
         mount_secret(Path("/tmp/k8s-webhook-server/serving-certs"), *certs)
@@ -166,7 +174,11 @@ def warmup_job(name: str) -> dict[str, Any]:
         "spec": {
             "runPolicy": {"suspend": True},
             "pytorchReplicaSpecs": {
-                "Master": {"replicas": 1, "restartPolicy": "Never", "template": {"spec": {"containers": [container]}}}
+                "Master": {
+                    "replicas": 1,
+                    "restartPolicy": "Never",
+                    "template": {"spec": {"containers": [container]}},
+                }
             },
         },
     }

@@ -60,7 +60,7 @@ def _name(cn: str, orgs: tuple[str, ...] = ()) -> x509.Name:
 
 
 def _builder(subject: x509.Name, issuer: x509.Name, key: PrivateKey, days: int) -> x509.CertificateBuilder:
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     return (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -98,6 +98,7 @@ def _sign_leaf(
     ca: KeyPair,
     subject: x509.Name,
     usage: x509.ObjectIdentifier,
+    *,
     sans: list[x509.GeneralName],
     rsa_key: bool,
     days: int,
@@ -121,17 +122,20 @@ def serving_cert(
     cn: str,
     dns_names: tuple[str, ...] = ("localhost",),
     ips: tuple[str, ...] = ("127.0.0.1",),
+    *,
     rsa_key: bool = False,
     days: int = 3650,
 ) -> KeyPair:
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
     sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
-    return _sign_leaf(ca, _name(cn), ExtendedKeyUsageOID.SERVER_AUTH, sans, rsa_key, days)
+    return _sign_leaf(ca, _name(cn), ExtendedKeyUsageOID.SERVER_AUTH, sans=sans, rsa_key=rsa_key, days=days)
 
 
 def client_cert(ca: KeyPair, user: str, groups: tuple[str, ...] = (), days: int = 30) -> KeyPair:
     """Kubernetes x509 authn: CN is the user name, each O a group."""
-    return _sign_leaf(ca, _name(user, groups), ExtendedKeyUsageOID.CLIENT_AUTH, [], False, days)
+    return _sign_leaf(
+        ca, _name(user, groups), ExtendedKeyUsageOID.CLIENT_AUTH, sans=[], rsa_key=False, days=days
+    )
 
 
 def write_public_key(key: PrivateKey, path: Path) -> Path:

@@ -117,10 +117,8 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
 
 def _stop_group(popen: subprocess.Popen[bytes], timeout: float) -> None:
     _signal_group(popen.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         popen.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
     # Even after the leader exits, stragglers in its group get SIGKILL.
     _signal_group(popen.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -132,7 +130,7 @@ def stop_all() -> None:
         sup.stop(timeout=5)
 
 
-_hooks_installed = False
+_hooks = {"installed": False}
 
 
 def _raise_interrupt(signum: int, _frame: object) -> None:
@@ -140,10 +138,9 @@ def _raise_interrupt(signum: int, _frame: object) -> None:
 
 
 def _install_exit_hooks() -> None:
-    global _hooks_installed
-    if _hooks_installed:
+    if _hooks["installed"]:
         return
-    _hooks_installed = True
+    _hooks["installed"] = True
     atexit.register(stop_all)
     if threading.current_thread() is not threading.main_thread():
         return
@@ -170,11 +167,12 @@ def wait_until(
     last_error: Exception | None = None
     while time.monotonic() < deadline:
         if child is not None and not child.alive():
-            raise NotReady(f"{child.name} exited with {child.popen.returncode} while waiting for {what}:\n{child.log_tail()}")
+            code = child.popen.returncode
+            raise NotReady(f"{child.name} exited with {code} while waiting for {what}:\n{child.log_tail()}")
         try:
             if check():
                 return
-        except Exception as exc:  # noqa: BLE001 - connection refused etc. while starting
+        except Exception as exc:  # connection refused etc. while it starts
             last_error = exc
         time.sleep(interval)
     tail = f"\n{child.name} log:\n{child.log_tail()}" if child else ""

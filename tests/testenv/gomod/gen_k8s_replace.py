@@ -9,6 +9,7 @@ them, pointing each staging module at its published tag (v0.<minor>.<patch>).
 
 Usage: gen_k8s_replace.py v1.36.3   (downloads the go.mod through `go mod download`)
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,10 @@ STAGING = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/src/\S+\s*$")
 def upstream_gomod(version: str) -> str:
     out = subprocess.run(
         ["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
-        check=True, capture_output=True, text=True, cwd="/",
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd="/",
     ).stdout
     return Path(json.loads(out)["GoMod"]).read_text()
 

@@ -1,3 +1,2 @@
-import torch
 
 print("hello from train.py")

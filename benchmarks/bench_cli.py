@@ -1,0 +1,114 @@
+"""CLI performance: cold start, render + validate of one job, and validating 1,000 rendered jobs.
+
+    .venv/bin/python benchmarks/bench_cli.py [--schema DIR] [--runs 15]
+
+Targets (issue 2): `kubetrain --help` cold start within 2x of `python -c "import sys"` (median ratio);
+render + validate of one job under 0.3 s wall; 1,000 rendered jobs validated in one process under 5 s.
+Schemas: --schema, else ../shared/reference beside the repository, else the `kubetrain schemas fetch` cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+SPEC = REPO / "tests" / "render" / "specs" / "gke-h100.yaml"
+KUBETRAIN = Path(sys.executable).parent / "kubetrain"
+
+
+def median_wall(argv: list[str], runs: int, stdin: bytes | None = None) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(argv, input=stdin, capture_output=True, check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def schema_args(schema: str | None) -> list[str]:
+    if schema:
+        return ["--schema", schema]
+    reference = REPO.parent / "shared" / "reference"
+    if reference.is_dir():
+        return ["--schema", str(reference / "kubeflow-training-operator-v1.9.4"),
+                "--schema", str(reference / "kubeflow-trainer-v2.3.0")]
+    return []
+
+
+def bench_cold_start(runs: int) -> tuple[float, float]:
+    baseline = median_wall([sys.executable, "-c", "import sys"], runs)
+    help_time = median_wall([str(KUBETRAIN), "--help"], runs)
+    return baseline, help_time
+
+
+def bench_render_validate(runs: int, schemas: list[str]) -> tuple[float, float]:
+    """Wall time of `kubetrain render` piped into `kubetrain validate`, and of both done in one process."""
+    cli_times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        rendered = subprocess.run([str(KUBETRAIN), "render", "-f", str(SPEC)], capture_output=True, check=True)
+        subprocess.run([str(KUBETRAIN), "validate", *schemas, "-"], input=rendered.stdout, capture_output=True,
+                       check=True)
+        cli_times.append(time.perf_counter() - start)
+    code = ("import time; t=time.perf_counter();"
+            "from kubetrain.cli.main import main\n"
+            "import sys, io, contextlib\n"
+            "buf = io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf):\n"
+            "    try: main(['render', '-f', sys.argv[1]])\n"
+            "    except SystemExit: pass\n"
+            "from kubetrain.validate import validate_sources\n"
+            "from kubetrain.cli.validate_cmd import build_store\n"
+            "store = build_store(tuple(sys.argv[3::2]), False, None, '1.36')\n"
+            "report = validate_sources([('-', buf.getvalue())], store)\n"
+            "assert not report.failed(), report.issues\n"
+            "print(time.perf_counter()-t)")
+    one_process = [float(subprocess.run([sys.executable, "-c", code, str(SPEC), *schemas], capture_output=True,
+                                        text=True, check=True).stdout) for _ in range(runs)]
+    return statistics.median(cli_times), statistics.median(one_process)
+
+
+def bench_bulk(count: int, schemas: list[str]) -> float:
+    from kubetrain.cli.common import render_loaded
+    from kubetrain.cli.validate_cmd import build_store
+    from kubetrain.spec.load import load_spec
+    from kubetrain.validate import validate_objects
+
+    loaded = load_spec(str(SPEC))
+    store = build_store(tuple(schemas[1::2]), False, None, "1.36")
+    objects = [obj for _ in range(count) for obj in render_loaded(loaded)]
+    start = time.perf_counter()
+    report = validate_objects(objects, store)
+    elapsed = time.perf_counter() - start
+    assert not report.failed(), report.issues[:3]
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schema", default=None)
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--jobs", type=int, default=1000)
+    args = parser.parse_args()
+    schemas = schema_args(args.schema)
+    baseline, help_time = bench_cold_start(args.runs)
+    cli_pipeline, one_process = bench_render_validate(max(5, args.runs // 3), schemas)
+    bulk = bench_bulk(args.jobs, schemas)
+    print("| measurement | result | target |")
+    print("|---|---|---|")
+    print(f"| `python -c 'import sys'` (median of {args.runs}) | {baseline * 1000:.0f} ms | |")
+    print(f"| `kubetrain --help` (median of {args.runs}) | {help_time * 1000:.0f} ms | |")
+    print(f"| cold-start ratio | {help_time / baseline:.2f}x | <= 2x |")
+    print(f"| render + validate, one process (import to verdict) | {one_process * 1000:.0f} ms | < 300 ms |")
+    print(f"| `kubetrain render \\| kubetrain validate -` (two processes) | {cli_pipeline * 1000:.0f} ms | |")
+    print(f"| validate {args.jobs} rendered jobs in one process | {bulk:.2f} s | < 5 s |")
+
+
+if __name__ == "__main__":
+    main()
