@@ -1,2 +1,3 @@
+import torch
 
-print("hello from train.py")
+print("hello from train.py", torch.__version__)
