@@ -19,6 +19,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("kubetrain.cli.run_cmd:run", "Run the job on this machine with torchrun (no cluster)."),
     "build": ("kubetrain.cli.build_cmd:build", "Build (and push or kind-load) the training image."),
     "cluster": ("kubetrain.cli.kind_cmd:cluster", "Create or delete a local kind cluster with NVIDIA GPUs."),
+    "submit": ("kubetrain.cli.submit_cmd:submit", "Render, validate, preflight and apply the job to a cluster."),
+    "status": ("kubetrain.cli.status_cmd:status", "Show a job's conditions, pods, recent Events and hints."),
+    "list": ("kubetrain.cli.status_cmd:list_", "List PyTorchJobs and TrainJobs with state, size and age."),
+    "events": ("kubetrain.cli.status_cmd:events", "Show a job's Events, each with a one-line hint."),
+    "delete": ("kubetrain.cli.delete_cmd:delete", "Delete a job and its code ConfigMap (--wait for its pods)."),
+    "logs": ("kubetrain.cli.logs_cmd:logs", "Merged logs of every replica of a job."),
+    "gpu": ("kubetrain.cli.gpu_cmd:gpu", "nvidia-smi from every pod of a job."),
+    "doctor": ("kubetrain.cli.doctor_cmd:doctor", "Check a cluster's readiness for GPU training."),
 }
 
 

@@ -19,6 +19,7 @@ if "recording" not in sys.modules:
     _spec.loader.exec_module(recording)
 FakeBin = recording.FakeBin
 
+
 @pytest.fixture
 def fakebin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     fake = FakeBin(tmp_path / "bin")

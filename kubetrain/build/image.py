@@ -1,0 +1,134 @@
+"""`build_image`: stage, tag by content hash, build unless that tag exists, push and/or load into kind."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubetrain.build.builders import Builder, detect
+from kubetrain.build.context import STATE_DIR
+from kubetrain.build.plan import Assembled, BuildPlan, assemble, plan_build
+from kubetrain.build.process import (
+    CommandFailed,
+    Echo,
+    StepTracker,
+    ToolMissing,
+    check_streamed,
+    command_line,
+    echo_stderr,
+    run_captured,
+    run_streamed,
+)
+from kubetrain.spec.load import LoadedSpec
+
+KIND_HINT = "install kind (https://kind.sigs.k8s.io) or drop --kind"
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What `build_image` did: the reference, and whether it built, pushed or kind-loaded it."""
+
+    ref: str
+    built: bool
+    pushed: bool
+    kind_loaded: bool
+
+
+def build_image(loaded: LoadedSpec, *, push: bool = False, kind_cluster: str | None = None,
+                builder: str | None = None, echo: Echo = echo_stderr) -> str:
+    """Build the spec's image and return its reference (`repository:kt-<content hash>`).
+
+    Skips the build when that tag already exists (locally, or in the registry with `push`), pushes with
+    `push`, and loads it into the kind cluster `kind_cluster`. Progress and builder output go to `echo`.
+    """
+    return build(loaded, push=push, kind_cluster=kind_cluster, builder=builder, echo=echo).ref
+
+
+def build(loaded: LoadedSpec, *, push: bool = False, kind_cluster: str | None = None,
+          builder: str | None = None, echo: Echo = echo_stderr) -> BuildResult:
+    plan = plan_build(loaded)
+    engine = detect(builder)
+    if kind_cluster is not None:
+        _require_kind_cluster(kind_cluster)
+    with staging_dir(plan.context) as staging:
+        echo(f"kubetrain: assembling the build context from {plan.context}")
+        assembled = assemble(plan, staging)
+        ref = assembled.ref
+        echo(f"kubetrain: {assembled.files} files, content hash {assembled.digest[:16]} → {ref}")
+        in_registry = push and _remote_exists(engine, ref)
+        built = False
+        if in_registry:
+            echo(f"kubetrain: {ref} is already in the registry; not building")
+        elif _exists(engine.local_exists(ref)):
+            echo(f"kubetrain: {ref} already exists locally ({engine.name}); not building")
+        else:
+            _run_build(engine, plan, assembled, echo)
+            built = True
+        if push and not in_registry:
+            login = f"`{engine.name} login {ref.split('/')[0]}`"
+            check_streamed(engine.push(ref), f"pushing {ref}", echo=echo,
+                           hint=f"log in first ({login}) if the registry needs it")
+        if kind_cluster is not None:
+            _kind_load(engine, ref, kind_cluster, staging, echo)
+    return BuildResult(ref, built, push and not in_registry, kind_cluster is not None)
+
+
+def _run_build(engine: Builder, plan: BuildPlan, assembled: Assembled, echo: Echo) -> None:
+    argv = engine.build(dockerfile=assembled.dockerfile, context=assembled.context, ref=assembled.ref,
+                        build_args=plan.build_args, platform=plan.platform)
+    echo(f"kubetrain: {command_line(argv)}")
+    tracker = StepTracker()
+    code, tail = run_streamed(argv, echo=echo, tracker=tracker)
+    if code != 0:
+        where = f" at step {tracker.step}" if tracker.step else ""
+        raise CommandFailed(f"{engine.name} build failed{where} (exit code {code}); its last lines:", tail)
+
+
+def _exists(argv: list[str]) -> bool:
+    return run_captured(argv).code == 0
+
+
+def _remote_exists(engine: Builder, ref: str) -> bool:
+    argv = engine.remote_exists(ref)
+    return argv is not None and _exists(argv)
+
+
+def _require_kind_cluster(name: str) -> None:
+    if not shutil.which("kind"):
+        raise ToolMissing(f"kind is not installed (not found on PATH): {KIND_HINT}")
+    result = run_captured(["kind", "get", "clusters"])
+    if result.code != 0:
+        raise CommandFailed(f"`kind get clusters` exited {result.code}", result.stderr.splitlines()[-5:])
+    if name not in result.stdout.split():
+        raise CommandFailed(f"kind cluster {name!r} not found; "
+                            f"create it with `kubetrain cluster create --name {name}`")
+
+
+def _kind_load(engine: Builder, ref: str, cluster: str, staging: Path, echo: Echo) -> None:
+    """docker images load straight from the daemon; other builders go through a docker-archive tarball."""
+    what = f"loading {ref} into kind cluster {cluster}"
+    if engine.name == "docker":
+        check_streamed(["kind", "load", "docker-image", ref, "--name", cluster], what, echo=echo)
+        return
+    archive = staging / "image.tar"
+    check_streamed(engine.save(ref, archive), f"saving {ref} to {archive.name}", echo=echo)
+    check_streamed(["kind", "load", "image-archive", str(archive), "--name", cluster], what, echo=echo)
+
+
+@contextmanager
+def staging_dir(context: Path) -> Iterator[Path]:
+    """A temporary directory beside the context (so hard links work), else in the system temp dir."""
+    parent = context / STATE_DIR
+    try:
+        parent.mkdir(exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix="build-", dir=parent))
+    except OSError:
+        path = Path(tempfile.mkdtemp(prefix="kubetrain-build-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,148 @@
+"""From a spec's `build` section to a staged context, a Dockerfile, build args and a content-hash tag."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import kubetrain
+from kubetrain.build.context import Entry, collect, content_hash, stage, write_file
+from kubetrain.build.dockerignore import PatternMatcher, load_matcher
+from kubetrain.build.reference import hash_tag, repository_error, split_reference
+from kubetrain.errors import BuildError
+from kubetrain.spec.load import LoadedSpec
+from kubetrain.spec.sections import Build
+
+DOCKERFILES = {"cuda": "Dockerfile", "cpu": "Dockerfile.cpu"}
+RUNTIME_FILES = ("ensure-torch.sh", "runtime-requirements.txt")
+BUILD_ARG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# With kubetrain's Dockerfile and no .dockerignore, keep the usual clutter out of /workspace.
+DEFAULT_IGNORES = (".git", ".hg", ".svn", ".venv", "venv", "**/__pycache__", "**/*.pyc", ".mypy_cache",
+                   ".pytest_cache", ".ruff_cache", "**/.ipynb_checkpoints", "**/.DS_Store", "*.egg-info")
+PACKAGE_IGNORES = ("**/__pycache__", "**/*.pyc", "_images", "_manifests")
+
+
+def images_dir() -> Path:
+    """Dockerfiles ship in the wheel as kubetrain/_images; a source checkout uses ./images."""
+    packaged = Path(kubetrain.__file__).resolve().parent / "_images"
+    return packaged if packaged.is_dir() else Path(kubetrain.__file__).resolve().parent.parent / "images"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything `kubetrain build` needs, resolved and validated; no file has been read yet."""
+
+    source: str  # the spec file, for messages
+    context: Path
+    dockerfile: Path
+    own_dockerfile: bool  # kubetrain's images/Dockerfile[.cpu] rather than the user's
+    repository: str
+    build_args: dict[str, str] = field(default_factory=dict)
+    base_image: str | None = None
+    platform: str | None = None
+    requirements: Path | None = None
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """A staged context ready for a builder, and the image reference its content hash names."""
+
+    context: Path
+    dockerfile: Path
+    digest: str
+    ref: str
+    files: int
+
+
+def plan_build(loaded: LoadedSpec) -> BuildPlan:
+    build = loaded.job.spec.build or Build()
+    context = (loaded.base_dir / build.context).resolve()
+    if not context.is_dir():
+        raise _field_error(loaded, "context", f"{context} is not a directory")
+    own = build.dockerfile is None
+    dockerfile = images_dir() / DOCKERFILES[build.variant] if own else context / str(build.dockerfile)
+    if not dockerfile.is_file():
+        raise _field_error(loaded, "dockerfile", f"{dockerfile} not found")
+    return BuildPlan(
+        source=loaded.source, context=context, dockerfile=dockerfile, own_dockerfile=own,
+        repository=_repository(loaded, build), build_args=_build_args(loaded, build),
+        base_image=build.baseImage, platform=build.platform,
+        requirements=_requirements(loaded, build, context),
+    )
+
+
+def _repository(loaded: LoadedSpec, build: Build) -> str:
+    field_name = "build.repository" if build.repository else "image"
+    repository = build.repository or split_reference(loaded.job.spec.image)[0]
+    error = repository_error(repository)
+    if error:
+        raise BuildError(f"{loaded.source}: spec.{field_name}: {error}")
+    return repository
+
+
+def _build_args(loaded: LoadedSpec, build: Build) -> dict[str, str]:
+    args = {"BASE_IMAGE": build.baseImage} if build.baseImage else {}
+    for key, value in build.buildArgs.items():
+        if not BUILD_ARG_NAME.match(key):
+            raise _field_error(loaded, f"buildArgs.{key}",
+                               "not a valid build-arg name ([A-Za-z_][A-Za-z0-9_]*)")
+        args[key] = value
+    return args
+
+
+def _requirements(loaded: LoadedSpec, build: Build, context: Path) -> Path | None:
+    if build.requirements is None:
+        default = context / "requirements.txt"
+        return default if default.is_file() else None
+    path = (context / build.requirements).resolve()
+    if not path.is_file():
+        raise _field_error(loaded, "requirements", f"{path} not found")
+    return path
+
+
+def _field_error(loaded: LoadedSpec, name: str, message: str) -> BuildError:
+    return BuildError(f"{loaded.source}: spec.build.{name}: {message}")
+
+
+def assemble(plan: BuildPlan, staging: Path) -> Assembled:
+    """Stage the context under `staging/context` (+ `staging/Dockerfile`) and compute the tag."""
+    context_dir = staging / "context"
+    context_dir.mkdir(parents=True)
+    if plan.own_dockerfile:
+        entries = _own_layout(plan, context_dir)
+    else:
+        entries = collect(plan.context, load_matcher(plan.context, plan.dockerfile))
+        stage(entries, context_dir)
+    dockerfile_bytes = _read(plan.dockerfile)
+    dockerfile = staging / "Dockerfile"
+    dockerfile.write_bytes(dockerfile_bytes)
+    digest = content_hash(entries, [
+        ("dockerfile", dockerfile_bytes),
+        ("build-args", json.dumps(plan.build_args, sort_keys=True).encode()),
+        ("base-image", (plan.base_image or "").encode()),
+        ("platform", (plan.platform or "").encode()),
+    ])
+    return Assembled(context_dir, dockerfile, digest, f"{plan.repository}:{hash_tag(digest)}", len(entries))
+
+
+def _own_layout(plan: BuildPlan, dest: Path) -> list[Entry]:
+    """kubetrain/ (runtime, requirements) and workspace/ (the user's context) for kubetrain's Dockerfile."""
+    user = collect(plan.context, load_matcher(plan.context, None, DEFAULT_IGNORES), prefix="workspace/")
+    package_root = Path(kubetrain.__file__).resolve().parent
+    runtime = collect(package_root, PatternMatcher(list(PACKAGE_IGNORES)), prefix="kubetrain/src/kubetrain/")
+    stage(user + runtime, dest)
+    (dest / "workspace").mkdir(exist_ok=True)  # COPY workspace/ needs it even for an empty context
+    generated = [write_file(dest, f"kubetrain/{name}", _read(images_dir() / name), name.endswith(".sh"))
+                 for name in RUNTIME_FILES]
+    requirements = _read(plan.requirements) if plan.requirements else b""
+    generated.append(write_file(dest, "kubetrain/requirements.txt", requirements))
+    return sorted(user + runtime + generated, key=lambda e: e.path)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise BuildError(f"{path}: cannot read: {exc.strerror}") from None

@@ -1,0 +1,71 @@
+"""Flags and output helpers shared by the verbs that talk to a cluster (kubectl's conventions).
+
+Importing this module does not import the kubernetes client: `connect_from` imports it when called.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from kubetrain.cli.common import namespace_option
+
+if TYPE_CHECKING:
+    from kubetrain.client.connection import Connection
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def cluster_options(func: F) -> F:
+    """--context, --kubeconfig (KUBECONFIG is honoured too) and -n/--namespace."""
+    func = namespace_option(func)
+    func = click.option("--kubeconfig", default=None, metavar="FILE",
+                        help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).")(func)
+    return click.option("--context", default=None, metavar="NAME", help="kubeconfig context to use.")(func)
+
+
+def connect_from(context: str | None, kubeconfig: str | None) -> Connection:
+    from kubetrain.client.connection import connect
+
+    return connect(context, kubeconfig)
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty()
+
+
+def age(created: str, now: dt.datetime | None = None) -> str:
+    """kubectl's AGE: 45s, 12m, 5h, 3d."""
+    if not created:
+        return "?"
+    try:
+        then = dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
+    except ValueError:
+        return "?"
+    seconds = int(((now or dt.datetime.now(dt.UTC)) - then).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size * (2 if unit != "m" else 1):
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A table on stdout: rich on a terminal, plain aligned columns otherwise (for grep/awk)."""
+    if is_tty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for header in headers:
+            table.add_column(header)
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
+    for row in [headers, *rows]:
+        click.echo("   ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip())

@@ -1,0 +1,132 @@
+"""kubetrain logs."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import TextIO
+
+import click
+
+from kubetrain.cli.cluster_opts import cluster_options, connect_from
+from kubetrain.cli.output import fail, handle_errors
+from kubetrain.errors import UsageError
+
+_DURATION = re.compile(r"(\d+)([smhd])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> int:
+    """kubectl's --since: 30s, 5m, 2h, 1h30m → seconds."""
+    value = text.strip().lower()
+    parts = _DURATION.findall(value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        raise UsageError(f"--since {text}: expected a duration such as 30s, 5m, 2h or 1h30m")
+    seconds = sum(int(n) * _UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise UsageError(f"--since {text}: must be more than 0s")
+    return seconds
+
+
+def use_color(choice: str, stream: TextIO) -> bool:
+    if choice != "auto":
+        return choice == "always"
+    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
+
+
+class Terminal:
+    """Log lines on stdout, notices on stderr and, on a terminal, a live progress line at the bottom of stderr."""
+
+    def __init__(self, follow: bool) -> None:
+        self.follow = follow
+        self.live = follow and sys.stderr.isatty()
+        self.status = ""
+
+    def line(self, text: str) -> None:
+        self._clear()
+        sys.stdout.write(text + "\n")
+        if self.follow:
+            sys.stdout.flush()
+        self._draw()
+
+    def notice(self, text: str) -> None:
+        self._clear()
+        click.echo(text, err=True)
+        self._draw()
+
+    def progress(self, text: str) -> None:
+        if self.live:
+            self.status = text
+            self._clear()
+            self._draw()
+
+    def close(self) -> None:
+        self._clear()
+        self.status = ""
+
+    def _clear(self) -> None:
+        if self.status:
+            sys.stderr.write("\r\x1b[2K")
+
+    def _draw(self) -> None:
+        if self.status:
+            width = os.get_terminal_size(sys.stderr.fileno()).columns if self.live else 200
+            sys.stderr.write("\x1b[2m" + self.status[: max(10, width - 1)] + "\x1b[0m")
+            sys.stderr.flush()
+
+
+@click.command()
+@click.argument("name")
+@click.option("--replica", default="all", show_default=True, metavar="REPLICA",
+              help="all, a role (master, worker, node) or one replica (worker-2).")
+@click.option("-f", "--follow", is_flag=True,
+              help="Wait through Pending (printing scheduling events), follow every pod across restarts, "
+                   "and end when the job ends (exit 1 if it failed).")
+@click.option("--since", default=None, metavar="DURATION", help="Only lines newer than this (30s, 5m, 2h).")
+@click.option("--tail", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Only the last N lines of each replica.")
+@click.option("-p", "--previous", is_flag=True,
+              help="The previous container of each replica (the last logs of a crashed container).")
+@click.option("--timestamps", is_flag=True, help="Show each line's RFC 3339 timestamp after the prefix.")
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="Colour the replica prefixes (auto: only on a terminal, and not with NO_COLOR).")
+@click.option("--target", type=click.Choice(["pytorchjob", "trainjob"]), default=None,
+              help="The job's kind (default: look among the installed ones).")
+@cluster_options
+@handle_errors
+def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | None, previous: bool,
+         timestamps: bool, color: str, target: str | None, context: str | None, kubeconfig: str | None,
+         namespace: str | None) -> None:
+    """Merged logs of every replica of a job.
+
+    Each line is prefixed with its replica ([master-0], [worker-1], [node-2]); without -f, lines of all
+    replicas are merged in time order. Log lines go to stdout; waiting messages and events to stderr.
+
+    \b
+    Examples:
+      kubetrain logs bert -f
+      kubetrain logs bert --replica worker-2 --previous
+      kubetrain logs bert --since 10m --tail 100 -n research
+    """
+    from kubetrain.client import logs as client_logs
+
+    if previous and follow:
+        raise UsageError("--previous reads a finished container; it cannot be combined with -f")
+    options = client_logs.LogOptions(replica=replica, since_seconds=parse_duration(since) if since else None,
+                                     tail=tail, previous=previous, timestamps=timestamps,
+                                     color=use_color(color, sys.stdout))
+    connection = connect_from(context, kubeconfig)
+    ns = connection.namespace(namespace)
+    terminal = Terminal(follow)
+    if not follow:
+        client_logs.print_logs(connection, ns, name, target, options, terminal.line, terminal.notice)
+        return
+    try:
+        result = client_logs.follow_job_logs(connection, ns, name, target, options, terminal.line, terminal.notice,
+                                             terminal.progress)
+    finally:
+        terminal.close()
+    if not result.ok:
+        fail([f"{name} {result.state.lower()}" + (f": {result.message}" if result.message else "")], 1)
+    click.echo(f"{name} {result.state.lower()}" + (f": {result.message}" if result.message else ""), err=True)

@@ -1,0 +1,154 @@
+"""kubetrain status NAME, kubetrain list, kubetrain events NAME."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import click
+
+from kubetrain.cli.cluster_opts import age, cluster_options, connect_from, print_table
+from kubetrain.cli.output import handle_errors, info
+from kubetrain.errors import ClusterError
+from kubetrain.render.yamlout import dump_yaml
+
+if TYPE_CHECKING:
+    from kubetrain.client.connection import Connection
+    from kubetrain.client.status import EventRow, JobStatus
+    from kubetrain.client.targets import Target
+
+OUTPUT = click.Choice(["text", "json", "yaml"])
+
+
+def installed_targets(connection: Connection) -> list[Target]:
+    from kubetrain.client.errors import CRD_HINT
+    from kubetrain.client.targets import installed
+
+    found = installed(connection.api)
+    if not found:
+        raise ClusterError(f"neither PyTorchJob nor TrainJob is installed in this cluster: {CRD_HINT}")
+    return found
+
+
+@click.command()
+@click.argument("name")
+@cluster_options
+@click.option("-o", "--output", type=OUTPUT, default="text", show_default=True)
+@click.option("--events", "recent", type=click.IntRange(min=0), default=10, show_default=True,
+              help="How many recent Events to show.")
+@handle_errors
+def status(name: str, context: str | None, kubeconfig: str | None, namespace: str | None, output: str,
+           recent: int) -> None:
+    """Show a job's conditions, pods, recent Events and what they mean.
+
+    \b
+    Examples:
+      kubetrain status llm-finetune
+      kubetrain status llm-finetune -n team-a -o json
+    """
+    from kubetrain.client.status import job_status
+
+    connection = connect_from(context, kubeconfig)
+    ns = connection.namespace(namespace)
+    result = job_status(connection.api, installed_targets(connection), ns, name, recent)
+    if output == "json":
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    elif output == "yaml":
+        click.echo(dump_yaml([result.as_dict()]), nl=False)
+    else:
+        _print_status(result)
+
+
+def _print_status(result: JobStatus) -> None:
+    job = result.job
+    gpus = f"{job.pods}×{job.gpus_per_pod} GPU" if job.gpus_per_pod else f"{job.pods} pod(s), CPU"
+    click.echo(f"{job.target} {job.namespace}/{job.name}: {job.state} ({gpus}, age {age(job.created)})")
+    click.echo("\nConditions:")
+    rows = [[c.get("type", ""), c.get("status", ""), c.get("reason", ""), str(c.get("message", ""))]
+            for c in result.conditions] or [["(none yet)", "", "", ""]]
+    print_table(["TYPE", "STATUS", "REASON", "MESSAGE"], rows)
+    click.echo("\nPods:")
+    pod_rows = [[p.replica, p.name, p.phase, p.node or "-", str(p.restarts), p.last_termination or "-"]
+                for p in result.pods] or [["(no pods yet)", "", "", "", "", ""]]
+    print_table(["REPLICA", "POD", "PHASE", "NODE", "RESTARTS", "LAST TERMINATION"], pod_rows)
+    if result.events:
+        click.echo("\nRecent events:")
+        _print_events(result.events)
+    if result.hints:
+        click.echo("\nHints:")
+        for hint in result.hints:
+            click.echo(f"  → {hint}")
+
+
+def _print_events(events: list[EventRow]) -> None:
+    rows = []
+    for event in events:
+        count = f" (x{event.count})" if event.count > 1 else ""
+        rows.append([age(event.time), event.type, event.reason, event.object, event.message.splitlines()[0] + count
+                     if event.message else count])
+        rows += [["", "", "", "", f"→ {hint}"] for hint in event.hints]
+    print_table(["AGE", "TYPE", "REASON", "OBJECT", "MESSAGE"], rows)
+
+
+@click.command(name="list")
+@cluster_options
+@click.option("-A", "--all-namespaces", is_flag=True, help="List jobs in every namespace.")
+@click.option("-o", "--output", type=OUTPUT, default="text", show_default=True)
+@handle_errors
+def list_(context: str | None, kubeconfig: str | None, namespace: str | None, all_namespaces: bool,
+          output: str) -> None:
+    """List PyTorchJobs and TrainJobs with their state and size.
+
+    \b
+    Examples:
+      kubetrain list
+      kubetrain list -A -o json
+    """
+    from kubetrain.client.jobs import list_jobs
+
+    connection = connect_from(context, kubeconfig)
+    ns = None if all_namespaces else connection.namespace(namespace)
+    found = list_jobs(connection.api, installed_targets(connection), ns)
+    if output != "text":
+        items = [s.as_dict() for s in found]
+        click.echo(json.dumps(items, indent=2) if output == "json" else dump_yaml(items), nl=output == "json")
+        return
+    if not found:
+        info(f"no jobs in {'any namespace' if ns is None else 'namespace ' + ns}")
+        return
+    headers = (["NAMESPACE"] if ns is None else []) + ["NAME", "TARGET", "STATE", "NODES×GPUS", "AGE"]
+    rows = [([s.namespace] if ns is None else []) + [s.name, s.target, s.state, f"{s.pods}×{s.gpus_per_pod}",
+                                                      age(s.created)] for s in found]
+    print_table(headers, rows)
+
+
+@click.command()
+@click.argument("name")
+@cluster_options
+@click.option("-o", "--output", type=OUTPUT, default="text", show_default=True)
+@handle_errors
+def events(name: str, context: str | None, kubeconfig: str | None, namespace: str | None, output: str) -> None:
+    """Show the Events of a job and its pods, each with a hint when there is one.
+
+    \b
+    Examples:
+      kubetrain events llm-finetune
+      kubetrain events llm-finetune -n team-a -o json
+    """
+    from dataclasses import asdict
+
+    from kubetrain.client import jobs, pods
+    from kubetrain.client.status import job_events
+
+    connection = connect_from(context, kubeconfig)
+    ns = connection.namespace(namespace)
+    target, _ = jobs.find(connection.api, installed_targets(connection), ns, name)
+    pod_names = {str(p["metadata"]["name"]) for p in pods.list_pods(connection.api, target, ns, name)}
+    rows = job_events(connection.api, target, ns, name, pod_names)
+    if output != "text":
+        items = [asdict(e) for e in rows]
+        click.echo(json.dumps(items, indent=2) if output == "json" else dump_yaml(items), nl=output == "json")
+    elif rows:
+        _print_events(rows)
+    else:
+        info(f"no events for {target.kind} {ns}/{name}")

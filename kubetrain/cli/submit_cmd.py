@@ -1,0 +1,178 @@
+"""kubetrain submit: render → validate → preflight → apply, then optionally wait for or follow the job."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from kubetrain.cli.cluster_opts import cluster_options, connect_from
+from kubetrain.cli.common import load, render_loaded, spec_file_option
+from kubetrain.cli.output import handle_errors, info, warn
+from kubetrain.errors import ClusterError, Problem, SpecError, UsageError
+from kubetrain.render.yamlout import dump_json, dump_yaml
+from kubetrain.spec.load import LoadedSpec
+
+if TYPE_CHECKING:
+    from kubetrain.client.connection import Connection
+    from kubetrain.client.preflight import CheckResult
+    from kubetrain.client.targets import Target
+
+
+@click.command()
+@spec_file_option
+@cluster_options
+@click.option("--target", type=click.Choice(["pytorchjob", "trainjob", "auto"]), default=None,
+              help="Override spec.target (auto: PyTorchJob if installed, else TrainJob).")
+@click.option("--image", default=None, help="Override spec.image.")
+@click.option("--build", "build_image", is_flag=True, help="Build and push the image first (`kubetrain build --push`) "
+              "and submit with its reference.")
+@click.option("--dry-run", "dry_run", type=click.Choice(["none", "client", "server"]), default="none",
+              show_default=True, help="client: check and print, write nothing; server: also let the API server "
+              "validate (dryRun=All).")
+@click.option("--replace", is_flag=True, help="If the job exists, delete it (waiting for its pods) and recreate it.")
+@click.option("--skip-preflight", is_flag=True, help="Skip the preflight checks.")
+@click.option("-o", "--output", type=click.Choice(["name", "yaml", "json"]), default=None,
+              help="stdout: the job's name (default), kind/name, or the applied objects.")
+@click.option("--wait", is_flag=True, help="Wait for the job to finish: exit 0 on Succeeded, 1 on Failed.")
+@click.option("--follow", is_flag=True, help="After submitting, follow the logs (as `kubetrain logs -f`).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Give up waiting (--wait, --replace) after this long (default: --wait forever, --replace 300).")
+@handle_errors
+def submit(filename: str, context: str | None, kubeconfig: str | None, namespace: str | None, target: str | None,
+           image: str | None, build_image: bool, dry_run: str, replace: bool, skip_preflight: bool,
+           output: str | None, wait: bool, follow: bool, timeout: float | None) -> None:
+    """Render, validate, preflight and apply the job to a cluster.
+
+    Server-side apply with field manager `kubetrain`: submitting an unchanged spec again is a no-op; a changed
+    spec for an existing job is refused unless --replace. The job's name goes to stdout, messages to stderr.
+
+    \b
+    Examples:
+      kubetrain submit
+      kubetrain submit -f job.yaml -n team-a --context prod --wait
+      kubetrain submit --dry-run=server -o yaml
+      kubetrain submit --replace --follow
+    """
+    if dry_run != "none" and (wait or follow):
+        raise UsageError("--wait/--follow cannot be combined with --dry-run")
+    loaded = load(filename)
+    connection = connect_from(context, kubeconfig)
+    ns = connection.namespace(namespace, loaded.job.metadata.namespace)
+    chosen = _resolve_target(connection, target or loaded.job.spec.target)
+    if build_image:
+        image = _build(loaded)
+    objects = render_loaded(loaded, target=chosen.name, namespace=ns, image=image)
+    validate_rendered(connection, chosen, objects)
+    if not skip_preflight:
+        run_preflight(connection, chosen, objects, ns)
+    name = _apply(connection, chosen, objects, dry_run, replace, timeout, output)
+    if follow:
+        _follow(connection, chosen, ns, name)
+    if wait:
+        _wait(connection, chosen, ns, name, timeout)
+
+
+def _resolve_target(connection: Connection, wanted: str) -> Target:
+    from kubetrain.client.targets import resolve
+
+    return resolve(connection.api, wanted)
+
+
+def _build(loaded: LoadedSpec) -> str:
+    from kubetrain.build import build_image
+
+    return build_image(loaded, push=True)
+
+
+def validate_rendered(connection: Connection, target: Target, objects: list[dict[str, Any]]) -> None:
+    """Offline schema + semantic checks, with the cluster's own CRD when we may read it."""
+    from kubetrain.validate import SchemaStore
+    from kubetrain.validate.engine import validate_document
+    from kubetrain.validate.schemas import cached_crds
+    from kubetrain.yamlsrc import ParsedDoc
+
+    store = SchemaStore()
+    for crd, source in [*_cluster_crd(connection, target), *cached_crds()]:
+        store.add_crd(crd, source)
+    if store.validator(target.api_version, target.kind) is None:
+        info(f"validate: no local schema for {target.kind}; the API server validates it on apply")
+    issues = [issue for index, obj in enumerate(objects, 1)
+              for issue in validate_document(ParsedDoc(obj), "<rendered>", index, store, True)
+              if not issue.message.startswith("no schema for")]
+    for issue in issues:
+        if issue.severity != "error":
+            warn(issue.text())
+    errors = [Problem("", issue.text()) for issue in issues if issue.severity == "error"]
+    if errors:
+        raise SpecError(errors)
+
+
+def _cluster_crd(connection: Connection, target: Target) -> list[tuple[dict[str, Any], str]]:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        crd = client.ApiextensionsV1Api(connection.api).read_custom_resource_definition(target.resource)
+    except (ApiException, HTTPError, OSError):
+        return []  # forbidden, not installed or unreachable: preflight (or apply) says which
+    return [(connection.api.sanitize_for_serialization(crd), f"cluster {connection.context or 'in-cluster'}")]
+
+
+def run_preflight(connection: Connection, target: Target, objects: list[dict[str, Any]], namespace: str) -> None:
+    from kubetrain.client import preflight
+
+    results = preflight.run(connection.api, target, objects, namespace, connection.server)
+    for result in results:
+        info(_styled(result))
+    failures = preflight.failed(results)
+    if failures:
+        raise ClusterError(f"preflight failed ({len(failures)} check(s) marked ✗): fix them, "
+                           "or --skip-preflight to submit anyway")
+
+
+def _styled(result: CheckResult) -> str:
+    line = result.line()
+    if not sys.stderr.isatty():
+        return line
+    colour = {"ok": "green", "fail": "red", "warn": "yellow"}[result.status]
+    return click.style(line[0], fg=colour) + line[1:]
+
+
+def _apply(connection: Connection, target: Target, objects: list[dict[str, Any]], dry_run: str, replace: bool,
+           timeout: float | None, output: str | None) -> str:
+    from kubetrain.client import apply
+
+    job = objects[-1]
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    if replace and dry_run == "none":
+        info(f"replacing {target.kind} {namespace}/{name} if it exists (deleting it and its pods first)")
+    result = apply.submit(connection.api, target, objects, dry_run=None if dry_run == "none" else dry_run,
+                          replace=replace, timeout=300 if timeout is None else timeout)
+    info(result.message(target, name, namespace))
+    if output == "yaml":
+        click.echo(dump_yaml(result.objects), nl=False)
+    elif output == "json":
+        click.echo(dump_json(result.objects), nl=False)
+    else:
+        click.echo(f"{target.resource}/{name}" if output == "name" else name)
+    return str(name)
+
+
+def _wait(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None) -> None:
+    from kubetrain.client import jobs
+
+    info(f"waiting for {target.kind} {namespace}/{name} to finish")
+    final = jobs.wait_finished(connection.api, target, namespace, name, timeout)
+    info(f"{target.kind} {namespace}/{name} {final}")
+    if final != "Succeeded":
+        sys.exit(1)
+
+
+def _follow(connection: Connection, target: Target, namespace: str, name: str) -> None:
+    """`kubetrain logs -f` with the progress line; owned by the logs module."""
+    from kubetrain.client import logs  # type: ignore[attr-defined]
+
+    logs.follow_job(connection.api, target, namespace, name)

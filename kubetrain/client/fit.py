@@ -1,0 +1,174 @@
+"""Does the job fit? A pure function over the API's node and pod dicts (no client, no clock).
+
+Free GPUs of a node = allocatable nvidia.com/gpu minus what its non-terminated pods request. Only nodes
+the pods may land on count: Ready, not cordoned, matching the nodeSelector, every NoSchedule/NoExecute
+taint tolerated. Pods of one job are identical, so packing is exact: a node with F free GPUs holds
+F // g pods of g GPUs, and the job fits iff those sum to at least its pod count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GPU = "nvidia.com/gpu"
+BLOCKING_EFFECTS = {"NoSchedule", "NoExecute"}
+
+
+@dataclass(frozen=True)
+class FitRequest:
+    pods: int
+    gpus_per_pod: int
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    resource: str = GPU
+
+
+@dataclass(frozen=True)
+class NodeFit:
+    name: str
+    allocatable: int
+    free: int
+    excluded: str | None  # why the job's pods cannot land here; None if they can
+
+
+@dataclass(frozen=True)
+class FitResult:
+    fits: bool
+    message: str
+    hint: str
+    room: int  # how many of the job's pods the eligible nodes can hold now
+    nodes: list[NodeFit]
+    no_capacity: bool = False  # no node of the cluster has any of the resource
+
+
+def quantity(value: Any) -> int:
+    """An extended-resource quantity (always an integer count); junk counts as 0."""
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def pod_request(pod: dict[str, Any], resource: str = GPU) -> int:
+    """Effective request: max(sum of containers, largest init container); requests default to limits."""
+    spec = pod.get("spec") or {}
+
+    def one(container: dict[str, Any]) -> int:
+        res = container.get("resources") or {}
+        return quantity((res.get("requests") or {}).get(resource, (res.get("limits") or {}).get(resource, 0)))
+
+    main = sum(one(c) for c in spec.get("containers") or [])
+    init = max((one(c) for c in spec.get("initContainers") or []), default=0)
+    return max(main, init)
+
+
+def used_by_node(pods: list[dict[str, Any]], resource: str = GPU) -> dict[str, int]:
+    """resource requested per node by pods bound there and not terminated."""
+    used: dict[str, int] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if node and phase not in ("Succeeded", "Failed"):
+            used[node] = used.get(node, 0) + pod_request(pod, resource)
+    return used
+
+
+def tolerates(tolerations: list[dict[str, Any]], taint: dict[str, Any]) -> bool:
+    """Kubernetes' matching: effect (empty = any), key (empty + Exists = any), value unless Exists."""
+    for tol in tolerations:
+        if tol.get("effect") and tol["effect"] != taint.get("effect"):
+            continue
+        operator = tol.get("operator") or "Equal"
+        if not tol.get("key"):
+            if operator == "Exists":
+                return True
+            continue
+        if tol["key"] != taint.get("key"):
+            continue
+        if operator == "Exists" or (tol.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def exclusion(node: dict[str, Any], request: FitRequest) -> str | None:
+    """Why the job's pods cannot be scheduled on `node`, or None."""
+    spec = node.get("spec") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if spec.get("unschedulable"):
+        return "cordoned"
+    ready = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    if not ready or ready[0].get("status") != "True":
+        return "NotReady"
+    for key, value in request.node_selector.items():
+        if labels.get(key) != value:
+            return f"nodeSelector {key}={value} does not match"
+    for taint in spec.get("taints") or []:
+        if taint.get("effect") in BLOCKING_EFFECTS and not tolerates(request.tolerations, taint):
+            return f"taint {_taint_text(taint)} not tolerated"
+    return None
+
+
+def _taint_text(taint: dict[str, Any]) -> str:
+    value = f"={taint['value']}" if taint.get("value") else ""
+    return f"{taint.get('key')}{value}:{taint.get('effect')}"
+
+
+def node_fits(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], request: FitRequest) -> list[NodeFit]:
+    used = used_by_node(pods, request.resource)
+    out = []
+    for node in nodes:
+        name = (node.get("metadata") or {}).get("name", "?")
+        allocatable = quantity(((node.get("status") or {}).get("allocatable") or {}).get(request.resource, 0))
+        out.append(NodeFit(name, allocatable, max(0, allocatable - used.get(name, 0)), exclusion(node, request)))
+    return out
+
+
+def fit(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], request: FitRequest) -> FitResult:
+    """Can `request.pods` pods of `request.gpus_per_pod` GPUs each be placed now? With an explanation."""
+    per_node = node_fits(nodes, pods, request)
+    g, res = request.gpus_per_pod, request.resource
+    if g <= 0:
+        return FitResult(True, f"no {res} requested", "", request.pods, per_node)
+    if not any(n.allocatable > 0 for n in per_node):
+        return FitResult(False, f"the cluster has no {res} capacity: no node advertises allocatable {res}",
+                         "is the NVIDIA device plugin (or GPU operator) running on the GPU nodes? "
+                         "Check Allocatable in `kubectl describe node`; or add GPU nodes", 0, per_node, True)
+    eligible = [n for n in per_node if n.excluded is None and n.allocatable > 0]
+    big_enough = [n for n in eligible if n.free >= g]
+    room = sum(n.free // g for n in eligible)
+    where = _where(request)
+    if room >= request.pods:
+        return FitResult(True, f"{request.pods} pod(s) × {g} {res} fit: {len(big_enough)} eligible node(s) "
+                         f"have ≥ {g} free{where}", "", room, per_node)
+    if not big_enough:
+        message = f"needs {request.pods} pods × {g} {res}; no eligible node has ≥ {g} free{where}"
+    elif room == len(big_enough):
+        message = (f"needs {request.pods} pods × {g} {res}; only {len(big_enough)} eligible "
+                   f"node{'s' if len(big_enough) != 1 else ''} have ≥ {g} free{where}")
+    else:
+        message = (f"needs {request.pods} pods × {g} {res}; eligible nodes have room for only {room} "
+                   f"({len(big_enough)} node(s) with ≥ {g} free){where}")
+    return FitResult(False, message, _explain(per_node, g), room, per_node)
+
+
+def _where(request: FitRequest) -> str:
+    if not request.node_selector:
+        return ""
+    return " (" + ", ".join(f"{k}={v}" for k, v in sorted(request.node_selector.items())) + ")"
+
+
+def _explain(per_node: list[NodeFit], g: int) -> str:
+    """Which nodes were left out and why, and which are too busy: what to change."""
+    parts = []
+    for node in per_node:
+        if node.allocatable == 0:  # CPU nodes are beside the point
+            continue
+        if node.excluded:
+            parts.append(f"{node.name}: {node.excluded}")
+        elif node.free < g:
+            parts.append(f"{node.name}: {node.free}/{node.allocatable} free")
+    detail = "; ".join(parts[:6]) + ("; ..." if len(parts) > 6 else "")
+    action = ("lower spec.nodes or spec.gpusPerNode, wait for GPUs to free up (kubetrain gpu), "
+              "or --skip-preflight if an autoscaler adds nodes")
+    return f"{detail}. {action}" if detail else action

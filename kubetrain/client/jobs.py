@@ -1,0 +1,190 @@
+"""PyTorchJobs and TrainJobs: get, list, delete, wait; their conditions as one state; their shape."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kubetrain.client import watch
+from kubetrain.client.errors import as_dict, cluster_errors
+from kubetrain.client.targets import Target
+from kubetrain.errors import ClusterError
+
+GPU = "nvidia.com/gpu"
+TERMINAL = ("Succeeded", "Failed")
+# Later entries win: a job that is Running and then Succeeded is Succeeded.
+PYTORCHJOB_STATES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+TRAINJOB_STATES = {"Created": "Created", "Suspended": "Suspended", "Complete": "Succeeded", "Failed": "Failed"}
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    name: str
+    namespace: str
+    target: str
+    state: str
+    pods: int
+    gpus_per_pod: int
+    created: str  # RFC 3339, as the API gives it
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "namespace": self.namespace, "target": self.target, "state": self.state,
+                "nodes": self.pods, "gpusPerNode": self.gpus_per_pod, "created": self.created}
+
+
+def conditions(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((obj.get("status") or {}).get("conditions") or [])
+
+
+def state(obj: dict[str, Any]) -> str:
+    """One word for the job's conditions: Pending, Created, Running, Restarting, Suspended, Succeeded, Failed."""
+    true = {c.get("type") for c in conditions(obj) if c.get("status") == "True"}
+    if obj.get("kind") == "TrainJob":
+        found = [TRAINJOB_STATES[t] for t in TRAINJOB_STATES if t in true]
+        if not found:
+            return "Running" if _trainjob_active(obj) else "Pending"
+        for terminal in TERMINAL:
+            if terminal in found:
+                return terminal
+        return found[-1]
+    for candidate in reversed(PYTORCHJOB_STATES):
+        if candidate in true:
+            return candidate
+    return "Pending"
+
+
+def _trainjob_active(obj: dict[str, Any]) -> bool:
+    statuses = (obj.get("status") or {}).get("jobsStatus") or []
+    return any((s.get("active") or 0) > 0 for s in statuses)
+
+
+def pod_specs(obj: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """(replicas, pod spec) per replica type. A TrainJob's pod spec is its runtime patch plus its resources."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "TrainJob":
+        trainer = spec.get("trainer") or {}
+        pod: dict[str, Any] = {}
+        for patch in spec.get("runtimePatches") or []:
+            jobs = (((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {})
+            for rjob in jobs.get("replicatedJobs") or []:
+                pod = {**pod, **((((rjob.get("template") or {}).get("spec") or {}).get("template") or {})
+                                 .get("spec") or {})}
+        container = {"name": "node", "resources": trainer.get("resourcesPerNode") or {}}
+        return [(int(trainer.get("numNodes") or 1), {**pod, "containers": [container]})]
+    replicas = spec.get("pytorchReplicaSpecs") or {}
+    return [(int(r.get("replicas", 1)), ((r.get("template") or {}).get("spec") or {})) for r in replicas.values()]
+
+
+def gpus_of(pod_spec: dict[str, Any]) -> int:
+    """nvidia.com/gpu one pod requests (extended resources: request = limit; either may be written)."""
+    total = 0
+    for container in pod_spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        value = (resources.get("limits") or {}).get(GPU) or (resources.get("requests") or {}).get(GPU) or 0
+        total += int(value)
+    return total
+
+
+def shape(obj: dict[str, Any]) -> tuple[int, int]:
+    """(pods, GPUs per pod): the largest per-pod GPU count across replica types."""
+    specs = pod_specs(obj)
+    return sum(n for n, _ in specs), max((gpus_of(s) for _, s in specs), default=0)
+
+
+def summary(obj: dict[str, Any], target: Target) -> JobSummary:
+    meta = obj.get("metadata") or {}
+    pods, gpus = shape(obj)
+    return JobSummary(meta.get("name", ""), meta.get("namespace", ""), target.name, state(obj), pods, gpus,
+                      meta.get("creationTimestamp", ""))
+
+
+def _api(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def get(api: client.ApiClient, target: Target, namespace: str, name: str) -> dict[str, Any] | None:
+    """The job, or None if there is none of that name (a missing CRD or namespace is a ClusterError)."""
+    action = f"get {target.resource} {name} in namespace {namespace}"
+    with cluster_errors(action):
+        try:
+            found = as_dict(_api(api).get_namespaced_custom_object(
+                target.group, target.version, namespace, target.plural, name))
+        except ApiException as exc:
+            if exc.status == 404 and _object_missing(exc, name):
+                return None
+            raise
+    return found
+
+
+def _object_missing(exc: ApiException, name: str) -> bool:
+    from kubetrain.client.errors import status_body
+
+    details = status_body(exc).get("details") or {}
+    return bool(details.get("name") == name and details.get("kind") != "namespaces")
+
+
+def find(api: client.ApiClient, targets: list[Target], namespace: str, name: str) -> tuple[Target, dict[str, Any]]:
+    """The job called `name` among the installed kinds; a one-line error when there is none."""
+    for target in targets:
+        obj = get(api, target, namespace, name)
+        if obj is not None:
+            return target, obj
+    kinds = " or ".join(t.kind for t in targets) or "training job"
+    raise ClusterError(f"no {kinds} named {name} in namespace {namespace} (list them: kubetrain list -n {namespace})")
+
+
+def list_jobs(api: client.ApiClient, targets: list[Target], namespace: str | None) -> list[JobSummary]:
+    """Jobs of every given kind, in one namespace or (None) all of them, oldest first."""
+    out: list[JobSummary] = []
+    for target in targets:
+        where = f"namespace {namespace}" if namespace else "all namespaces"
+        with cluster_errors(f"list {target.resource} in {where}"):
+            if namespace:
+                body = _api(api).list_namespaced_custom_object(target.group, target.version, namespace,
+                                                               target.plural)
+            else:
+                body = _api(api).list_cluster_custom_object(target.group, target.version, target.plural)
+        out += [summary(item, target) for item in as_dict(body).get("items") or []]
+    return sorted(out, key=lambda s: (s.created, s.namespace, s.name))
+
+
+def delete(api: client.ApiClient, target: Target, namespace: str, name: str, propagation: str = "Background") -> bool:
+    """Delete the job; False if it was already gone."""
+    with cluster_errors(f"delete {target.resource} {name} in namespace {namespace}"):
+        try:
+            _api(api).delete_namespaced_custom_object(target.group, target.version, namespace, target.plural, name,
+                                                      propagation_policy=propagation)
+        except ApiException as exc:
+            if exc.status == 404 and _object_missing(exc, name):
+                return False
+            raise
+    return True
+
+
+def _list_fn(api: client.ApiClient, target: Target, namespace: str) -> Any:
+    return functools.partial(_api(api).list_namespaced_custom_object, target.group, target.version, namespace,
+                             target.plural)
+
+
+def wait_gone(api: client.ApiClient, target: Target, namespace: str, name: str, timeout: float | None) -> None:
+    with cluster_errors(f"watch {target.resource} in namespace {namespace}"):
+        watch.wait_for(_list_fn(api, target, namespace), lambda cache: not cache, timeout=timeout,
+                       what=f"{target.kind} {name} to be deleted", field_selector=f"metadata.name={name}")
+
+
+def wait_finished(api: client.ApiClient, target: Target, namespace: str, name: str, timeout: float | None) -> str:
+    """Block until the job is Succeeded or Failed; return which. A deleted job is an error."""
+    def check(cache: dict[tuple[str, str], dict[str, Any]]) -> str | None:
+        obj = cache.get((namespace, name))
+        if obj is None:
+            raise ClusterError(f"{target.kind} {name} was deleted while waiting for it to finish")
+        current = state(obj)
+        return current if current in TERMINAL else None
+
+    with cluster_errors(f"watch {target.resource} in namespace {namespace}"):
+        return watch.wait_for(_list_fn(api, target, namespace), check, timeout=timeout,
+                              what=f"{target.kind} {name} to finish", field_selector=f"metadata.name={name}")

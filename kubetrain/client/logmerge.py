@@ -1,0 +1,199 @@
+"""Pure log plumbing, no cluster: split byte streams into whole lines, read the API's timestamps, drop lines
+already seen after a reconnect, prefix and colour lines per replica, and merge several streams by time.
+
+The API server prefixes each line with an RFC 3339 timestamp when asked (``timestamps=true``); kubetrain always
+asks, so it can order lines from several pods and resume a cut stream without repeating a line. Timestamps
+are turned into integer nanoseconds (RFC3339Nano drops trailing zeros, so strings do not sort).
+"""
+
+from __future__ import annotations
+
+import codecs
+import datetime as dt
+import heapq
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+NO_TIME = -1  # the key of a line without a parseable timestamp
+_EPOCH_CACHE: dict[str, int] = {}
+# Stable colours: master always cyan; the n-th worker/node always the n-th colour of this palette.
+MASTER_STYLE = "bold cyan"
+PALETTE = ("green", "yellow", "magenta", "blue", "bright_green", "bright_yellow", "bright_magenta",
+           "bright_blue", "red", "bright_red", "bright_cyan", "white")
+
+
+def split_timestamp(line: str) -> tuple[int, str, str]:
+    """(nanoseconds since the epoch, the timestamp text, the rest) of ``2024-05-01T10:00:00.123Z text``.
+
+    A line that does not start with a timestamp gets (NO_TIME, "", line).
+    """
+    space = line.find(" ")
+    stamp = line[:space] if space > 0 else line
+    key = timestamp_ns(stamp)
+    if key == NO_TIME:
+        return NO_TIME, "", line
+    return key, stamp, line[space + 1:] if space > 0 else ""
+
+
+def timestamp_ns(stamp: str) -> int:
+    """RFC 3339 (any fraction length, Z or an offset) to integer nanoseconds; NO_TIME if it is not one."""
+    if len(stamp) < 20 or stamp[4] != "-" or stamp[10] != "T":
+        return NO_TIME
+    seconds_part = stamp[:19]
+    rest = stamp[19:]
+    nanos = 0
+    if rest.startswith("."):
+        digits = len(rest) - len(rest[1:].lstrip("0123456789"))
+        fraction = rest[1:digits]
+        rest = rest[digits:]
+        if fraction:
+            nanos = int(fraction[:9].ljust(9, "0"))
+    epoch = _epoch_seconds(seconds_part, rest)
+    return NO_TIME if epoch is None else epoch * 1_000_000_000 + nanos
+
+
+def _epoch_seconds(seconds_part: str, zone: str) -> int | None:
+    cache_key = seconds_part + zone
+    cached = _EPOCH_CACHE.get(cache_key)
+    if cached is not None:
+        return cached
+    try:
+        parsed = dt.datetime.fromisoformat(seconds_part + ("+00:00" if zone in ("Z", "z") else zone))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        return None
+    value = int(parsed.timestamp())
+    if len(_EPOCH_CACHE) > 4096:  # one entry per distinct second: keep it bounded on long follows
+        _EPOCH_CACHE.clear()
+    _EPOCH_CACHE[cache_key] = value
+    return value
+
+
+class LineAssembler:
+    """Bytes in (chunks cut anywhere, even inside a UTF-8 character), whole lines out."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._partial = ""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        text = self._partial + self._decoder.decode(chunk)
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+    @property
+    def pending(self) -> str:
+        """The partial line held back so far (a stream cut mid-line leaves one)."""
+        return self._partial
+
+    def discard(self) -> None:
+        """Forget a partial line: the stream is re-opened and will send that line whole again."""
+        self._decoder.reset()
+        self._partial = ""
+
+    def flush(self) -> list[str]:
+        """The last line of a stream that ended without a newline (the stream is over for good)."""
+        rest = self._partial + self._decoder.decode(b"", final=True)
+        self._partial = ""
+        return [rest] if rest else []
+
+
+@dataclass
+class Dedup:
+    """Remembers the last timestamp emitted (and how many lines carried it), so a re-opened stream that
+    starts earlier than where the cut happened only lets new lines through."""
+
+    last: int = NO_TIME
+    same: int = 0  # lines emitted with timestamp == last
+    _seen_at_last: int = field(default=0, repr=False)
+
+    def begin_replay(self) -> None:
+        """A new connection for the same container starts: count lines at `last` again from zero."""
+        self._seen_at_last = 0
+
+    def accept(self, key: int) -> bool:
+        if key == NO_TIME:
+            return True
+        if key < self.last:
+            return False
+        if key == self.last:
+            self._seen_at_last += 1
+            if self._seen_at_last <= self.same:
+                return False
+            self.same += 1
+            return True
+        self.last, self.same, self._seen_at_last = key, 1, 1
+        return True
+
+
+def style_for(label: str) -> str:
+    """The rich style of a replica label: stable across runs and machines (no hashing of process state)."""
+    role, _, index = label.rpartition("-")
+    if not role:
+        role, index = label, "0"
+    if role == "master":
+        return MASTER_STYLE
+    number = int(index) if index.isdigit() else sum(label.encode())
+    return PALETTE[number % len(PALETTE)]
+
+
+class Prefixer:
+    """``[worker-1] `` before each line, in the replica's colour when `color` is set (ANSI codes built once)."""
+
+    def __init__(self, color: bool = False) -> None:
+        self.color = color
+        self._cache: dict[str, str] = {}
+
+    def prefix(self, label: str) -> str:
+        cached = self._cache.get(label)
+        if cached is None:
+            cached = f"[{label}] "
+            if self.color:
+                from rich.style import Style
+
+                cached = Style.parse(style_for(label)).render(f"[{label}]") + " "
+            self._cache[label] = cached
+        return cached
+
+    def format(self, label: str, text: str, stamp: str = "") -> str:
+        if stamp:
+            return f"{self.prefix(label)}{stamp} {text}"
+        return self.prefix(label) + text
+
+
+Source = tuple[str, Iterable[str]]
+"""(replica label, its lines as the API returned them with timestamps=true), lazily or not."""
+
+
+def parsed_lines(label: str, lines: Iterable[str]) -> Iterator[tuple[int, int, str, str, str]]:
+    """(time key, order, label, timestamp text, line) per line; `order` keeps a stream's own order on ties.
+
+    A line without a timestamp takes the time of the line before it in the same stream.
+    """
+    last = NO_TIME
+    for order, line in enumerate(lines):
+        key, stamp, text = split_timestamp(line)
+        if key == NO_TIME:
+            key = last
+        last = key
+        yield key, order, label, stamp, text
+
+
+def merge(sources: Iterable[Source], prefixer: Prefixer, timestamps: bool = False) -> Iterator[str]:
+    """Every line of every source, prefixed, in time order (stable: same-time lines keep stream order).
+
+    Lazy: with generators as sources, only one pending line per source is held in memory.
+    """
+    fmt = prefixer.format
+    for _key, _order, label, stamp, text in heapq.merge(*(parsed_lines(label, lines) for label, lines in sources)):
+        yield fmt(label, text, stamp if timestamps else "")
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a whole log text (a final newline ends the last line, it does not start another)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines

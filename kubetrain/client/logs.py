@@ -1,0 +1,328 @@
+"""`kubetrain logs`: one merged, prefixed stream from every replica of a job. The library API:
+
+* ``print_logs(conn, namespace, name, target, options, sink, notice) -> int``: the logs so far, merged in
+  time order; returns the number of lines written.
+* ``follow_job_logs(conn, namespace, name, target, options, sink, notice, progress) -> FollowResult``: waits
+  through Pending (scheduling events go to `notice`), follows every pod across restarts, returns when the
+  job has Succeeded, Failed or was deleted. `submit --follow` calls this.
+
+`sink` gets each output line (prefixed, no newline) from one thread at a time, so lines never interleave;
+`notice` gets human messages (stderr material); `progress` gets the live progress text (kubetrain.progress)
+whenever a metrics line changes it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+
+from kubetrain.client import jobs, targets, watch
+from kubetrain.client.connection import Connection
+from kubetrain.client.errors import CRD_HINT, cluster_errors
+from kubetrain.client.logmerge import LineAssembler, Prefixer, merge
+from kubetrain.client.logstream import PodFollower
+from kubetrain.client.pending import PendingReporter
+from kubetrain.client.pods import Replica, check_replica_filter, matches, replica_of, select, sort_key
+from kubetrain.client.progress import ProgressTracker
+from kubetrain.client.targets import Target
+from kubetrain.errors import ClusterError, UsageError
+
+Sink = Callable[[str], None]
+Notice = Callable[[str], None]
+PARALLEL_READS = 16
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    replica: str = "all"  # all, a role (master, worker, node) or one replica (worker-2)
+    since_seconds: int | None = None
+    tail: int | None = None  # per replica, like kubectl --tail with a selector
+    previous: bool = False  # the previous (crashed) container instance
+    timestamps: bool = False  # keep the API's RFC 3339 timestamp after the prefix
+    color: bool = False
+
+
+@dataclass(frozen=True)
+class FollowResult:
+    state: str  # Succeeded, Failed or Deleted
+    message: str  # the job's final condition message ("" if none)
+    lines: int
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "Succeeded"
+
+
+def find_job(api: client.ApiClient, namespace: str, name: str,
+             target: str | Target | None) -> tuple[Target, dict[str, Any]]:
+    """The job and its kind; `target` None or "auto" looks among the installed kinds."""
+    if isinstance(target, Target):
+        candidates = [target]
+    else:
+        candidates = [targets.TARGETS[target]] if target and target != "auto" else targets.installed(api)
+    if not candidates:
+        raise ClusterError(f"neither PyTorchJob nor TrainJob is installed on this cluster: {CRD_HINT}")
+    return jobs.find(api, candidates, namespace, name)
+
+
+class _Output:
+    """Formats and writes lines from many threads, one whole line at a time; feeds the progress line."""
+
+    def __init__(self, sink: Sink, options: LogOptions, progress: Callable[[str], None] | None) -> None:
+        self.sink, self.timestamps = sink, options.timestamps
+        self.prefixer = Prefixer(options.color)
+        self.progress, self.tracker = progress, ProgressTracker()
+        self.lines = 0
+        self._lock = threading.Lock()
+
+    def emit(self, label: str, stamp: str, text: str) -> None:
+        line = self.prefixer.format(label, text, stamp if self.timestamps else "")
+        with self._lock:
+            self.sink(line)
+            self.lines += 1
+            if self.progress and self.tracker.feed(text) and (current := self.tracker.line()):
+                self.progress(current)
+
+
+# ---- the logs so far -------------------------------------------------------------------------------------
+def print_logs(conn: Connection, namespace: str, name: str, target: str | Target | None, options: LogOptions,
+               sink: Sink, notice: Notice) -> int:
+    """Every selected replica's log (or previous log), merged in time order. Returns lines written."""
+    wanted = check_replica_filter(options.replica)
+    found, obj = find_job(conn.api, namespace, name, target)
+    replicas = select(_replicas(conn.api, found, namespace, name), wanted)
+    if not replicas:
+        notice(f"{found.kind} {name} has no pods yet (state: {jobs.state(obj)}); use -f to wait for them")
+        return 0
+    readable = [r for r in replicas if _readable(r, options.previous, notice)]
+    core = client.CoreV1Api(conn.api)
+    output = _Output(sink, options, None)
+    with ThreadPoolExecutor(min(PARALLEL_READS, max(1, len(readable)))) as pool:
+        opened = list(pool.map(lambda r: _open(core, namespace, r, options, notice), readable))
+        sources = [(r.label, _lines(resp)) for r, resp in zip(readable, opened, strict=True) if resp is not None]
+        for line in merge(sources, output.prefixer, options.timestamps):
+            sink(line)
+            output.lines += 1
+    return output.lines
+
+
+def _replicas(api: client.ApiClient, found: Target, namespace: str, name: str) -> list[Replica]:
+    from kubetrain.client.pods import job_replicas
+
+    return job_replicas(api, found, namespace, name)
+
+
+def _readable(replica: Replica, previous: bool, notice: Notice) -> bool:
+    if previous and replica.restarts == 0:
+        if replica.state == "terminated":
+            notice(f"[{replica.label}] has not restarted: showing its terminated container "
+                   f"({replica.reason or 'exit'} {replica.exit_code})")
+            return True
+        notice(f"[{replica.label}] has no previous container (0 restarts)")
+        return False
+    if not replica.started:
+        why = replica.reason or replica.phase
+        notice(f"[{replica.label}] {replica.pod} has not started ({why}); no logs yet")
+        return False
+    return True
+
+
+def _open(core: client.CoreV1Api, namespace: str, replica: Replica, options: LogOptions, notice: Notice) -> Any:
+    previous = options.previous and replica.restarts > 0
+    with cluster_errors(f"read the logs of pod {replica.pod} in namespace {namespace}"):
+        try:
+            return core.read_namespaced_pod_log(
+                replica.pod, namespace, container=replica.container, previous=previous, timestamps=True,
+                since_seconds=options.since_seconds, tail_lines=options.tail, _preload_content=False)
+        except client.ApiException as exc:
+            if exc.status not in (400, 404):
+                raise
+            notice(f"[{replica.label}] no logs: {_api_message(exc)}")
+            return None
+
+
+def _api_message(exc: client.ApiException) -> str:
+    from kubetrain.client.errors import api_message
+
+    return api_message(exc)
+
+
+def _lines(response: Any) -> Iterator[str]:
+    """A response's lines as they arrive (so merging many large logs holds one line per pod)."""
+    assembler = LineAssembler()
+    try:
+        while chunk := response.read1(65536):
+            yield from assembler.feed(chunk)
+        yield from assembler.flush()
+    finally:
+        response.release_conn()
+
+
+# ---- following -------------------------------------------------------------------------------------------
+class _Feed:
+    """The job and its pods, kept current by two list+watch threads (re-listing after 410 Gone)."""
+
+    def __init__(self, api: client.ApiClient, found: Target, namespace: str, name: str) -> None:
+        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.job: dict[str, Any] | None = None
+        self.stopped = threading.Event()
+        self.synced: set[str] = set()  # "job", "pods": their first list has arrived
+        core = client.CoreV1Api(api)
+        custom = client.CustomObjectsApi(api)
+        job_list = _bind(custom.list_namespaced_custom_object, found.group, found.version, namespace, found.plural)
+        self._start("job", job_list, field_selector=f"metadata.name={name}")
+        self._start("pods", core.list_namespaced_pod, namespace=namespace, label_selector=found.pod_selector(name))
+
+    def _start(self, kind: str, list_fn: Callable[..., Any], **kwargs: Any) -> None:
+        def run() -> None:
+            try:
+                for event in watch.stream(list_fn, **kwargs):
+                    if self.stopped.is_set():
+                        return
+                    self.events.put((kind, event))
+            except Exception as exc:
+                self.events.put(("error", exc))
+
+        threading.Thread(target=run, name=f"watch-{kind}", daemon=True).start()
+
+    def wait(self, timeout: float) -> bool:
+        """Apply every queued event (waiting up to `timeout` for the first); True if anything changed."""
+        try:
+            item = self.events.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        while True:
+            self._apply(*item)
+            try:
+                item = self.events.get_nowait()
+            except queue.Empty:
+                return True
+
+    @property
+    def ready(self) -> bool:
+        return self.synced == {"job", "pods"}
+
+    def _apply(self, kind: str, event: Any) -> None:
+        if kind == "error":
+            raise event
+        if event.type == "SYNC":
+            self.synced.add(kind)
+        if kind == "job":
+            if event.type == "SYNC":
+                self.job = event.objects[0] if event.objects else None
+            else:
+                self.job = None if event.type == "DELETED" else event.obj
+            return
+        if event.type == "SYNC":
+            self.pods = {p["metadata"]["name"]: p for p in event.objects}
+        elif event.type == "DELETED":
+            self.pods.pop(event.obj["metadata"]["name"], None)
+        else:
+            self.pods[event.obj["metadata"]["name"]] = event.obj
+
+
+def _bind(fn: Callable[..., Any], *args: Any) -> Callable[..., Any]:
+    return lambda **kwargs: fn(*args, **kwargs)
+
+
+def follow_job_logs(conn: Connection, namespace: str, name: str, target: str | Target | None = None,
+                    options: LogOptions | None = None, sink: Sink = print, notice: Notice = lambda _: None,
+                    progress: Callable[[str], None] | None = None, poll: float = 0.25) -> FollowResult:
+    """Follow every selected replica until the job ends; see the module docstring."""
+    options = options or LogOptions()
+    if options.previous:
+        raise UsageError("--previous reads a finished container; it cannot be combined with -f")
+    wanted = check_replica_filter(options.replica)
+    found, _ = find_job(conn.api, namespace, name, target)
+    follow = _Follow(conn.api, found, namespace, name, wanted, options, _Output(sink, options, progress), notice)
+    with cluster_errors(f"watch {found.resource} {name} and its pods in namespace {namespace}"):
+        return follow.run(poll)
+
+
+class _Follow:
+    def __init__(self, api: client.ApiClient, found: Target, namespace: str, name: str, wanted: str,
+                 options: LogOptions, output: _Output, notice: Notice) -> None:
+        self.api, self.found, self.namespace, self.name, self.wanted = api, found, namespace, name, wanted
+        self.options, self.output, self.notice = options, output, notice
+        self.core = client.CoreV1Api(api)
+        self.followers: dict[str, PodFollower] = {}
+        self.pending = PendingReporter(self.core, namespace, found.kind, name, notice)
+
+    def run(self, poll: float) -> FollowResult:
+        feed = _Feed(self.api, self.found, self.namespace, self.name)
+        try:
+            while True:
+                feed.wait(poll)
+                if not feed.ready:
+                    continue
+                result = self._round(feed)
+                if result is not None:
+                    return result
+        finally:
+            feed.stopped.set()
+            for follower in self.followers.values():
+                follower.stop()
+
+    def _round(self, feed: _Feed) -> FollowResult | None:
+        job = feed.job
+        replicas = [r for r in (replica_of(p, self.found, self.name) for p in feed.pods.values())
+                    if matches(r, self.wanted)]
+        self._sync_followers(sorted(replicas, key=sort_key), set(feed.pods))
+        if job is None:
+            return self._finish("Deleted", f"{self.found.kind} {self.name} was deleted")
+        state = jobs.state(job)
+        if state in jobs.TERMINAL:
+            return self._finish(state, _final_message(job, state))
+        self.pending.report([r for r in replicas if not r.started], bool(replicas), state, time.monotonic())
+        return None
+
+    def _sync_followers(self, replicas: Iterable[Replica], present: set[str]) -> None:
+        now = time.monotonic()
+        for replica in replicas:
+            follower = self.followers.get(replica.pod)
+            if follower is not None and follower.replica.uid != replica.uid:
+                self.notice(f"[{replica.label}] pod {replica.pod} was re-created")
+                follower.stop()
+                follower = None
+            if follower is None and replica.started:
+                follower = self._start_follower(replica)
+            if follower is not None:
+                follower.update(replica)
+        for pod, follower in list(self.followers.items()):
+            if pod not in present:
+                follower.stop()
+            follower.tick(now)
+
+    def _start_follower(self, replica: Replica) -> PodFollower:
+        since, tail = self.options.since_seconds, self.options.tail
+        follower = PodFollower(self.core, self.namespace, replica, self.output.emit, self.notice, since, tail)
+        self.followers[replica.pod] = follower
+        follower.start()
+        return follower
+
+    def _finish(self, state: str, message: str, timeout: float = 30.0) -> FollowResult:
+        """Let every follower write its pod's last lines, then report."""
+        for follower in self.followers.values():
+            follower.stop()
+        deadline = time.monotonic() + timeout
+        while any(f.is_alive() for f in self.followers.values()) and time.monotonic() < deadline:
+            for follower in self.followers.values():
+                follower.tick(time.monotonic())
+            time.sleep(0.05)
+        return FollowResult(state, message, self.output.lines)
+
+
+def _final_message(job: dict[str, Any], state: str) -> str:
+    wanted = {"Succeeded": ("Succeeded", "Complete"), "Failed": ("Failed",)}[state]
+    for condition in reversed(jobs.conditions(job)):
+        if condition.get("type") in wanted and condition.get("status") == "True":
+            return str(condition.get("message") or condition.get("reason") or "")
+    return ""

@@ -1,0 +1,229 @@
+"""Checks before submitting: reachable, allowed, installed, namespace, references, fits. Each → ✓/✗/! + hint."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kubetrain.client import fit as fitting
+from kubetrain.client.errors import CRD_HINT, api_message, translate
+from kubetrain.client.jobs import pod_specs
+from kubetrain.client.targets import Target, served
+from kubetrain.errors import ClusterError
+
+OK, FAIL, WARN = "ok", "fail", "warn"
+MARKS = {OK: "✓", FAIL: "✗", WARN: "!"}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: str  # ok | fail | warn (could not check, or worth knowing)
+    message: str
+    hint: str = ""
+
+    def line(self) -> str:
+        hint = f" — {self.hint}" if self.hint else ""
+        return f"{MARKS[self.status]} {self.name}: {self.message}{hint}"
+
+
+@dataclass(frozen=True)
+class Reference:
+    kind: str  # Secret | PersistentVolumeClaim | imagePullSecret | ServiceAccount
+    name: str
+
+
+def failed(results: list[CheckResult]) -> list[CheckResult]:
+    return [r for r in results if r.status == FAIL]
+
+
+def run(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], namespace: str,
+        server: str = "") -> list[CheckResult]:
+    """Every check, in order; stops after the first if the API server cannot be reached."""
+    reach = check_reachable(api, server)
+    if reach.status == FAIL:
+        return [reach]
+    job = objects[-1]
+    name = job["metadata"]["name"]
+    results = [reach, check_access(api, target, namespace, with_configmap=len(objects) > 1)]
+    installed = check_crd(api, target)
+    results += [installed] + ([check_operator(api, target)] if installed.status == OK else [])
+    ns = check_namespace(api, namespace)
+    results.append(ns)
+    if ns.status != FAIL:
+        results += check_references(api, namespace, references(job))
+    results.append(check_fit(api, job, target, namespace, name))
+    return results
+
+
+def check_reachable(api: client.ApiClient, server: str) -> CheckResult:
+    try:
+        version = client.VersionApi(api).get_code()
+    except Exception as exc:  # any failure here is "cannot talk to the cluster"; say why in one line
+        error = exc if isinstance(exc, ClusterError) else translate(exc, "reach the API server", server)
+        return CheckResult("API server", FAIL, str(error))
+    return CheckResult("API server", OK, f"{server or 'reachable'} (Kubernetes {version.major}.{version.minor})")
+
+
+def can_i(api: client.ApiClient, verb: str, group: str, resource: str, namespace: str) -> tuple[bool, str]:
+    attributes = client.V1ResourceAttributes(verb=verb, group=group, resource=resource, namespace=namespace)
+    review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
+        resource_attributes=attributes))
+    status = client.AuthorizationV1Api(api).create_self_subject_access_review(review).status
+    return (bool(status.allowed), str(status.reason or "")) if status else (False, "no status")
+
+
+def check_access(api: client.ApiClient, target: Target, namespace: str, with_configmap: bool) -> CheckResult:
+    wanted = [("create", target.group, target.plural), ("get", target.group, target.plural)]
+    if with_configmap:
+        wanted.append(("create", "", "configmaps"))
+    try:
+        denied = [(verb, group, res) for verb, group, res in wanted if not can_i(api, verb, group, res, namespace)[0]]
+    except ApiException as exc:
+        return CheckResult("permissions", WARN, f"cannot ask the API server ({api_message(exc)})")
+    if not denied:
+        return CheckResult("permissions", OK, f"may create {target.resource} in namespace {namespace}")
+    names = ", ".join(f"{verb} {res}{'.' + group if group else ''}" for verb, group, res in denied)
+    verb, group, res = denied[0]
+    resource = f"{res}.{group}" if group else res
+    return CheckResult("permissions", FAIL, f"not allowed to {names} in namespace {namespace}",
+                       f"ask a cluster admin for a Role granting it (check: kubectl auth can-i {verb} {resource} "
+                       f"-n {namespace})")
+
+
+def check_crd(api: client.ApiClient, target: Target) -> CheckResult:
+    try:
+        present = served(api, target)
+    except ApiException as exc:
+        return CheckResult("CRD", WARN, f"cannot discover {target.api_version}: {api_message(exc)}")
+    if present:
+        return CheckResult("CRD", OK, f"{target.kind} ({target.api_version}) installed")
+    return CheckResult("CRD", FAIL, f"{target.kind} ({target.api_version}) is not installed", CRD_HINT)
+
+
+def check_operator(api: client.ApiClient, target: Target) -> CheckResult:
+    """The operator's Deployment, if it is in one of the usual places (it may run elsewhere: then a note)."""
+    apps = client.AppsV1Api(api)
+    for namespace, name in target.operators:
+        try:
+            deployment = apps.read_namespaced_deployment(name, namespace)
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                continue
+            raise
+        want = deployment.spec.replicas or 1 if deployment.spec else 1
+        ready = (deployment.status.available_replicas or 0) if deployment.status else 0
+        if ready >= 1:
+            return CheckResult("operator", OK, f"Deployment {namespace}/{name} ready ({ready}/{want})")
+        return CheckResult("operator", FAIL, f"Deployment {namespace}/{name} is not ready ({ready}/{want} available)",
+                           f"jobs will not start until it is: kubectl -n {namespace} describe deployment {name}")
+    places = ", ".join(f"{ns}/{n}" for ns, n in target.operators)
+    return CheckResult("operator", WARN, f"no {target.operator_name} Deployment at {places}; assuming it runs "
+                       "elsewhere")
+
+
+def check_namespace(api: client.ApiClient, namespace: str) -> CheckResult:
+    try:
+        client.CoreV1Api(api).read_namespace(namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return CheckResult("namespace", FAIL, f"{namespace} does not exist",
+                               f"create it: kubectl create namespace {namespace}")
+        return CheckResult("namespace", WARN, f"cannot check {namespace}: {api_message(exc)}")
+    return CheckResult("namespace", OK, f"{namespace} exists")
+
+
+def references(job: dict[str, Any]) -> list[Reference]:
+    """Secrets, PVCs, imagePullSecrets and the ServiceAccount the job's pods need (optional ones left out)."""
+    found: list[Reference] = []
+    for _, pod in pod_specs(job):
+        for container in pod.get("containers") or []:
+            for env in container.get("env") or []:
+                ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+                if ref and not ref.get("optional"):
+                    found.append(Reference("Secret", ref["name"]))
+            for source in container.get("envFrom") or []:
+                ref = source.get("secretRef")
+                if ref and not ref.get("optional"):
+                    found.append(Reference("Secret", ref["name"]))
+        for volume in pod.get("volumes") or []:
+            if (volume.get("secret") or {}).get("secretName") and not volume["secret"].get("optional"):
+                found.append(Reference("Secret", volume["secret"]["secretName"]))
+            if volume.get("persistentVolumeClaim"):
+                found.append(Reference("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"]))
+        found += [Reference("imagePullSecret", s["name"]) for s in pod.get("imagePullSecrets") or []]
+        if pod.get("serviceAccountName") and pod["serviceAccountName"] != "default":
+            found.append(Reference("ServiceAccount", pod["serviceAccountName"]))
+    return list(dict.fromkeys(found))
+
+
+def _reader(api: client.ApiClient, kind: str) -> Callable[[str, str], Any]:
+    core = client.CoreV1Api(api)
+    return {"Secret": core.read_namespaced_secret, "imagePullSecret": core.read_namespaced_secret,
+            "PersistentVolumeClaim": core.read_namespaced_persistent_volume_claim,
+            "ServiceAccount": core.read_namespaced_service_account}[kind]
+
+
+def _missing_hint(ref: Reference, namespace: str) -> str:
+    return {
+        "Secret": f"create it: kubectl create secret generic {ref.name} -n {namespace} --from-literal=KEY=VALUE",
+        "imagePullSecret": f"create it: kubectl create secret docker-registry {ref.name} -n {namespace} "
+                           "--docker-server=... --docker-username=... --docker-password=...",
+        "PersistentVolumeClaim": f"create the claim in {namespace} or fix spec.volumes",
+        "ServiceAccount": f"create it: kubectl create serviceaccount {ref.name} -n {namespace}",
+    }[ref.kind]
+
+
+def check_references(api: client.ApiClient, namespace: str, refs: list[Reference]) -> list[CheckResult]:
+    if not refs:
+        return [CheckResult("references", OK, "the job references no Secret, PVC or ServiceAccount")]
+    results, present = [], []
+    for ref in refs:
+        try:
+            _reader(api, ref.kind)(ref.name, namespace)
+            present.append(f"{ref.kind} {ref.name}")
+        except ApiException as exc:
+            if exc.status == 404:
+                results.append(CheckResult("references", FAIL, f"{ref.kind} {ref.name} not found in namespace "
+                                           f"{namespace}", _missing_hint(ref, namespace)))
+            else:
+                results.append(CheckResult("references", WARN, f"cannot check {ref.kind} {ref.name}: "
+                                           f"{api_message(exc)}"))
+    if present:
+        results.insert(0, CheckResult("references", OK, ", ".join(present) + " exist"))
+    return results
+
+
+def fit_request(job: dict[str, Any]) -> fitting.FitRequest:
+    """The fit question for a rendered job: its pod count, GPUs per pod and placement."""
+    specs = pod_specs(job)
+    pods = sum(n for n, _ in specs)
+    first = specs[0][1] if specs else {}
+    gpus = max((fitting.pod_request({"spec": spec}) for _, spec in specs), default=0)
+    return fitting.FitRequest(pods, gpus, dict(first.get("nodeSelector") or {}), list(first.get("tolerations") or []))
+
+
+def check_fit(api: client.ApiClient, job: dict[str, Any], target: Target, namespace: str, name: str) -> CheckResult:
+    request = fit_request(job)
+    if request.gpus_per_pod == 0:
+        return CheckResult("fit", OK, "CPU job: no GPUs needed")
+    core = client.CoreV1Api(api)
+    try:
+        nodes = api.sanitize_for_serialization(core.list_node().items)
+        pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed").items)
+    except ApiException as exc:
+        return CheckResult("fit", WARN, f"cannot check GPU capacity: {api_message(exc)}")
+    # A re-submitted job's own pods hold GPUs it will keep using: they are not competition.
+    pods = [p for p in pods if not _owned(p, target, namespace, name)]
+    result = fitting.fit(nodes, pods, request)
+    return CheckResult("fit", OK if result.fits else FAIL, result.message, result.hint)
+
+
+def _owned(pod: dict[str, Any], target: Target, namespace: str, name: str) -> bool:
+    meta = pod.get("metadata") or {}
+    return bool(meta.get("namespace") == namespace and (meta.get("labels") or {}).get(target.pod_label) == name)

@@ -1,0 +1,148 @@
+"""Retry API calls with exponential backoff on 429, 5xx and dropped connections, honouring Retry-After.
+
+Two ways in:
+
+* ``RetryingApiClient`` (what ``connect()`` returns): every request made through it, typed API,
+  CustomObjectsApi or a watch's initial request, is retried. Most code needs nothing else.
+* ``call(fn)`` retries any callable, for code holding some other client.
+
+Connection *refused* is not retried here (urllib3 already retried the connect; the cluster is down and
+the user should hear so at once). A reset or a dropped response mid-request is retried.
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any, TypeVar
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3 import Retry
+from urllib3.exceptions import MaxRetryError, ProtocolError
+
+from kubetrain.client.errors import translate
+
+T = TypeVar("T")
+NOT_RETRIED_5XX = {501, 505}  # Not Implemented / HTTP Version Not Supported never get better
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5  # total tries, including the first
+    base: float = 0.2  # first backoff, seconds
+    factor: float = 2.0
+    cap: float = 10.0  # no single wait is longer (Retry-After included)
+    jitter: float = 0.2  # +-20 %, so many clients don't retry in lockstep
+
+
+DEFAULT_POLICY = RetryPolicy()
+
+
+def retryable_status(status: int | None) -> bool:
+    return status == 429 or (status is not None and 500 <= status <= 599 and status not in NOT_RETRIED_5XX)
+
+
+def is_connection_reset(exc: BaseException) -> bool:
+    """A connection that dropped mid-request (reset, closed without a response), directly or via urllib3."""
+    if isinstance(exc, MaxRetryError):
+        return exc.reason is not None and is_connection_reset(exc.reason)
+    return isinstance(exc, ProtocolError | ConnectionResetError | ConnectionAbortedError |
+                      http.client.RemoteDisconnected | http.client.IncompleteRead)
+
+
+def retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date), or None."""
+    value = (headers or {}).get("Retry-After") or (headers or {}).get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def backoff(attempt: int, policy: RetryPolicy = DEFAULT_POLICY, after: float | None = None,
+            rand: Callable[[], float] = random.random) -> float:
+    """Wait before retry number `attempt` (1-based): exponential with jitter, at least Retry-After, capped."""
+    delay = policy.base * policy.factor ** (attempt - 1)
+    delay *= 1 + policy.jitter * (2 * rand() - 1)
+    if after is not None:
+        delay = max(delay, after)
+    return min(delay, policy.cap)
+
+
+def permanent_500(status: int | None, body: bytes | str | None) -> bool:
+    """A 500 that is the request's fault: server-side apply of a value of the wrong type answers
+    500 "failed to create typed patch object"; sending it again cannot help."""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else (body or "")
+    return status == 500 and "failed to create typed patch object" in text
+
+
+def should_retry(exc: BaseException) -> tuple[bool, float | None]:
+    """(retry?, Retry-After seconds) for an exception raised by an API call."""
+    if isinstance(exc, ApiException):
+        return retryable_status(exc.status) and not permanent_500(exc.status, exc.body), retry_after(exc.headers)
+    return is_connection_reset(exc), None
+
+
+def call(fn: Callable[[], T], policy: RetryPolicy = DEFAULT_POLICY,
+         sleep: Callable[[float], None] = time.sleep) -> T:
+    """fn(), retried on 429/5xx ApiExceptions and dropped connections; the last failure propagates."""
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            return fn()
+        except (ApiException, ProtocolError, MaxRetryError, OSError, http.client.HTTPException) as exc:
+            again, after = should_retry(exc)
+            if not again or attempt == policy.attempts:
+                raise
+            sleep(backoff(attempt, policy, after))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class RetryingApiClient(client.ApiClient):
+    """An ApiClient whose every request is retried by `policy` (see the module docstring)."""
+
+    retry_policy: RetryPolicy = DEFAULT_POLICY
+    sleep: Callable[[float], None] = staticmethod(time.sleep)
+
+    def __init__(self, configuration: client.Configuration | None = None, *args: Any, **kwargs: Any) -> None:
+        configuration = configuration or client.Configuration()
+        if configuration.retries is None:
+            # urllib3 keeps its quick reconnects, but statuses (and Retry-After) are ours to handle, once.
+            configuration.retries = Retry(total=3, status=0, respect_retry_after_header=False,
+                                          raise_on_status=False)
+        super().__init__(configuration, *args, **kwargs)
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        """Retried request; a network failure that retrying did not cure is a ClusterError naming the server."""
+        attempt = 1
+        while True:
+            try:
+                response = super().call_api(*args, **kwargs)
+            except (ProtocolError, MaxRetryError, OSError, http.client.HTTPException) as exc:
+                if not is_connection_reset(exc) or attempt >= self.retry_policy.attempts:
+                    raise translate(exc, "reach the API server", self.configuration.host) from None
+                self.sleep(backoff(attempt, self.retry_policy))
+                attempt += 1
+                continue
+            except ApiException as exc:  # status 0: TLS failure, reported by the REST layer as an ApiException
+                if exc.status:
+                    raise
+                raise translate(exc, "reach the API server", self.configuration.host) from None
+            if not retryable_status(response.status) or attempt >= self.retry_policy.attempts:
+                return response
+            after = retry_after(response.getheaders())
+            body = response.read()  # drain, so the connection goes back to the pool
+            if permanent_500(response.status, body):
+                return response
+            self.sleep(backoff(attempt, self.retry_policy, after))
+            attempt += 1

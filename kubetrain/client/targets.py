@@ -1,0 +1,85 @@
+"""The two job kinds kubetrain submits, where their APIs live, and which one `target: auto` means here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kubetrain.client.errors import CRD_HINT, cluster_errors
+from kubetrain.errors import ClusterError
+
+
+@dataclass(frozen=True)
+class Target:
+    """A job kind: its API (group/version/plural), how its pods are labelled, where its operator runs."""
+
+    name: str  # spec.target value
+    group: str
+    version: str
+    plural: str
+    kind: str
+    pod_label: str  # label on every pod of a job, value = the job's name
+    operators: tuple[tuple[str, str], ...]  # (namespace, Deployment name) of the usual installs
+    operator_name: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    @property
+    def resource(self) -> str:
+        """kubectl's name for the resource: pytorchjobs.kubeflow.org."""
+        return f"{self.plural}.{self.group}"
+
+    def pod_selector(self, job: str) -> str:
+        return f"{self.pod_label}={job}"
+
+
+PYTORCHJOB = Target(
+    "pytorchjob", "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "training.kubeflow.org/job-name",
+    (("kubeflow", "training-operator"), ("kubeflow-system", "training-operator")), "Kubeflow training-operator")
+TRAINJOB = Target(
+    "trainjob", "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", "jobset.sigs.k8s.io/jobset-name",
+    (("kubeflow-system", "kubeflow-trainer-controller-manager"), ("kubeflow", "kubeflow-trainer-controller-manager")),
+    "Kubeflow Trainer v2")
+TARGETS = {t.name: t for t in (PYTORCHJOB, TRAINJOB)}
+BY_KIND = {t.kind: t for t in (PYTORCHJOB, TRAINJOB)}
+# When both are installed, auto prefers PyTorchJob: it is what `kubetrain render` produces for auto offline,
+# so `render` and `submit` of the same spec agree.
+AUTO_ORDER = (PYTORCHJOB, TRAINJOB)
+
+
+def served(api: client.ApiClient, target: Target) -> bool:
+    """Does the API server serve the target's resource? Uses discovery, which every user may read."""
+    try:
+        resources = client.CustomObjectsApi(api).get_api_resources(target.group, target.version)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return any(r.name == target.plural for r in resources.resources or [])
+
+
+def installed(api: client.ApiClient) -> list[Target]:
+    with cluster_errors("discover the training APIs"):
+        return [t for t in AUTO_ORDER if served(api, t)]
+
+
+def resolve(api: client.ApiClient, wanted: str) -> Target:
+    """The Target for spec.target (auto: the first installed of PyTorchJob, TrainJob); errors say what to install."""
+    if wanted != "auto":
+        return TARGETS[wanted]
+    found = installed(api)
+    if not found:
+        raise ClusterError(f"target: auto: neither PyTorchJob (kubeflow.org/v1) nor TrainJob "
+                           f"(trainer.kubeflow.org/v1alpha1) is installed: {CRD_HINT}")
+    return found[0]
+
+
+def for_object(obj: dict[str, object]) -> Target:
+    kind = str(obj.get("kind"))
+    if kind not in BY_KIND:
+        raise ClusterError(f"not a training job kind: {kind}")
+    return BY_KIND[kind]

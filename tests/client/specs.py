@@ -1,0 +1,33 @@
+"""Job specs for the cluster tests, written to files and rendered as `kubetrain submit` renders them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kubetrain.cli.common import render_loaded
+from kubetrain.spec.load import load_spec
+
+H100 = {"cloud": "gke", "gpuType": "nvidia-h100-80gb"}
+
+
+def write_spec(directory: Path, name: str, *, nodes: int = 2, gpus: int = 8, code: bool = False,
+               **spec: Any) -> Path:
+    """A kubetrain.yaml for GKE H100 nodes (the harness's GPU nodes); extra keys go into spec."""
+    body: dict[str, Any] = {"image": "ghcr.io/example/train:1.0", "command": ["python", "train.py"],
+                            "nodes": nodes, "gpusPerNode": gpus, **({"placement": dict(H100)} if gpus else {}), **spec}
+    if code:
+        src = directory / "src"
+        src.mkdir(parents=True, exist_ok=True)
+        (src / "train.py").write_text("print('training')\n")
+        body["code"] = {"path": "./src"}
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "kubetrain.dev/v1alpha1", "kind": "TrainingJob",
+                                    "metadata": {"name": name}, "spec": body}))
+    return path
+
+
+def render(path: Path, namespace: str, target: str | None = None) -> list[dict[str, Any]]:
+    return render_loaded(load_spec(str(path)), target=target, namespace=namespace)

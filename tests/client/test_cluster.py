@@ -1,0 +1,271 @@
+"""Tier 2: kubetrain.client against the real control plane (kube-apiserver, scheduler, GC, training-operator,
+kwok GPU nodes)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+
+from kubetrain.client import apply, jobs, preflight, status, watch
+from kubetrain.client.connection import Connection, connect
+from kubetrain.client.targets import PYTORCHJOB, Target
+from kubetrain.errors import ClusterError
+from tests.client.specs import render, write_spec
+
+pytestmark = pytest.mark.controlplane
+
+
+@pytest.fixture
+def conn(controlplane: Any) -> Connection:
+    return connect(kubeconfig=str(controlplane.kubeconfig))
+
+
+def pods_by_phase(conn: Connection, namespace: str, job: str, count: int, phase: str = "Running"
+                  ) -> list[dict[str, Any]]:
+    """Watch the job's pods until `count` of them are in `phase`."""
+    def check(cache: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]] | None:
+        matching = [p for p in cache.values() if (p.get("status") or {}).get("phase") == phase]
+        return matching if len(matching) >= count else None
+
+    return watch.wait_for(kubernetes.client.CoreV1Api(conn.api).list_namespaced_pod, check, timeout=60,
+                          what=f"{count} {phase} pods of {job}", namespace=namespace,
+                          label_selector=PYTORCHJOB.pod_selector(job))
+
+
+def test_submit_runs_pods_on_gpu_nodes_to_success(controlplane: Any, conn: Connection, namespace: str,
+                                                  tmp_path: Path) -> None:
+    objects = render(write_spec(tmp_path, "ddp", nodes=2), namespace)
+    result = apply.submit(conn.api, PYTORCHJOB, objects)
+    assert result.action == apply.CREATED
+    running = pods_by_phase(conn, namespace, "ddp", 2)
+    assert {p["spec"]["nodeName"] for p in running} <= {"gpu-node-0", "gpu-node-1", "gpu-node-2"}
+
+    report = status.job_status(conn.api, [PYTORCHJOB], namespace, "ddp")
+    assert report.job.state == "Running" and (report.job.pods, report.job.gpus_per_pod) == (2, 8)
+    assert [(p.replica, p.phase) for p in report.pods] == [("master-0", "Running"), ("worker-0", "Running")]
+    assert all(p.node.startswith("gpu-node-") for p in report.pods)
+    assert {c["type"] for c in report.conditions} >= {"Created", "Running"}
+    assert any(e.reason == "SuccessfulCreatePod" for e in report.events) and report.hints == []
+
+    for pod in running:
+        controlplane.set_pod_phase(namespace, pod["metadata"]["name"], "Succeeded")
+    assert jobs.wait_finished(conn.api, PYTORCHJOB, namespace, "ddp", timeout=60) == "Succeeded"
+    assert status.job_status(conn.api, [PYTORCHJOB], namespace, "ddp").job.state == "Succeeded"
+
+
+def test_unchanged_is_a_noop_changed_is_refused_replace_recreates(conn: Connection, namespace: str,
+                                                                  tmp_path: Path) -> None:
+    path = write_spec(tmp_path, "same", nodes=1, code=True)
+    first = apply.submit(conn.api, PYTORCHJOB, render(path, namespace))
+    job = jobs.get(conn.api, PYTORCHJOB, namespace, "same")
+    assert job is not None
+    again = apply.submit(conn.api, PYTORCHJOB, render(path, namespace))
+    assert (first.action, again.action) == (apply.CREATED, apply.UNCHANGED)
+    after = jobs.get(conn.api, PYTORCHJOB, namespace, "same")
+    assert after is not None and after["metadata"]["resourceVersion"] == job["metadata"]["resourceVersion"] or \
+        after["metadata"]["generation"] == job["metadata"]["generation"]
+    assert "unchanged" in again.message(PYTORCHJOB, "same", namespace)
+
+    changed = render(write_spec(tmp_path, "same", nodes=2, code=True), namespace)
+    with pytest.raises(ClusterError, match=r"already exists with a different spec .* --replace"):
+        apply.submit(conn.api, PYTORCHJOB, changed)
+    pods_by_phase(conn, namespace, "same", 1)
+    replaced = apply.submit(conn.api, PYTORCHJOB, changed, replace=True, timeout=60)
+    new = jobs.get(conn.api, PYTORCHJOB, namespace, "same")
+    assert replaced.action == apply.REPLACED and new is not None
+    assert new["metadata"]["uid"] != job["metadata"]["uid"] and jobs.shape(new) == (2, 8)
+    configmap = replaced.objects[0]
+    assert configmap["kind"] == "ConfigMap"
+    assert configmap["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"]
+
+
+def test_code_configmap_is_owned_and_garbage_collected(conn: Connection, namespace: str, tmp_path: Path) -> None:
+    objects = render(write_spec(tmp_path, "withcode", nodes=1, gpus=0, code=True), namespace)
+    apply.submit(conn.api, PYTORCHJOB, objects)
+    core = kubernetes.client.CoreV1Api(conn.api)
+    name = objects[0]["metadata"]["name"]
+    cm = core.read_namespaced_config_map(name, namespace)
+    job = jobs.get(conn.api, PYTORCHJOB, namespace, "withcode")
+    assert job is not None
+    (owner,) = cm.metadata.owner_references
+    assert (owner.kind, owner.name, owner.uid, owner.block_owner_deletion) == (
+        "PyTorchJob", "withcode", job["metadata"]["uid"], True)
+    assert cm.immutable and "train.py" in str(cm.data)
+
+    assert jobs.delete(conn.api, PYTORCHJOB, namespace, "withcode")
+    # Nobody deletes the ConfigMap but the garbage collector (through the owner reference).
+    watch.wait_for(core.list_namespaced_config_map, lambda cache: not cache, timeout=60,
+                   what="the code ConfigMap to be garbage-collected", namespace=namespace,
+                   field_selector=f"metadata.name={name}")
+    assert not jobs.delete(conn.api, PYTORCHJOB, namespace, "withcode")  # already gone: not an error
+
+
+def test_server_dry_run_validates_and_writes_nothing(conn: Connection, namespace: str, tmp_path: Path) -> None:
+    objects = render(write_spec(tmp_path, "dry", nodes=2, code=True), namespace)
+    result = apply.submit(conn.api, PYTORCHJOB, objects, dry_run="server")
+    assert result.action == apply.CREATED and result.objects[-1]["metadata"]["uid"]
+    assert jobs.get(conn.api, PYTORCHJOB, namespace, "dry") is None
+    assert not kubernetes.client.CoreV1Api(conn.api).list_namespaced_config_map(
+        namespace, label_selector="kubetrain.dev/job=dry").items
+
+    broken = copy.deepcopy(objects)
+    broken[-1]["spec"]["runPolicy"]["cleanPodPolicy"] = "Sometimes"
+    broken[-1]["spec"]["runPolicy"]["backoffLimit"] = -3
+    with pytest.raises(ClusterError) as caught:
+        apply.submit(conn.api, PYTORCHJOB, broken, dry_run="server")
+    message = str(caught.value)
+    assert message.startswith("invalid: PyTorchJob 'dry' rejected by the API server: ")
+    assert "spec.runPolicy.cleanPodPolicy: Unsupported value: \"Sometimes\"" in message
+    assert "\n" not in message
+
+    # A value of the wrong type fails server-side apply's typed merge (a 500 that is not retried).
+    mistyped = copy.deepcopy(objects)
+    mistyped[-1]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "one"
+    with pytest.raises(ClusterError) as caught:
+        apply.submit(conn.api, PYTORCHJOB, mistyped, dry_run="server")
+    assert str(caught.value).startswith("invalid: ") and ".spec.pytorchReplicaSpecs.Worker.replicas" in str(
+        caught.value)
+
+
+def test_missing_namespace_and_missing_crd_are_one_line_errors(conn: Connection, tmp_path: Path) -> None:
+    objects = render(write_spec(tmp_path, "nons", nodes=1), "does-not-exist")
+    with pytest.raises(ClusterError) as caught:
+        apply.submit(conn.api, PYTORCHJOB, objects)
+    assert str(caught.value) == ("namespace does-not-exist does not exist: create it: "
+                                 "kubectl create namespace does-not-exist")
+    bogus = Target("thing", "things.example.com", "v1", "things", "Thing", "x", (), "nothing")
+    with pytest.raises(ClusterError, match=r"CRD not installed\): install the Kubeflow training-operator"):
+        jobs.get(conn.api, bogus, "default", "x")
+
+
+def run_checks(conn: Connection, objects: list[dict[str, Any]], namespace: str) -> dict[str, list[str]]:
+    results = preflight.run(conn.api, PYTORCHJOB, objects, namespace, conn.server)
+    out: dict[str, list[str]] = {}
+    for result in results:
+        out.setdefault(result.name, []).append(result.line())
+    return out
+
+
+def test_preflight_all_good(conn: Connection, namespace: str, tmp_path: Path) -> None:
+    checks = run_checks(conn, render(write_spec(tmp_path, "good", nodes=3), namespace), namespace)
+    assert all(line.startswith(("✓", "!")) for lines in checks.values() for line in lines), checks
+    assert checks["fit"] == ["✓ fit: 3 pod(s) × 8 nvidia.com/gpu fit: 3 eligible node(s) have ≥ 8 free "
+                             "(cloud.google.com/gke-accelerator=nvidia-h100-80gb)"]
+    assert checks["API server"][0].startswith(f"✓ API server: {conn.server} (Kubernetes 1.")
+    # The harness runs the operator as a process, not a Deployment: a note, not a failure.
+    assert checks["operator"][0].startswith("! operator: no Kubeflow training-operator Deployment")
+
+
+def test_preflight_missing_namespace_and_references(conn: Connection, namespace: str, tmp_path: Path) -> None:
+    spec = {"secretEnv": [{"name": "TOKEN", "secret": "hf", "key": "token"},
+                          {"name": "OPT", "secret": "maybe", "key": "k", "optional": True}],
+            "volumes": [{"name": "data", "claim": "datasets", "mountPath": "/data"}],
+            "imagePullSecrets": ["registry-cred"], "serviceAccount": "trainer"}
+    path = write_spec(tmp_path, "refs", nodes=1, **spec)
+    checks = run_checks(conn, render(path, "nowhere"), "nowhere")
+    assert checks["namespace"] == ["✗ namespace: nowhere does not exist — create it: kubectl create namespace nowhere"]
+    assert "references" not in checks  # everything would be missing: one cause, one line
+
+    lines = run_checks(conn, render(path, namespace), namespace)["references"]
+    assert lines == [
+        f"✗ references: Secret hf not found in namespace {namespace} — create it: kubectl create secret generic "
+        f"hf -n {namespace} --from-literal=KEY=VALUE",
+        f"✗ references: PersistentVolumeClaim datasets not found in namespace {namespace} — create the claim in "
+        f"{namespace} or fix spec.volumes",
+        f"✗ references: imagePullSecret registry-cred not found in namespace {namespace} — create it: kubectl "
+        f"create secret docker-registry registry-cred -n {namespace} --docker-server=... --docker-username=... "
+        "--docker-password=...",
+        f"✗ references: ServiceAccount trainer not found in namespace {namespace} — create it: kubectl create "
+        f"serviceaccount trainer -n {namespace}"]
+    core = kubernetes.client.CoreV1Api(conn.api)
+    core.create_namespaced_secret(namespace, {"metadata": {"name": "hf"}, "stringData": {"token": "t"}})
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "trainer"}})
+    lines = run_checks(conn, render(path, namespace), namespace)["references"]
+    assert lines[0] == "✓ references: Secret hf, ServiceAccount trainer exist" and len(lines) == 3
+
+
+def test_preflight_rbac_denial_names_verb_and_resource(controlplane: Any, namespace: str, tmp_path: Path) -> None:
+    restricted = connect(kubeconfig=str(controlplane.write_kubeconfig("bob", ())))
+    results = preflight.run(restricted.api, PYTORCHJOB, render(write_spec(tmp_path, "r", nodes=1, code=True),
+                                                                 namespace), namespace, restricted.server)
+    by_name = {r.name: r for r in results}
+    denied = by_name["permissions"]
+    assert denied.status == preflight.FAIL
+    assert denied.message == (f"not allowed to create pytorchjobs.kubeflow.org, get pytorchjobs.kubeflow.org, "
+                              f"create configmaps in namespace {namespace}")
+    assert f"kubectl auth can-i create pytorchjobs.kubeflow.org -n {namespace}" in denied.hint
+    # What bob may not read is reported as unknown (!), not as missing (✗).
+    assert by_name["namespace"].status == preflight.WARN and by_name["fit"].status == preflight.WARN
+
+
+def without_tolerations(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = copy.deepcopy(objects)
+    for replica in out[-1]["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"].pop("tolerations", None)
+    return out
+
+
+def test_preflight_fit_counts_only_eligible_nodes_with_free_gpus(conn: Connection, namespace: str,
+                                                                 tmp_path: Path) -> None:
+    four = render(write_spec(tmp_path, "big", nodes=4), namespace)
+    fit = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, without_tolerations(four), namespace)}["fit"]
+    assert fit.status == preflight.FAIL
+    assert fit.message == ("needs 4 pods × 8 nvidia.com/gpu; only 2 eligible nodes have ≥ 8 free "
+                           "(cloud.google.com/gke-accelerator=nvidia-h100-80gb)")
+    assert "gpu-node-2: taint nvidia.com/gpu=present:NoSchedule not tolerated" in fit.hint
+    tolerated = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, four, namespace)}["fit"]
+    assert tolerated.message.startswith("needs 4 pods × 8 nvidia.com/gpu; only 3 eligible nodes have ≥ 8 free")
+
+    # GPUs in use count: a running 2-node job leaves one free node.
+    apply.submit(conn.api, PYTORCHJOB, render(write_spec(tmp_path, "busy", nodes=2), namespace))
+    pods_by_phase(conn, namespace, "busy", 2)
+    two = render(write_spec(tmp_path, "next", nodes=2), namespace)
+    busy = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, two, namespace)}["fit"]
+    assert busy.message.startswith("needs 2 pods × 8 nvidia.com/gpu; only 1 eligible node have ≥ 8 free")
+    assert "0/8 free" in busy.hint
+    # ...but a re-submitted job's own pods do not compete with it.
+    same = render(write_spec(tmp_path, "busy", nodes=2), namespace)
+    assert {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, same, namespace)}["fit"].status == preflight.OK
+
+
+def test_preflight_selector_matching_only_cpu_nodes(conn: Connection, namespace: str, tmp_path: Path) -> None:
+    path = write_spec(tmp_path, "cpuonly", nodes=1, gpus=1,
+                      placement={"cloud": "none", "nodeSelector": {"cloud.google.com/gke-nodepool": "cpu-pool"}})
+    fit = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, render(path, namespace), namespace)}["fit"]
+    assert fit.status == preflight.FAIL
+    assert fit.message == ("needs 1 pods × 1 nvidia.com/gpu; no eligible node has ≥ 1 free "
+                           "(cloud.google.com/gke-nodepool=cpu-pool)")
+    assert "gpu-node-0: nodeSelector cloud.google.com/gke-nodepool=cpu-pool does not match" in fit.hint
+
+
+def test_failed_scheduling_from_the_real_scheduler_becomes_a_hint(conn: Connection, namespace: str,
+                                                                  tmp_path: Path) -> None:
+    apply.submit(conn.api, PYTORCHJOB, render(write_spec(tmp_path, "toobig", nodes=4), namespace))
+    pods_by_phase(conn, namespace, "toobig", 3)
+
+    def pending_hint() -> status.JobStatus | None:
+        report = status.job_status(conn.api, [PYTORCHJOB], namespace, "toobig")
+        hinted = any("not enough free nvidia.com/gpu" in h for h in report.hints)
+        return report if hinted and any(e.reason == "FailedScheduling" for e in report.events) else None
+
+    report = watch_until(pending_hint)
+    pending = [p for p in report.pods if p.phase == "Pending"]
+    assert len(pending) == 1 and not pending[0].node
+    event = next(e for e in report.events if e.reason == "FailedScheduling")
+    assert "Insufficient nvidia.com/gpu" in event.message and event.object == f"pod/{pending[0].name}"
+
+
+def watch_until(fn: Any, timeout: float = 30) -> Any:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = fn()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError("timed out")

@@ -1,0 +1,38 @@
+"""API and network failures → one-line ClusterErrors with the fix (the real-server cases are in test_cluster)."""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import MaxRetryError, NewConnectionError
+
+from kubetrain.client.errors import translate
+
+
+def api_error(status: int, body: dict[str, object] | str) -> ApiException:
+    exc = ApiException(status=status, reason="x")
+    exc.body = body if isinstance(body, str) else json.dumps(body)
+    return exc
+
+
+def test_each_failure_says_how_to_fix_it() -> None:
+    assert "re-login / refresh the kubeconfig" in str(translate(api_error(401, {}), "list jobs"))
+    forbidden = {"message": 'pytorchjobs.kubeflow.org is forbidden: User "bob" cannot create resource '
+                            '"pytorchjobs" in API group "kubeflow.org" in the namespace "ml"'}
+    text = str(translate(api_error(403, forbidden), "create pytorchjobs.kubeflow.org"))
+    assert text.startswith("forbidden: cannot create pytorchjobs.kubeflow.org: ") and 'cannot create resource' in text
+    missing_ns = {"reason": "NotFound", "message": 'namespaces "ml" not found',
+                  "details": {"name": "ml", "kind": "namespaces"}}
+    assert str(translate(api_error(404, missing_ns), "x")) == (
+        "namespace ml does not exist: create it: kubectl create namespace ml")
+    assert "install the Kubeflow training-operator" in str(translate(api_error(404, "404 page not found"), "x"))
+    invalid = {"details": {"kind": "PyTorchJob", "name": "j", "causes": [
+        {"field": "spec.pytorchReplicaSpecs.Master.replicas", "message": "Invalid value: \"string\""}]}}
+    assert str(translate(api_error(422, invalid), "x")) == (
+        "invalid: PyTorchJob 'j' rejected by the API server: spec.pytorchReplicaSpecs.Master.replicas: "
+        'Invalid value: "string"')
+    refused = MaxRetryError(None, "/api", NewConnectionError(None, "Connection refused"))
+    assert str(translate(refused, "x", "https://10.0.0.1:6443")) == (
+        "cannot reach https://10.0.0.1:6443: is the cluster running? (kubectl cluster-info)")
+    assert all("\n" not in str(translate(e, "x")) for e in (api_error(500, "oops\ntrace"), refused))

@@ -1,0 +1,139 @@
+"""Backoff on 429/5xx/connection resets, Retry-After honoured; a real HTTP server plays the flaky API server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import NewConnectionError, ProtocolError
+
+from kubetrain.client import retry
+from kubetrain.client.retry import RetryingApiClient, RetryPolicy, backoff, retry_after
+from kubetrain.errors import ClusterError
+
+NAMESPACES = {"apiVersion": "v1", "kind": "NamespaceList", "metadata": {"resourceVersion": "7"},
+              "items": [{"metadata": {"name": "default"}}]}
+
+
+class Flaky(BaseHTTPRequestHandler):
+    """Serves a script of answers: an HTTP status (with Retry-After), 'reset' (close without answering), 200."""
+
+    script: list[str] = []
+    seen: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        step = self.script.pop(0) if self.script else "200"
+        self.seen.append(step)
+        if step == "reset":
+            self.close_connection = True
+            self.connection.close()
+            return
+        status = int(step.split(":")[0])
+        body = json.dumps(NAMESPACES if status == 200 else {"kind": "Status", "code": status}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        if ":" in step:
+            self.send_header("Retry-After", step.split(":")[1])
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    Flaky.script, Flaky.seen = [], []
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def api_for(host: str, sleeps: list[float], attempts: int = 5) -> client.CoreV1Api:
+    configuration = client.Configuration(host=host)
+    api = RetryingApiClient(configuration)
+    api.retry_policy = RetryPolicy(attempts=attempts, base=0.01, cap=5.0)
+    api.sleep = sleeps.append
+    return client.CoreV1Api(api)
+
+
+def test_429_and_5xx_are_retried_honouring_retry_after(server: str) -> None:
+    Flaky.script = ["429:3", "503", "500"]
+    sleeps: list[float] = []
+    result = api_for(server, sleeps).list_namespace()
+    assert [n.metadata.name for n in result.items] == ["default"]
+    assert Flaky.seen == ["429:3", "503", "500", "200"]
+    assert sleeps[0] == 3.0  # Retry-After wins over the 10 ms backoff
+    assert all(s < 1 for s in sleeps[1:])
+
+
+def test_connection_reset_is_retried(server: str) -> None:
+    # urllib3 itself retries a GET 3 times at once; the 5th reset reaches our backoff.
+    Flaky.script = ["reset"] * 5
+    sleeps: list[float] = []
+    assert api_for(server, sleeps).list_namespace().items
+    assert Flaky.seen == ["reset"] * 5 + ["200"] and len(sleeps) == 1
+
+
+def test_gives_up_after_the_attempts_with_the_last_error(server: str) -> None:
+    Flaky.script = ["503"] * 10
+    sleeps: list[float] = []
+    with pytest.raises(ApiException) as caught:
+        api_for(server, sleeps, attempts=3).list_namespace()
+    assert caught.value.status == 503 and len(Flaky.seen) == 3 and len(sleeps) == 2
+
+
+def test_client_errors_are_not_retried(server: str) -> None:
+    Flaky.script = ["403", "404"]
+    with pytest.raises(ApiException) as caught:
+        api_for(server, []).list_namespace()
+    assert caught.value.status == 403 and Flaky.seen == ["403"]
+
+
+def test_connection_refused_is_one_clusterError_naming_the_server() -> None:
+    sleeps: list[float] = []
+    with pytest.raises(ClusterError) as caught:
+        api_for("http://127.0.0.1:1", sleeps).list_namespace()
+    assert str(caught.value) == "cannot reach http://127.0.0.1:1: is the cluster running? (kubectl cluster-info)"
+    assert sleeps == []  # refused is not retried: the cluster is down
+
+
+def test_call_retries_any_callable() -> None:
+    answers: list[BaseException | str] = [ApiException(status=429), ProtocolError("reset", ConnectionResetError()),
+                                          "ok"]
+    sleeps: list[float] = []
+
+    def flaky() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    assert retry.call(flaky, RetryPolicy(base=0.5, jitter=0), sleeps.append) == "ok"
+    assert sleeps == [0.5, 1.0]
+    with pytest.raises(NewConnectionError):
+        retry.call(lambda: (_ for _ in ()).throw(NewConnectionError(None, "refused")), sleep=sleeps.append)
+
+
+def test_backoff_is_exponential_jittered_and_capped() -> None:
+    policy = RetryPolicy(base=1, factor=2, cap=5, jitter=0.5)
+    assert backoff(1, policy, rand=lambda: 0.5) == 1
+    assert backoff(2, policy, rand=lambda: 0.0) == 1  # 2 - 50 %
+    assert backoff(3, policy, rand=lambda: 1.0) == 5  # 4 + 50 % = 6, capped
+    assert backoff(1, policy, after=30, rand=lambda: 0.5) == 5  # Retry-After is capped too
+
+
+def test_retry_after_parsing() -> None:
+    assert retry_after({"Retry-After": "2"}) == 2.0
+    assert retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0  # a date in the past
+    assert retry_after({"Retry-After": "soon"}) is None
+    assert retry_after(None) is None
