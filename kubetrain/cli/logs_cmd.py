@@ -110,7 +110,9 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
       kubetrain logs bert --since 10m --tail 100 -n research
     """
     from kubetrain.client import logs as client_logs
+    from kubetrain.client.pods import check_replica_filter
 
+    check_replica_filter(replica)
     if previous and follow:
         raise UsageError("--previous reads a finished container; it cannot be combined with -f")
     options = client_logs.LogOptions(replica=replica, since_seconds=parse_duration(since) if since else None,

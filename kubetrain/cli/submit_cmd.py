@@ -118,7 +118,8 @@ def _cluster_crd(connection: Connection, target: Target) -> list[tuple[dict[str,
         crd = client.ApiextensionsV1Api(connection.api).read_custom_resource_definition(target.resource)
     except (ApiException, HTTPError, OSError):
         return []  # forbidden, not installed or unreachable: preflight (or apply) says which
-    return [(connection.api.sanitize_for_serialization(crd), f"cluster {connection.context or 'in-cluster'}")]
+    as_dict = connection.api.sanitize_for_serialization(crd)  # type: ignore[no-untyped-call]
+    return [(as_dict, f"cluster {connection.context or 'in-cluster'}")]
 
 
 def run_preflight(connection: Connection, target: Target, objects: list[dict[str, Any]], namespace: str) -> None:
@@ -157,7 +158,7 @@ def _apply(connection: Connection, target: Target, objects: list[dict[str, Any]]
     elif output == "json":
         click.echo(dump_json(result.objects), nl=False)
     else:
-        click.echo(f"{target.resource}/{name}" if output == "name" else name)
+        click.echo(f"{target.kind.lower()}.{target.group}/{name}" if output == "name" else name)
     return str(name)
 
 
@@ -172,7 +173,17 @@ def _wait(connection: Connection, target: Target, namespace: str, name: str, tim
 
 
 def _follow(connection: Connection, target: Target, namespace: str, name: str) -> None:
-    """`kubetrain logs -f` with the progress line; owned by the logs module."""
-    from kubetrain.client import logs  # type: ignore[attr-defined]
+    """`kubetrain logs -f` (merged logs, live progress line from the metrics); exit 1 if the job fails."""
+    from kubetrain.cli.logs_cmd import Terminal, use_color
+    from kubetrain.client import logs
 
-    logs.follow_job(connection.api, target, namespace, name)
+    terminal = Terminal(follow=True)
+    options = logs.LogOptions(color=use_color("auto", sys.stdout))
+    try:
+        result = logs.follow_job_logs(connection, namespace, name, target, options, terminal.line, terminal.notice,
+                                      terminal.progress)
+    finally:
+        terminal.close()
+    info(f"{target.kind} {namespace}/{name} {result.state}" + (f": {result.message}" if result.message else ""))
+    if not result.ok:
+        sys.exit(1)

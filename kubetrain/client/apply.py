@@ -90,7 +90,7 @@ def apply_object(api: client.ApiClient, target: Target, job: dict[str, Any], dry
         response = client.CustomObjectsApi(api).patch_namespaced_custom_object(
             target.group, target.version, namespace, target.plural, name, job, field_manager=FIELD_MANAGER,
             force=force, dry_run="All" if dry_run else None, _content_type=APPLY_PATCH, _preload_content=False)
-    return as_dict(json.loads(response.data))
+    return as_dict(json.loads(response.data))  # type: ignore[attr-defined]
 
 
 def with_owner(configmap: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
@@ -109,7 +109,7 @@ def apply_configmap(api: client.ApiClient, configmap: dict[str, Any], dry_run: b
         response = client.CoreV1Api(api).patch_namespaced_config_map(
             name, namespace, configmap, field_manager=FIELD_MANAGER, dry_run="All" if dry_run else None,
             _content_type=APPLY_PATCH, _preload_content=False)
-    return as_dict(json.loads(response.data))
+    return as_dict(json.loads(response.data))  # type: ignore[arg-type]
 
 
 def _ensure_configmaps(api: client.ApiClient, job: dict[str, Any], configmaps: list[dict[str, Any]]

@@ -66,6 +66,8 @@ def _from_api(exc: ApiException, action: str) -> ClusterError:
         return ClusterError("credentials rejected (401 Unauthorized): they have expired or are invalid; "
                             "re-login / refresh the kubeconfig (e.g. `gcloud container clusters get-credentials`, "
                             "`aws eks update-kubeconfig`, `az aks get-credentials`)")
+    if status == 403 and "admission webhook" in message:
+        return ClusterError(f"invalid: {message}")
     if status == 403:
         return ClusterError(f"forbidden: cannot {action}: {message} "
                             "(ask a cluster admin for an RBAC Role allowing it; check with `kubectl auth can-i`)")
@@ -97,6 +99,8 @@ def _not_found(body: dict[str, Any], message: str, action: str) -> ClusterError:
 def _invalid_detail(body: dict[str, Any], message: str) -> str:
     """'PyTorchJob "x" is invalid: spec.foo: Invalid value...' keeps every field the server named."""
     causes = (body.get("details") or {}).get("causes") or []
+    # Drop the apiserver's "<nil>: some validation rules were not checked" footnote when real causes exist.
+    causes = [c for c in causes if c.get("field") not in (None, "", "<nil>")] or causes
     if not causes:
         return message
     details = "; ".join(f"{c.get('field', '')}: {c.get('message', '')}".lstrip(": ") for c in causes)

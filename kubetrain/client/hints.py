@@ -40,7 +40,7 @@ def event_hints(event: dict[str, Any]) -> list[str]:
     """Hints for one core/v1 Event (as the API's JSON)."""
     reason = str(event.get("reason") or "")
     message = str(event.get("message") or "")
-    if reason == "FailedScheduling":
+    if reason in ("FailedScheduling", "Unschedulable"):  # the scheduler's, and the operator's copy on the job
         return scheduling_hints(message)
     if reason in IMAGE_REASONS or "ErrImagePull" in message or "Failed to pull image" in message \
             or "Back-off pulling image" in message:

@@ -167,8 +167,9 @@ Source = tuple[str, Iterable[str]]
 """(replica label, its lines as the API returned them with timestamps=true), lazily or not."""
 
 
-def parsed_lines(label: str, lines: Iterable[str]) -> Iterator[tuple[int, int, str, str, str]]:
-    """(time key, order, label, timestamp text, line) per line; `order` keeps a stream's own order on ties.
+def parsed_lines(label: str, lines: Iterable[str], source: int = 0) -> Iterator[tuple[int, int, int, str, str, str]]:
+    """(time key, source, order, label, timestamp text, line) per line: equal times keep the sources' order,
+    then each stream's own order.
 
     A line without a timestamp takes the time of the line before it in the same stream.
     """
@@ -178,7 +179,7 @@ def parsed_lines(label: str, lines: Iterable[str]) -> Iterator[tuple[int, int, s
         if key == NO_TIME:
             key = last
         last = key
-        yield key, order, label, stamp, text
+        yield key, source, order, label, stamp, text
 
 
 def merge(sources: Iterable[Source], prefixer: Prefixer, timestamps: bool = False) -> Iterator[str]:
@@ -187,7 +188,8 @@ def merge(sources: Iterable[Source], prefixer: Prefixer, timestamps: bool = Fals
     Lazy: with generators as sources, only one pending line per source is held in memory.
     """
     fmt = prefixer.format
-    for _key, _order, label, stamp, text in heapq.merge(*(parsed_lines(label, lines) for label, lines in sources)):
+    streams = (parsed_lines(label, lines, i) for i, (label, lines) in enumerate(sources))
+    for _key, _source, _order, label, stamp, text in heapq.merge(*streams):
         yield fmt(label, text, stamp if timestamps else "")
 
 

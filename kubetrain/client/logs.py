@@ -69,7 +69,24 @@ def find_job(api: client.ApiClient, namespace: str, name: str,
         candidates = [targets.TARGETS[target]] if target and target != "auto" else targets.installed(api)
     if not candidates:
         raise ClusterError(f"neither PyTorchJob nor TrainJob is installed on this cluster: {CRD_HINT}")
-    return jobs.find(api, candidates, namespace, name)
+    try:
+        return jobs.find(api, candidates, namespace, name)
+    except ClusterError:
+        check_namespace(api, namespace)
+        raise
+
+
+def check_namespace(api: client.ApiClient, namespace: str) -> None:
+    """A ClusterError naming the fix if `namespace` does not exist (silent when we may not read namespaces)."""
+    try:
+        client.CoreV1Api(api).read_namespace(namespace)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
+                               f"(kubectl get namespaces) or create it: kubectl create namespace {namespace}"
+                               ) from None
+    except Exception:  # a courtesy check: the caller raises its own error next
+        pass
 
 
 class _Output:

@@ -194,9 +194,15 @@ class PodFollower(threading.Thread):
         if cut:  # dropped while the container runs: back off, then resume where we were
             self.failures += 1
             time.sleep(backoff(min(self.failures, 6)))
-        else:  # ended by the server while the status still says running: let the status catch up
-            self.failures = 0
-            self._wait()
+            return
+        # Ended by the server while the status still says running: the kubelet closes the stream when the
+        # container stops, and the status follows a moment later.
+        self.failures = 0
+        self._wait()
+        replica = self.replica
+        if replica.restarts == self.instance and replica.state != "running":
+            self._catch_up(replica, previous=False)
+            self.instance_done = True
 
     def _failed(self, exc: BaseException) -> None:
         status = getattr(exc, "status", None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -60,8 +61,17 @@ def pod_rows(pod_list: list[dict[str, Any]], target: Target, job: str) -> list[P
 
 
 def _event_time(event: dict[str, Any]) -> str:
-    return str(event.get("lastTimestamp") or event.get("eventTime") or
-               (event.get("metadata") or {}).get("creationTimestamp") or "")
+    """When it last happened: core/v1 lastTimestamp, or an events.k8s.io series/eventTime (the scheduler's)."""
+    return str(event.get("lastTimestamp") or (event.get("series") or {}).get("lastObservedTime") or
+               event.get("eventTime") or (event.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def _sort_key(event: dict[str, Any]) -> tuple[dt.datetime, str]:
+    try:
+        when = dt.datetime.fromisoformat(_event_time(event).replace("Z", "+00:00"))
+    except ValueError:
+        when = dt.datetime.min.replace(tzinfo=dt.UTC)
+    return when, str((event.get("metadata") or {}).get("resourceVersion", ""))
 
 
 def belongs(event: dict[str, Any], target: Target, job: str, pod_names: set[str]) -> bool:
@@ -80,7 +90,7 @@ def job_events(api: client.ApiClient, target: Target, namespace: str, job: str, 
     """The job's Events, oldest first."""
     with cluster_errors(f"list events in namespace {namespace}"):
         items, _ = watch.list_objects(client.CoreV1Api(api).list_namespaced_event, namespace=namespace)
-    mine = sorted((e for e in items if belongs(e, target, job, pod_names)), key=_event_time)
+    mine = sorted((e for e in items if belongs(e, target, job, pod_names)), key=_sort_key)
     rows = []
     for event in mine:
         involved = event.get("involvedObject") or {}

@@ -171,7 +171,7 @@ def build_plan(loaded: LoadedSpec, options: RunOptions, environ: Mapping[str, st
 
 
 def free_port() -> int:
-    import socket  # noqa: PLC0415 - only needed here
+    import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))

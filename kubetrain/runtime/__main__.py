@@ -39,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         runner = [sys.executable, "-m", "torch.distributed.run"]
         os.execv(sys.executable, [*runner, "-m", "kubetrain.runtime", *argv])
     # torch is imported only now, after the cheap checks above
-    from kubetrain.runtime.config import RuntimeConfigError, load_config  # noqa: PLC0415
-    from kubetrain.runtime.stop import TrainingStopped  # noqa: PLC0415
-    from kubetrain.runtime.trainer import Trainer, describe  # noqa: PLC0415
+    from kubetrain.runtime.config import RuntimeConfigError, load_config
+    from kubetrain.runtime.stop import TrainingStopped
+    from kubetrain.runtime.trainer import Trainer, describe
 
     try:
         config = load_config()

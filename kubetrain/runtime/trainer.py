@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -100,6 +101,10 @@ class Trainer:
             finally:
                 stop.uninstall()
                 stop.drain()
+                # DDP keeps the process group alive; free it now, while the interpreter is intact, rather
+                # than at exit (gloo's threads can then abort the process: "terminate called ...")
+                del loop
+                gc.collect()
 
     def _setup(self, env: DistEnv) -> Loop:
         train, factories = self.train, self.factories

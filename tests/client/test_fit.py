@@ -63,7 +63,8 @@ def test_multiple_pods_per_node_message() -> None:
     result = fit([node("a"), node("b")], [pod("a", 6)], FitRequest(5, 2, {}, []))
     assert result.room == 1 + 4 and result.fits
     result = fit([node("a"), node("b")], [pod("a", 6)], FitRequest(6, 2, {}, []))
-    assert result.message == "needs 6 pods × 2 nvidia.com/gpu; eligible nodes have room for only 5 (2 node(s) with ≥ 2 free)"
+    assert result.message == ("needs 6 pods × 2 nvidia.com/gpu; eligible nodes have room for only 5 "
+                              "(2 node(s) with ≥ 2 free)")
 
 
 def test_cordoned_notready_and_selector_are_excluded() -> None:

@@ -243,5 +243,5 @@ def test_trainjob_pods_are_found_by_their_jobset_labels(controlplane, namespace,
 def test_missing_job_and_namespace_are_one_line_errors(controlplane, namespace, conn):
     with pytest.raises(ClusterError, match=f"no PyTorchJob named nope in namespace {namespace}"):
         _collect(conn, namespace, "nope")
-    with pytest.raises(ClusterError, match="no PyTorchJob named nope in namespace no-such-ns"):
+    with pytest.raises(ClusterError, match=r"namespace no-such-ns does not exist: .*kubectl create namespace"):
         follow_job_logs(conn, "no-such-ns", "nope")

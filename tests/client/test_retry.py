@@ -6,6 +6,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 from kubernetes import client
@@ -23,10 +24,10 @@ NAMESPACES = {"apiVersion": "v1", "kind": "NamespaceList", "metadata": {"resourc
 class Flaky(BaseHTTPRequestHandler):
     """Serves a script of answers: an HTTP status (with Retry-After), 'reset' (close without answering), 200."""
 
-    script: list[str] = []
-    seen: list[str] = []
+    script: ClassVar[list[str]] = []
+    seen: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         step = self.script.pop(0) if self.script else "200"
         self.seen.append(step)
         if step == "reset":

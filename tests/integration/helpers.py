@@ -77,9 +77,7 @@ def pytorchjob(
     }
 
 
-def server_side_apply(
-    client: kubernetes.client.ApiClient, manifest: dict[str, Any], dry_run: bool = False
-) -> Any:
+def server_side_apply(client: kubernetes.client.ApiClient, manifest: dict[str, Any], dry_run: bool = False) -> Any:
     """`kubectl apply --server-side [--dry-run=server]` through the dynamic client."""
     dyn = DynamicClient(client)
     resource = dyn.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
@@ -101,9 +99,7 @@ def get_job(client: kubernetes.client.ApiClient, namespace: str, name: str) -> d
 
 
 def condition(obj: dict[str, Any], kind: str) -> bool:
-    return any(
-        c["type"] == kind and c["status"] == "True" for c in obj.get("status", {}).get("conditions") or []
-    )
+    return any(c["type"] == kind and c["status"] == "True" for c in obj.get("status", {}).get("conditions") or [])
 
 
 def job_pods(core: kubernetes.client.CoreV1Api, namespace: str, job: str) -> list[Any]:

@@ -27,9 +27,7 @@ def test_delete_job_collects_pods_and_services(controlplane, namespace, propagat
     selector = f"{JOB_NAME_LABEL}=gc"
     server_side_apply(client, pytorchjob("gc", namespace, workers=1, gpus=1))
 
-    pods = wait_for(
-        lambda: _n(core.list_namespaced_pod(namespace, label_selector=selector).items, 2), "2 pods"
-    )
+    pods = wait_for(lambda: _n(core.list_namespaced_pod(namespace, label_selector=selector).items, 2), "2 pods")
     services = wait_for(
         lambda: _n(core.list_namespaced_service(namespace, label_selector=selector).items, 2), "2 services"
     )

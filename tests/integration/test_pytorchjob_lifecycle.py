@@ -60,9 +60,7 @@ def test_pytorchjob_runs_to_success(controlplane, namespace):
 
     for name in by_name:
         controlplane.set_pod_phase(namespace, name, "Succeeded")
-    job = wait_for(
-        lambda: _if(condition(j := get_job(client, namespace, "ddp"), "Succeeded"), j), "job Succeeded"
-    )
+    job = wait_for(lambda: _if(condition(j := get_job(client, namespace, "ddp"), "Succeeded"), j), "job Succeeded")
     assert job["status"]["replicaStatuses"]["Master"]["succeeded"] == 1
 
 
@@ -89,9 +87,7 @@ def test_pods_move_on_cue_and_a_failed_master_fails_the_job(controlplane, namesp
     core = kubernetes.client.CoreV1Api(client)
     held = {"kubetrain.test/phase": "Pending"}  # kwok keeps the pod in ContainerCreating
     server_side_apply(client, pytorchjob("boom", namespace, workers=0, gpus=1, annotations=held))
-    pod = wait_for(
-        lambda: _if((p := _pod(core, namespace, "boom-master-0")) and p.status.pod_ip, p), "pod scheduled"
-    )
+    pod = wait_for(lambda: _if((p := _pod(core, namespace, "boom-master-0")) and p.status.pod_ip, p), "pod scheduled")
     time.sleep(1)
     pod = core.read_namespaced_pod("boom-master-0", namespace)
     assert pod.status.phase == "Pending" and pod.spec.node_name.startswith("gpu-node-")

@@ -27,8 +27,7 @@ def test_too_many_gpus_stays_pending(controlplane, namespace):
         )
         assert f"Insufficient {GPU}" in events[-1].message, events[-1].message
         assert (
-            events[-1].source.component == "default-scheduler"
-            or events[-1].reporting_component == "default-scheduler"
+            events[-1].source.component == "default-scheduler" or events[-1].reporting_component == "default-scheduler"
         )
 
     time.sleep(2)  # nothing changes: the pods are unschedulable, not slow

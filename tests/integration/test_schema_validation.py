@@ -73,9 +73,7 @@ def _assert_not_persisted(client: kubernetes.client.ApiClient, namespace: str) -
     assert gone.value.status == 404
 
 
-@pytest.mark.parametrize(
-    ("mutate", "field", "reason"), INVALID, ids=lambda v: getattr(v, "__name__", "")[:20]
-)
+@pytest.mark.parametrize(("mutate", "field", "reason"), INVALID, ids=lambda v: getattr(v, "__name__", "")[:20])
 def test_openapi_schema_violation_is_422_with_causes(controlplane, namespace, mutate, field, reason):
     client = controlplane.api_client()
     job = pytorchjob("bad", namespace, workers=1, gpus=8)

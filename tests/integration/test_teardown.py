@@ -56,9 +56,7 @@ def _processes_mentioning(text: str) -> list[int]:
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit() and int(proc.name) != os.getpid():
             try:
-                if text in proc.joinpath("cmdline").read_bytes().decode(errors="replace") and _alive(
-                    int(proc.name)
-                ):
+                if text in proc.joinpath("cmdline").read_bytes().decode(errors="replace") and _alive(int(proc.name)):
                     found.append(int(proc.name))
             except OSError:
                 continue
@@ -96,9 +94,7 @@ def _run_inner(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[bytes], dict
     while not probe.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            pytest.fail(
-                f"inner pytest did not start a control plane:\n{(tmp_path / 'inner.log').read_text()}"
-            )
+            pytest.fail(f"inner pytest did not start a control plane:\n{(tmp_path / 'inner.log').read_text()}")
         time.sleep(0.2)
     return proc, json.loads(probe.read_text())
 

@@ -120,7 +120,7 @@ def test_kill_9_during_a_checkpoint_write_loads_the_previous_one(tmp_path: Path)
         complete = sorted(ckpt.glob("step-*.pt"))
         assert len(partial) == 1, list(ckpt.iterdir())
         os.kill(worker_pid(marker, rank=0), signal.SIGKILL)
-        code, out, _ = run.finish()
+        code, _, _ = run.finish()
     finally:
         run.kill()
     assert code != 0  # maxRestarts 0: the job fails
@@ -173,7 +173,7 @@ def test_ctrl_c_stops_everything_even_a_script_that_ignores_sigterm(tmp_path: Pa
         workers = [worker_pid(marker, rank) for rank in (0, 1)]
         started = time.monotonic()
         run.proc.send_signal(signal.SIGINT)
-        code, out, err = run.finish(timeout=60)
+        code, _, err = run.finish(timeout=60)
         stopped_in = time.monotonic() - started
     finally:
         run.kill()

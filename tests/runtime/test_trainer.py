@@ -190,13 +190,13 @@ def test_bad_references_and_config_are_one_line_errors() -> None:
     with pytest.raises(RuntimeConfigError) as info:
         resolve_ref("x.y:build", "spec.train.model")
     assert str(info.value) == "spec.train.model: cannot import 'x.y': No module named 'x'"
-    with pytest.raises(RuntimeConfigError, match="spec.train.loss: module 'os' has no attribute 'nope'"):
+    with pytest.raises(RuntimeConfigError, match=r"spec\.train\.loss: module 'os' has no attribute 'nope'"):
         resolve_ref("os:nope", "spec.train.loss")
     with pytest.raises(RuntimeConfigError, match="KUBETRAIN_CONFIG: invalid JSON"):
         load_config({"KUBETRAIN_CONFIG": "{"})
-    with pytest.raises(RuntimeConfigError, match=r"^spec.train.epochs: "):
+    with pytest.raises(RuntimeConfigError, match=r"^spec\.train\.epochs: "):
         load_config({"KUBETRAIN_CONFIG": '{"train": {"model": "a:b", "dataset": "a:c", "epochs": 0}}'})
-    with pytest.raises(RuntimeConfigError, match="spec.train.model: the factory returned int"):
+    with pytest.raises(RuntimeConfigError, match=r"spec\.train\.model: the factory returned int"):
         Trainer(Train(model="m:f", dataset="m:d"), factories=factories(model=lambda: 3)).fit()
 
 

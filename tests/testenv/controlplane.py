@@ -73,9 +73,7 @@ class ControlPlane:
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports['apiserver']}"
 
-    def api_client(
-        self, user: str | None = None, groups: tuple[str, ...] = ()
-    ) -> kubernetes.client.ApiClient:
+    def api_client(self, user: str | None = None, groups: tuple[str, ...] = ()) -> kubernetes.client.ApiClient:
         """An ApiClient as the admin, or as `user` in `groups` (client cert)."""
         path = self.kubeconfig if user is None else self.write_kubeconfig(user, groups)
         return kubernetes.config.new_client_from_config(config_file=str(path))
@@ -212,9 +210,7 @@ class ControlPlane:
                 "--log-level=warn",
             ],
         )
-        wait_until(
-            lambda: json.loads(_get(f"{client}/health"))["health"] == "true", "etcd /health", 30, child
-        )
+        wait_until(lambda: json.loads(http_get(f"{client}/health"))["health"] == "true", "etcd /health", 30, child)
 
     def _apiserver(self) -> None:
         d = self.pki_dir
@@ -276,13 +272,13 @@ class ControlPlane:
             ],
         )
         wait_until(
-            lambda: _get(f"https://127.0.0.1:{self.ports['kcm']}/healthz") == "ok",
+            lambda: http_get(f"https://127.0.0.1:{self.ports['kcm']}/healthz") == "ok",
             "kube-controller-manager /healthz",
             60,
             kcm,
         )
         wait_until(
-            lambda: _get(f"https://127.0.0.1:{self.ports['scheduler']}/healthz") == "ok",
+            lambda: http_get(f"https://127.0.0.1:{self.ports['scheduler']}/healthz") == "ok",
             "kube-scheduler /healthz",
             60,
             sched,
@@ -306,7 +302,7 @@ class ControlPlane:
                     names.append(doc["metadata"]["name"])
         for name in names:
             wait_until(
-                lambda n=name: _established(ext.read_custom_resource_definition(n)),
+                lambda n=name: established(ext.read_custom_resource_definition(n)),
                 f"CRD {name} Established",
                 30,
             )
@@ -336,7 +332,7 @@ class ControlPlane:
             ],
             env=kwok.process_env(),
         )
-        wait_until(lambda: _get(f"https://127.0.0.1:{port}/healthz") == "ok", "kwok /healthz", 30, child)
+        wait_until(lambda: http_get(f"https://127.0.0.1:{port}/healthz") == "ok", "kwok /healthz", 30, child)
         wait_until(lambda: _all_nodes_ready(core), "kwok nodes Ready", 60, child)
 
     def _operator(self) -> None:
@@ -362,16 +358,12 @@ class ControlPlane:
         )
         child = self._start("training-operator", argv, env)
         probe = f"http://127.0.0.1:{self.ports['op_probe']}/readyz"
-        wait_until(
-            lambda: _get(probe) == "ok", "training-operator /readyz (certs + webhook server)", 60, child
-        )
+        wait_until(lambda: http_get(probe) == "ok", "training-operator /readyz (certs + webhook server)", 60, child)
         if "--leader-elect" in argv:
             coord = kubernetes.client.CoordinationV1Api(client)
             wait_until(
                 lambda: bool(
-                    coord.read_namespaced_lease(
-                        operator.LEADER_ELECTION_ID, operator.NAMESPACE
-                    ).spec.holder_identity
+                    coord.read_namespaced_lease(operator.LEADER_ELECTION_ID, operator.NAMESPACE).spec.holder_identity
                 ),
                 "training-operator leader election",
                 60,
@@ -400,14 +392,14 @@ class ControlPlane:
     def _admin_get(self, path: str) -> str:
         ctx = ssl.create_default_context(cafile=str(self.pki_dir / "ca.crt"))
         ctx.load_cert_chain(str(self.pki_dir / "admin.crt"), str(self.pki_dir / "admin.key"))
-        return _get(self.server + path, ctx)
+        return http_get(self.server + path, ctx)
 
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def _get(url: str, ctx: ssl.SSLContext | None = None) -> str:
+def http_get(url: str, ctx: ssl.SSLContext | None = None) -> str:
     if ctx is None and url.startswith("https"):
         # Health endpoints of kcm/scheduler/kwok, whose serving certs are
         # self-signed or ours; this only reads "ok" from loopback.
@@ -427,15 +419,13 @@ def _remove_orphaned_workdirs() -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def _established(crd: Any) -> bool:
+def established(crd: Any) -> bool:
     return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
 
 
 def _all_nodes_ready(core: kubernetes.client.CoreV1Api) -> bool:
     items = core.list_node().items
-    ready = [
-        n for n in items if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
-    ]
+    ready = [n for n in items if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))]
     return len(items) == len(kwok.nodes()) and len(ready) == len(items)
 
 

@@ -63,9 +63,7 @@ def can_isolate() -> bool:
     """True if we can give the operator a private mount namespace."""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         return False
-    probe = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, check=False
-    )
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, check=False)
     return probe.returncode == 0
 
 

@@ -83,9 +83,7 @@ def make_ca(cn: str, rsa_key: bool = False, dns_names: tuple[str, ...] = (), day
     builder = (
         _builder(_name(cn), _name(cn), key, days)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(True, True, False, False, False, True, False, False, False), critical=True
-        )
+        .add_extension(x509.KeyUsage(True, True, False, False, False, True, False, False, False), critical=True)
     )
     if dns_names:
         builder = builder.add_extension(
@@ -107,9 +105,7 @@ def _sign_leaf(
     builder = (
         _builder(subject, ca.cert.subject, key, days)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(True, True, False, False, False, False, False, False, False), critical=True
-        )
+        .add_extension(x509.KeyUsage(True, True, False, False, False, False, False, False, False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
     if sans:
@@ -133,16 +129,12 @@ def serving_cert(
 
 def client_cert(ca: KeyPair, user: str, groups: tuple[str, ...] = (), days: int = 30) -> KeyPair:
     """Kubernetes x509 authn: CN is the user name, each O a group."""
-    return _sign_leaf(
-        ca, _name(user, groups), ExtendedKeyUsageOID.CLIENT_AUTH, sans=[], rsa_key=False, days=days
-    )
+    return _sign_leaf(ca, _name(user, groups), ExtendedKeyUsageOID.CLIENT_AUTH, sans=[], rsa_key=False, days=days)
 
 
 def write_public_key(key: PrivateKey, path: Path) -> Path:
     path.write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+        key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return path
 

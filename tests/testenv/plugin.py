@@ -7,6 +7,7 @@ Enable with ``pytest_plugins = ["tests.testenv.plugin"]`` in tests/conftest.py.
   ``controlplane`` automatically.
 * ``namespace`` (function): a fresh namespace per test, deleted afterwards.
 * ``k8s`` (function): an admin ApiClient.
+* ``trainer`` (module): Kubeflow Trainer v2 + JobSet added for one module.
 
 Missing binaries: with CI=true the fixture fails (a CI run must never silently
 skip the integration tests); locally it skips and says to run `make testenv`.
@@ -26,9 +27,10 @@ import pytest
 
 from .binaries import PREPARE_HINT, MissingBinaries
 from .controlplane import ControlPlane
+from .trainer import TrainerStack
 
 MARKER = "controlplane"
-FIXTURES = {"controlplane", "namespace", "k8s"}
+FIXTURES = {"controlplane", "namespace", "k8s", "trainer"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -66,6 +68,22 @@ def controlplane() -> Iterator[ControlPlane]:
         yield cp
     finally:
         cp.stop()
+
+
+@pytest.fixture(scope="module")
+def trainer(controlplane: ControlPlane) -> Iterator[TrainerStack]:
+    """Kubeflow Trainer v2 + JobSet on the session's control plane, for one test
+    module: its CRDs, webhooks and controllers are removed again afterwards."""
+    try:
+        stack = TrainerStack(controlplane)
+    except MissingBinaries as exc:
+        unavailable(str(exc))
+        raise
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
 
 
 @pytest.fixture

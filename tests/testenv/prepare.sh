@@ -32,8 +32,12 @@ declare -A SPEC=(
   [etcd]="etcd|go.etcd.io/etcd/server/v3|server:etcd"
   [kwok]="kwok|sigs.k8s.io/kwok/cmd/kwok|kwok"
   [training-operator]="training-operator|github.com/kubeflow/training-operator/cmd/training-operator.v1|training-operator.v1:training-operator"
+  [trainer]="trainer|github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager sigs.k8s.io/jobset|trainer-controller-manager jobset"
 )
-ORDER=(etcd kwok training-operator kubernetes)
+ORDER=(etcd kwok training-operator kubernetes trainer)
+# Set KUBETRAIN_TESTENV_TRAINER=0 to skip the optional Trainer v2 + JobSet build.
+[[ "${KUBETRAIN_TESTENV_TRAINER:-1}" == 0 ]] && ORDER=(etcd kwok training-operator kubernetes)
+MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/manifests"
 
 check_go() {
   command -v go >/dev/null 2>&1 || die "go is not on PATH; install Go >= 1.26 (the pinned modules need it)"
@@ -47,9 +51,13 @@ check_pins() {
   grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION" "$HERE/gomod/etcd/go.mod" || die "gomod/etcd/go.mod does not pin $ETCD_VERSION"
   grep -q "sigs.k8s.io/kwok $KWOK_VERSION" "$HERE/gomod/kwok/go.mod" || die "gomod/kwok/go.mod does not pin $KWOK_VERSION"
   grep -q "github.com/kubeflow/training-operator $TRAINING_OPERATOR_VERSION" "$HERE/gomod/training-operator/go.mod" || die "gomod/training-operator/go.mod does not pin $TRAINING_OPERATOR_VERSION"
+  grep -q "github.com/kubeflow/trainer/v2 $TRAINER_VERSION" "$HERE/gomod/trainer/go.mod" || die "gomod/trainer/go.mod does not pin $TRAINER_VERSION"
+  grep -q "sigs.k8s.io/jobset $JOBSET_VERSION" "$HERE/gomod/trainer/go.mod" || die "gomod/trainer/go.mod does not pin $JOBSET_VERSION"
 }
 
-stamp_of() { cat "$HERE/versions.env" "$HERE/gomod/$1/go.mod" "$HERE/gomod/$1/go.sum" | sha256sum | cut -c1-16; }
+# A component is rebuilt when its pinned go.mod/go.sum change (check_pins ties
+# them to versions.env).
+stamp_of() { cat "$HERE/gomod/$1/go.mod" "$HERE/gomod/$1/go.sum" | sha256sum | cut -c1-16; }
 
 # Prints the directory that already provides binary $1 from the user, if any.
 user_provided() {
@@ -58,6 +66,20 @@ user_provided() {
     [[ -n "$d" && -x "$d/$1" ]] && { echo "$d"; return 0; }
   done
   return 1
+}
+
+# Upstream CRDs the harness installs for the trainer component, copied from the
+# pinned modules in the Go module cache (the tests may read them; the product does not).
+post_trainer() {
+  local trainer_dir jobset_dir
+  trainer_dir="$(cd "$HERE/gomod/trainer" && go list -m -f '{{.Dir}}' github.com/kubeflow/trainer/v2)"
+  jobset_dir="$(cd "$HERE/gomod/trainer" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)"
+  [[ -d "$trainer_dir" && -d "$jobset_dir" ]] || die "trainer: module sources not in the Go module cache"
+  rm -rf "$MANIFESTS_DIR" && mkdir -p "$MANIFESTS_DIR/trainer" "$MANIFESTS_DIR/jobset"
+  cp "$trainer_dir"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$MANIFESTS_DIR/trainer/"
+  cp "$trainer_dir"/manifests/base/runtimes/torch_distributed.yaml "$MANIFESTS_DIR/trainer/"
+  cp "$jobset_dir"/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml "$MANIFESTS_DIR/jobset/"
+  chmod -R u+w "$MANIFESTS_DIR"
 }
 
 is_fresh() {
@@ -76,7 +98,7 @@ build() {
   local comp="$1" dir pkgs bins tmp start
   IFS='|' read -r dir pkgs bins <<<"${SPEC[$comp]}"
   if is_fresh "$comp" "$bins"; then
-    log "$comp: up to date ($bins)"
+    log "$comp: up to date"
     return 0
   fi
   check_go
@@ -93,6 +115,7 @@ build() {
   for b in $bins; do mv -f "$tmp/${b%%:*}" "$BIN_DIR/${b##*:}"; done
   rm -rf "$tmp"
   trap - EXIT
+  if declare -F "post_$comp" >/dev/null; then "post_$comp"; fi
   stamp_of "$comp" >"$BIN_DIR/.$comp.stamp"
   log "$comp: built in $(( $(date +%s) - start ))s"
 }

@@ -102,6 +102,11 @@ class Supervisor:
     def pids(self) -> list[int]:
         return [c.pid for c in self.children]
 
+    def stop_child(self, child: Child, timeout: float = 10.0) -> None:
+        if child in self.children:
+            self.children.remove(child)
+        _stop_group(child.popen, timeout)
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every child, newest first; SIGKILL the group after `timeout`."""
         while self.children:

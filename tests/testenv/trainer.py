@@ -19,12 +19,19 @@ jobset config/components/webhook), with Service references replaced by URLs.
 from __future__ import annotations
 
 import base64
+import contextlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import kubernetes
 import yaml
 
-from . import pki
+from . import binaries, pki
+from .controlplane import established, http_get
+from .processes import Child, free_port, wait_until
+
+if TYPE_CHECKING:
+    from .controlplane import ControlPlane
 
 TRAINER_NAMESPACE = "kubeflow-system"
 JOBSET_NAMESPACE = "jobset-system"
@@ -42,9 +49,7 @@ def write_certs(cert_dir: Path, serving: pki.KeyPair) -> None:
     (cert_dir / "tls.key").write_bytes(serving.key_pem)
 
 
-def _hook(
-    name: str, port: int, path: str, ca: pki.KeyPair, rule: tuple[str, str, str, list[str]]
-) -> dict[str, Any]:
+def _hook(name: str, port: int, path: str, ca: pki.KeyPair, rule: tuple[str, str, str, list[str]]) -> dict[str, Any]:
     group, version, resource, operations = rule
     return {
         "name": name,
@@ -55,9 +60,7 @@ def _hook(
         },
         "failurePolicy": "Fail",
         "sideEffects": "None",
-        "rules": [
-            {"apiGroups": [group], "apiVersions": [version], "operations": operations, "resources": [resource]}
-        ],
+        "rules": [{"apiGroups": [group], "apiVersions": [version], "operations": operations, "resources": [resource]}],
     }
 
 
@@ -175,3 +178,158 @@ def trainer_config(ports: dict[str, int]) -> str:
             "certManagement": {"enable": False},
         }
     )
+
+
+class TrainerStack:
+    """JobSet + Trainer v2 added to (and later removed from) a running ControlPlane.
+
+    Opt-in, because tests of the base cluster expect no TrainJob CRD.
+    """
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+        self.bins = {n: binaries.find(n) for n in ("jobset", "trainer-controller-manager")}
+        self.manifests = binaries.cache_bin_dir().parent / "manifests"
+        missing = [n for n, p in self.bins.items() if p is None]
+        if missing or not (self.manifests / "jobset").is_dir():
+            raise binaries.MissingBinaries(
+                f"Trainer v2/JobSet not prepared ({', '.join(missing) or 'manifests'} missing); {binaries.PREPARE_HINT}"
+            )
+        self.ports = {
+            n: free_port() for n in ("js_webhook", "js_metrics", "js_probe", "tr_webhook", "tr_metrics", "tr_probe")
+        }
+        self.children: list[Child] = []
+        self.admission: list[dict[str, Any]] = []
+
+    def crd_files(self) -> list[Path]:
+        return sorted((self.manifests / "jobset").glob("*.yaml")) + sorted(
+            (self.manifests / "trainer").glob("trainer.kubeflow.org_*.yaml")
+        )
+
+    def start(self) -> TrainerStack:
+        try:
+            self._crds()
+            self._jobset()
+            self._trainer()
+            runtime = yaml.safe_load((self.manifests / "trainer" / "torch_distributed.yaml").read_text())
+            # Created through the trainer's validating webhook: proves it serves.
+            wait_until(
+                lambda: bool(
+                    self._custom().create_cluster_custom_object(*TRAINER_GROUP, "clustertrainingruntimes", runtime)
+                ),
+                "ClusterTrainingRuntime torch-distributed through the trainer webhook",
+                30,
+                self.children[-1],
+            )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _custom(self) -> kubernetes.client.CustomObjectsApi:
+        return kubernetes.client.CustomObjectsApi(self.cp.api_client())
+
+    def _crds(self) -> None:
+        ext = kubernetes.client.ApiextensionsV1Api(self.cp.api_client())
+        for path in self.crd_files():
+            doc = yaml.safe_load(path.read_text())
+            ext.create_custom_resource_definition(doc)
+            name = doc["metadata"]["name"]
+            wait_until(lambda n=name: established(ext.read_custom_resource_definition(n)), f"CRD {name}", 30)
+
+    def _admission(self, objs: list[dict[str, Any]]) -> None:
+        api = kubernetes.client.AdmissionregistrationV1Api(self.cp.api_client())
+        for obj in objs:
+            if obj["kind"] == "MutatingWebhookConfiguration":
+                api.create_mutating_webhook_configuration(obj)
+            else:
+                api.create_validating_webhook_configuration(obj)
+            self.admission.append(obj)
+
+    def _manager(self, name: str, namespace: str, prefix: str, argv: list[str], env: dict[str, str]) -> None:
+        core = kubernetes.client.CoreV1Api(self.cp.api_client())
+        core.create_namespace({"metadata": {"name": namespace}})
+        child = self.cp.sup.start(
+            name, argv, env={"KUBECONFIG": str(self.cp.workdir / "operator.kubeconfig"), **env}, cwd=self.cp.workdir
+        )
+        self.children.append(child)
+        probe = f"http://127.0.0.1:{self.ports[prefix + '_probe']}/readyz"
+        wait_until(lambda: http_get(probe) == "ok", f"{name} /readyz", 60, child)
+        coord = kubernetes.client.CoordinationV1Api(self.cp.api_client())
+        wait_until(lambda: bool(coord.list_namespaced_lease(namespace).items), f"{name} leader election", 60, child)
+
+    def _jobset(self) -> None:
+        certs = self.cp.workdir / "jobset-certs"
+        write_certs(certs, serving_pki(self.cp.ca, "jobset-webhook-service.jobset-system.svc"))
+        self._admission(jobset_webhooks(self.ports["js_webhook"], self.cp.ca))
+        config = self.cp.workdir / "jobset-config.yaml"
+        ports = {
+            "webhook": self.ports["js_webhook"],
+            "metrics": self.ports["js_metrics"],
+            "probe": self.ports["js_probe"],
+        }
+        config.write_text(jobset_config(ports, certs))
+        argv = [
+            str(self.bins["jobset"]),
+            f"--config={config}",
+            f"--kubeconfig={self.cp.workdir / 'operator.kubeconfig'}",
+        ]
+        self._manager("jobset", JOBSET_NAMESPACE, "js", argv, {})
+
+    def _trainer(self) -> None:
+        tmp = self.cp.workdir / "trainer-tmp"
+        write_certs(
+            tmp / "k8s-webhook-server" / "serving-certs",
+            serving_pki(self.cp.ca, "kubeflow-trainer-controller-manager.kubeflow-system.svc"),
+        )
+        self._admission(trainer_webhooks(self.ports["tr_webhook"], self.cp.ca))
+        config = self.cp.workdir / "trainer-config.yaml"
+        ports = {
+            "webhook": self.ports["tr_webhook"],
+            "metrics": self.ports["tr_metrics"],
+            "probe": self.ports["tr_probe"],
+        }
+        config.write_text(trainer_config(ports))
+        argv = [
+            str(self.bins["trainer-controller-manager"]),
+            f"--config={config}",
+            f"--kubeconfig={self.cp.workdir / 'operator.kubeconfig'}",
+        ]
+        # controller-runtime's default cert dir is $TMPDIR/k8s-webhook-server/serving-certs.
+        self._manager("trainer", TRAINER_NAMESPACE, "tr", argv, {"TMPDIR": str(tmp)})
+
+    def stop(self) -> None:
+        """Remove everything again, so the next test module sees the base cluster."""
+        custom, client = self._custom(), self.cp.api_client()
+        with contextlib.suppress(kubernetes.client.ApiException):
+            # While the controllers still run, so their finalizers get removed.
+            for ns in kubernetes.client.CoreV1Api(client).list_namespace().items:
+                custom.delete_collection_namespaced_custom_object(*TRAINER_GROUP, ns.metadata.name, "trainjobs")
+            custom.delete_collection_cluster_custom_object(*TRAINER_GROUP, "clustertrainingruntimes")
+        api = kubernetes.client.AdmissionregistrationV1Api(client)
+        for obj in self.admission:
+            delete = (
+                api.delete_mutating_webhook_configuration
+                if obj["kind"].startswith("Mutating")
+                else api.delete_validating_webhook_configuration
+            )
+            with contextlib.suppress(kubernetes.client.ApiException):
+                delete(obj["metadata"]["name"])
+        for child in reversed(self.children):
+            self.cp.sup.stop_child(child)
+        ext = kubernetes.client.ApiextensionsV1Api(client)
+        for path in self.crd_files():
+            name = yaml.safe_load(path.read_text())["metadata"]["name"]
+            with contextlib.suppress(kubernetes.client.ApiException):
+                ext.delete_custom_resource_definition(name)
+            wait_until(lambda n=name: not _crd_exists(ext, n), f"CRD {name} deleted", 60)
+
+
+def _crd_exists(ext: kubernetes.client.ApiextensionsV1Api, name: str) -> bool:
+    try:
+        ext.read_custom_resource_definition(name)
+    except kubernetes.client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True

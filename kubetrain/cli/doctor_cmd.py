@@ -1,0 +1,73 @@
+"""kubetrain doctor."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from kubetrain.cli.cluster_opts import cluster_options, connect_from
+from kubetrain.cli.output import handle_errors
+
+if TYPE_CHECKING:
+    from kubetrain.client.doctor import Check, Report
+
+SYMBOLS = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red")}
+
+
+def format_check(check: Check, color: bool = False) -> list[str]:
+    """'✓ message' plus an indented '→ hint' line; colour codes only when asked."""
+    symbol, style = SYMBOLS[check.status]
+    if color:
+        from rich.style import Style
+
+        symbol = Style.parse(f"bold {style}").render(symbol)
+    lines = [f"{symbol} {check.topic:<13} {check.message}"]
+    if check.hint:
+        lines.append(f"  {'':<13} → {check.hint}")
+    return lines
+
+
+@click.command()
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Output format.")
+@cluster_options
+@handle_errors
+def doctor(output: str, context: str | None, kubeconfig: str | None, namespace: str | None) -> None:
+    """Check a cluster's readiness for GPU training.
+
+    One line per check (✓ ok, ! warning, ✗ problem), each problem with a hint: server version, the
+    training APIs and their operators, allocatable GPUs per node and the device plugin, GPU node labels
+    and taints, the cloud profile placement.cloud: auto would use, Kueue/Volcano, and your RBAC in the
+    namespace. Exits 1 if any check fails.
+
+    \b
+    Examples:
+      kubetrain doctor
+      kubetrain doctor --context prod-gke -n research
+      kubetrain doctor -o json | jq '.checks[] | select(.status != "ok")'
+    """
+    from kubetrain.client.doctor import run_doctor
+
+    connection = connect_from(context, kubeconfig)
+    report = run_doctor(connection, connection.namespace(namespace))
+    if output == "json":
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        _print(report)
+    if not report.ok:
+        sys.exit(1)
+
+
+def _print(report: Report) -> None:
+    color = sys.stdout.isatty()
+    click.echo(f"kubetrain doctor: context {report.context or 'in-cluster'}, namespace {report.namespace}")
+    for check in report.checks:
+        for line in format_check(check, color):
+            click.echo(line)
+    failed = sum(c.status == "fail" for c in report.checks)
+    warned = sum(c.status == "warn" for c in report.checks)
+    verdict = "ready for GPU training" if not failed else f"{failed} problem(s) to fix"
+    click.echo(f"{verdict}; {warned} warning(s)", err=True)

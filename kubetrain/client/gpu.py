@@ -1,0 +1,191 @@
+"""`kubetrain gpu`: nvidia-smi in every running pod of a job, as one table. Exec is the only cluster call;
+parsing and the per-pod verdicts are pure functions, tested on their own."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import stream
+from kubernetes.stream.ws_client import ERROR_CHANNEL
+
+from kubetrain.client.errors import cluster_errors, translate
+from kubetrain.client.pods import Replica, job_replicas, select
+from kubetrain.client.targets import Target
+
+FIELDS = ("index", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu", "power.draw")
+COMMAND = ["nvidia-smi", f"--query-gpu={','.join(FIELDS)}", "--format=csv,noheader,nounits"]
+EXEC_TIMEOUT = 20.0  # seconds for one pod's nvidia-smi
+PARALLEL_EXECS = 16
+NOT_FOUND = ("executable file not found", "no such file or directory", "not found in $path", "command not found")
+NO_DRIVER = ("couldn't communicate with the nvidia driver", "no devices were found", "nvml",
+             "driver/library version mismatch")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    utilization: float | None  # percent
+    memory_used: float | None  # MiB
+    memory_total: float | None  # MiB
+    temperature: float | None  # °C
+    power: float | None  # W
+
+
+@dataclass(frozen=True)
+class PodGpus:
+    """One pod's GPUs, or why there are none to show (`message`)."""
+
+    replica: str
+    pod: str
+    node: str | None
+    gpus: list[Gpu] = field(default_factory=list)
+    message: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"replica": self.replica, "pod": self.pod, "node": self.node,
+                "gpus": [asdict(g) for g in self.gpus], "message": self.message or None}
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    stdout: str
+    stderr: str
+    exit_code: int | None  # None: the command did not run (see error)
+    error: str = ""  # the exec's failure Status message, if any
+
+
+def _number(cell: str) -> float | None:
+    """'87' → 87.0; '[N/A]', '[Not Supported]', '' → None."""
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+def parse_query(text: str) -> list[Gpu]:
+    """The rows of `nvidia-smi --query-gpu=<FIELDS> --format=csv,noheader,nounits`; ValueError if it is not that."""
+    gpus = []
+    for line in text.strip().splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(FIELDS) or not cells[0].isdigit():
+            raise ValueError(f"unexpected nvidia-smi output: {line[:120]!r}")
+        gpus.append(Gpu(int(cells[0]), cells[1], *(_number(c) for c in cells[2:])))
+    return gpus
+
+
+def verdict(result: ExecResult) -> tuple[list[Gpu], str]:
+    """(GPUs, "") when nvidia-smi worked, else ([], a message saying what is wrong and what to do)."""
+    everything = " ".join((result.stdout, result.stderr, result.error)).lower()
+    if result.exit_code in (126, 127) or (any(s in everything for s in NOT_FOUND) and result.exit_code != 0):
+        return [], ("nvidia-smi not found in the container: the image has no NVIDIA utilities, or the pod got no "
+                    "GPU runtime (request nvidia.com/gpu; on kind use runtimeClassName nvidia)")
+    if result.exit_code != 0 and any(s in everything for s in NO_DRIVER):
+        return [], f"no GPU visible in the pod: {_first_line(result.stdout + result.stderr or result.error)}"
+    if result.exit_code != 0:
+        detail = _first_line(result.stderr or result.stdout or result.error) or "no output"
+        return [], f"nvidia-smi failed (exit {result.exit_code}): {detail}"
+    try:
+        gpus = parse_query(result.stdout)
+    except ValueError as exc:
+        return [], str(exc)
+    return (gpus, "") if gpus else ([], "nvidia-smi lists no GPU in this pod")
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")[:200]
+
+
+def exec_nvidia_smi(core: client.CoreV1Api, namespace: str, pod: str, container: str,
+                    timeout: float = EXEC_TIMEOUT) -> ExecResult:
+    """Run COMMAND in the container over the exec websocket; stdout, stderr and the exit code kept apart."""
+    ws = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=COMMAND, container=container,
+                stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+    try:
+        ws.run_forever(timeout=timeout)
+        still_open = ws.is_open()
+        out, err = ws.read_stdout(timeout=0) or "", ws.read_stderr(timeout=0) or ""
+        status_text = ws.read_channel(ERROR_CHANNEL, timeout=0) or ""
+    finally:
+        ws.close()
+    return _result(out, err, status_text, still_open)
+
+
+def _result(out: str, err: str, status_text: str, still_open: bool) -> ExecResult:
+    if still_open:
+        return ExecResult(out, err, None, "nvidia-smi did not finish in time")
+    try:
+        status = json.loads(status_text) if status_text else {}
+    except ValueError:
+        status = {"message": status_text}
+    if not status or status.get("status") == "Success":
+        return ExecResult(out, err, 0)
+    causes = (status.get("details") or {}).get("causes") or []
+    code = next((int(c["message"]) for c in causes if c.get("reason") == "ExitCode"
+                 and str(c.get("message", "")).isdigit()), None)
+    return ExecResult(out, err, code, "" if code is not None else str(status.get("message") or status_text))
+
+
+Exec = Callable[[client.CoreV1Api, str, str, str], ExecResult]
+
+
+def pod_gpus(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec = exec_nvidia_smi) -> PodGpus:
+    """One pod's row: skipped with a message when it is not running or asked for no GPU."""
+    base = PodGpus(replica.label, replica.pod, replica.node)
+    if replica.phase != "Running" or replica.state != "running":
+        return PodGpus(replica.label, replica.pod, replica.node,
+                       message=f"not running ({replica.reason or replica.phase})")
+    if replica.gpus == 0:
+        return PodGpus(replica.label, replica.pod, replica.node,
+                       message="requests no nvidia.com/gpu: nothing to show")
+    try:
+        result = run(core, namespace, replica.pod, replica.container)
+    except ApiException as exc:
+        if exc.status in (401, 403):
+            raise translate(exc, f"exec into pod {replica.pod} in namespace {namespace} (pods/exec)") from None
+        result = ExecResult("", "", None, f"{exc.status} {exc.reason}")
+    except Exception as exc:  # one pod's broken exec must not hide the others
+        result = ExecResult("", "", None, f"{type(exc).__name__}: {exc}")
+    gpus, message = verdict(result)
+    return PodGpus(base.replica, base.pod, base.node, gpus, message)
+
+
+def job_gpus(api: client.ApiClient, target: Target, namespace: str, name: str, replica: str = "all",
+             run: Exec = exec_nvidia_smi) -> list[PodGpus]:
+    """nvidia-smi in every selected pod, in parallel; master first."""
+    replicas = select(job_replicas(api, target, namespace, name), replica)
+    core = client.CoreV1Api(api)
+    with cluster_errors(f"exec nvidia-smi in the pods of {name} in namespace {namespace}"), \
+            ThreadPoolExecutor(min(PARALLEL_EXECS, max(1, len(replicas)))) as pool:
+        return list(pool.map(lambda r: pod_gpus(core, namespace, r, run), replicas))
+
+
+def table_rows(results: list[PodGpus]) -> list[list[str]]:
+    """POD, GPU, NAME, UTIL, MEMORY, TEMP, POWER rows; a pod without GPUs gets one row with its message."""
+    rows = []
+    for pod in results:
+        if not pod.gpus:
+            rows.append([pod.replica, "-", pod.message, "", "", "", ""])
+        for gpu in pod.gpus:
+            rows.append([pod.replica, str(gpu.index), gpu.name, _fmt(gpu.utilization, "%"), _memory(gpu),
+                         _fmt(gpu.temperature, "°C"), _fmt(gpu.power, " W", 0)])
+    return rows
+
+
+HEADERS = ["POD", "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER"]
+
+
+def _fmt(value: float | None, unit: str, digits: int = 0) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def _memory(gpu: Gpu) -> str:
+    if gpu.memory_used is None or gpu.memory_total is None:
+        return "n/a"
+    return f"{gpu.memory_used / 1024:.1f}/{gpu.memory_total / 1024:.1f} GiB"

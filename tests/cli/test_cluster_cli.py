@@ -1,0 +1,213 @@
+"""Tier 3: the cluster verbs through click's CliRunner against the real control plane (tests/testenv)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+from kubetrain.cli.main import cli
+from kubetrain.client import watch
+from tests.client.specs import write_spec
+
+pytestmark = pytest.mark.controlplane
+
+
+@pytest.fixture(autouse=True)
+def empty_schema_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No `kubetrain schemas fetch` cache: submit validates with the cluster's CRD, or says it cannot."""
+    monkeypatch.setenv("KUBETRAIN_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def kt(controlplane: Any) -> Any:
+    """Run `kubetrain ARGS...` with --kubeconfig pointing at the test control plane."""
+    def run(*args: str, kubeconfig: Path | None = None) -> Result:
+        argv = [*args, "--kubeconfig", str(kubeconfig or controlplane.kubeconfig)]
+        return CliRunner().invoke(cli, argv, catch_exceptions=False)
+
+    return run
+
+
+def pods_of(controlplane: Any, namespace: str, job: str, count: int) -> list[dict[str, Any]]:
+    def check(cache: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]] | None:
+        running = [p for p in cache.values() if (p.get("status") or {}).get("phase") == "Running"]
+        return running if len(running) >= count else None
+
+    core = kubernetes.client.CoreV1Api(controlplane.api_client())
+    return watch.wait_for(core.list_namespaced_pod, check, timeout=60, what=f"{count} Running pods",
+                          namespace=namespace, label_selector=f"training.kubeflow.org/job-name={job}")
+
+
+def test_submit_wait_status_list_and_delete(controlplane: Any, kt: Any, namespace: str, tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path, "ddp", nodes=2, code=True))
+
+    def succeed_when_running() -> None:
+        for pod in pods_of(controlplane, namespace, "ddp", 2):
+            controlplane.set_pod_phase(namespace, pod["metadata"]["name"], "Succeeded")
+
+    helper = threading.Thread(target=succeed_when_running, daemon=True)
+    helper.start()
+    result = kt("submit", "-f", spec, "-n", namespace, "--wait", "--timeout", "60")
+    helper.join(5)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "ddp\n"
+    assert "✓ fit: 2 pod(s) × 8 nvidia.com/gpu fit" in result.stderr
+    assert f"PyTorchJob {namespace}/ddp created" in result.stderr
+    assert result.stderr.rstrip().endswith(f"PyTorchJob {namespace}/ddp Succeeded")
+
+    status = kt("status", "ddp", "-n", namespace)
+    assert status.exit_code == 0, status.stderr
+    assert status.stdout.startswith(f"pytorchjob {namespace}/ddp: Succeeded (2×8 GPU, age ")
+    assert "master-0" in status.stdout and "gpu-node-" in status.stdout and "Succeeded" in status.stdout
+    as_json = json.loads(kt("status", "ddp", "-n", namespace, "-o", "json").stdout)
+    assert as_json["state"] == "Succeeded" and {p["replica"] for p in as_json["pods"]} == {"master-0", "worker-0"}
+
+    listing = kt("list", "-n", namespace)
+    assert listing.stdout.splitlines()[0].split() == ["NAME", "TARGET", "STATE", "NODES×GPUS", "AGE"]
+    assert listing.stdout.splitlines()[1].split()[:4] == ["ddp", "pytorchjob", "Succeeded", "2×8"]
+    everywhere = json.loads(kt("list", "-A", "-o", "json").stdout)
+    assert {"name": "ddp", "namespace": namespace, "state": "Succeeded"}.items() <= next(
+        j for j in everywhere if j["namespace"] == namespace).items()
+
+    deleted = kt("delete", "ddp", "-n", namespace, "--wait", "--timeout", "60")
+    assert deleted.exit_code == 0, deleted.stderr
+    assert f"PyTorchJob {namespace}/ddp: job and pods gone" in deleted.stderr
+    core = kubernetes.client.CoreV1Api(controlplane.api_client())
+    assert not core.list_namespaced_pod(namespace, label_selector="training.kubeflow.org/job-name=ddp").items
+    watch.wait_for(core.list_namespaced_config_map, lambda cache: not cache, timeout=30, what="code ConfigMap gone",
+                   namespace=namespace, label_selector="kubetrain.dev/job=ddp")
+    missing = kt("status", "ddp", "-n", namespace)
+    assert missing.exit_code == 1
+    assert missing.stderr == f"error: no PyTorchJob named ddp in namespace {namespace} (list them: kubetrain list -n " \
+                             f"{namespace})\n"
+
+
+def test_resubmit_is_a_noop_changed_needs_replace(kt: Any, namespace: str, tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path, "again", nodes=1))
+    assert kt("submit", "-f", spec, "-n", namespace, "-o", "name").stdout == "pytorchjob.kubeflow.org/again\n"
+    again = kt("submit", "-f", spec, "-n", namespace)
+    assert again.exit_code == 0 and again.stdout == "again\n"
+    assert f"PyTorchJob {namespace}/again unchanged: same spec already submitted, nothing to do" in again.stderr
+
+    changed = str(write_spec(tmp_path, "again", nodes=2))
+    refused = kt("submit", "-f", changed, "-n", namespace)
+    assert refused.exit_code == 1 and refused.stdout == ""
+    assert refused.stderr.splitlines()[-1].startswith(f"error: PyTorchJob {namespace}/again already exists with a "
+                                                      "different spec (spec hash ")
+    assert "re-submit with --replace" in refused.stderr
+    replaced = kt("submit", "-f", changed, "-n", namespace, "--replace", "-o", "yaml")
+    assert replaced.exit_code == 0, replaced.stderr
+    (job,) = yaml.safe_load_all(replaced.stdout)
+    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1 and job["metadata"]["uid"]
+    assert f"PyTorchJob {namespace}/again replaced" in replaced.stderr
+
+
+def test_dry_runs_write_nothing(controlplane: Any, kt: Any, namespace: str, tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path, "dry", nodes=1, code=True))
+    server = kt("submit", "-f", spec, "-n", namespace, "--dry-run=server", "-o", "json")
+    assert server.exit_code == 0, server.stderr
+    items = json.loads(server.stdout)["items"]
+    assert [i["kind"] for i in items] == ["ConfigMap", "PyTorchJob"] and items[1]["metadata"]["uid"]
+    assert items[0]["metadata"]["ownerReferences"][0]["uid"] == items[1]["metadata"]["uid"]
+    client_side = kt("submit", "-f", spec, "-n", namespace, "--dry-run=client", "-o", "yaml")
+    assert client_side.exit_code == 0 and "(client dry run)" in client_side.stderr
+    custom = kubernetes.client.CustomObjectsApi(controlplane.api_client())
+    assert not custom.list_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs")["items"]
+
+
+def test_preflight_failures_block_the_submit(kt: Any, namespace: str, tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path, "refs", nodes=4, secretEnv=[{"name": "T", "secret": "hf", "key": "t"}]))
+    result = kt("submit", "-f", spec, "-n", namespace)
+    assert result.exit_code == 1 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert f"✗ references: Secret hf not found in namespace {namespace} — create it: kubectl create secret " \
+           f"generic hf -n {namespace} --from-literal=KEY=VALUE" in lines
+    assert any(line.startswith("✗ fit: needs 4 pods × 8 nvidia.com/gpu; only 3 eligible nodes have ≥ 8 free")
+               for line in lines)
+    assert lines[-1] == "error: preflight failed (2 check(s) marked ✗): fix them, or --skip-preflight to submit anyway"
+    missing_ns = kt("submit", "-f", spec, "-n", "no-such-ns", "--skip-preflight")
+    assert missing_ns.stderr == ("error: namespace no-such-ns does not exist: create it: kubectl create namespace "
+                                 "no-such-ns\n") and missing_ns.exit_code == 1
+
+
+def test_rbac_denial_for_a_restricted_user(controlplane: Any, kt: Any, namespace: str, tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path, "r", nodes=1))
+    restricted = controlplane.write_kubeconfig("carol", ("team-a",))
+    result = kt("submit", "-f", spec, "-n", namespace, kubeconfig=restricted)
+    assert result.exit_code == 1
+    assert f"✗ permissions: not allowed to create pytorchjobs.kubeflow.org, get pytorchjobs.kubeflow.org in " \
+           f"namespace {namespace}" in result.stderr
+    skipped = kt("submit", "-f", spec, "-n", namespace, "--skip-preflight", kubeconfig=restricted)
+    assert skipped.exit_code == 1 and skipped.stderr.count("error: ") == 1
+    # carol may not read the CRD either, so validation says the server will check the schema.
+    assert skipped.stderr.splitlines()[0] == "validate: no local schema for PyTorchJob; the API server validates it " \
+                                             "on apply"
+    assert skipped.stderr.splitlines()[1].startswith("error: forbidden: cannot get pytorchjobs.kubeflow.org r in "
+                                                     "namespace ")
+    assert 'User "carol" cannot get resource "pytorchjobs"' in skipped.stderr
+
+
+def test_events_and_status_hints_from_the_real_scheduler(controlplane: Any, kt: Any, namespace: str,
+                                                         tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path, "big", nodes=4))
+    assert kt("submit", "-f", spec, "-n", namespace, "--skip-preflight").exit_code == 0
+    pods_of(controlplane, namespace, "big", 3)
+
+    def warned() -> Result | None:
+        result = kt("events", "big", "-n", namespace)
+        return result if "FailedScheduling" in result.stdout else None
+
+    result = watch_until(warned)
+    assert "→ not enough free nvidia.com/gpu" in result.stdout
+    status = kt("status", "big", "-n", namespace)
+    assert "Hints:\n  → not enough free nvidia.com/gpu" in status.stdout
+    as_json = json.loads(kt("events", "big", "-n", namespace, "-o", "json").stdout)
+    assert any(e["reason"] == "FailedScheduling" and e["hints"] for e in as_json)
+
+
+def watch_until(fn: Any, timeout: float = 30) -> Any:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = fn()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.parametrize("verb", [["status", "x"], ["list"], ["events", "x"], ["delete", "x"], ["submit"]])
+def test_unreachable_cluster_and_bad_context_are_one_line(controlplane: Any, kt: Any, tmp_path: Path,
+                                                          verb: list[str]) -> None:
+    config = yaml.safe_load(controlplane.kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1"
+    unreachable = tmp_path / "kubeconfig"
+    unreachable.write_text(yaml.safe_dump(config))
+    spec = ["-f", str(write_spec(tmp_path, "x", nodes=1))] if verb == ["submit"] else []
+    result = kt(*verb, *spec, "--skip-preflight" if spec else "-n=default", kubeconfig=unreachable)
+    assert result.exit_code == 1
+    assert result.stderr == "error: cannot reach https://127.0.0.1:1: is the cluster running? (kubectl cluster-info)\n"
+    bad = kt(*verb, *spec, "--context", "nope")
+    assert bad.exit_code == 1 and bad.stderr == "error: --context nope: no such context in the kubeconfig " \
+                                                 "(have: kubetrain-test)\n"
+
+
+def test_kubeconfig_env_and_context_namespace(controlplane: Any, namespace: str, tmp_path: Path) -> None:
+    config = yaml.safe_load(controlplane.kubeconfig.read_text())
+    config["contexts"][0]["context"]["namespace"] = namespace
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    spec = str(write_spec(tmp_path, "ctx", nodes=1, gpus=0))
+    result = CliRunner(env={"KUBECONFIG": str(path)}).invoke(cli, ["submit", "-f", spec])
+    assert result.exit_code == 0, result.stderr
+    assert f"PyTorchJob {namespace}/ctx created" in result.stderr  # the context's namespace
+    listing = CliRunner(env={"KUBECONFIG": str(path)}).invoke(cli, ["list", "-o", "json"])
+    assert [j["name"] for j in json.loads(listing.stdout)] == ["ctx"]
