@@ -104,9 +104,14 @@ def _first_line(text: str) -> str:
 
 def exec_nvidia_smi(core: client.CoreV1Api, namespace: str, pod: str, container: str,
                     timeout: float = EXEC_TIMEOUT) -> ExecResult:
-    """Run COMMAND in the container over the exec websocket; stdout, stderr and the exit code kept apart."""
-    ws = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=COMMAND, container=container,
-                stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+    """Run COMMAND in the container over the exec websocket; stdout, stderr and the exit code kept apart.
+
+    kubernetes.stream swaps the ApiClient's call_api while it connects, which is not thread-safe: every exec
+    gets its own ApiClient (same configuration), so parallel execs and other requests never cross.
+    """
+    with client.ApiClient(core.api_client.configuration) as own:
+        ws = stream(client.CoreV1Api(own).connect_get_namespaced_pod_exec, pod, namespace, command=COMMAND,
+                    container=container, stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
     try:
         ws.run_forever(timeout=timeout)
         still_open = ws.is_open()
