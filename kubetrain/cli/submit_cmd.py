@@ -63,7 +63,8 @@ def submit(filename: str, context: str | None, kubeconfig: str | None, namespace
     chosen = _resolve_target(connection, target or loaded.job.spec.target)
     if build_image:
         image = _build(loaded)
-    objects = render_loaded(loaded, target=chosen.name, namespace=ns, image=image)
+    cloud = _resolve_cloud(connection) if loaded.job.spec.placement.cloud == "auto" else None
+    objects = render_loaded(loaded, target=chosen.name, namespace=ns, image=image, cloud=cloud)
     validate_rendered(connection, chosen, objects)
     if not skip_preflight:
         run_preflight(connection, chosen, objects, ns)
@@ -78,6 +79,20 @@ def _resolve_target(connection: Connection, wanted: str) -> Target:
     from kubetrain.client.targets import resolve
 
     return resolve(connection.api, wanted)
+
+
+def _resolve_cloud(connection: Connection) -> str:
+    """`placement.cloud: auto`: the profile the cluster's (GPU) nodes look like, as `kubetrain doctor` shows."""
+    from kubetrain.client.cloud import detect_cloud
+    from kubetrain.client.doctor import list_node_dicts
+
+    nodes = list_node_dicts(connection)
+    if nodes is None:
+        warn("placement.cloud auto: may not list nodes, using no cloud profile (set placement.cloud)")
+        return "none"
+    profile = detect_cloud(nodes) or "none"
+    info(f"placement.cloud auto: this cluster looks like {profile}")
+    return profile
 
 
 def _build(loaded: LoadedSpec) -> str:

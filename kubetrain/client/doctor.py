@@ -79,6 +79,13 @@ def run_doctor(conn: Connection, namespace: str) -> Report:
     return report
 
 
+def list_node_dicts(conn: Connection) -> list[dict[str, Any]] | None:
+    """Every Node as a dict, or None when the user may not list nodes (for `placement.cloud: auto`)."""
+    with cluster_errors("list nodes", str(conn.api.configuration.host)):
+        nodes = _list(conn.api, client.CoreV1Api(conn.api).list_node)
+    return None if isinstance(nodes, Forbidden) else nodes
+
+
 def _list(api: client.ApiClient, list_fn: Callable[..., Any]) -> list[dict[str, Any]] | Forbidden:
     try:
         items, _ = watch.list_objects(list_fn)

@@ -211,3 +211,13 @@ def test_kubeconfig_env_and_context_namespace(controlplane: Any, namespace: str,
     assert f"PyTorchJob {namespace}/ctx created" in result.stderr  # the context's namespace
     listing = CliRunner(env={"KUBECONFIG": str(path)}).invoke(cli, ["list", "-o", "json"])
     assert [j["name"] for j in json.loads(listing.stdout)] == ["ctx"]
+
+
+def test_submit_resolves_cloud_auto_from_the_nodes(kt: Any, namespace: str, tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path, "auto", nodes=1, placement={"cloud": "auto", "gpuType": "nvidia-h100-80gb"}))
+    result = kt("submit", "-f", spec, "-n", namespace, "--dry-run", "client", "-o", "yaml")
+    assert result.exit_code == 0, result.stderr
+    assert "placement.cloud auto: this cluster looks like gke" in result.stderr
+    job = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "PyTorchJob")
+    pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}

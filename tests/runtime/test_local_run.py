@@ -96,8 +96,9 @@ def test_kill_9_of_a_worker_resumes_bit_identical(tmp_path: Path) -> None:
     assert len(resumes) == 1 and 12 <= resumes[0]["step"] < 48, resumes
     ref, killed = final_state(tmp_path / "reference" / "run"), final_state(tmp_path / "killed" / "run")
     assert ref["step"] == killed["step"] == 48
-    for key, tensor in ref["model"].items():
-        assert torch.equal(tensor, killed["model"][key]), key
+    for key, value in ref["model"].items():
+        same = torch.equal(value, killed["model"][key]) if torch.is_tensor(value) else value == killed["model"][key]
+        assert same, key
     for index, state in ref["optimizer"]["state"].items():
         assert torch.equal(state["momentum_buffer"], killed["optimizer"]["state"][index]["momentum_buffer"])
     assert_no_processes_left(marker)
@@ -128,7 +129,8 @@ def test_kill_9_during_a_checkpoint_write_loads_the_previous_one(tmp_path: Path)
     result = run_sync(["-f", str(spec)], quiet_env(TEST_MARKER=marker))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     resume = records(result.stdout, "resume")[0]
-    assert resume["path"] == str(complete[-1]) and resume["step"] == 12  # the newest complete one
+    assert resume["path"] == str(complete[-1])  # the newest complete checkpoint, not the partial one
+    assert resume["step"] == int(complete[-1].stem.split("-")[1]) >= 8
     assert not list(ckpt.glob(".tmp-*"))  # the partial file was cleaned up, never loaded
     assert_no_processes_left(marker)
 
