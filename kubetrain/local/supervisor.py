@@ -4,6 +4,8 @@
   SIGTERM to every agent; torchrun forwards it to its workers (the runtime checkpoints and exits 143) and
   SIGKILLs workers that outlive its shutdown timeout. A second Ctrl-C, or the grace period running out,
   SIGKILLs everything at once.
+* Agents get SIGTERM from the kernel if `kubetrain run` itself dies (PR_SET_PDEATHSIG), so even a
+  SIGKILLed `kubetrain run` does not leave a training job running.
 * Every process of the run inherits KUBETRAIN_RUN_ID; after the agents exit, any process still carrying
   this run's id (e.g. a worker whose agent was killed) is killed, so no orphan survives.
 * Log lines become `[node-N rank-R] text` (worker output, via torchrun's --tee) or `[node-N] text` (the
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -29,6 +32,7 @@ _RANK_LINE = re.compile(r"^\[rank-(\d+)\]:(.*)$", re.DOTALL)
 FAILURE_GRACE_SECONDS = 15.0  # after one node fails (not elastic), how long the others get to notice
 POLL_SECONDS = 0.1
 TRACEBACK = "Traceback (most recent call last):"
+PR_SET_PDEATHSIG = 1
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -38,6 +42,13 @@ def format_line(node: int, text: str) -> str:
     if match:
         return f"[node-{node} rank-{match.group(1)}] {match.group(2)}"
     return f"[node-{node}] {text}"
+
+
+def _term_with_parent() -> None:
+    """In the agent, before exec: get SIGTERM if `kubetrain run` dies, even by SIGKILL (Linux only)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def processes_of_run(run_id: str) -> list[int]:
@@ -79,8 +90,10 @@ class Supervisor:
     def run(self) -> int:
         previous = self._install_signals()
         try:
-            for node in self.plan.nodes:
-                self._start(node)
+            for node in self.plan.nodes:  # all agents first: no reader thread exists while forking
+                self.procs.append(self._start(node))
+            for node, proc in zip(self.plan.nodes, self.procs, strict=True):
+                self._read(node.index, proc)
             code = self._wait()
         finally:
             self._kill_all()
@@ -92,13 +105,15 @@ class Supervisor:
         return code
 
     # --- processes ------------------------------------------------------------------------------------
-    def _start(self, node: NodeCommand) -> None:
-        proc = subprocess.Popen(node.argv, env=node.env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        self.procs.append(proc)
+    def _start(self, node: NodeCommand) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(node.argv, env=node.env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=_term_with_parent)  # noqa: PLW1509 - no threads yet
+
+    def _read(self, node: int, proc: subprocess.Popen[bytes]) -> None:
         for pipe in (proc.stdout, proc.stderr):
             assert pipe is not None
-            reader = threading.Thread(target=self._pump, args=(node.index, pipe), daemon=True)
+            reader = threading.Thread(target=self._pump, args=(node, pipe), daemon=True)
             reader.start()
             self.readers.append(reader)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -87,9 +88,14 @@ class Run:
         return "\n".join(self.lines)
 
     def kill(self) -> None:
+        """Clean up after a failed test: stop kubetrain run as a user would, then make sure."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, 9)
-            self.proc.wait()
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
 
 
 def run_sync(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:

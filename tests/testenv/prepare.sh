@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build (once) and cache the binaries of the integration-test control plane:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and the
-# Kubeflow training-operator, at the versions pinned in versions.env and the
-# go.mod/go.sum files under gomod/. Everything comes from the Go module proxy.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, the
+# Kubeflow training-operator and (optional) Kubeflow Trainer v2 + JobSet, at the
+# versions pinned in versions.env and the go.mod/go.sum files under gomod/.
+# Everything comes from the Go module proxy.
 #
 #   bash tests/testenv/prepare.sh          # what `make testenv` runs
 #
@@ -13,6 +14,7 @@
 #   KUBETRAIN_TESTENV_CACHE  cache root (default: ${XDG_CACHE_HOME:-~/.cache}/kubetrain/testenv)
 #   KUBETRAIN_TESTENV_BIN    a directory with prebuilt binaries; those found there are not built
 #   KUBEBUILDER_ASSETS       likewise (usually holds etcd and kube-apiserver)
+#   KUBETRAIN_TESTENV_TRAINER=0  skip the optional Trainer v2 + JobSet build
 # Progress goes to stderr; the last stdout line is the binary directory.
 set -euo pipefail
 
@@ -70,17 +72,25 @@ user_provided() {
 
 # Upstream CRDs the harness installs for the trainer component, copied from the
 # pinned modules in the Go module cache (the tests may read them; the product does not).
+module_dir() {  # where the pinned module $2 of gomod/$1 is unpacked (downloads it if needed)
+  (cd "$HERE/gomod/$1" && go mod download -json "$2") | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'
+}
+
 post_trainer() {
+  check_go
   local trainer_dir jobset_dir
-  trainer_dir="$(cd "$HERE/gomod/trainer" && go list -m -f '{{.Dir}}' github.com/kubeflow/trainer/v2)"
-  jobset_dir="$(cd "$HERE/gomod/trainer" && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)"
-  [[ -d "$trainer_dir" && -d "$jobset_dir" ]] || die "trainer: module sources not in the Go module cache"
+  trainer_dir="$(module_dir trainer github.com/kubeflow/trainer/v2)"
+  jobset_dir="$(module_dir trainer sigs.k8s.io/jobset)"
+  [[ -d "$trainer_dir" && -d "$jobset_dir" ]] || die "trainer: could not get the module sources of Trainer/JobSet"
   rm -rf "$MANIFESTS_DIR" && mkdir -p "$MANIFESTS_DIR/trainer" "$MANIFESTS_DIR/jobset"
   cp "$trainer_dir"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$MANIFESTS_DIR/trainer/"
   cp "$trainer_dir"/manifests/base/runtimes/torch_distributed.yaml "$MANIFESTS_DIR/trainer/"
   cp "$jobset_dir"/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml "$MANIFESTS_DIR/jobset/"
   chmod -R u+w "$MANIFESTS_DIR"
+  log "trainer: CRDs copied to $MANIFESTS_DIR"
 }
+
+post_trainer_done() { [[ -f "$MANIFESTS_DIR/jobset/jobset.x-k8s.io_jobsets.yaml" && -f "$MANIFESTS_DIR/trainer/torch_distributed.yaml" ]]; }
 
 is_fresh() {
   local comp="$1" bins="$2" b from_cache=0
@@ -99,6 +109,7 @@ build() {
   IFS='|' read -r dir pkgs bins <<<"${SPEC[$comp]}"
   if is_fresh "$comp" "$bins"; then
     log "$comp: up to date"
+    if declare -F "post_$comp" >/dev/null && ! "post_${comp}_done"; then "post_$comp"; fi
     return 0
   fi
   check_go
@@ -108,7 +119,7 @@ build() {
   trap 'rm -rf "$tmp"' EXIT
   # shellcheck disable=SC2086  # pkgs is a list
   if ! (cd "$HERE/gomod/$dir" && GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-        go build -trimpath -ldflags='-s -w' -o "$tmp/" $pkgs); then
+        go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$tmp/" $pkgs); then
     rm -rf "$tmp"
     die "$comp: go build failed (see output above); the module proxy must be reachable for a cold build"
   fi

@@ -7,7 +7,10 @@ replace directives. Replace directives of a dependency are ignored by Go, so a
 module that builds k8s.io/kubernetes/cmd/... from the module proxy must re-state
 them, pointing each staging module at its published tag (v0.<minor>.<patch>).
 
-Usage: gen_k8s_replace.py v1.36.3   (downloads the go.mod through `go mod download`)
+Usage (downloads upstream's go.mod through `go mod download`):
+    python3 tests/testenv/gomod/gen_k8s_replace.py v1.36.3
+    (cd tests/testenv/gomod/kubernetes && go mod tidy)   # fills require + go.sum
+and set KUBERNETES_VERSION in tests/testenv/versions.env to match.
 """
 
 from __future__ import annotations
