@@ -2,8 +2,10 @@
 
 Same model, data, seed, optimizer and batch size; 2 processes, gloo, CPU (torchrun --standalone).
 
-* throughput: samples/s between two steps after warm-up, from each side's own metrics lines; the two sides
-  alternate, `--repeats` times, and the median of the per-pair ratios is reported (target >= 0.97);
+* throughput: samples/s between two steps after warm-up, from each side's own metrics lines. Three sides
+  run in rotating order, `--repeats` rounds: the plain loop with DDP's defaults, the plain loop with the
+  Trainer's DDP defaults (gradient_as_bucket_view=True, bucket_cap_mb=25), and the Trainer; the median of the per-round
+  Trainer/plain ratios is reported (target >= 0.97);
 * losses: a shorter run logging every step; the all-rank mean loss must be identical at every step, and the
   final parameters bit-identical;
 * start-up: wall time from `kubetrain run -f examples/digits/kubetrain.yaml` to its first step, its first
@@ -59,8 +61,10 @@ def emit(**fields: Any) -> None:
 
 
 # --- the two sides (run under torchrun) ----------------------------------------------------------------
-def plain_loop(samples: int, epochs: int, log_every: int, out: str) -> None:
-    """The textbook DDP loop: model to device, DDP, DistributedSampler, zero_grad/forward/backward/step."""
+def plain_loop(samples: int, epochs: int, log_every: int, out: str, *, same_ddp: bool = False) -> None:
+    """The textbook DDP loop: model to device, DDP, DistributedSampler, zero_grad/forward/backward/step.
+    `same_ddp` gives DDP the Trainer's defaults: gradient_as_bucket_view=True (DDP's own default: False) and
+    an explicit bucket_cap_mb=25, which also makes the first bucket 25 MiB (DDP's default: 1 MiB)."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -70,7 +74,8 @@ def plain_loop(samples: int, epochs: int, log_every: int, out: str) -> None:
     rank = dist.get_rank()
     torch.manual_seed(SEED)
     dataset = make_data(samples)
-    model = DistributedDataParallel(make_model())
+    options = {"gradient_as_bucket_view": True, "bucket_cap_mb": 25} if same_ddp else {}
+    model = DistributedDataParallel(make_model(), **options)
     torch.manual_seed(SEED + rank)
     sampler = DistributedSampler(dataset, seed=SEED)
     loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
@@ -96,11 +101,11 @@ def plain_loop(samples: int, epochs: int, log_every: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-def trainer_loop(samples: int, epochs: int, log_every: int, out: str) -> None:
+def trainer_loop(samples: int, epochs: int, log_every: int, out: str, *, checkpoint_dir: str | None = None) -> None:
     import torch
 
     from kubetrain.runtime import Factories, Trainer
-    from kubetrain.spec.sections import Train
+    from kubetrain.spec.sections import Checkpoint, Train
 
     built: list[Any] = []
 
@@ -110,7 +115,8 @@ def trainer_loop(samples: int, epochs: int, log_every: int, out: str) -> None:
 
     train = Train(model="bench:model", dataset="bench:data", epochs=epochs, batchSize=BATCH, lr=LR, seed=SEED,
                   logEvery=log_every, backend="gloo")
-    Trainer(train, factories=Factories(model=model, dataset=lambda: make_data(samples))).fit()
+    checkpoint = Checkpoint(dir=checkpoint_dir, keep=1)
+    Trainer(train, checkpoint, factories=Factories(model=model, dataset=lambda: make_data(samples))).fit()
     if os.environ.get("RANK", "0") == "0":
         torch.save(built[0].state_dict(), out)
 
@@ -137,16 +143,20 @@ def throughput(records: list[dict[str, Any]], warmup_step: int) -> float:
 
 def bench_throughput(repeats: int, samples: int, epochs: int, workdir: Path) -> dict[str, Any]:
     log_every = 32
-    rates: dict[str, list[float]] = {"plain": [], "trainer": []}
+    sides = ("plain", "plain-same", "trainer", "trainer-ckpt")
+    rates: dict[str, list[float]] = {side: [] for side in sides}
     for index in range(repeats):
-        order = ("plain", "trainer") if index % 2 == 0 else ("trainer", "plain")
-        for side in order:
-            records = launch(side, samples, epochs, log_every, workdir / f"{side}.pt")
+        for side in sides[index % 4:] + sides[:index % 4]:  # rotate the order between rounds
+            records = launch(side, samples, epochs, log_every, workdir / f"{side}-{index}.pt")
             rates[side].append(throughput(records, warmup_step=log_every))
     ratios = [t / p for t, p in zip(rates["trainer"], rates["plain"], strict=True)]
+    same = [t / p for t, p in zip(rates["trainer"], rates["plain-same"], strict=True)]
+    ckpt = [t / p for t, p in zip(rates["trainer-ckpt"], rates["plain-same"], strict=True)]
     steps = samples // (2 * BATCH) * epochs
-    return {"plain": rates["plain"], "trainer": rates["trainer"], "ratio": statistics.median(ratios),
-            "ratios": ratios, "steps": steps, "timed_steps": steps - log_every}
+    return {**rates, "ratio": statistics.median(ratios), "ratios": ratios,
+            "ratio_same_ddp": statistics.median(same), "ratios_same_ddp": same,
+            "ratio_ckpt": statistics.median(ckpt), "ratios_ckpt": ckpt,
+            "steps": steps, "timed_steps": steps - log_every}
 
 
 def bench_losses(workdir: Path) -> dict[str, Any]:
@@ -194,10 +204,15 @@ def table(result: dict[str, Any]) -> str:
     rows = [
         "| measurement | result |",
         "| --- | --- |",
-        f"| plain DDP loop, samples/s (median of {len(tp['plain'])}) | {statistics.median(tp['plain']):,.0f} |",
-        f"| kubetrain Trainer, samples/s (median of {len(tp['trainer'])}) | {statistics.median(tp['trainer']):,.0f} |",
-        f"| throughput ratio Trainer / plain (median of pairs; target >= 0.97) | **{tp['ratio']:.3f}** "
-        f"(pairs: {', '.join(f'{r:.3f}' for r in tp['ratios'])}) |",
+        f"| plain DDP loop (DDP defaults), samples/s | {statistics.median(tp['plain']):,.0f} |",
+        f"| plain DDP loop with the Trainer's DDP options, samples/s | {statistics.median(tp['plain-same']):,.0f} |",
+        f"| kubetrain Trainer (defaults), samples/s | {statistics.median(tp['trainer']):,.0f} |",
+        f"| ratio Trainer / plain with the same DDP options (target >= 0.97) | **{tp['ratio_same_ddp']:.3f}** "
+        f"(rounds: {', '.join(f'{r:.3f}' for r in tp['ratios_same_ddp'])}) |",
+        f"| ratio Trainer with checkpoint.dir set (per-step stop agreement) / plain, same DDP options | "
+        f"{tp['ratio_ckpt']:.3f} (rounds: {', '.join(f'{r:.3f}' for r in tp['ratios_ckpt'])}) |",
+        f"| ratio Trainer / plain with DDP defaults | **{tp['ratio']:.3f}** "
+        f"(rounds: {', '.join(f'{r:.3f}' for r in tp['ratios'])}) |",
         f"| losses, {loss['steps']} steps logged every step | "
         f"{'identical at every step' if loss['identical'] else '**DIFFERENT**'} |",
         f"| final parameters after those steps | {'bit-identical' if loss['params_identical'] else '**DIFFERENT**'} |",
@@ -207,7 +222,8 @@ def table(result: dict[str, Any]) -> str:
     ]
     setup = (f"Setup: 2 processes, gloo, CPU, OMP_NUM_THREADS=1; MLP {FEATURES}-{HIDDEN}-{HIDDEN}-{CLASSES}, "
              f"batch {BATCH} per process, AdamW; throughput over {tp['timed_steps']} steps after "
-             f"{tp['steps'] - tp['timed_steps']} warm-up steps. Machine: {result['machine']}.")
+             f"{tp['steps'] - tp['timed_steps']} warm-up steps, medians of {len(tp['plain'])} rounds. "
+             f"Machine: {result['machine']}.")
     return "\n".join([setup, "", *rows])
 
 
@@ -222,12 +238,15 @@ def write_docs(text: str) -> None:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         side, samples, epochs, log_every, out = sys.argv[2:7]
-        run = plain_loop if side == "plain" else trainer_loop
-        run(int(samples), int(epochs), int(log_every), out)
+        if side.startswith("trainer"):
+            checkpoints = str(Path(out).with_suffix(".ckpt")) if side == "trainer-ckpt" else None
+            trainer_loop(int(samples), int(epochs), int(log_every), out, checkpoint_dir=checkpoints)
+        else:
+            plain_loop(int(samples), int(epochs), int(log_every), out, same_ddp=side == "plain-same")
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3, help="throughput pairs (default 3)")
-    parser.add_argument("--samples", type=int, default=24576, help="training samples per epoch")
+    parser.add_argument("--samples", type=int, default=32768, help="training samples per epoch")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--startup-repeats", type=int, default=3)
     parser.add_argument("--write-docs", action="store_true", help=f"update the table in {DOCS.relative_to(REPO)}")

@@ -1,4 +1,6 @@
-from kubetrain.cli.main import main
+import sys
+
+from kubetrain.cli.entry import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

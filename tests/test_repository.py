@@ -22,7 +22,7 @@ def test_wheel_ships_templates_images_and_types() -> None:
     force_include = config["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
     assert force_include == {"manifests": "kubetrain/_manifests", "images": "kubetrain/_images"}
     assert (REPO / "kubetrain" / "py.typed").is_file()
-    assert config["project"]["scripts"] == {"kubetrain": "kubetrain.cli.main:main"}
+    assert config["project"]["scripts"] == {"kubetrain": "kubetrain.cli.entry:main"}
     assert "torch" not in " ".join(config["project"]["dependencies"])
 
 

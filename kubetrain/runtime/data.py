@@ -82,9 +82,11 @@ def make_loader(dataset: Dataset[Any], sampler: Sampler[Any], *, batch_size: int
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
-    """Move tensors (also inside tuples, lists and dicts) to the device; non-blocking from pinned memory."""
+    """Move tensors (also inside tuples, lists and dicts) to an accelerator; non-blocking (pinned memory)."""
+    if device.type == "cpu":
+        return batch  # DataLoader batches are already on the CPU
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=device.type == "cuda")
+        return batch.to(device, non_blocking=True)
     if isinstance(batch, dict):
         return {key: to_device(value, device) for key, value in batch.items()}
     if isinstance(batch, tuple | list):

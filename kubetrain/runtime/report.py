@@ -51,7 +51,7 @@ class Window:
         self.started = time.perf_counter()
 
     def add(self, loss: torch.Tensor, samples: int) -> None:
-        self.loss_sum += loss.detach().to(torch.float64)
+        self.loss_sum.add_(loss.detach())  # accumulates in float64
         self.batches += 1
         self.samples += samples
 

@@ -80,8 +80,9 @@ class StopSignal:
         os._exit(EXIT_STOP_TIMEOUT)
 
     def poll(self) -> int:
-        """Call once per optimizer step on every rank: the agreed signal number (0 = keep training)."""
-        if self.env.world_size == 1:
+        """Call once per optimizer step on every rank: the agreed signal number (0 = keep training).
+        Without checkpointing there is nothing to agree on (the handler exits at once): no collective."""
+        if self.env.world_size == 1 or not self.checkpointing:
             return self.signum
         agreed = 0
         if self._work is not None and self._flag is not None:

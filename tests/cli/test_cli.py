@@ -221,3 +221,26 @@ def test_schemas_fetch_unreachable(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     result = CliRunner().invoke(cli, ["schemas", "fetch", "--base-url", "http://127.0.0.1:9"])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: cannot download http://127.0.0.1:9/v1.9.4/")
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_fast_help_is_exactly_clicks_help(width: int) -> None:
+    from kubetrain.cli.commands import fast_help
+
+    result = CliRunner().invoke(cli, ["--help"], terminal_width=width, prog_name="kubetrain")
+    assert result.exit_code == 0
+    assert fast_help() == result.output
+
+
+def test_entry_point_fast_paths_skip_click() -> None:
+    code = ("import sys; from kubetrain.cli.entry import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('CLICK=' + str('click' in sys.modules), file=sys.stderr)")
+    for flag, expected in (("--help", "Commands:"), ("--version", "kubetrain, version ")):
+        result = subprocess.run([sys.executable, "-c", code, flag], capture_output=True, text=True, timeout=60,
+                                env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"}, check=True)
+        assert expected in result.stdout
+        assert "CLICK=False" in result.stderr
+    narrow = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, timeout=60,
+                            env={"COLUMNS": "60", "PATH": "/usr/bin:/bin"}, check=True)
+    assert "CLICK=True" in narrow.stderr  # narrow terminals get click's own wrapping

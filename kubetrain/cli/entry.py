@@ -1,0 +1,39 @@
+"""The console entry point. Answers `kubetrain --help` and `--version` without importing click (start-up
+time is most of what a help call costs); everything else goes to the click application."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def main() -> Any:
+    args = sys.argv[1:]
+    if len(args) == 1 and args[0] in {"-h", "--help", "--version"} and _terminal_width() >= 80:
+        if args[0] == "--version":
+            from kubetrain import __version__
+
+            sys.stdout.write(f"kubetrain, version {__version__}\n")
+        else:
+            from kubetrain.cli.commands import fast_help
+
+            sys.stdout.write(fast_help())
+        return 0
+    from kubetrain.cli.main import main as click_main
+
+    return click_main()
+
+
+def _terminal_width() -> int:
+    """The width click would use (shutil.get_terminal_size's rules, without importing shutil)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 80
+    except (OSError, ValueError, AttributeError):
+        return 80
