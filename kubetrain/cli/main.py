@@ -11,6 +11,7 @@ from kubetrain import __version__
 from kubetrain.cli.commands import COMMANDS, GROUP_HELP, HELP_OPTIONS
 from kubetrain.cli.output import fail
 
+
 class LazyGroup(click.Group):
     """Imports a verb's module only when that verb runs."""
 
