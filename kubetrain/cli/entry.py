@@ -20,6 +20,9 @@ def main() -> Any:
 
             sys.stdout.write(fast_help())
         return 0
+    # pydantic looks up plugins through package entry points (importlib.metadata, ~20 ms) the first time a
+    # model is built; the CLI uses none. Only the CLI process sets this, never the library.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from kubetrain.cli.main import main as click_main
 
     return click_main()
