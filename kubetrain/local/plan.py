@@ -143,6 +143,10 @@ def _node_env(spec: JobSpec, env: dict[str, str], index: int, procs: int, total:
         first = (index - 1) * spec.gpusPerNode
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(spec.gpusPerNode))
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // total)))
+    # torch 2.15 shares one rendezvous TCPStore across restart rounds without a per-round key prefix, so
+    # restarted workers can read the previous round's gloo addresses and fail to connect: use a fresh
+    # store (hosted by rank 0 on a new port) for every round.
+    env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     return env
 
 

@@ -162,7 +162,7 @@ class Loop:
             self._log()
         if self.every_steps and self.step % self.every_steps == 0 and consumed < self.batches:
             self._save("interval")  # the last step of an epoch is saved by the epoch checkpoint
-        signum = self.stop.poll()
+        signum = self.stop.poll(self.step)
         if signum:
             self._save("signal")
             if self.env.world_size > 1:
