@@ -25,6 +25,9 @@ GPU_POD_ANNOTATIONS = {
     "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
 }
 GPU_ENV = {"NCCL_DEBUG": "WARN", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+# torch 2.15's agents share one rendezvous TCP store across restarts; after a worker dies, restarted workers
+# can read the previous round's addresses and never connect. Elastic jobs restart in place, so opt out.
+ELASTIC_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 DEBUG_ENV = {"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
              "TORCH_SHOW_CPP_STACKTRACES": "1", "CUDA_LAUNCH_BLOCKING": "1"}
 DEFAULT_SHM = 2 * 2**30
@@ -78,6 +81,8 @@ def env(job: TrainingJob) -> list[dict[str, Any]]:
     values = {"PYTHONUNBUFFERED": "1", "KUBETRAIN_JOB_NAME": job.metadata.name}
     if spec.gpusPerNode:
         values.update(GPU_ENV)
+    if spec.elastic:
+        values.update(ELASTIC_ENV)
     if spec.debug:
         values.update(DEBUG_ENV)
     if spec.code:

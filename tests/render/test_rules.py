@@ -49,6 +49,8 @@ def test_elastic_job_is_worker_only_with_policy() -> None:
     assert obj["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
     assert obj["spec"]["elasticPolicy"] == {"minReplicas": 1, "maxReplicas": 4, "maxRestarts": 7,
                                             "rdzvBackend": "c10d"}
+    assert env(obj, "Worker")["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in env(pytorchjob(nodes=2))
 
 
 def test_container_launches_through_torchrun() -> None:
