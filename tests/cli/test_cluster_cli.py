@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from kubetrain.cli.main import cli
 from kubetrain.client import watch
-from tests.client.specs import write_spec
+from tests.client.specs import watch_until, write_spec
 
 pytestmark = pytest.mark.controlplane
 
@@ -171,17 +171,6 @@ def test_events_and_status_hints_from_the_real_scheduler(controlplane: Any, kt: 
     as_json = json.loads(kt("events", "big", "-n", namespace, "-o", "json").stdout)
     assert any(e["reason"] == "FailedScheduling" and e["hints"] for e in as_json)
 
-
-def watch_until(fn: Any, timeout: float = 30) -> Any:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = fn()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError("timed out")
 
 
 @pytest.mark.parametrize("verb", [["status", "x"], ["list"], ["events", "x"], ["delete", "x"], ["submit"]])

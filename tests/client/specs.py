@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,3 +32,14 @@ def write_spec(directory: Path, name: str, *, nodes: int = 2, gpus: int = 8, cod
 
 def render(path: Path, namespace: str, target: str | None = None) -> list[dict[str, Any]]:
     return render_loaded(load_spec(str(path)), target=target, namespace=namespace)
+
+
+def watch_until(fn: Any, timeout: float = 30) -> Any:
+    """Poll `fn` every 0.2 s until it returns something truthy; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = fn()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError("timed out")

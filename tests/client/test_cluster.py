@@ -14,7 +14,7 @@ from kubetrain.client import apply, jobs, preflight, status, watch
 from kubetrain.client.connection import Connection, connect
 from kubetrain.client.targets import PYTORCHJOB, Target
 from kubetrain.errors import ClusterError
-from tests.client.specs import render, write_spec
+from tests.client.specs import render, watch_until, write_spec
 
 pytestmark = pytest.mark.controlplane
 
@@ -261,14 +261,3 @@ def test_failed_scheduling_from_the_real_scheduler_becomes_a_hint(conn: Connecti
     event = next(e for e in report.events if e.reason == "FailedScheduling")
     assert "Insufficient nvidia.com/gpu" in event.message and event.object == f"pod/{pending[0].name}"
 
-
-def watch_until(fn: Any, timeout: float = 30) -> Any:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = fn()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError("timed out")
