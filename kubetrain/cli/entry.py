@@ -10,14 +10,14 @@ from typing import Any
 
 def main() -> Any:
     args = sys.argv[1:]
-    if len(args) == 1 and args[0] in {"-h", "--help", "--version"} and _terminal_width() >= 80:
+    from kubetrain.cli.commands import FAST_HELP_MIN_WIDTH, fast_help
+
+    if len(args) == 1 and args[0] in {"-h", "--help", "--version"} and _terminal_width() >= FAST_HELP_MIN_WIDTH:
         if args[0] == "--version":
             from kubetrain import __version__
 
             sys.stdout.write(f"kubetrain, version {__version__}\n")
         else:
-            from kubetrain.cli.commands import fast_help
-
             sys.stdout.write(fast_help())
         return 0
     # pydantic looks up plugins through package entry points (importlib.metadata, ~20 ms) the first time a

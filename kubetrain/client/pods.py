@@ -22,7 +22,6 @@ from kubetrain.errors import UsageError
 GPU = "nvidia.com/gpu"
 REPLICA_TYPE = "training.kubeflow.org/replica-type"
 REPLICA_INDEX = "training.kubeflow.org/replica-index"
-JOB_ROLE = "training.kubeflow.org/job-role"
 REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"

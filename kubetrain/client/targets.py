@@ -76,10 +76,3 @@ def resolve(api: client.ApiClient, wanted: str) -> Target:
         raise ClusterError(f"target: auto: neither PyTorchJob (kubeflow.org/v1) nor TrainJob "
                            f"(trainer.kubeflow.org/v1alpha1) is installed: {CRD_HINT}")
     return found[0]
-
-
-def for_object(obj: dict[str, object]) -> Target:
-    kind = str(obj.get("kind"))
-    if kind not in BY_KIND:
-        raise ClusterError(f"not a training job kind: {kind}")
-    return BY_KIND[kind]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import difflib
 import sys
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from kubetrain.errors import Problem, SpecError
 from kubetrain.spec.checks import spec_problems
 from kubetrain.spec.model import TrainingJob
+from kubetrain.spec.sections import models_in
 from kubetrain.yamlsrc import PathKey, join_path, line_for, parse_documents, split_path
 
 DEFAULT_SPEC = "kubetrain.yaml"
@@ -120,7 +120,7 @@ def _suggestion(loc: PathKey) -> str:
         if model is None or isinstance(part, int):
             continue
         field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
-        model = _model_of(field.annotation) if field else None
+        model = next(iter(models_in(field.annotation)), None) if field else None
     if model is None:
         return ""
     known = [f.alias or n for n, f in model.model_fields.items()]
@@ -129,17 +129,6 @@ def _suggestion(loc: PathKey) -> str:
     if str(loc[-1]) == "runPolicy" and len(loc) > 1:
         hint = "; runPolicy belongs directly under spec"
     return hint
-
-
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model inside an annotation such as `Elastic | None` or `list[Volume]`."""
-    stack = [annotation]
-    while stack:
-        candidate = stack.pop()
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
-        stack.extend(typing.get_args(candidate))
-    return None
 
 
 def _type_name(value: Any) -> str:

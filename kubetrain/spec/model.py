@@ -28,8 +28,6 @@ from kubetrain.spec.sections import (
     _check,
 )
 
-API_VERSION = "kubetrain.dev/v1alpha1"
-KIND = "TrainingJob"
 Target = Literal["pytorchjob", "trainjob", "auto"]
 
 

@@ -13,24 +13,13 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from kubetrain.spec.model import TrainingJob
+from kubetrain.spec.sections import models_in
 
 HEADER = """# kubetrain.yaml reference
 
 Generated from `kubetrain/spec/` by `python -m kubetrain.spec.reference`; do not edit by hand.
 Unknown keys are errors. Every problem is reported at once as `file:line: field.path: message` (exit 2).
 """
-
-
-def nested_models(annotation: Any) -> list[type[BaseModel]]:
-    found = []
-    stack = [annotation]
-    while stack:
-        candidate = stack.pop()
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            found.append(candidate)
-        else:
-            stack.extend(typing.get_args(candidate))
-    return found
 
 
 def type_name(annotation: Any) -> str:
@@ -53,7 +42,7 @@ def default_text(field: Any) -> str:
     if field.default is not PydanticUndefined and not isinstance(field.default, BaseModel):
         return f"`{field.default!r}`" if field.default is not None else "—"
     if field.default_factory is not None:
-        return "see below" if nested_models(field.annotation) else "`{}`" if "dict" in str(field.annotation) else "`[]`"
+        return "see below" if models_in(field.annotation) else "`{}`" if "dict" in str(field.annotation) else "`[]`"
     return "**required**"
 
 
@@ -65,7 +54,7 @@ def render_model(model: type[BaseModel], path: str, lines: list[str], seen: set[
         key = field.alias or name
         description = " ".join((field.description or "").split()).replace("|", "\\|")
         lines.append(f"| `{key}` | {type_name(field.annotation)} | {default_text(field)} | {description} |")
-        for child in nested_models(field.annotation):
+        for child in models_in(field.annotation):
             children.append((child, f"{path}.{key}" if path else key))
     for child, child_path in children:
         if child.__name__ not in seen:
@@ -88,7 +77,7 @@ def undocumented_fields() -> list[str]:
             key = f"{path}.{field.alias or name}".lstrip(".")
             if not (field.description or "").strip():
                 missing.append(key)
-            stack += [(child, key) for child in nested_models(field.annotation)]
+            stack += [(child, key) for child in models_in(field.annotation)]
     return missing
 
 

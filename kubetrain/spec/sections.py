@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import posixpath
-from typing import Annotated, Literal
+import typing
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -19,6 +20,19 @@ class Section(BaseModel):
         extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True,
         validate_default=True, use_attribute_docstrings=True, coerce_numbers_to_str=True,
     )
+
+
+def models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models inside an annotation such as `Elastic | None` or `list[Volume]`."""
+    found = []
+    stack = [annotation]
+    while stack:
+        candidate = stack.pop()
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            found.append(candidate)
+        else:
+            stack.extend(typing.get_args(candidate))
+    return found
 
 
 def _check(error: str | None, value: str) -> str:

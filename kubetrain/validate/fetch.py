@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from kubetrain.errors import SchemaError
-from kubetrain.validate.schemas import schema_cache_dir
+from kubetrain.validate.schemas import download, schema_cache_dir
 
 BASE_URL = "https://raw.githubusercontent.com/kubeflow/trainer"
+OFFLINE_HINT = "; pass --schema FILE instead if you are offline"
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def fetch_pinned(base_url: str | None = None, timeout: float = 30.0) -> list[Pat
     for pinned in PINNED:
         target = directory / pinned.filename
         if not (target.is_file() and _sha256(target.read_bytes()) == pinned.sha256):
-            _store(target, _download(pinned.url(base), timeout), pinned)
+            _store(target, download(pinned.url(base), timeout, OFFLINE_HINT), pinned)
         paths.append(target)
     return paths
 
@@ -66,14 +66,6 @@ def _store(target: Path, payload: bytes, pinned: PinnedSchema) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     tmp.replace(target)
-
-
-def _download(url: str, timeout: float) -> bytes:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            return bytes(response.read())
-    except (OSError, ValueError) as exc:
-        raise SchemaError(f"cannot download {url}: {exc}; pass --schema FILE instead if you are offline") from None
 
 
 def _sha256(data: bytes) -> str:

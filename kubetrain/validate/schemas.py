@@ -93,7 +93,8 @@ def crd_versions(crd: dict[str, Any], source: str) -> list[CrdVersion]:
 def load_crd_source(location: str) -> list[tuple[dict[str, Any], str]]:
     """CRDs from a file, a directory of YAML files, or an http(s) URL."""
     if location.startswith(("http://", "https://")):
-        return [(doc, location) for doc in _yaml_docs(_download(location), location)]
+        text = download(location).decode("utf-8", errors="replace")
+        return [(doc, location) for doc in _yaml_docs(text, location)]
     path = Path(location)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix in {".yaml", ".yml", ".json"} and p.is_file())
@@ -140,12 +141,13 @@ def _yaml_docs(text: str, source: str) -> list[dict[str, Any]]:
         raise SchemaError(f"{source}: invalid YAML: {' '.join(str(exc).split())}") from None
 
 
-def _download(url: str) -> str:
+def download(url: str, timeout: float = 30.0, hint: str = "") -> bytes:
+    """The body at `url`; any failure is a one-line SchemaError (with `hint` appended)."""
     try:
-        with urllib.request.urlopen(url, timeout=30) as response:
-            return str(response.read().decode("utf-8"))
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return bytes(response.read())
     except (OSError, ValueError) as exc:
-        raise SchemaError(f"cannot download {url}: {exc}") from None
+        raise SchemaError(f"cannot download {url}: {exc}{hint}") from None
 
 
 # --- core kinds, from the kubernetes-validate package's JSON schemas -------------------------------

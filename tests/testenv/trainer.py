@@ -258,16 +258,15 @@ class TrainerStack:
         coord = kubernetes.client.CoordinationV1Api(self.cp.api_client())
         wait_until(lambda: bool(coord.list_namespaced_lease(namespace).items), f"{name} leader election", 60, child)
 
+    def _component_ports(self, prefix: str) -> dict[str, int]:
+        return {name: self.ports[f"{prefix}_{name}"] for name in ("webhook", "metrics", "probe")}
+
     def _jobset(self) -> None:
         certs = self.cp.workdir / "jobset-certs"
         write_certs(certs, serving_pki(self.cp.ca, "jobset-webhook-service.jobset-system.svc"))
         self._admission(jobset_webhooks(self.ports["js_webhook"], self.cp.ca))
         config = self.cp.workdir / "jobset-config.yaml"
-        ports = {
-            "webhook": self.ports["js_webhook"],
-            "metrics": self.ports["js_metrics"],
-            "probe": self.ports["js_probe"],
-        }
+        ports = self._component_ports("js")
         config.write_text(jobset_config(ports, certs))
         argv = [
             str(self.bins["jobset"]),
@@ -284,11 +283,7 @@ class TrainerStack:
         )
         self._admission(trainer_webhooks(self.ports["tr_webhook"], self.cp.ca))
         config = self.cp.workdir / "trainer-config.yaml"
-        ports = {
-            "webhook": self.ports["tr_webhook"],
-            "metrics": self.ports["tr_metrics"],
-            "probe": self.ports["tr_probe"],
-        }
+        ports = self._component_ports("tr")
         config.write_text(trainer_config(ports))
         argv = [
             str(self.bins["trainer-controller-manager"]),
