@@ -1,4 +1,10 @@
-"""YAML read with line numbers: every problem can point at `file:line` of the field it is about."""
+"""YAML read with line numbers and hard limits: every problem can point at `file:line` of the field it is about,
+and no input, however hostile, costs more than a bounded amount of time and memory.
+
+The limits (docs/validate.md lists them): each document's text, nesting depth, alias references, and the
+number of nodes after aliases are expanded (a "billion laughs" file has few aliases but expands
+exponentially). They are checked while composing, before any Python object is built.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,39 @@ from kubetrain.errors import Problem, SpecError
 PathKey = tuple[str | int, ...]
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
+MAX_INPUT_BYTES = 8 * 2**20  # one manifest file or stdin (a job spec: MAX_SPEC_BYTES in spec.load)
+MAX_DOCUMENT_BYTES = 3 * 2**20  # the apiserver's limit on a request body
+MAX_DEPTH = 100  # Kubernetes objects nest ~20 levels; Python's recursion limit is 1000
+MAX_ALIASES = 1000
+MAX_NODES = 200_000  # per document, counting every alias expansion
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+class _LimitExceeded(yaml.MarkedYAMLError):
+    pass
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader whose composer refuses nesting deeper than MAX_DEPTH and more than MAX_ALIASES aliases."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._aliases = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise _LimitExceeded(None, None, f"more than {MAX_ALIASES} aliases (*name)", self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise _LimitExceeded(None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self._depth -= 1
+
 
 @dataclass(frozen=True)
 class ParsedDoc:
@@ -20,6 +59,8 @@ class ParsedDoc:
 
     data: Any
     lines: dict[PathKey, int] = field(default_factory=dict)
+    plain: dict[PathKey, str] = field(default_factory=dict)
+    """Unquoted scalars that YAML 1.1 read as something other than a string (3.10, 010, yes), as written."""
 
     @property
     def start_line(self) -> int:
@@ -30,15 +71,21 @@ def parse_documents(text: str, source: str) -> list[ParsedDoc]:
     """Every document in `text`. A syntax error or a duplicate key raises SpecError with file:line."""
     docs: list[ParsedDoc] = []
     problems: list[Problem] = []
-    loader: yaml.SafeLoader | None = None
+    loader: _BoundedLoader | None = None
     try:
-        loader = yaml.SafeLoader(text)  # the reader already vets the first characters here
+        loader = _BoundedLoader(text)  # the reader already vets the first characters here
         while loader.check_node():
+            start = loader.peek_event().start_mark
             node = loader.get_node()
             assert node is not None  # check_node() said there is one
-            lines: dict[PathKey, int] = {}
-            _index_lines(node, (), lines, problems, source)
-            docs.append(ParsedDoc(loader.construct_document(node), lines))
+            _check_document_size(start.index, node.end_mark.index, start)
+            index = _Index(source)
+            index.walk(node, ())
+            problems += index.duplicates
+            docs.append(ParsedDoc(loader.construct_document(node), index.lines, index.plain))
+    except _LimitExceeded as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else None
+        raise SpecError([Problem("", f"input limit: {exc.problem}", source, line)]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
@@ -58,22 +105,44 @@ def parse_documents(text: str, source: str) -> list[ParsedDoc]:
     return docs
 
 
-def _index_lines(node: yaml.Node, path: PathKey, lines: dict[PathKey, int],
-                 duplicates: list[Problem], source: str) -> None:
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            key = str(key_node.value)
-            if key in seen:
-                duplicates.append(Problem(join_path((*path, key)), "duplicate key", source,
-                                          key_node.start_mark.line + 1))
-            seen.add(key)
-            lines[(*path, key)] = key_node.start_mark.line + 1
-            _index_lines(value_node, (*path, key), lines, duplicates, source)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _index_lines(item, (*path, index), lines, duplicates, source)
+def _check_document_size(start: int, end: int, mark: Any) -> None:
+    if end - start > MAX_DOCUMENT_BYTES:
+        raise _LimitExceeded(None, None, f"a document of {(end - start) / 2**20:.1f} MiB; the limit is "
+                             f"{MAX_DOCUMENT_BYTES // 2**20} MiB (the apiserver's request limit)", mark)
+
+
+class _Index:
+    """Walks a composed document (aliases expanded, at most MAX_NODES nodes): the line of every path, the
+    duplicate keys, and the plain scalars YAML 1.1 turned into non-strings."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.lines: dict[PathKey, int] = {}
+        self.plain: dict[PathKey, str] = {}
+        self.duplicates: list[Problem] = []
+        self.nodes = 0
+
+    def walk(self, node: yaml.Node, path: PathKey) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise _LimitExceeded(None, None, f"more than {MAX_NODES} nodes once aliases are expanded",
+                                 node.start_mark)
+        self.lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key_node, value_node in node.value:
+                key = str(key_node.value)
+                if key in seen:
+                    self.duplicates.append(Problem(join_path((*path, key)), "duplicate key", self.source,
+                                                   key_node.start_mark.line + 1))
+                seen.add(key)
+                self.lines[(*path, key)] = key_node.start_mark.line + 1
+                self.walk(value_node, (*path, key))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                self.walk(item, (*path, index))
+        elif isinstance(node, yaml.ScalarNode) and node.style is None and node.tag != _STR_TAG:
+            self.plain[path] = node.value
 
 
 def line_for(loc: PathKey, lines: dict[PathKey, int]) -> int | None:

@@ -17,9 +17,10 @@ from kubetrain.errors import Problem, SpecError
 from kubetrain.spec.checks import spec_problems
 from kubetrain.spec.model import TrainingJob
 from kubetrain.spec.sections import models_in
-from kubetrain.yamlsrc import PathKey, join_path, line_for, parse_documents, split_path
+from kubetrain.yamlsrc import MAX_INPUT_BYTES, ParsedDoc, PathKey, join_path, line_for, parse_documents, split_path
 
 DEFAULT_SPEC = "kubetrain.yaml"
+MAX_SPEC_BYTES = 2**20  # a job spec is a page of YAML; a bigger one is a mistake or an attack
 
 
 @dataclass(frozen=True)
@@ -31,34 +32,61 @@ class LoadedSpec:
     base_dir: Path
 
 
-def read_text(path: str) -> tuple[str, str]:
-    """(display name, text) of a file, or of stdin for '-'. Undecodable or unreadable input is a SpecError."""
+def read_text(path: str, limit: int = MAX_INPUT_BYTES) -> tuple[str, str]:
+    """(display name, text) of a file, or of stdin for '-', reading at most `limit` bytes.
+
+    Undecodable, unreadable, closed or oversized input is a SpecError.
+    """
     name = "<stdin>" if path == "-" else path
     try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        raw = _read_stdin(limit) if path == "-" else _read_file(Path(path), limit)
     except FileNotFoundError:
         raise SpecError([Problem("", "no such file (create one with `kubetrain init`)", name)]) from None
+    except IsADirectoryError:
+        raise SpecError([Problem("", "is a directory, not a file", name)]) from None
     except OSError as exc:
-        raise SpecError([Problem("", f"cannot read: {exc.strerror}", name)]) from None
+        raise SpecError([Problem("", f"cannot read: {exc.strerror or exc}", name)]) from None
+    if len(raw) > limit:
+        raise SpecError([Problem("", f"input limit: larger than {limit // 2**20} MiB", name)])
     try:
         return name, raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise SpecError([Problem("", f"not UTF-8 text (byte {exc.start})", name)]) from None
 
 
+def _read_file(path: Path, limit: int) -> bytes:
+    with path.open("rb") as handle:
+        return handle.read(limit + 1)
+
+
+def _read_stdin(limit: int) -> bytes:
+    stream = sys.stdin.buffer if sys.stdin is not None and not sys.stdin.closed else None
+    if stream is None:
+        raise OSError(0, "stdin is closed")
+    try:
+        return stream.read(limit + 1)
+    except ValueError:  # the descriptor was closed under Python's file object
+        raise OSError(0, "stdin is closed") from None
+
+
 def load_spec(path: str = DEFAULT_SPEC) -> LoadedSpec:
-    name, text = read_text(path)
+    name, text = read_text(path, MAX_SPEC_BYTES)
     base = Path.cwd() if path == "-" else Path(path).resolve().parent
     return LoadedSpec(parse_spec(text, name), name, base)
 
 
 def parse_spec(text: str, source: str = DEFAULT_SPEC) -> TrainingJob:
     """Parse and validate spec text; raises SpecError listing every problem."""
-    data, lines = parse_yaml(text, source)
-    return validate_data(data, lines, source)
+    docs = parse_documents(text, source)
+    if len(docs) > 1:
+        raise SpecError([Problem("", "expected one YAML document, found several (---)", source,
+                                 docs[1].start_line)])
+    doc = docs[0] if docs else ParsedDoc(None)
+    return validate_data(doc.data, doc.lines, source, doc.plain)
 
 
-def validate_data(data: Any, lines: dict[PathKey, int], source: str) -> TrainingJob:
+def validate_data(data: Any, lines: dict[PathKey, int], source: str,
+                  plain: dict[PathKey, str] | None = None) -> TrainingJob:
     if not isinstance(data, dict):
         found = "an empty file" if data is None else f"a {_type_name(data)}"
         raise SpecError([Problem("", f"expected a mapping with apiVersion, kind, metadata and spec; found {found}",
@@ -66,7 +94,7 @@ def validate_data(data: Any, lines: dict[PathKey, int], source: str) -> Training
     try:
         job = TrainingJob.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_problems_from_pydantic(exc, lines, source)) from None
+        raise SpecError(_problems_from_pydantic(exc, lines, source, plain or {})) from None
     problems = [Problem(field, message, source, line_for(split_path(field), lines))
                 for field, message in spec_problems(job)]
     if problems:
@@ -74,20 +102,15 @@ def validate_data(data: Any, lines: dict[PathKey, int], source: str) -> Training
     return job
 
 
-def parse_yaml(text: str, source: str) -> tuple[Any, dict[PathKey, int]]:
-    """The spec's single YAML document → (data, {path: line})."""
-    docs = parse_documents(text, source)
-    if len(docs) > 1:
-        raise SpecError([Problem("", "expected one YAML document, found several (---)", source,
-                                 docs[1].start_line)])
-    return (docs[0].data, docs[0].lines) if docs else (None, {})
-
-
-def _problems_from_pydantic(exc: ValidationError, lines: dict[PathKey, int], source: str) -> list[Problem]:
+def _problems_from_pydantic(exc: ValidationError, lines: dict[PathKey, int], source: str,
+                            plain: dict[PathKey, str]) -> list[Problem]:
     problems = []
     for error in exc.errors(include_url=False):
         loc: PathKey = tuple(error["loc"])
         message = _humanize(error, loc)
+        if loc in plain and message.startswith("must be a string"):
+            message = (f"must be a string: YAML reads the unquoted {plain[loc]} as {error['input']!r}; "
+                       f"quote it: \"{plain[loc]}\"")
         problems.append(Problem(join_path(loc), message, source, line_for(loc, lines)))
     return sorted(problems, key=lambda p: (p.line or 0, p.field))
 

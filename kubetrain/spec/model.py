@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from kubetrain.spec import names
 from kubetrain.spec.sections import (
     Build,
+    ByteQuantity,
     Checkpoint,
     Code,
     DnsLabel,
     Elastic,
     EnvName,
     Placement,
-    Quantity,
     Resources,
     RunPolicy,
     Scheduling,
@@ -29,6 +29,17 @@ from kubetrain.spec.sections import (
 )
 
 Target = Literal["pytorchjob", "trainjob", "auto"]
+
+
+def _text(value: object) -> object:
+    # YAML 1.1 reads unquoted 3.10 as 3.1, 010 as 8 and yes as true; coercing them back would silently
+    # change a program's arguments, so anything but a string is refused (the loader says how to quote it).
+    if isinstance(value, bool | int | float):
+        raise ValueError("must be a string")
+    return value
+
+
+Text = Annotated[str, BeforeValidator(_text)]
 
 
 LabelKey = Annotated[str, AfterValidator(lambda v: _check(names.qualified_name_error(v), v))]
@@ -61,10 +72,10 @@ class JobSpec(Section):
     """Container image with torch and your code (see `kubetrain build`)."""
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
     """Image pull policy; default Kubernetes' (IfNotPresent unless the tag is :latest)."""
-    command: list[str] | None = None
+    command: list[Text] | None = None
     """Your program, e.g. [python, -m, train] or [python, train.py]. kubetrain launches it through torchrun.
     Leave it out when using `train` (the Trainer API)."""
-    args: list[str] = Field(default_factory=list)
+    args: list[Text] = Field(default_factory=list)
     """Arguments appended to the command."""
     nodes: Annotated[int, Field(ge=1, le=10000)] = 1
     """Number of pods. With `elastic`, the initial count (between minNodes and maxNodes)."""
@@ -74,9 +85,9 @@ class JobSpec(Section):
     """Training processes per pod; default gpusPerNode, or 1 for a CPU job."""
     resources: Resources = Field(default_factory=Resources)
     """CPU, memory and scratch disk per pod."""
-    shmSize: Quantity | None = None
+    shmSize: ByteQuantity | None = None
     """Size of the memory-backed /dev/shm; default a quarter of resources.memory (at least 1Gi), or 2Gi."""
-    env: dict[EnvName, str] = Field(default_factory=dict)
+    env: dict[EnvName, Text] = Field(default_factory=dict)
     """Plain environment variables."""
     secretEnv: list[SecretEnv] = Field(default_factory=list)
     """Environment variables from Secrets (secretKeyRef only)."""

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import posixpath
+import types
 import typing
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from kubetrain.spec import names
-from kubetrain.spec.quantity import is_quantity
+from kubetrain.spec.quantity import is_quantity, parse_quantity
 
 
 class Section(BaseModel):
@@ -20,6 +21,30 @@ class Section(BaseModel):
         extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True,
         validate_default=True, use_attribute_docstrings=True, coerce_numbers_to_str=True,
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic's lax mode reads True as 1; in YAML 1.1 `nodes: yes` is True, so it would mean 1 node.
+        if isinstance(value, bool) and info.field_name and _numeric_only(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"must be a number, not the boolean {str(value).lower()}")
+        return value
+
+
+def _numeric_only(annotation: Any) -> bool:
+    """True when a field takes int/float but never bool (through Optional and Annotated)."""
+    leaves: set[Any] = set()
+    stack = [annotation]
+    while stack:
+        candidate = stack.pop()
+        if typing.get_origin(candidate) is Annotated:
+            stack.append(typing.get_args(candidate)[0])
+        elif typing.get_args(candidate) and typing.get_origin(candidate) in (typing.Union, types.UnionType):
+            stack.extend(typing.get_args(candidate))
+        else:
+            leaves.add(candidate)
+    leaves.discard(type(None))
+    return bool(leaves) and leaves <= {int, float}
 
 
 def models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -44,6 +69,17 @@ def _check(error: str | None, value: str) -> str:
 def _quantity(value: str) -> str:
     if not is_quantity(value):
         raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. '8', '500m', '32Gi')")
+    if value.startswith("-"):
+        raise ValueError(f"{value!r} must not be negative")
+    return value
+
+
+def _bytes(value: str) -> str:
+    """Memory and disk sizes: whole bytes. The apiserver accepts '500m' (half a byte) and rounds it up to 1."""
+    if parse_quantity(value) % 1:
+        if value.endswith("m"):
+            raise ValueError(f"{value!r} is a fraction of a byte ('m' means milli); did you mean '{value}i'?")
+        raise ValueError(f"{value!r} is a fraction of a byte; use whole bytes or a unit such as Mi or Gi")
     return value
 
 
@@ -62,6 +98,7 @@ def _module_ref(value: str) -> str:
 DnsLabel = Annotated[str, AfterValidator(lambda v: _check(names.dns_label_error(v), v))]
 Subdomain = Annotated[str, AfterValidator(lambda v: _check(names.subdomain_error(v), v))]
 Quantity = Annotated[str, AfterValidator(_quantity)]
+ByteQuantity = Annotated[str, AfterValidator(_quantity), AfterValidator(_bytes)]
 AbsPath = Annotated[str, AfterValidator(_abs_path)]
 EnvName = Annotated[str, Field(pattern=names.ENV_NAME.pattern)]
 ModuleRef = Annotated[str, AfterValidator(_module_ref)]
@@ -72,10 +109,10 @@ class Resources(Section):
 
     cpu: Quantity | None = None
     """CPU cores requested per pod, e.g. "8" or "7500m". Not set as a limit, to avoid CFS throttling."""
-    memory: Quantity | None = None
+    memory: ByteQuantity | None = None
     """Memory per pod for your processes, e.g. "32Gi". The limit is this plus `shmSize` (tmpfs pages count
     against the container's memory cgroup)."""
-    ephemeralStorage: Quantity | None = None
+    ephemeralStorage: ByteQuantity | None = None
     """Local scratch disk per pod, e.g. "100Gi"."""
 
 
