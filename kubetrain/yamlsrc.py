@@ -8,6 +8,7 @@ exponentially). They are checked while composing, before any Python object is bu
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,8 @@ MAX_DOCUMENT_BYTES = 3 * 2**20  # the apiserver's limit on a request body
 MAX_DEPTH = 100  # Kubernetes objects nest ~20 levels; Python's recursion limit is 1000
 MAX_ALIASES = 1000
 MAX_NODES = 200_000  # per document, counting every alias expansion
+MAX_OBJECT_BYTES = 1536 * 1024  # etcd's default --max-request-bytes, which bounds one stored object
+CONFIGMAP_LIMIT = 2**20  # the apiserver's limit on a ConfigMap's data + binaryData
 _STR_TAG = "tag:yaml.org,2002:str"
 
 
@@ -175,3 +178,18 @@ def split_path(field: str) -> PathKey:
         parts.append(name)
         parts.extend(int(i) for i in indexes)
     return tuple(parts)
+
+
+def object_size_problem(obj: dict[str, Any]) -> tuple[PathKey, str] | None:
+    """(path, message) when etcd could not store `obj`, or a ConfigMap's data exceeds 1 MiB; else None."""
+    size = len(json.dumps(obj, separators=(",", ":")).encode())
+    if size > MAX_OBJECT_BYTES:
+        return (), f"the object is {size / 2**20:.2f} MiB as JSON; etcd stores at most 1.5 MiB per object"
+    if obj.get("kind") == "ConfigMap" and obj.get("apiVersion") == "v1":
+        sections = [obj.get("data") or {}, obj.get("binaryData") or {}]
+        if all(isinstance(s, dict) for s in sections):
+            data = sum(len(str(k)) + len(str(v).encode()) for k, v in sections[0].items())
+            data += sum(len(str(k)) + len(str(v)) * 3 // 4 for k, v in sections[1].items())  # base64 -> bytes
+            if data > CONFIGMAP_LIMIT:
+                return ("data",), f"data and binaryData hold {data} bytes; a ConfigMap holds at most {CONFIGMAP_LIMIT}"
+    return None

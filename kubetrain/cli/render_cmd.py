@@ -8,8 +8,9 @@ from typing import Any
 import click
 
 from kubetrain.cli.common import load, namespace_option, render_loaded, spec_file_option, write_atomically
-from kubetrain.cli.output import handle_errors, info
+from kubetrain.cli.output import handle_errors, info, warn
 from kubetrain.errors import UsageError
+from kubetrain.render.launch import launcher_warnings
 from kubetrain.render.yamlout import dump_json, dump_yaml
 
 
@@ -36,7 +37,10 @@ def render(filename: str, output: str, out_dir: Path | None, target: str | None,
       kubetrain render -f job.yaml --target trainjob -o json
       kubetrain render --out deploy/ && kubectl apply -k deploy/
     """
-    objects = render_loaded(load(filename), target=target, namespace=namespace, image=image)
+    loaded = load(filename)
+    objects = render_loaded(loaded, target=target, namespace=namespace, image=image)
+    for message in launcher_warnings(loaded.job.spec):
+        warn(message)
     if out_dir is None:
         click.echo(dump_yaml(objects) if output == "yaml" else dump_json(objects), nl=False)
         return

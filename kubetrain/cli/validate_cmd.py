@@ -33,7 +33,8 @@ def validate(paths: tuple[str, ...], schemas: tuple[str, ...], from_cluster: boo
              strict: bool, ignore_missing_schemas: bool, kubernetes_version: str, output: str) -> None:
     """Check manifests offline against the CRD and core schemas.
 
-    Works on any manifests, rendered or hand-written, multi-document. Exit 1 if anything is invalid.
+    Works on any manifests, rendered or hand-written, multi-document. Exit 1 if anything is invalid,
+    2 for usage and input errors, including input with no documents at all (an empty pipe).
 
     \b
     Examples:
@@ -44,6 +45,9 @@ def validate(paths: tuple[str, ...], schemas: tuple[str, ...], from_cluster: boo
     store = build_store(schemas, from_cluster, context, kubernetes_version)
     report = validate_sources(read_sources(paths or ("-",)), store, ignore_missing_schemas)
     print_report(report, output, strict)
+    if report.documents == 0:
+        raise UsageError("no documents to validate; if this reads a pipe, the command before it may have failed "
+                         "(use `set -o pipefail`, or validate files)")
     if report.failed(strict):
         sys.exit(1)
 

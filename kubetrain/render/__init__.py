@@ -14,9 +14,13 @@ import jinja2
 import yaml
 
 from kubetrain.render.code import configmap_payload
+from kubetrain.errors import Problem, RenderError, SpecError
 from kubetrain.render.context import RenderOptions, code_configmap_name, labels, template_context
+from kubetrain.render.launch import launcher_problem
 from kubetrain.render.yamlout import flow, quote
+from kubetrain.spec import names
 from kubetrain.spec.model import TrainingJob
+from kubetrain.yamlsrc import object_size_problem
 
 __all__ = ["RenderOptions", "manifests_dir", "render_job", "resolve_target"]
 
@@ -51,14 +55,35 @@ def resolve_target(job: TrainingJob, target: str | None = None) -> str:
 
 def render_job(job: TrainingJob, options: RenderOptions | None = None, target: str | None = None
                ) -> list[dict[str, Any]]:
-    """The job's objects: the code ConfigMap (if any), then the PyTorchJob or TrainJob."""
+    """The job's objects: the code ConfigMap (if any), then the PyTorchJob or TrainJob.
+
+    Raises SpecError for overrides that the spec's own checks would refuse, a launcher that cannot run under
+    torchrun, and RenderError for an object the apiserver or etcd would refuse for its size.
+    """
     options = options or RenderOptions()
+    _check_inputs(job, options)
     context = template_context(job, options)
     objects = []
     if job.spec.code and options.code is not None:
         objects.append(_render_configmap(job, options, context))
     objects.append(_render_template(TEMPLATES[resolve_target(job, target)], context))
+    for obj in objects:
+        if problem := object_size_problem(obj):
+            raise RenderError(f"{obj['kind']}/{obj['metadata']['name']}: {problem[1]}")
     return objects
+
+
+def _check_inputs(job: TrainingJob, options: RenderOptions) -> None:
+    """Command-line overrides get exactly the checks of the spec fields they replace."""
+    problems = []
+    if options.namespace is not None and (error := names.dns_label_error(options.namespace)):
+        problems.append(Problem("--namespace", error))
+    if options.image is not None and (error := names.image_error(options.image)):
+        problems.append(Problem("--image", error))
+    if refused := launcher_problem(job.spec.command):
+        problems.append(Problem("spec.command", refused))
+    if problems:
+        raise SpecError(problems)
 
 
 def _render_configmap(job: TrainingJob, options: RenderOptions, context: dict[str, Any]) -> dict[str, Any]:

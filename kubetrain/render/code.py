@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubetrain.errors import RenderError
+from kubetrain.yamlsrc import CONFIGMAP_LIMIT
 
-CONFIGMAP_LIMIT = 1024 * 1024  # the apiserver's limit on a ConfigMap's data + binaryData
 ALWAYS_EXCLUDED = (".git", ".hg", ".svn", "__pycache__", "*.pyc", ".venv", ".kubetrain", ".mypy_cache",
                    ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints", ".DS_Store")
 IGNORE_FILE = ".kubetrainignore"

@@ -1,4 +1,12 @@
-"""How the container starts: torchrun, reading the operator's PET_* variables, then the user's program."""
+"""How the container starts: torchrun, reading the operator's PET_* variables, then the user's program.
+
+Most PyTorchJobs in the wild already start with a launcher (`torchrun ...`, `python -m torch.distributed.run
+...`). kubetrain passes such a command's flags to its own torchrun instead of wrapping it in a second one
+(which would start nproc x nproc processes per pod). torchrun takes every flag it is not given from the
+PET_* variables the operator sets (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR...), so
+flags that disagree with the spec, or pin a rank or address, are warned about. `accelerate launch` and
+`deepspeed` are refused by the spec checks (`launcher_problem`): both start their own multi-node launcher.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +16,55 @@ from kubetrain.spec.model import JobSpec
 
 PYTHONS = {"python", "python3", "python3.11", "python3.12", "python3.13"}
 TRAINER_MODULE = "kubetrain.runtime"
+TORCHRUN_MODULES = {"torch.distributed.run"}
+_REFUSED = {
+    "accelerate": "`accelerate launch` starts its own launcher, but kubetrain already runs torchrun on every pod; "
+                  "use command: [python, train.py] (Accelerator() reads torchrun's environment)",
+    "deepspeed": "the deepspeed launcher reaches the other nodes over ssh/pdsh, which pods do not have; use "
+                 "command: [python, train.py] (deepspeed.initialize() reads torchrun's environment)",
+    "torch.distributed.launch": "torch.distributed.launch is deprecated and passes --local-rank to your script; "
+                                "use command: [torchrun, ...] or [python, train.py]",
+}
+_SWITCHES = {"--standalone", "--no-python", "--run-path", "--module", "--m"}  # torchrun flags without a value
+_PINNED = ("--node-rank", "--master-addr", "--master-port", "--rdzv-endpoint", "--rdzv-id")
+
+
+def launcher(command: list[str] | None) -> tuple[str, list[str]] | None:
+    """(launcher name, its arguments) when `command` starts with a known launcher, else None."""
+    if not command:
+        return None
+    program, rest = posixpath.basename(command[0]), command[1:]
+    if program == "torchrun":
+        return "torchrun", rest
+    if program in {"accelerate", "deepspeed"}:
+        return program, rest
+    if program in PYTHONS and len(rest) >= 2 and rest[0] == "-m":
+        module = rest[1]
+        if module in TORCHRUN_MODULES:
+            return "torchrun", rest[2:]
+        if module == "torch.distributed.launch" or module.startswith(("accelerate.", "deepspeed.")):
+            return module.split(".")[0] if not module.startswith("torch.") else module, rest[2:]
+    return None
+
+
+def launcher_problem(command: list[str] | None) -> str | None:
+    """Why the command's launcher cannot run under kubetrain's torchrun, or None."""
+    found = launcher(command)
+    return _REFUSED.get(found[0]) if found else None
 
 
 def torchrun_args(spec: JobSpec, workdir: str | None = None) -> list[str]:
     """Arguments to `torchrun` that run the spec's program (rendezvous settings come from PET_* env).
 
     `python -m mod` becomes `-m mod`, `python script.py` becomes `script.py` (absolute under `workdir`,
-    since a TrainJob cannot set the working directory), anything else runs with `--no-python`.
+    since a TrainJob cannot set the working directory), a torchrun command passes its own arguments through,
+    anything else runs with `--no-python`.
     """
     if spec.command is None:
         return ["-m", TRAINER_MODULE, *spec.args]
+    found = launcher(spec.command)
+    if found and found[0] == "torchrun":
+        return [*found[1], *spec.args]
     program, *rest = spec.command
     if posixpath.basename(program) in PYTHONS and rest:
         if rest[0] == "-m" and len(rest) > 1:
@@ -28,3 +75,40 @@ def torchrun_args(spec: JobSpec, workdir: str | None = None) -> list[str]:
                 script = posixpath.join(workdir, script)
             return [script, *rest[1:], *spec.args]
     return ["--no-python", *spec.command, *spec.args]
+
+
+def launcher_warnings(spec: JobSpec) -> list[str]:
+    """Flags of a torchrun command that contradict the spec or pin what the operator sets per pod."""
+    found = launcher(spec.command)
+    if not found or found[0] != "torchrun":
+        return []
+    flags = _flags(found[1])
+    warnings = []
+    nproc = flags.get("--nproc-per-node")
+    if nproc is not None and nproc != str(spec.procs_per_node):
+        warnings.append(f"spec.command: --nproc-per-node={nproc} overrides the spec's {spec.procs_per_node} "
+                        "process(es) per pod (procsPerNode/gpusPerNode)")
+    nnodes = flags.get("--nnodes")
+    expected = f"{spec.elastic.minNodes}:{spec.elastic.maxNodes}" if spec.elastic else str(spec.nodes)
+    if nnodes is not None and nnodes != expected:
+        warnings.append(f"spec.command: --nnodes={nnodes} contradicts the spec ({expected})")
+    for flag in _PINNED:
+        if flag in flags:
+            warnings.append(f"spec.command: {flag} is fixed in the command; the operator sets it per pod "
+                            "(PET_* variables): remove it")
+    return warnings
+
+
+def _flags(args: list[str]) -> dict[str, str]:
+    """torchrun's own flags (before the script), normalised to --dash-case."""
+    flags: dict[str, str] = {}
+    index = 0
+    while index < len(args) and args[index].startswith("-"):
+        name, sep, value = args[index].partition("=")
+        name = "--" + name.lstrip("-").replace("_", "-")
+        if not sep and name not in _SWITCHES and index + 1 < len(args) and not args[index + 1].startswith("-"):
+            index += 1
+            value = args[index]
+        flags[name] = value
+        index += 1
+    return flags

@@ -20,6 +20,7 @@ from kubetrain.spec.sections import models_in
 from kubetrain.yamlsrc import MAX_INPUT_BYTES, ParsedDoc, PathKey, join_path, line_for, parse_documents, split_path
 
 DEFAULT_SPEC = "kubetrain.yaml"
+TEXT_FIELDS = {("spec", "command"), ("spec", "args"), ("spec", "env")}
 MAX_SPEC_BYTES = 2**20  # a job spec is a page of YAML; a bigger one is a mistake or an attack
 
 
@@ -91,15 +92,35 @@ def validate_data(data: Any, lines: dict[PathKey, int], source: str,
         found = "an empty file" if data is None else f"a {_type_name(data)}"
         raise SpecError([Problem("", f"expected a mapping with apiVersion, kind, metadata and spec; found {found}",
                                  source, lines.get((), 1))])
+    lossy = _lossy_text(data, plain or {}, lines, source)
     try:
         job = TrainingJob.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_problems_from_pydantic(exc, lines, source, plain or {})) from None
+        found = lossy + _problems_from_pydantic(exc, lines, source, plain or {})
+        raise SpecError(sorted(found, key=lambda p: (p.line or 0, p.field))) from None
+    if lossy:
+        raise SpecError(lossy)
     problems = [Problem(field, message, source, line_for(split_path(field), lines))
                 for field, message in spec_problems(job)]
     if problems:
         raise SpecError(sorted(problems, key=lambda p: p.line or 0))
     return job
+
+
+def _lossy_text(data: dict[str, Any], plain: dict[PathKey, str], lines: dict[PathKey, int],
+                source: str) -> list[Problem]:
+    """Unquoted numbers in string fields whose text YAML changed (3.10 -> 3.1, 010 -> 8, 1_000 -> 1000)."""
+    problems = []
+    for path, raw in plain.items():
+        if path[:2] not in TEXT_FIELDS:
+            continue
+        value: Any = data
+        for part in path:
+            value = value[part] if isinstance(value, dict | list) else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and str(value) != raw:
+            problems.append(Problem(join_path(path), f"YAML reads the unquoted {raw} as the number {value}; "
+                                    f"quote it: \"{raw}\"", source, line_for(path, lines)))
+    return problems
 
 
 def _problems_from_pydantic(exc: ValidationError, lines: dict[PathKey, int], source: str,

@@ -32,9 +32,9 @@ Target = Literal["pytorchjob", "trainjob", "auto"]
 
 
 def _text(value: object) -> object:
-    # YAML 1.1 reads unquoted 3.10 as 3.1, 010 as 8 and yes as true; coercing them back would silently
-    # change a program's arguments, so anything but a string is refused (the loader says how to quote it).
-    if isinstance(value, bool | int | float):
+    # YAML 1.1 reads unquoted yes as true, 3.10 as 3.1 and 010 as 8. Booleans are refused here; numbers
+    # become strings, and the loader refuses those whose text changed (spec.load.TEXT_FIELDS).
+    if isinstance(value, bool):
         raise ValueError("must be a string")
     return value
 
@@ -68,7 +68,7 @@ class JobSpec(Section):
     target: Target = "pytorchjob"
     """pytorchjob (Kubeflow training-operator v1), trainjob (Kubeflow Trainer v2), or auto (picked from the
     CRDs the cluster has at submit time; renders as pytorchjob offline)."""
-    image: Annotated[str, Field(min_length=1)]
+    image: Annotated[str, AfterValidator(lambda v: _check(names.image_error(v), v))]
     """Container image with torch and your code (see `kubetrain build`)."""
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
     """Image pull policy; default Kubernetes' (IfNotPresent unless the tag is :latest)."""

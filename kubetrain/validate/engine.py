@@ -10,10 +10,12 @@ from typing import Any
 from kubetrain.errors import SpecError
 from kubetrain.spec import names
 from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
-from kubetrain.validate.semantic import Finding, misplaced_run_policies, semantic_findings
-from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for, parse_documents
+from kubetrain.validate.findings import Finding
+from kubetrain.validate.semantic import misplaced_run_policies, semantic_findings
+from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for, object_size_problem, parse_documents
 
 SKIPPED_GROUPS = ("kustomize.config.k8s.io/",)
+EMPTY_INPUT = "no Kubernetes objects (empty, only comments or only ---)"
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ def validate_sources(sources: Iterable[tuple[str, str]], store: SchemaStore,
             index += 1
             report.documents += 1
             report.issues += validate_document(doc, source, index, store, ignore_missing_schemas)
+        if index == 0:
+            report.issues.append(Issue("error", source, 0, "", "", "", EMPTY_INPUT))
     return report
 
 
@@ -102,10 +106,16 @@ def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStor
     if kind == "List" and isinstance(obj.get("items"), list):
         return [i for item in obj["items"] for i in validate_document(ParsedDoc(item), source, index, store)]
     findings = _schema_findings(obj, store, ignore_missing_schemas)
+    findings += size_findings(obj)
     findings += _metadata_findings(obj)
     findings += semantic_findings(obj)
     issues = [issue(f) for f in findings]
     return sorted(issues, key=lambda i: (i.line or 0, i.path))
+
+
+def size_findings(obj: dict[str, Any]) -> list[Finding]:
+    problem = object_size_problem(obj)
+    return [Finding(*problem)] if problem else []
 
 
 def _schema_findings(obj: dict[str, Any], store: SchemaStore, ignore_missing: bool) -> list[Finding]:
@@ -134,6 +144,11 @@ def _humanize(error: Any) -> list[Finding]:
     if validator == "type":
         return [Finding(path, f"must be {_type_words(error.validator_value)}, not {_describe(instance)}")]
     if validator == "anyOf" and {"integer", "string"} == {s.get("type") for s in error.validator_value}:
+        pattern = next((s.get("pattern", "") for s in error.validator_value if s.get("type") == "string"), "")
+        if isinstance(instance, str) and "KMGTPE" in pattern:
+            return [Finding(path, f"{instance!r} is not a Kubernetes quantity (e.g. '8', '500m', '32Gi')")]
+        if isinstance(instance, str):
+            return [Finding(path, f"{instance!r} does not match {pattern}")]
         return [Finding(path, f"must be an integer or a string, not {_describe(instance)}")]
     if validator == "enum":
         return [Finding(path, f"must be one of {', '.join(map(repr, error.validator_value))}, not {instance!r}")]

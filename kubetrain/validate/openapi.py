@@ -14,9 +14,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-INT_OR_STRING = [{"type": "integer"}, {"type": "string"}]
-
-
 def structural_json_schema(openapi: dict[str, Any]) -> dict[str, Any]:
     """A converted deep copy; the input is left untouched."""
     schema = copy.deepcopy(openapi)
@@ -33,8 +30,11 @@ def _convert(node: Any, root: bool = False) -> None:
         return
     if node.get("x-kubernetes-int-or-string"):
         node.pop("type", None)
-        node.pop("pattern", None)  # controller-gen puts the quantity pattern on the string branch
-        node.setdefault("anyOf", INT_OR_STRING)
+        # controller-gen writes the quantity pattern next to x-kubernetes-int-or-string; the apiserver applies
+        # it to strings only (`memory: 32GB` is rejected, `memory: 32` is fine).
+        pattern = node.pop("pattern", None)
+        string = {"type": "string", **({"pattern": pattern} if pattern else {})}
+        node.setdefault("anyOf", [{"type": "integer"}, string])
     if node.get("nullable") and isinstance(node.get("type"), str):
         node["type"] = [node["type"], "null"]
     if _is_closed_object(node):

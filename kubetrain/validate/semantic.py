@@ -4,32 +4,28 @@ and what is legal but a classic source of failed training runs (warnings)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from kubetrain.validate import operators
+from kubetrain.validate.findings import Finding, get
 from kubetrain.yamlsrc import PathKey
 
 OPERATOR_RESTART_POLICIES = {"Always", "OnFailure", "Never", "ExitCode"}
 PYTORCH_REPLICA_TYPES = {"Master", "Worker"}
-BUILTIN_RESOURCES = {"cpu", "memory", "ephemeral-storage", "storage"}
 GPU = "nvidia.com/gpu"
-
-
-@dataclass(frozen=True)
-class Finding:
-    path: PathKey
-    message: str
-    severity: str = "error"  # or "warning"
 
 
 def semantic_findings(obj: dict[str, Any]) -> list[Finding]:
     kind = obj.get("kind")
-    findings = list(_extended_resource_findings(obj))
+    findings = list(operators.resource_findings(obj))
     findings += list(_image_findings(obj))
     if kind == "PyTorchJob":
         findings += list(_pytorchjob_findings(obj))
+        findings += list(operators.pytorchjob_webhook(obj))
+        findings += list(operators.pytorchjob_later(obj))
     elif kind == "TrainJob":
         findings += list(_trainjob_findings(obj))
+        findings += list(operators.trainjob_webhook(obj))
     return findings
 
 
@@ -75,7 +71,7 @@ def _replica_findings(replica_type: str, replica: dict[str, Any]) -> Iterator[Fi
     if policy is not None and policy not in OPERATOR_RESTART_POLICIES:
         allowed = ", ".join(sorted(OPERATOR_RESTART_POLICIES))
         yield Finding((*base, "restartPolicy"), f"{policy!r} is not one of {allowed}")
-    pod_spec = _get(replica, "template", "spec")
+    pod_spec = get(replica, "template", "spec")
     containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
     if isinstance(containers, list):
         names = [c.get("name") for c in containers if isinstance(c, dict)]
@@ -90,42 +86,16 @@ def _replica_findings(replica_type: str, replica: dict[str, Any]) -> Iterator[Fi
 
 
 def _trainjob_findings(obj: dict[str, Any]) -> Iterator[Finding]:
-    trainer = _get(obj, "spec", "trainer")
+    trainer = get(obj, "spec", "trainer")
     if not isinstance(trainer, dict) or not _gpu_count(trainer.get("resourcesPerNode")):
         return
-    patches = _get(obj, "spec", "runtimePatches")
-    pod_specs = [_get(job, "template", "spec", "template", "spec")
+    patches = get(obj, "spec", "runtimePatches")
+    pod_specs = [get(job, "template", "spec", "template", "spec")
                  for patch in (patches if isinstance(patches, list) else [])
-                 for job in (_get(patch, "trainingRuntimeSpec", "template", "spec", "replicatedJobs") or [])]
+                 for job in (get(patch, "trainingRuntimeSpec", "template", "spec", "replicatedJobs") or [])]
     if not any(isinstance(p, dict) and _has_memory_shm(p) for p in pod_specs):
         yield Finding(("spec", "runtimePatches"), "GPU TrainJob without a memory-backed /dev/shm (emptyDir "
                       "medium: Memory) in its runtimePatches", "warning")
-
-
-def _extended_resource_findings(obj: Any, path: PathKey = ()) -> Iterator[Finding]:
-    """Extended resources (nvidia.com/gpu...) can't be overcommitted: the apiserver insists requests == limits."""
-    if isinstance(obj, dict):
-        if _looks_like_resources(obj):
-            yield from _check_requests_equal_limits(obj, path)
-        for key, value in obj.items():
-            yield from _extended_resource_findings(value, (*path, key))
-    elif isinstance(obj, list):
-        for index, item in enumerate(obj):
-            yield from _extended_resource_findings(item, (*path, index))
-
-
-def _check_requests_equal_limits(resources: dict[str, Any], path: PathKey) -> Iterator[Finding]:
-    requests = resources.get("requests") or {}
-    limits = resources.get("limits") or {}
-    for name, value in requests.items():
-        if name in BUILTIN_RESOURCES or name.startswith("hugepages-"):
-            continue
-        if name not in limits:
-            yield Finding((*path, "limits"), f"{name} is requested but has no limit; extended resources need "
-                          f"limits (set limits.{name}: {value})")
-        elif str(limits[name]) != str(value):
-            yield Finding((*path, "requests", name), f"{name} request ({value}) must equal its limit "
-                          f"({limits[name]}); extended resources cannot be overcommitted")
 
 
 def _image_findings(obj: Any, path: PathKey = ()) -> Iterator[Finding]:
@@ -148,11 +118,6 @@ def _floating_tag(image: str) -> bool:
     return ":" not in last or last.endswith(":latest")
 
 
-def _looks_like_resources(obj: dict[str, Any]) -> bool:
-    return (isinstance(obj.get("requests"), dict) or isinstance(obj.get("limits"), dict)) and set(obj) <= {
-        "requests", "limits", "claims"}
-
-
 def _requests_gpus(containers: list[Any]) -> bool:
     return any(isinstance(c, dict) and _gpu_count(c.get("resources")) for c in containers)
 
@@ -172,15 +137,7 @@ def _gpu_count(resources: Any) -> int:
 
 def _has_memory_shm(pod_spec: dict[str, Any]) -> bool:
     memory_volumes = {v.get("name") for v in pod_spec.get("volumes") or []
-                      if isinstance(v, dict) and _get(v, "emptyDir", "medium") == "Memory"}
+                      if isinstance(v, dict) and get(v, "emptyDir", "medium") == "Memory"}
     mounts = [m for c in pod_spec.get("containers") or [] if isinstance(c, dict)
               for m in c.get("volumeMounts") or [] if isinstance(m, dict)]
     return any(m.get("mountPath") == "/dev/shm" and m.get("name") in memory_volumes for m in mounts)
-
-
-def _get(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj

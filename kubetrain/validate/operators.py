@@ -1,0 +1,175 @@
+"""What the operators' admission webhooks reject at create time, and what a later stage would reject.
+
+Webhook rules (training-operator v1.9.4 `pytorchjob_webhook.go`, Trainer v2.3.0 torch plugin) make
+`kubectl apply --dry-run=server` fail, so they are plain errors. Some mistakes pass the API server and
+fail later: the operator creating pods or Services, the kubelet, or torchrun at start. Those are errors
+too (a green CI check must mean the job runs), and their message names the stage — docs/validate.md lists
+every rule with the stage that enforces it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+from kubetrain.spec import names
+from kubetrain.spec.quantity import parse_quantity
+from kubetrain.validate.findings import Finding, get
+from kubetrain.yamlsrc import PathKey
+
+OPERATOR_PODS = "the operator's pod creation would fail"
+OPERATOR_SERVICES = "the operator's Service creation would fail"
+TORCHRUN = "torchrun would fail at start"
+MANAGED_BY = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2", "static")
+TORCHRUN_RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
+                         "PET_MASTER_PORT")
+NUM_PROC_WORDS = ("auto", "cpu", "gpu")
+COMPUTE = ("cpu", "memory", "ephemeral-storage")
+BUILTIN_RESOURCES = {*COMPUTE, "storage"}
+
+
+def later(message: str, stage: str) -> str:
+    return f"{message} (the API server accepts it, but {stage})"
+
+
+def pytorchjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
+    name = get(obj, "metadata", "name")
+    if isinstance(name, str) and (error := names.dns_label_error(name, rfc1035=True)):
+        yield Finding(("metadata", "name"), f"the training-operator requires a DNS-1035 label: {error}")
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    manager = get(spec, "runPolicy", "managedBy")
+    if manager is not None and manager not in MANAGED_BY:
+        yield Finding(("spec", "runPolicy", "managedBy"), f"must be one of {', '.join(MANAGED_BY)}, not {manager!r}")
+    replicas = spec.get("pytorchReplicaSpecs")
+    elastic = spec.get("elasticPolicy")
+    if isinstance(elastic, dict):
+        if not isinstance(replicas, dict) or "Worker" not in replicas:
+            yield Finding(("spec", "pytorchReplicaSpecs", "Worker"), "must be configured if elastic policy is used")
+        if elastic.get("nProcPerNode") is not None and spec.get("nprocPerNode") is not None:
+            yield Finding(("spec", "elasticPolicy", "nProcPerNode"), "must not be used with spec.nprocPerNode")
+    if not isinstance(replicas, dict):
+        return
+    for replica_type, replica in replicas.items():
+        base: PathKey = ("spec", "pytorchReplicaSpecs", replica_type)
+        count = replica.get("replicas") if isinstance(replica, dict) else None
+        if replica_type == "Worker" and isinstance(count, int) and count < 1:
+            yield Finding((*base, "replicas"), "must be at least 1")
+        containers = get(replica, "template", "spec", "containers")
+        for index, container in enumerate(containers if isinstance(containers, list) else []):
+            if isinstance(container, dict) and not container.get("image"):
+                yield Finding((*base, "template", "spec", "containers", index, "image"), "required field is missing")
+
+
+def pytorchjob_later(obj: dict[str, Any]) -> Iterator[Finding]:
+    """Accepted by the API server and the webhook; fails once the operator or torchrun acts on it."""
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    name = get(obj, "metadata", "name")
+    replicas = spec.get("pytorchReplicaSpecs")
+    if isinstance(name, str) and isinstance(replicas, dict):
+        for replica_type, replica in replicas.items():
+            count = replica.get("replicas", 1) if isinstance(replica, dict) else 1
+            longest = f"{name}-{str(replica_type).lower()}-{max(int(count) - 1, 0) if isinstance(count, int) else 0}"
+            if len(longest) > 63:
+                yield Finding(("metadata", "name"), later(f"the Service {longest!r} would exceed 63 characters",
+                                                          OPERATOR_SERVICES))
+                break
+    policy = get(spec, "runPolicy", "cleanPodPolicy")
+    if policy is not None and policy not in CLEAN_POD_POLICIES:
+        yield Finding(("spec", "runPolicy", "cleanPodPolicy"),
+                      later(f"must be one of {', '.join(CLEAN_POD_POLICIES)}, not {policy!r}",
+                            "the operator would not clean up pods"))
+    elastic = spec.get("elasticPolicy")
+    if isinstance(elastic, dict):
+        yield from _elastic_later(elastic)
+
+
+def _elastic_later(elastic: dict[str, Any]) -> Iterator[Finding]:
+    backend = elastic.get("rdzvBackend")
+    if backend is not None and backend not in RDZV_BACKENDS:
+        yield Finding(("spec", "elasticPolicy", "rdzvBackend"),
+                      later(f"must be one of {', '.join(RDZV_BACKENDS)}, not {backend!r}", TORCHRUN))
+    low, high = elastic.get("minReplicas"), elastic.get("maxReplicas")
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        yield Finding(("spec", "elasticPolicy", "minReplicas"),
+                      later(f"minReplicas ({low}) must be <= maxReplicas ({high})", TORCHRUN))
+
+
+def trainjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
+    trainer = get(obj, "spec", "trainer")
+    if not isinstance(trainer, dict):
+        return
+    base: PathKey = ("spec", "trainer")
+    procs = trainer.get("numProcPerNode")
+    if isinstance(procs, str) and procs not in NUM_PROC_WORDS:
+        yield Finding((*base, "numProcPerNode"), f"must be an integer or one of {', '.join(NUM_PROC_WORDS)}, "
+                      f"not {procs!r}")
+    env = trainer.get("env")
+    reserved = sorted({e.get("name") for e in env if isinstance(e, dict)} & set(TORCHRUN_RESERVED_ENV)
+                      ) if isinstance(env, list) else []
+    if reserved:
+        message = f"must not set torchrun's reserved variables {', '.join(reserved)} (the torch runtime sets them)"
+        if procs is None:  # the v2.3 webhook checks only when numProcPerNode is set; the plugin then overwrites
+            message = later(message, "the Trainer controller overwrites them")
+        yield Finding((*base, "env"), message)
+
+
+def resource_findings(obj: Any, path: PathKey = ()) -> Iterator[Finding]:
+    """Negative quantities and requests above limits in every `resources` block (pod templates included):
+    the API server rejects such pods, so for a CRD the operator's pod creation fails."""
+    if isinstance(obj, dict):
+        if _looks_like_resources(obj):
+            yield from _check_resources(obj, path)
+        for key, value in obj.items():
+            yield from resource_findings(value, (*path, key))
+    elif isinstance(obj, list):
+        for index, item in enumerate(obj):
+            yield from resource_findings(item, (*path, index))
+
+
+def _looks_like_resources(value: dict[str, Any]) -> bool:
+    return (isinstance(value.get("requests"), dict) or isinstance(value.get("limits"), dict)) and set(value) <= {
+        "requests", "limits", "claims"}
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _check_resources(resources: dict[str, Any], path: PathKey) -> Iterator[Finding]:
+    amounts: dict[str, dict[str, Decimal]] = {}
+    for section in ("requests", "limits"):
+        amounts[section] = {}
+        for name, value in _mapping(resources.get(section)).items():
+            try:
+                amount = parse_quantity(value) if isinstance(value, str | int | float) else None
+            except ValueError:
+                continue  # the schema's pattern reports it
+            if amount is not None and amount < 0:
+                yield Finding((*path, section, name), later(f"{value!r} must not be negative", OPERATOR_PODS))
+            elif amount is not None:
+                amounts[section][name] = amount
+    yield from _check_requests_equal_limits(resources, path)
+    for name in COMPUTE:
+        request, limit = amounts["requests"].get(name), amounts["limits"].get(name)
+        if request is not None and limit is not None and request > limit:
+            yield Finding((*path, "requests", name), later(
+                f"request {resources['requests'][name]} is more than the limit {resources['limits'][name]}",
+                OPERATOR_PODS))
+
+
+def _check_requests_equal_limits(resources: dict[str, Any], path: PathKey) -> Iterator[Finding]:
+    requests, limits = _mapping(resources.get("requests")), _mapping(resources.get("limits"))
+    for name, value in requests.items():
+        if name in BUILTIN_RESOURCES or name.startswith("hugepages-"):
+            continue
+        if name not in limits:
+            yield Finding((*path, "limits"), f"{name} is requested but has no limit; extended resources need "
+                          f"limits (set limits.{name}: {value})")
+        elif str(limits[name]) != str(value):
+            yield Finding((*path, "requests", name), f"{name} request ({value}) must equal its limit "
+                          f"({limits[name]}); extended resources cannot be overcommitted")
