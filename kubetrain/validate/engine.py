@@ -10,6 +10,7 @@ from typing import Any
 from kubetrain.errors import SpecError
 from kubetrain.spec import names
 from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
+from kubetrain.validate.cel import cel_findings
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.semantic import misplaced_run_policies, semantic_findings
 from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for, object_size_problem, parse_documents
@@ -128,6 +129,9 @@ def _schema_findings(obj: dict[str, Any], store: SchemaStore, ignore_missing: bo
     findings: list[Finding] = []
     for error in validator.iter_errors(obj):
         findings += [f for f in _humanize(error) if f.path not in misplaced]
+    crd = store.crds.get((obj["apiVersion"], obj["kind"]))
+    if crd is not None and not findings:  # the apiserver runs CEL rules only on a schema-valid object
+        findings += cel_findings(crd.schema, obj)
     return findings
 
 

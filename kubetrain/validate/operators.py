@@ -37,7 +37,9 @@ def later(message: str, stage: str) -> str:
 
 def pytorchjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
     name = get(obj, "metadata", "name")
-    if isinstance(name, str) and (error := names.dns_label_error(name, rfc1035=True)):
+    # A name that is not even a DNS subdomain is reported once, by the generic metadata check.
+    if isinstance(name, str) and not names.subdomain_error(name) and (
+            error := names.dns_label_error(name, rfc1035=True)):
         yield Finding(("metadata", "name"), f"the training-operator requires a DNS-1035 label: {error}")
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     assert isinstance(spec, dict)
