@@ -33,8 +33,10 @@ def _convert(node: Any, root: bool = False) -> None:
         # controller-gen writes the quantity pattern next to x-kubernetes-int-or-string; the apiserver applies
         # it to strings only (`memory: 32GB` is rejected, `memory: 32` is fine).
         pattern = node.pop("pattern", None)
-        string = {"type": "string", **({"pattern": pattern} if pattern else {})}
-        node.setdefault("anyOf", [{"type": "integer"}, string])
+        branches = node.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
+        for branch in branches:
+            if pattern and isinstance(branch, dict) and branch.get("type") == "string":
+                branch.setdefault("pattern", pattern)
     if node.get("nullable") and isinstance(node.get("type"), str):
         node["type"] = [node["type"], "null"]
     if _is_closed_object(node):

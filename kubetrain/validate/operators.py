@@ -26,7 +26,6 @@ CLEAN_POD_POLICIES = ("None", "Running", "All")
 RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2", "static")
 TORCHRUN_RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
                          "PET_MASTER_PORT")
-NUM_PROC_WORDS = ("auto", "cpu", "gpu")
 COMPUTE = ("cpu", "memory", "ephemeral-storage")
 BUILTIN_RESOURCES = {*COMPUTE, "storage"}
 
@@ -107,9 +106,6 @@ def trainjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
         return
     base: PathKey = ("spec", "trainer")
     procs = trainer.get("numProcPerNode")
-    if isinstance(procs, str) and procs not in NUM_PROC_WORDS:
-        yield Finding((*base, "numProcPerNode"), f"must be an integer or one of {', '.join(NUM_PROC_WORDS)}, "
-                      f"not {procs!r}")
     env = trainer.get("env")
     reserved = sorted({e.get("name") for e in env if isinstance(e, dict)} & set(TORCHRUN_RESERVED_ENV)
                       ) if isinstance(env, list) else []
