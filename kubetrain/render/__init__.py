@@ -20,7 +20,7 @@ from kubetrain.render.launch import launcher_problem
 from kubetrain.render.yamlout import flow, quote
 from kubetrain.spec import names
 from kubetrain.spec.model import TrainingJob
-from kubetrain.yamlsrc import object_size_problem
+from kubetrain.yamlsrc import MAX_OBJECT_BYTES, object_size_problem
 
 __all__ = ["RenderOptions", "manifests_dir", "render_job", "resolve_target"]
 
@@ -84,6 +84,10 @@ def _check_inputs(job: TrainingJob, options: RenderOptions) -> None:
         problems.append(Problem("spec.command", refused))
     if problems:
         raise SpecError(problems)
+    size = len(job.model_dump_json(by_alias=True))
+    if size > MAX_OBJECT_BYTES:  # every pod template repeats args and env: no need to render to know
+        raise RenderError(f"the spec's values alone are {size / 2**20:.2f} MiB; etcd stores at most 1.5 MiB per "
+                          "object (ship large data in a volume or the image, not in args or env)")
 
 
 def _render_configmap(job: TrainingJob, options: RenderOptions, context: dict[str, Any]) -> dict[str, Any]:

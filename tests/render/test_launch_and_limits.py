@@ -1,0 +1,80 @@
+"""Launchers already in the command, command-line overrides, and objects too large for the cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kubetrain.errors import RenderError, SpecError
+from kubetrain.render import RenderOptions, render_job
+from kubetrain.render.code import collect_code
+from kubetrain.render.launch import launcher_warnings
+from tests.render.test_rules import job, pod, pytorchjob
+
+
+def container(obj: dict[str, object]) -> dict[str, object]:
+    return pod(obj)["containers"][0]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("command", [
+    ["torchrun", "--nproc-per-node=8", "train.py", "--lr", "0.1"],
+    ["/usr/bin/torchrun", "--nproc-per-node=8", "train.py", "--lr", "0.1"],
+    ["python", "-m", "torch.distributed.run", "--nproc-per-node=8", "train.py", "--lr", "0.1"],
+])
+def test_a_torchrun_command_is_passed_through_not_wrapped(command: list[str]) -> None:
+    obj = pytorchjob(command=command, gpusPerNode=8, args=["--epochs", "2"])
+    assert container(obj)["command"] == ["torchrun"]
+    assert container(obj)["args"] == ["--nproc-per-node=8", "train.py", "--lr", "0.1", "--epochs", "2"]
+
+
+def test_torchrun_flags_that_contradict_the_spec_are_warned_about() -> None:
+    spec = job(command=["torchrun", "--nproc_per_node", "4", "--nnodes=3", "--node-rank=0", "--standalone",
+                        "train.py"], gpusPerNode=8, nodes=2).spec
+    assert launcher_warnings(spec) == [
+        "spec.command: --nproc-per-node=4 overrides the spec's 8 process(es) per pod (procsPerNode/gpusPerNode)",
+        "spec.command: --nnodes=3 contradicts the spec (2)",
+        "spec.command: --node-rank is fixed in the command; the operator sets it per pod (PET_* variables): "
+        "remove it",
+    ]
+    assert launcher_warnings(job(command=["torchrun", "--nproc-per-node=8", "t.py"], gpusPerNode=8).spec) == []
+    assert launcher_warnings(job(command=["python", "t.py"]).spec) == []
+
+
+@pytest.mark.parametrize(("command", "message"), [
+    (["accelerate", "launch", "--multi_gpu", "train.py"], "`accelerate launch` starts its own launcher"),
+    (["python", "-m", "accelerate.commands.launch", "train.py"], "`accelerate launch` starts its own launcher"),
+    (["deepspeed", "--num_gpus=8", "train.py"], "the deepspeed launcher reaches the other nodes over ssh/pdsh"),
+    (["python", "-m", "torch.distributed.launch", "train.py"], "torch.distributed.launch is deprecated"),
+])
+def test_other_launchers_are_refused_with_what_to_do(command: list[str], message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        pytorchjob(command=command)
+    assert info.value.lines()[0].startswith(f"spec.command: {message}")
+    assert "[python, train.py]" in info.value.lines()[0]
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (RenderOptions(namespace="Bad NS"), "--namespace: 'Bad NS' must consist of lower-case letters"),
+    (RenderOptions(image="has space:1"), "--image: 'has space:1' is not an image reference"),
+])
+def test_overrides_are_checked_like_the_fields_they_replace(options: RenderOptions, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        render_job(job(), options)
+
+
+def test_a_50_mib_argument_is_refused_before_rendering() -> None:
+    with pytest.raises(RenderError, match=r"the spec's values alone are 50.\d\d MiB; etcd stores at most 1.5 MiB"):
+        pytorchjob(args=["x" * 50 * 2**20])
+
+
+def test_an_object_over_etcds_limit_is_refused_after_rendering() -> None:
+    # 0.9 MiB of arguments fit the spec, but Master and Worker each repeat them.
+    with pytest.raises(RenderError, match=r"PyTorchJob/j: the object is 1.7\d MiB as JSON; etcd stores at most"):
+        pytorchjob(nodes=2, args=["x" * (900 * 2**10)])
+
+
+def test_code_over_one_mib_names_the_cause(tmp_path: Path) -> None:
+    (tmp_path / "blob.bin").write_bytes(b"\0" * (2**20 + 1))
+    with pytest.raises(RenderError, match="spec.code.path"):
+        collect_code(tmp_path)
