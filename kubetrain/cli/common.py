@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,7 +42,7 @@ def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: s
     code = None
     if loaded.job.spec.code:
         code_dir = (loaded.base_dir / loaded.job.spec.code.path).resolve()
-        code = collect_code(code_dir, loaded.job.spec.code.exclude)
+        code = collect_code(code_dir, loaded.job.spec.code.exclude, include=loaded.job.spec.code.include)
     options = RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace)
     return render_job(loaded.job, options, target=target)
 
@@ -61,5 +62,6 @@ def write_atomically(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # on a read-only or full filesystem the clean-up can fail too
+            tmp.unlink(missing_ok=True)
         raise UsageError(f"{path}: cannot write: {exc.strerror}") from None

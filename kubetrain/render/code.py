@@ -7,6 +7,7 @@ import fnmatch
 import hashlib
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,11 @@ from kubetrain.yamlsrc import CONFIGMAP_LIMIT
 ALWAYS_EXCLUDED = (".git", ".hg", ".svn", "__pycache__", "*.pyc", ".venv", ".kubetrain", ".mypy_cache",
                    ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints", ".DS_Store")
 IGNORE_FILE = ".kubetrainignore"
+# Files that usually hold credentials: never shipped unless `code.include` names them (a ConfigMap is readable
+# by anyone who may read the namespace's ConfigMaps, and it lands in etcd unencrypted by default).
+SECRET_PATTERNS = (".env", ".env.*", "*.env", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.crt",
+                   "*.cer", "*.der", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".netrc", ".pypirc",
+                   ".npmrc", ".git-credentials", "credentials.json", "service-account*.json")
 _KEY_UNSAFE = re.compile(r"[^-._a-zA-Z0-9]")
 
 
@@ -37,14 +43,26 @@ class CodeBundle:
         return sum(len(content) for _, content in self.files)
 
 
-def collect_code(root: Path, exclude: list[str] | tuple[str, ...] = (), field: str = "spec.code.path") -> CodeBundle:
-    """Read every file under `root` except the excluded ones; refuses a bundle over the ConfigMap limit."""
+def collect_code(root: Path, exclude: list[str] | tuple[str, ...] = (), field: str = "spec.code.path",
+                 include: list[str] | tuple[str, ...] = ()) -> CodeBundle:
+    """Read every file under `root` except the excluded ones; refuses a bundle over the ConfigMap limit.
+
+    Left out: ALWAYS_EXCLUDED, `.kubetrainignore` and `exclude` globs, then (unless an `include` glob names the
+    file) SECRET_PATTERNS and what the directory's `.gitignore` (git's rules, via pathspec) and
+    `.dockerignore` (Docker's rules) leave out.
+    """
     if not root.is_dir():
         raise RenderError(f"{field}: {root} is not a directory")
     patterns = [*ALWAYS_EXCLUDED, IGNORE_FILE, *exclude, *_ignore_file_patterns(root)]
+    optional = _optional_exclusions(root)
     files = []
     for path in sorted(_walk(root, patterns)):
-        files.append((path, (root / path).read_bytes()))
+        if optional(path) and not _excluded(path, list(include)):
+            continue
+        try:
+            files.append((path, (root / path).read_bytes()))
+        except OSError as exc:
+            raise RenderError(f"{field}: cannot read {path}: {exc.strerror}") from None
     bundle = CodeBundle(tuple(files))
     if bundle.size > CONFIGMAP_LIMIT:
         raise RenderError(_too_large_message(bundle, root, field))
@@ -94,6 +112,25 @@ def _inside(path: Path, root: Path) -> bool:
 
 def _join(rel_dir: str, name: str) -> str:
     return name if rel_dir == "." else f"{rel_dir}/{name}"
+
+
+def _optional_exclusions(root: Path) -> Callable[[str], bool]:
+    """Whether a relative path is left out by the secret defaults, `.gitignore` or `.dockerignore`."""
+    import pathspec
+
+    from kubetrain.build.dockerignore import PatternMatcher, parse_ignore_lines
+
+    gitignore = pathspec.GitIgnoreSpec.from_lines(_read_lines(root / ".gitignore"))
+    dockerignore = PatternMatcher(parse_ignore_lines("\n".join(_read_lines(root / ".dockerignore"))))
+    return lambda rel: (_excluded(rel, list(SECRET_PATTERNS)) or gitignore.match_file(rel)
+                        or dockerignore.excluded(rel))
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def _ignore_file_patterns(root: Path) -> list[str]:

@@ -78,3 +78,22 @@ def test_code_over_one_mib_names_the_cause(tmp_path: Path) -> None:
     (tmp_path / "blob.bin").write_bytes(b"\0" * (2**20 + 1))
     with pytest.raises(RenderError, match="spec.code.path"):
         collect_code(tmp_path)
+
+
+def test_secrets_and_ignored_files_stay_out_of_the_code_configmap(tmp_path: Path) -> None:
+    files = {"train.py": "x", ".env": "TOKEN=1", ".env.prod": "T=2", "keys/server.key": "k", "certs/ca.crt": "c",
+             "id_rsa": "k", "data/big.csv": "1,2", "notes.md": "n", "build/out.o": "o", ".gitignore": "data/\n",
+             ".dockerignore": "build\n"}
+    for name, content in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(content)
+    shipped = [path for path, _ in collect_code(tmp_path).files]
+    assert shipped == [".dockerignore", ".gitignore", "notes.md", "train.py"]
+    shipped = [path for path, _ in collect_code(tmp_path, include=["certs/ca.crt", "data/*"]).files]
+    assert shipped == [".dockerignore", ".gitignore", "certs/ca.crt", "data/big.csv", "notes.md", "train.py"]
+
+
+@pytest.mark.parametrize("path", ["../elsewhere", "/etc", "a/../../b"])
+def test_code_path_must_stay_inside_the_project(path: str) -> None:
+    with pytest.raises(SpecError, match=r"spec.code.path: .* must be a directory inside the spec file's directory"):
+        job(code={"path": path})
