@@ -61,6 +61,12 @@ class RenderError(KubetrainError):
     exit_code = 2
 
 
+class OutputError(KubetrainError):
+    """Writing the result failed (a full disk, a read-only target...)."""
+
+    exit_code = 1
+
+
 class SchemaError(KubetrainError):
     """A schema needed for validation is missing or unusable."""
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from kubetrain.cli.output import handle_errors, info
+from kubetrain.cli.render_cmd import emit
 from kubetrain.errors import SpecError, UsageError
 from kubetrain.spec.load import read_text
 from kubetrain.validate import Report, SchemaStore, validate_sources
@@ -90,10 +91,9 @@ def _read(path: str) -> tuple[str, str]:
 
 def print_report(report: Report, output: str, strict: bool) -> None:
     if output == "json":
-        click.echo(json.dumps(report.as_dict(strict), indent=2))
+        emit(json.dumps(report.as_dict(strict), indent=2) + "\n")
         return
-    for issue in report.issues:
-        click.echo(issue.text())
+    emit("".join(issue.text() + "\n" for issue in report.issues))
     verdict = "invalid" if report.failed(strict) else "valid"
     info(f"{report.documents} document(s): {len(report.errors())} error(s), "
          f"{len(report.warnings())} warning(s): {verdict}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -140,6 +141,40 @@ def test_validate_rendered_output_via_stdin(reference_dir: Path) -> None:
     result = CliRunner().invoke(cli, ["validate", "--strict", "--schema",
                                       str(reference_dir / "kubeflow-training-operator-v1.9.4"), "-"], input=rendered)
     assert result.exit_code == 0, result.output
+
+
+def test_failed_render_piped_into_validate_is_not_green(tmp_path: Path) -> None:
+    """The documented CI recipe: `set -o pipefail` makes the render failure fail the step, and even without
+    it validate sees zero documents and exits 2."""
+    spec = tmp_path / "kubetrain.yaml"
+    spec.write_text("apiVersion: nope\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    kt = f'"{sys.executable}" -m kubetrain'
+    for pipefail, expected in (("", 2), ("set -o pipefail; ", 2)):
+        result = subprocess.run(["bash", "-c", f"{pipefail}{kt} render -f {spec} | {kt} validate --strict -"],
+                                capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+        assert result.returncode == expected, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["-n", "Bad NS"], "error: --namespace: 'Bad NS' must consist of lower-case letters"),
+    (["--image", "has space:1"], "error: --image: 'has space:1' is not an image reference"),
+])
+def test_render_overrides_are_validated(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli, ["render", "-f", str(SPECS / "gke-h100.yaml"), *args])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(message)
+
+
+def test_full_disk_on_stdout_is_one_line() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "kubetrain", "render", "-f", str(SPECS / "gke-h100.yaml")],
+                                stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, env=env)
+    assert result.returncode == 1
+    assert result.stderr == "error: cannot write to stdout: No space left on device\n"
 
 
 def test_validate_missing_file_is_a_usage_error() -> None:
