@@ -29,12 +29,17 @@ MANIFEST_SUFFIXES = {".yaml", ".yml", ".json"}
 @click.option("--kubernetes-version", default=DEFAULT_KUBERNETES_VERSION, show_default=True,
               help="Version of the core schemas to check built-in kinds against.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--skip-non-kubernetes", is_flag=True,
+              help="Pass over YAML without apiVersion and kind (CI workflows, Hydra or conda configs) and files "
+                   "without objects, as the pre-commit hook does.")
 @handle_errors
 def validate(paths: tuple[str, ...], schemas: tuple[str, ...], from_cluster: bool, context: str | None,
-             strict: bool, ignore_missing_schemas: bool, kubernetes_version: str, output: str) -> None:
+             strict: bool, ignore_missing_schemas: bool, kubernetes_version: str, output: str,
+             skip_non_kubernetes: bool) -> None:
     """Check manifests offline against the CRD and core schemas.
 
-    Works on any manifests, rendered or hand-written, multi-document. Exit 1 if anything is invalid,
+    Works on any manifests, rendered or hand-written, multi-document, and on kubetrain.yaml job specs (checked
+    by the spec loader). Exit 1 if anything is invalid,
     2 for usage and input errors, including input with no documents at all (an empty pipe).
 
     \b
@@ -44,9 +49,9 @@ def validate(paths: tuple[str, ...], schemas: tuple[str, ...], from_cluster: boo
       kubetrain validate --schema crds/ --strict -o json job.yaml
     """
     store = build_store(schemas, from_cluster, context, kubernetes_version)
-    report = validate_sources(read_sources(paths or ("-",)), store, ignore_missing_schemas)
+    report = validate_sources(read_sources(paths or ("-",)), store, ignore_missing_schemas, skip_non_kubernetes)
     print_report(report, output, strict)
-    if report.documents == 0:
+    if report.documents == 0 and not skip_non_kubernetes:
         raise UsageError("no documents to validate; if this reads a pipe, the command before it may have failed "
                          "(use `set -o pipefail`, or validate files)")
     if report.failed(strict):

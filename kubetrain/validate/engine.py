@@ -16,6 +16,7 @@ from kubetrain.validate.semantic import misplaced_run_policies, semantic_finding
 from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for, object_size_problem, parse_documents
 
 SKIPPED_GROUPS = ("kustomize.config.k8s.io/",)
+SPEC_GROUP = "kubetrain.dev/"
 EMPTY_INPUT = "no Kubernetes objects (empty, only comments or only ---)"
 
 
@@ -60,25 +61,35 @@ class Report:
 
 
 def validate_sources(sources: Iterable[tuple[str, str]], store: SchemaStore,
-                     ignore_missing_schemas: bool = False) -> Report:
-    """Validate every document of every (source name, text)."""
+                     ignore_missing_schemas: bool = False, skip_foreign: bool = False) -> Report:
+    """Validate every document of every (source name, text).
+
+    `skip_foreign` (the pre-commit hook) passes over YAML that is not a Kubernetes object at all (workflows,
+    Hydra or conda configs) instead of reporting it, and does not require a file to hold any object.
+    """
     report = Report()
     for source, text in sources:
         try:
             docs = parse_documents(text, source)
         except SpecError as exc:
-            report.issues += [Issue("error", source, 0, "", "", p.field, p.message, p.line) for p in exc.problems]
+            if not skip_foreign:
+                report.issues += [Issue("error", source, 0, "", "", p.field, p.message, p.line)
+                                  for p in exc.problems]
             continue
         index = 0
         for doc in docs:
-            if doc.data is None:
+            if doc.data is None or (skip_foreign and not _is_object(doc.data)):
                 continue
             index += 1
             report.documents += 1
             report.issues += validate_document(doc, source, index, store, ignore_missing_schemas)
-        if index == 0:
+        if index == 0 and not skip_foreign:
             report.issues.append(Issue("error", source, 0, "", "", "", EMPTY_INPUT))
     return report
+
+
+def _is_object(data: Any) -> bool:
+    return isinstance(data, dict) and isinstance(data.get("apiVersion"), str) and isinstance(data.get("kind"), str)
 
 
 def validate_objects(objects: list[dict[str, Any]], store: SchemaStore, source: str = "<rendered>") -> Report:
@@ -92,7 +103,7 @@ def validate_objects(objects: list[dict[str, Any]], store: SchemaStore, source: 
 def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStore,
                       ignore_missing_schemas: bool = False) -> list[Issue]:
     obj = doc.data
-    if not isinstance(obj, dict) or not isinstance(obj.get("apiVersion"), str) or not isinstance(obj.get("kind"), str):
+    if not _is_object(obj):
         return [Issue("error", source, index, "", "", "", "not a Kubernetes object: apiVersion and kind are required",
                       doc.start_line)]
     kind = obj["kind"]
@@ -104,6 +115,8 @@ def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStor
 
     if obj["apiVersion"].startswith(SKIPPED_GROUPS):
         return []
+    if obj["apiVersion"].startswith(SPEC_GROUP) and kind == "TrainingJob":
+        return _spec_issues(doc, source, index, name)
     if kind == "List" and isinstance(obj.get("items"), list):
         return [i for item in obj["items"] for i in validate_document(ParsedDoc(item), source, index, store)]
     findings = _schema_findings(obj, store, ignore_missing_schemas)
@@ -112,6 +125,17 @@ def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStor
     findings += semantic_findings(obj)
     issues = [issue(f) for f in findings]
     return sorted(issues, key=lambda i: (i.line or 0, i.path))
+
+
+def _spec_issues(doc: ParsedDoc, source: str, index: int, name: str) -> list[Issue]:
+    """A kubetrain.yaml among the manifests: checked by the spec loader, exactly as `render` would."""
+    from kubetrain.spec.load import validate_data  # the spec models cost ~100 ms to build; only when needed
+
+    try:
+        validate_data(doc.data, doc.lines, source, doc.plain)
+    except SpecError as exc:
+        return [Issue("error", source, index, "TrainingJob", name, p.field, p.message, p.line) for p in exc.problems]
+    return []
 
 
 def size_findings(obj: dict[str, Any]) -> list[Finding]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -68,3 +69,27 @@ def test_objects_etcd_cannot_store(schema_store: SchemaStore) -> None:
     report = validate_sources([("cm.yaml", yaml.safe_dump(cm))], schema_store)
     assert [i.message for i in report.errors()] == ["the object is 1.56 MiB as JSON; etcd stores at most 1.5 MiB "
                                                     "per object"]
+
+
+WORKFLOW = "name: ci\non: [push]\njobs: {test: {runs-on: ubuntu-latest, steps: [{run: make test}]}}\n"
+HYDRA = "defaults:\n  - model: resnet\ntrainer:\n  max_epochs: 3\n"
+SPEC = ("apiVersion: kubetrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: j}\n"
+        "spec:\n  image: repo/img:1\n  command: [python, train.py]\n  args: [3.10]\n")
+
+
+def test_pre_commit_mode_skips_foreign_yaml_and_checks_specs_with_the_loader(schema_store: SchemaStore) -> None:
+    sources = [(".github/workflows/ci.yaml", WORKFLOW), ("conf/config.yaml", HYDRA), ("empty.yaml", ""),
+               ("kubetrain.yaml", SPEC), ("bad.yaml", "a: [1\n")]
+    report = validate_sources(sources, schema_store, skip_foreign=True)
+    assert [(i.source, i.line, i.path, i.message) for i in report.errors()] == [
+        ("kubetrain.yaml", 7, "spec.args[0]", 'YAML reads the unquoted 3.10 as the number 3.1; quote it: "3.10"')]
+    assert report.documents == 1
+    strict = validate_sources(sources[:2], schema_store)
+    assert [i.message for i in strict.errors()] == ["not a Kubernetes object: apiVersion and kind are required"] * 2
+    fixed = validate_sources([("kubetrain.yaml", SPEC.replace("[3.10]", "['3.10']"))], schema_store)
+    assert fixed.errors() == []
+
+
+def test_the_hook_uses_pre_commit_mode() -> None:
+    hooks = yaml.safe_load((Path(__file__).parents[2] / ".pre-commit-hooks.yaml").read_text())
+    assert {h["id"]: h["entry"] for h in hooks}["kubetrain-validate"] == "kubetrain validate --skip-non-kubernetes"
