@@ -4,6 +4,7 @@
 
 Targets (issue 2): `kubetrain --help` cold start within 2x of `python -c "import sys"` (median ratio);
 render + validate of one job under 0.3 s wall; 1,000 rendered jobs validated in one process under 5 s.
+Issue 10: the input limits (depth, aliases, expanded nodes, sizes) cost nothing measurable on normal files.
 Schemas: --schema, else ../shared/reference beside the repository, else the `kubetrain schemas fetch` cache.
 """
 
@@ -90,6 +91,32 @@ def bench_bulk(count: int, schemas: list[str]) -> float:
     return elapsed
 
 
+def bench_limits(runs: int) -> tuple[float, float, float]:
+    """The input limits on a normal file: composing the rendered manifests with the bounded loader against
+    PyYAML's SafeLoader, and the whole parse_documents (limits, line index, construction)."""
+    import yaml
+
+    from kubetrain.cli.common import render_loaded
+    from kubetrain.render.yamlout import dump_yaml
+    from kubetrain.spec.load import load_spec
+    from kubetrain.yamlsrc import _BoundedLoader, parse_documents
+
+    text = dump_yaml(render_loaded(load_spec(str(SPEC))))
+
+    def best(func: object) -> float:
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            func()  # type: ignore[operator]
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    plain = best(lambda: list(yaml.compose_all(text, Loader=yaml.SafeLoader)))
+    bounded = best(lambda: list(yaml.compose_all(text, Loader=_BoundedLoader)))
+    whole = best(lambda: parse_documents(text, "bench"))
+    return plain, bounded, whole
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schema", default=None)
@@ -100,6 +127,7 @@ def main() -> None:
     baseline, help_time = bench_cold_start(args.runs)
     cli_pipeline, one_process = bench_render_validate(max(5, args.runs // 3), schemas)
     bulk = bench_bulk(args.jobs, schemas)
+    plain, bounded, whole = bench_limits(args.runs)
     print("| measurement | result | target |")
     print("|---|---|---|")
     print(f"| `python -c 'import sys'` (median of {args.runs}) | {baseline * 1000:.0f} ms | |")
@@ -108,6 +136,10 @@ def main() -> None:
     print(f"| render + validate, one process (import to verdict) | {one_process * 1000:.0f} ms | < 300 ms |")
     print(f"| `kubetrain render \\| kubetrain validate -` (two processes) | {cli_pipeline * 1000:.0f} ms | |")
     print(f"| validate {args.jobs} rendered jobs in one process | {bulk:.2f} s | < 5 s |")
+    print(f"| compose the rendered job, PyYAML SafeLoader (best of {args.runs}) | {plain * 1000:.2f} ms | |")
+    print(f"| compose it with the input limits (best of {args.runs}) | {bounded * 1000:.2f} ms "
+          f"({(bounded / plain - 1) * 100:+.0f}%) | ~0 |")
+    print(f"| parse_documents: limits + line index + objects (best of {args.runs}) | {whole * 1000:.2f} ms | |")
 
 
 if __name__ == "__main__":
