@@ -46,14 +46,17 @@ class _BoundedLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
-                raise _LimitExceeded(None, None, f"more than {MAX_ALIASES} aliases (*name)", self.peek_event().start_mark)
+                raise _LimitExceeded(None, None, f"more than {MAX_ALIASES} aliases (*name)", self._mark())
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise _LimitExceeded(None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+                raise _LimitExceeded(None, None, f"nested deeper than {MAX_DEPTH} levels", self._mark())
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def _mark(self) -> Any:
+        return self.peek_event().start_mark  # type: ignore[no-untyped-call]
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ def parse_documents(text: str, source: str) -> list[ParsedDoc]:
     try:
         loader = _BoundedLoader(text)  # the reader already vets the first characters here
         while loader.check_node():
-            start = loader.peek_event().start_mark
+            start = loader._mark()
             node = loader.get_node()
             assert node is not None  # check_node() said there is one
             _check_document_size(start.index, node.end_mark.index, start)

@@ -13,8 +13,8 @@ from typing import Any
 import jinja2
 import yaml
 
-from kubetrain.render.code import configmap_payload
 from kubetrain.errors import Problem, RenderError, SpecError
+from kubetrain.render.code import configmap_payload
 from kubetrain.render.context import RenderOptions, code_configmap_name, labels, template_context
 from kubetrain.render.launch import launcher_problem
 from kubetrain.render.yamlout import flow, quote

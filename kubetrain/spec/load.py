@@ -96,8 +96,8 @@ def validate_data(data: Any, lines: dict[PathKey, int], source: str,
     try:
         job = TrainingJob.model_validate(data)
     except ValidationError as exc:
-        found = lossy + _problems_from_pydantic(exc, lines, source, plain or {})
-        raise SpecError(sorted(found, key=lambda p: (p.line or 0, p.field))) from None
+        problems = lossy + _problems_from_pydantic(exc, lines, source, plain or {})
+        raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.field))) from None
     if lossy:
         raise SpecError(lossy)
     problems = [Problem(field, message, source, line_for(split_path(field), lines))
@@ -114,13 +114,22 @@ def _lossy_text(data: dict[str, Any], plain: dict[PathKey, str], lines: dict[Pat
     for path, raw in plain.items():
         if path[:2] not in TEXT_FIELDS:
             continue
-        value: Any = data
-        for part in path:
-            value = value[part] if isinstance(value, dict | list) else None
+        value = _at(data, path)
         if isinstance(value, int | float) and not isinstance(value, bool) and str(value) != raw:
             problems.append(Problem(join_path(path), f"YAML reads the unquoted {raw} as the number {value}; "
                                     f"quote it: \"{raw}\"", source, line_for(path, lines)))
     return problems
+
+
+def _at(data: Any, path: PathKey) -> Any:
+    for part in path:
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return None
+    return data
 
 
 def _problems_from_pydantic(exc: ValidationError, lines: dict[PathKey, int], source: str,

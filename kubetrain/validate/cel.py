@@ -82,7 +82,7 @@ def _check(rule: dict[str, Any], value: Any, path: PathKey) -> Finding | None:
     text = str(rule.get("rule", ""))
     try:
         result = _compiled(text).eval(data={"self": value}).value()
-    except Exception as exc:  # noqa: BLE001 - the binding raises plain RuntimeError/ValueError for CEL errors
+    except Exception as exc:
         return Finding(path, f"CEL rule {text!r} could not be evaluated: {' '.join(str(exc).split())}")
     if result is True:
         return None

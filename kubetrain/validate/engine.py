@@ -9,9 +9,9 @@ from typing import Any
 
 from kubetrain.errors import SpecError
 from kubetrain.spec import names
-from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
 from kubetrain.validate.cel import cel_findings
 from kubetrain.validate.findings import Finding
+from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
 from kubetrain.validate.semantic import misplaced_run_policies, semantic_findings
 from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for, object_size_problem, parse_documents
 

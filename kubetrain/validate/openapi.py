@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+
 def structural_json_schema(openapi: dict[str, Any]) -> dict[str, Any]:
     """A converted deep copy; the input is left untouched."""
     schema = copy.deepcopy(openapi)
@@ -29,14 +30,7 @@ def _convert(node: Any, root: bool = False) -> None:
     if not isinstance(node, dict):
         return
     if node.get("x-kubernetes-int-or-string"):
-        node.pop("type", None)
-        # controller-gen writes the quantity pattern next to x-kubernetes-int-or-string; the apiserver applies
-        # it to strings only (`memory: 32GB` is rejected, `memory: 32` is fine).
-        pattern = node.pop("pattern", None)
-        branches = node.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
-        for branch in branches:
-            if pattern and isinstance(branch, dict) and branch.get("type") == "string":
-                branch.setdefault("pattern", pattern)
+        _int_or_string(node)
     if node.get("nullable") and isinstance(node.get("type"), str):
         node["type"] = [node["type"], "null"]
     if _is_closed_object(node):
@@ -54,6 +48,16 @@ def _convert(node: Any, root: bool = False) -> None:
                 _convert(child)
         elif key in {"items", "additionalProperties", "not"} or key in {"allOf", "anyOf", "oneOf"}:
             _convert(value)
+
+
+def _int_or_string(node: dict[str, Any]) -> None:
+    node.pop("type", None)
+    # controller-gen writes the quantity pattern next to x-kubernetes-int-or-string; the apiserver applies it to
+    # strings only (`memory: 32GB` is rejected, `memory: 32` is fine).
+    pattern = node.pop("pattern", None)
+    for branch in node.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}]):
+        if pattern and isinstance(branch, dict) and branch.get("type") == "string":
+            branch.setdefault("pattern", pattern)
 
 
 def _is_closed_object(node: dict[str, Any]) -> bool:

@@ -152,7 +152,7 @@ def test_failed_render_piped_into_validate_is_not_green(tmp_path: Path) -> None:
     kt = f'"{sys.executable}" -m kubetrain'
     for pipefail, expected in (("", 2), ("set -o pipefail; ", 2)):
         result = subprocess.run(["bash", "-c", f"{pipefail}{kt} render -f {spec} | {kt} validate --strict -"],
-                                capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+                                capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path, check=False)
         assert result.returncode == expected, result.stderr
         assert "Traceback" not in result.stderr
 
@@ -172,7 +172,7 @@ def test_full_disk_on_stdout_is_one_line() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     with open("/dev/full", "w") as full:
         result = subprocess.run([sys.executable, "-m", "kubetrain", "render", "-f", str(SPECS / "gke-h100.yaml")],
-                                stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, env=env)
+                                stdout=full, stderr=subprocess.PIPE, text=True, timeout=120, env=env, check=False)
     assert result.returncode == 1
     assert result.stderr == "error: cannot write to stdout: No space left on device\n"
 

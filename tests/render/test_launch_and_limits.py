@@ -76,7 +76,7 @@ def test_an_object_over_etcds_limit_is_refused_after_rendering() -> None:
 
 def test_code_over_one_mib_names_the_cause(tmp_path: Path) -> None:
     (tmp_path / "blob.bin").write_bytes(b"\0" * (2**20 + 1))
-    with pytest.raises(RenderError, match="spec.code.path"):
+    with pytest.raises(RenderError, match=r"spec\.code\.path"):
         collect_code(tmp_path)
 
 
