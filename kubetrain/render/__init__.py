@@ -16,13 +16,13 @@ import yaml
 from kubetrain.errors import Problem, RenderError, SpecError
 from kubetrain.render.code import configmap_payload
 from kubetrain.render.context import RenderOptions, code_configmap_name, labels, template_context
-from kubetrain.render.launch import launcher_problem
+from kubetrain.render.launch import launcher_problem, launcher_warnings
 from kubetrain.render.yamlout import flow, quote
 from kubetrain.spec import names
 from kubetrain.spec.model import TrainingJob
 from kubetrain.yamlsrc import MAX_OBJECT_BYTES, object_size_problem
 
-__all__ = ["RenderOptions", "manifests_dir", "render_job", "resolve_target"]
+__all__ = ["RenderOptions", "manifests_dir", "render_job", "render_warnings", "resolve_target"]
 
 TEMPLATES = {"pytorchjob": "pytorchjob.yaml.j2", "trainjob": "trainjob.yaml.j2"}
 
@@ -71,6 +71,15 @@ def render_job(job: TrainingJob, options: RenderOptions | None = None, target: s
         if problem := object_size_problem(obj):
             raise RenderError(f"{obj['kind']}/{obj['metadata']['name']}: {problem[1]}")
     return objects
+
+
+def render_warnings(job: TrainingJob, options: RenderOptions | None = None) -> list[str]:
+    """What render does that the spec may not expect: contradicting launcher flags, an unresolved cloud."""
+    warnings = launcher_warnings(job.spec)
+    if job.spec.placement.cloud == "auto" and not (options and options.cloud):
+        warnings.append("spec.placement.cloud: auto is resolved by `kubetrain submit` from the cluster's node "
+                        "labels; offline, no cloud profile applies (no GPU-model selector, no cloud tolerations)")
+    return warnings
 
 
 def _check_inputs(job: TrainingJob, options: RenderOptions) -> None:

@@ -87,6 +87,8 @@ def env(job: TrainingJob) -> list[dict[str, Any]]:
         values.update(DEBUG_ENV)
     if spec.code:
         values["PYTHONPATH"] = spec.code.mountPath
+    if spec.security.readOnlyRootFilesystem:
+        values["TMPDIR"] = "/tmp"
     runtime_config = _runtime_config(spec)
     if runtime_config:
         values["KUBETRAIN_CONFIG"] = runtime_config
@@ -134,6 +136,10 @@ def volumes_and_mounts(job: TrainingJob, options: RenderOptions) -> tuple[list[A
         volumes.append({"name": volume.name, "persistentVolumeClaim": claim})
         mounts.append({"name": volume.name, "mountPath": volume.mountPath,
                        **({"readOnly": True} if volume.readOnly else {})})
+    if spec.security.readOnlyRootFilesystem and all(v.mountPath != "/tmp" for v in spec.volumes):
+        # A read-only root breaks everything that writes temp files (torch.compile, DataLoader, pip caches).
+        volumes.append({"name": "tmp", "emptyDir": {}})
+        mounts.append({"name": "tmp", "mountPath": "/tmp"})
     if spec.code and options.code is not None:
         _, _, items = configmap_payload(options.code)
         volumes.append({"name": "code", "configMap": {"name": code_configmap_name(job, options.code),

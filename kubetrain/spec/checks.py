@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from kubetrain.spec.gputypes import gpu_type_error
 from kubetrain.spec.model import TrainingJob
 
-RESERVED_VOLUMES = {"dshm", "code"}
+RESERVED_VOLUMES = {"dshm", "code", "tmp"}
+TRAINJOB_RUN_POLICY = {"activeDeadlineSeconds"}  # what trainjob.yaml.j2 maps; any other field set is refused
 
 
 def spec_problems(job: TrainingJob, target: str | None = None) -> list[tuple[str, str]]:
@@ -46,6 +48,9 @@ def _trainjob_problems(job: TrainingJob) -> list[tuple[str, str]]:
         ("spec.placement.cloud", spec.placement.cloud == "kind" and spec.gpusPerNode > 0, "a TrainJob cannot set "
          "runtimeClassName: nvidia, which kind GPU nodes need; use target pytorchjob"),
     ]
+    for name in sorted(spec.runPolicy.model_fields_set - TRAINJOB_RUN_POLICY):
+        unsupported.append((f"spec.runPolicy.{name}", True, "a TrainJob has no such setting (Trainer v2.3 maps only "
+                            "activeDeadlineSeconds); remove it or use target pytorchjob"))
     return [(field, f"not supported with target trainjob: {why}") for field, bad, why in unsupported if bad]
 
 
@@ -56,6 +61,8 @@ def _placement_problems(job: TrainingJob) -> list[tuple[str, str]]:
     if placement.gpuType and placement.cloud in {"aks", "kind", "none"}:
         return [("spec.placement.gpuType", f"the {placement.cloud} profile has no GPU-model node label; select "
                  "nodes with placement.nodeSelector (e.g. node.kubernetes.io/instance-type) or use cloud generic")]
+    if placement.gpuType and (error := gpu_type_error(placement.cloud, placement.gpuType)):
+        return [("spec.placement.gpuType", error)]
     return []
 
 

@@ -115,6 +115,8 @@ class JobSpec(Section):
     """Time between SIGTERM and SIGKILL: enough for the runtime's checkpoint on SIGTERM."""
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     """Checkpoint settings used by the kubetrain runtime."""
+    trainingRuntime: Subdomain = "torch-distributed"
+    """The ClusterTrainingRuntime a TrainJob (target trainjob) runs on."""
     train: Train | None = None
     """Trainer API: model/dataset/loss/optimizer factories, run by kubetrain.runtime."""
     build: Build | None = None

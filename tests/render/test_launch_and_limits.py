@@ -97,3 +97,38 @@ def test_secrets_and_ignored_files_stay_out_of_the_code_configmap(tmp_path: Path
 def test_code_path_must_stay_inside_the_project(path: str) -> None:
     with pytest.raises(SpecError, match=r"spec.code.path: .* must be a directory inside the spec file's directory"):
         job(code={"path": path})
+
+
+def test_gpu_type_is_checked_against_the_profile_with_did_you_mean() -> None:
+    with pytest.raises(SpecError, match=r"'nvidia-h100' is not a cloud.google.com/gke-accelerator value of the gke "
+                                        r"profile; did you mean 'nvidia-h100-80gb'\?"):
+        job(gpusPerNode=8, placement={"cloud": "gke", "gpuType": "nvidia-h100"})
+    with pytest.raises(SpecError, match=r"did you mean 'h100'\?"):
+        job(gpusPerNode=8, placement={"cloud": "eks", "gpuType": "H100"})
+    assert job(gpusPerNode=8, placement={"cloud": "generic", "gpuType": "NVIDIA-H100-80GB-HBM3"})
+
+
+def test_read_only_root_gets_a_writable_tmp() -> None:
+    obj = pytorchjob(security={"readOnlyRootFilesystem": True})
+    assert {"name": "tmp", "emptyDir": {}} in pod(obj)["volumes"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in container(obj)["volumeMounts"]  # type: ignore[operator]
+    assert {"name": "TMPDIR", "value": "/tmp"} in container(obj)["env"]  # type: ignore[operator]
+    assert all(v["name"] != "tmp" for v in pod(pytorchjob())["volumes"])
+
+
+def test_trainjob_maps_or_refuses_run_policy_and_selects_runtime_and_suspends_for_kueue() -> None:
+    with pytest.raises(SpecError, match=r"spec.runPolicy.backoffLimit: not supported with target trainjob"):
+        job(target="trainjob", runPolicy={"backoffLimit": 5, "activeDeadlineSeconds": 60})
+    obj = render_job(job(target="trainjob", runPolicy={"activeDeadlineSeconds": 60}, trainingRuntime="torch-fsdp",
+                         scheduling={"queue": "team-a"}))[-1]
+    assert obj["spec"]["activeDeadlineSeconds"] == 60
+    assert obj["spec"]["runtimeRef"]["name"] == "torch-fsdp"
+    assert obj["spec"]["suspend"] is True
+    assert "suspend" not in render_job(job(target="trainjob"))[-1]["spec"]
+
+
+def test_cloud_auto_warns_at_render_time() -> None:
+    from kubetrain.render import render_warnings
+
+    assert render_warnings(job(placement={"cloud": "auto"}))[0].startswith("spec.placement.cloud: auto is resolved")
+    assert render_warnings(job(placement={"cloud": "auto"}), RenderOptions(cloud="gke")) == []

@@ -185,10 +185,10 @@ def test_code_over_the_configmap_limit_is_refused(tmp_path: Path) -> None:
 
 
 def test_rendering_is_deterministic() -> None:
-    spec = job(nodes=3, gpusPerNode=2, env={"B": "2", "A": "1"}, placement={"cloud": "gke", "gpuType": "x"})
+    spec = job(nodes=3, gpusPerNode=2, env={"B": "2", "A": "1"}, placement={"cloud": "gke", "gpuType": "nvidia-l4"})
     assert dump_yaml(render_job(spec)) == dump_yaml(render_job(spec))
     assert dump_yaml(render_job(spec)) == dump_yaml(render_job(job(nodes=3, gpusPerNode=2, env={"B": "2", "A": "1"},
-                                                                   placement={"cloud": "gke", "gpuType": "x"})))
+                                                                   placement={"cloud": "gke", "gpuType": "nvidia-l4"})))
 
 
 def test_trainjob_shape() -> None:
