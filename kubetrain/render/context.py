@@ -72,6 +72,12 @@ def resources(spec: JobSpec) -> dict[str, dict[str, str]]:
         requests["ephemeral-storage"] = limits["ephemeral-storage"] = spec.resources.ephemeralStorage
     if spec.gpusPerNode:
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(spec.gpusPerNode)
+    if spec.network:
+        requests[spec.network.resource_name] = limits[spec.network.resource_name] = str(spec.network.devices)
+    if spec.resources.guaranteed:
+        # Guaranteed QoS: every container's requests equal its limits for both cpu and memory.
+        limits["cpu"] = requests["cpu"]
+        requests["memory"] = limits["memory"]
     return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
 
 
@@ -83,6 +89,8 @@ def env(job: TrainingJob) -> list[dict[str, Any]]:
         values.update(GPU_ENV)
     if spec.elastic:
         values.update(ELASTIC_ENV)
+    if spec.network:
+        values.update(spec.network.env)
     if spec.debug:
         values.update(DEBUG_ENV)
     if spec.code:
@@ -115,7 +123,8 @@ def security_context(spec: JobSpec) -> dict[str, Any]:
         non_root = spec.build is not None  # kubetrain's images run as uid 1000
     context: dict[str, Any] = {
         "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
+        # RDMA fabrics pin (mlock) communication buffers, which needs IPC_LOCK.
+        "capabilities": {"drop": ["ALL"], **({"add": ["IPC_LOCK"]} if spec.network else {})},
         "seccompProfile": {"type": "RuntimeDefault"},
         "runAsNonRoot": non_root,
     }

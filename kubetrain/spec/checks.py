@@ -28,6 +28,9 @@ def spec_problems(job: TrainingJob, target: str | None = None) -> list[tuple[str
         problems.append(("spec.nodes", f"{spec.nodes} must be between elastic.minNodes "
                          f"({spec.elastic.minNodes}) and elastic.maxNodes ({spec.elastic.maxNodes})"))
     problems += _placement_problems(job)
+    if spec.resources.guaranteed and not (spec.resources.cpu and spec.resources.memory):
+        problems.append(("spec.resources.guaranteed", "needs resources.cpu and resources.memory (Guaranteed QoS "
+                         "sets limits equal to requests for both)"))
     problems += _mount_problems(job)
     problems += _env_problems(job)
     problems += _name_length_problems(job, target or spec.target)

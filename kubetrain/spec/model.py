@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BeforeValidator, Field
 
 from kubetrain.spec import names
+from kubetrain.spec.network import Network
 from kubetrain.spec.sections import (
     Build,
     ByteQuantity,
@@ -95,6 +96,8 @@ class JobSpec(Section):
     """PersistentVolumeClaims to mount."""
     code: Code | None = None
     """Local code shipped as a ConfigMap with the job."""
+    network: Network | None = None
+    """Inter-node GPU fabric (EFA, InfiniBand): its devices, IPC_LOCK and NCCL settings."""
     placement: Placement = Field(default_factory=Placement)
     """Node selection: cloud profile, GPU type, extra selectors and tolerations."""
     elastic: Elastic | None = None

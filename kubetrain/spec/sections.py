@@ -121,6 +121,9 @@ class Resources(Section):
     against the container's memory cgroup)."""
     ephemeralStorage: ByteQuantity | None = None
     """Local scratch disk per pod, e.g. "100Gi"."""
+    guaranteed: bool = False
+    """Guaranteed QoS: CPU and memory limits equal their requests (needs `cpu` and `memory`), so the kubelet's
+    static CPU manager can pin whole cores. Requests then include the /dev/shm size."""
 
 
 class SecretEnv(Section):

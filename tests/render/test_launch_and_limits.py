@@ -132,3 +132,24 @@ def test_cloud_auto_warns_at_render_time() -> None:
 
     assert render_warnings(job(placement={"cloud": "auto"}))[0].startswith("spec.placement.cloud: auto is resolved")
     assert render_warnings(job(placement={"cloud": "auto"}), RenderOptions(cloud="gke")) == []
+
+
+def test_rdma_fabrics_get_devices_ipc_lock_and_nccl_settings() -> None:
+    obj = pytorchjob(nodes=2, gpusPerNode=8, network={"fabric": "efa", "devices": 32})
+    resources = container(obj)["resources"]
+    assert resources["requests"]["vpc.amazonaws.com/efa"] == resources["limits"]["vpc.amazonaws.com/efa"] == "32"
+    assert container(obj)["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+    assert {"name": "FI_PROVIDER", "value": "efa"} in container(obj)["env"]  # type: ignore[operator]
+    obj = pytorchjob(gpusPerNode=8, network={"fabric": "infiniband", "resource": "rdma/rdma_shared_device_a"})
+    assert container(obj)["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
+    assert {"name": "NCCL_IB_DISABLE", "value": "0"} in container(obj)["env"]  # type: ignore[operator]
+    assert "add" not in container(pytorchjob())["securityContext"]["capabilities"]
+
+
+def test_guaranteed_qos_sets_requests_equal_to_limits() -> None:
+    obj = pytorchjob(resources={"cpu": "16", "memory": "64Gi", "guaranteed": True}, shmSize="8Gi")
+    resources = container(obj)["resources"]
+    assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == "16"
+    assert resources["requests"]["memory"] == resources["limits"]["memory"] == "72Gi"
+    with pytest.raises(SpecError, match=r"spec.resources.guaranteed: needs resources.cpu and resources.memory"):
+        job(resources={"cpu": "16", "guaranteed": True})
