@@ -8,8 +8,10 @@ exponentially). They are checked while composing, before any Python object is bu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,16 +44,28 @@ class _BoundedLoader(yaml.SafeLoader):
         self._depth = 0
         self._aliases = 0
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            self._aliases += 1
-            if self._aliases > MAX_ALIASES:
-                raise _LimitExceeded(None, None, f"more than {MAX_ALIASES} aliases (*name)", self._mark())
+    # Hooks on the rare paths only (an alias token, a collection), so normal files pay almost nothing.
+    def fetch_alias(self) -> None:
+        self._aliases += 1
+        if self._aliases > MAX_ALIASES:
+            raise _LimitExceeded(None, None, f"more than {MAX_ALIASES} aliases (*name)", self.get_mark())
+        super().fetch_alias()
+
+    def compose_sequence_node(self, anchor: Any) -> yaml.SequenceNode:
+        with self._nested():
+            return super().compose_sequence_node(anchor)
+
+    def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
+        with self._nested():
+            return super().compose_mapping_node(anchor)
+
+    @contextlib.contextmanager
+    def _nested(self) -> Iterator[None]:
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
                 raise _LimitExceeded(None, None, f"nested deeper than {MAX_DEPTH} levels", self._mark())
-            return super().compose_node(parent, index)
+            yield
         finally:
             self._depth -= 1
 
