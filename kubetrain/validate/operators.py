@@ -105,15 +105,12 @@ def trainjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
     if not isinstance(trainer, dict):
         return
     base: PathKey = ("spec", "trainer")
-    procs = trainer.get("numProcPerNode")
     env = trainer.get("env")
     names_set = {str(e.get("name")) for e in env if isinstance(e, dict)} if isinstance(env, list) else set()
     reserved = sorted(names_set & set(TORCHRUN_RESERVED_ENV))
     if reserved:
-        message = f"must not set torchrun's reserved variables {', '.join(reserved)} (the torch runtime sets them)"
-        if procs is None:  # the v2.3 webhook checks only when numProcPerNode is set; the plugin then overwrites
-            message = later(message, "the Trainer controller overwrites them")
-        yield Finding((*base, "env"), message)
+        yield Finding((*base, "env"), f"must not set torchrun's reserved variables {', '.join(reserved)} (the "
+                      "torch runtime sets them)")
 
 
 def resource_findings(obj: Any, path: PathKey = ()) -> Iterator[Finding]:

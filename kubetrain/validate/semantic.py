@@ -65,8 +65,9 @@ def _replica_findings(replica_type: str, replica: dict[str, Any]) -> Iterator[Fi
     base: PathKey = ("spec", "pytorchReplicaSpecs", replica_type)
     if replica_type not in PYTORCH_REPLICA_TYPES:
         yield Finding(base, f"replica type must be Master or Worker, not {replica_type!r}")
-    if replica_type == "Master" and replica.get("replicas", 1) != 1:
-        yield Finding((*base, "replicas"), f"Master must have exactly 1 replica, not {replica.get('replicas')!r}")
+    if replica_type == "Master" and replica.get("replicas") != 1:  # v1.9.4's webhook: a missing count too
+        found = "none" if replica.get("replicas") is None else repr(replica.get("replicas"))
+        yield Finding((*base, "replicas"), f"Master must have exactly 1 replica, not {found}")
     policy = replica.get("restartPolicy")
     if policy is not None and policy not in OPERATOR_RESTART_POLICIES:
         allowed = ", ".join(sorted(OPERATOR_RESTART_POLICIES))

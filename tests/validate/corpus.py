@@ -119,12 +119,16 @@ CASES = [
     Case("worker-replicas-0", "simple.yaml", _set("spec", "pytorchReplicaSpecs", "Worker", "replicas", value=0),
          REJECT, "spec.pytorchReplicaSpecs.Worker.replicas"),
     Case("image-missing", "simple.yaml", _no_image, REJECT, f"{C0}.image"),
+    Case("master-replicas-missing", "simple.yaml", lambda job: replica(job, "Master").pop("replicas"), REJECT,
+         f"{PM}.replicas"),
     Case("elastic-without-worker", "elastic-echo.yaml", _no_worker, REJECT, "spec.pytorchReplicaSpecs.Worker"),
     Case("nproc-twice", "elastic-echo.yaml", _both_nproc, REJECT, "spec.elasticPolicy.nProcPerNode"),
     Case("managed-by", "simple.yaml", _set("spec", "runPolicy", "managedBy", value="me"), REJECT,
          "spec.runPolicy.managedBy"),
     # rejected by the Trainer v2.3.0 webhook
     Case("trainer-reserved-env", "trainjob.yaml", _trainer_env(["PET_NNODES"]), REJECT, "spec.trainer.env"),
+    Case("trainer-reserved-env-no-procs", "trainjob.yaml", _trainer_env(["PET_MASTER_PORT"], procs=None), REJECT,
+         "spec.trainer.env"),
     Case("trainer-procs-string", "trainjob.yaml", _set("spec", "trainer", "numProcPerNode", value="gpu"), REJECT,
          "spec.trainer.numProcPerNode"),
     # accepted by the server, refused offline because a later stage fails (the message names it)
@@ -140,6 +144,4 @@ CASES = [
          "spec.runPolicy.cleanPodPolicy"),
     Case("rdzv-backend", "elastic-echo.yaml", _set("spec", "elasticPolicy", "rdzvBackend", value="zookeeper"),
          ACCEPT, "spec.elasticPolicy.rdzvBackend"),
-    Case("trainer-reserved-env-no-procs", "trainjob.yaml", _trainer_env(["PET_MASTER_PORT"], procs=None), ACCEPT,
-         "spec.trainer.env"),
 ]
