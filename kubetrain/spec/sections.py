@@ -89,13 +89,6 @@ def _abs_path(value: str) -> str:
     return posixpath.normpath(value)
 
 
-def _project_path(value: str) -> str:
-    if value.startswith("/") or posixpath.normpath(value).split("/")[0] == "..":
-        raise ValueError(f"{value!r} must be a directory inside the spec file's directory (relative, without "
-                         "leading '..')")
-    return value
-
-
 def _module_ref(value: str) -> str:
     if not names.MODULE_REF.match(value):
         raise ValueError(f"{value!r} must be a 'package.module:function' reference")
@@ -157,9 +150,8 @@ class Volume(Section):
 class Code(Section):
     """Local code shipped with the job as a ConfigMap, so a code edit needs no image rebuild."""
 
-    path: Annotated[str, Field(min_length=1), AfterValidator(_project_path)] = "."
-    """Directory with the code, relative to the spec file and inside its directory. Must fit in a ConfigMap
-    (1 MiB)."""
+    path: Annotated[str, Field(min_length=1)] = "."
+    """Directory with the code, relative to the spec file. Must fit in a ConfigMap (1 MiB)."""
     mountPath: AbsPath = "/workspace"
     """Where the code appears in the container; it is also the working directory."""
     exclude: list[str] = Field(default_factory=list)
