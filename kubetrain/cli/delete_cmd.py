@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300, show_default=True,
               metavar="SECONDS", help="How long --wait waits.")
 @handle_errors
-def delete(name: str, context: str | None, kubeconfig: str | None, namespace: str | None, wait: bool,
+def delete(name: str, context: str | None, kubeconfig: str | None, namespace: str | None,
+        request_timeout: float | None, wait: bool,
            timeout: float) -> None:
     """Delete a job and its code ConfigMap (its pods and Services go with it).
 
@@ -34,7 +35,7 @@ def delete(name: str, context: str | None, kubeconfig: str | None, namespace: st
     from kubetrain.client import apply, jobs
     from kubetrain.render.context import JOB_LABEL
 
-    connection = connect_from(context, kubeconfig)
+    connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
     target, _ = jobs.find(connection.api, installed_targets(connection), ns, name)
     jobs.delete(connection.api, target, ns, name, propagation="Background")

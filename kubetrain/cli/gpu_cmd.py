@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 @cluster_options
 @handle_errors
 def gpu(name: str, replica: str, watch: bool, interval: float, count: int | None, output: str,
-        target: str | None, context: str | None, kubeconfig: str | None, namespace: str | None) -> None:
+        target: str | None, context: str | None, kubeconfig: str | None, namespace: str | None,
+        request_timeout: float | None) -> None:
     """nvidia-smi from every pod of a job.
 
     Runs nvidia-smi --query-gpu in every running pod (kubectl exec; needs create on pods/exec) and shows
@@ -51,7 +52,7 @@ def gpu(name: str, replica: str, watch: bool, interval: float, count: int | None
     from kubetrain.client.pods import check_replica_filter
 
     wanted = check_replica_filter(replica)
-    connection = connect_from(context, kubeconfig)
+    connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
     found, _ = find_job(connection.api, ns, name, target)
     refreshes = 0

@@ -42,7 +42,7 @@ def failed(results: list[CheckResult]) -> list[CheckResult]:
 
 
 def run(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], namespace: str,
-        server: str = "") -> list[CheckResult]:
+        server: str = "", skip_fit: bool = False) -> list[CheckResult]:
     """Every check, in order; stops after the first if the API server cannot be reached."""
     reach = check_reachable(api, server)
     if reach.status == FAIL:
@@ -56,7 +56,10 @@ def run(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], na
     results.append(ns)
     if ns.status != FAIL:
         results += check_references(api, namespace, references(job))
-    results.append(check_fit(api, job, target, namespace, name))
+    if skip_fit:
+        results.append(CheckResult("fit", WARN, "not checked (--skip-fit)"))
+    else:
+        results.append(check_fit(api, job, target, namespace, name))
     return results
 
 
@@ -221,7 +224,14 @@ def check_fit(api: client.ApiClient, job: dict[str, Any], target: Target, namesp
     # A re-submitted job's own pods hold GPUs it will keep using: they are not competition.
     pods = [p for p in pods if not _owned(p, target, namespace, name)]
     result = fitting.fit(nodes, pods, request)
-    return CheckResult("fit", OK if result.fits else FAIL, result.message, result.hint)
+    if result.fits:
+        return CheckResult("fit", OK, result.message)
+    if result.never:
+        return CheckResult("fit", FAIL, result.message, result.hint)
+    # Not now: the pods would queue behind others. Worth knowing (who holds the GPUs), not a refusal.
+    held = fitting.holders(pods, result.nodes, request.resource)
+    return CheckResult("fit", WARN, f"not now: {result.message}" + (f"; GPUs held by {held}" if held else ""),
+                       result.hint)
 
 
 def _owned(pod: dict[str, Any], target: Target, namespace: str, name: str) -> bool:

@@ -1,0 +1,73 @@
+"""The kubernetes package's ApiClient with kubetrain's retries (kubetrain.client.retry) and timeouts.
+
+Only `Connection.api` builds one (lazily): apply, preflight, doctor and gpu exec use the typed API.
+"""
+
+from __future__ import annotations
+
+import http.client
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3 import Retry
+from urllib3.exceptions import MaxRetryError, ProtocolError
+
+from kubetrain.client.errors import translate
+from kubetrain.client.rest import CONNECT_TIMEOUT, REQUEST_TIMEOUT
+from kubetrain.client.retry import (
+    DEFAULT_POLICY,
+    RetryPolicy,
+    backoff,
+    is_connection_reset,
+    permanent_500,
+    retry_after,
+    retryable_status,
+)
+
+
+class RetryingApiClient(client.ApiClient):
+    """An ApiClient whose every request is retried by `policy` (see the module docstring)."""
+
+    retry_policy: RetryPolicy = DEFAULT_POLICY
+    sleep: Callable[[float], None] = staticmethod(time.sleep)
+
+    def __init__(self, configuration: client.Configuration | None = None, *args: Any,
+                 request_timeout: float | None = None, **kwargs: Any) -> None:
+        configuration = configuration or client.Configuration()
+        self.request_timeout = request_timeout or REQUEST_TIMEOUT
+        if configuration.retries is None:
+            # urllib3 keeps its quick reconnects, but statuses (and Retry-After) are ours to handle, once.
+            configuration.retries = Retry(total=3, status=0, respect_retry_after_header=False,
+                                          raise_on_status=False)
+        super().__init__(configuration, *args, **kwargs)
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        """Retried request; a network failure that retrying did not cure is a ClusterError naming the server."""
+        # The generated client has no default timeout: a hung server would hang us forever.
+        if kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = (CONNECT_TIMEOUT, self.request_timeout)
+        attempt = 1
+        while True:
+            try:
+                response = super().call_api(*args, **kwargs)
+            except (ProtocolError, MaxRetryError, OSError, http.client.HTTPException) as exc:
+                if not is_connection_reset(exc) or attempt >= self.retry_policy.attempts:
+                    raise translate(exc, "reach the API server", self.configuration.host) from None
+                self.sleep(backoff(attempt, self.retry_policy))
+                attempt += 1
+                continue
+            except ApiException as exc:  # status 0: TLS failure, reported by the REST layer as an ApiException
+                if exc.status:
+                    raise
+                raise translate(exc, "reach the API server", self.configuration.host) from None
+            if not retryable_status(response.status) or attempt >= self.retry_policy.attempts:
+                return response
+            after = retry_after(response.getheaders())
+            body = response.read()  # drain, so the connection goes back to the pool
+            if permanent_500(response.status, body):
+                return response
+            self.sleep(backoff(attempt, self.retry_policy, after))
+            attempt += 1
