@@ -13,6 +13,7 @@ whenever a metrics line changes it.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -344,7 +345,8 @@ class _Follow:
 
     def _start_follower(self, replica: Replica) -> PodFollower:
         since, tail = self.options.since_seconds, self.options.tail
-        follower = PodFollower(self.api, self.namespace, replica, self.output.emit, self.notice, since, tail)
+        opener = functools.partial(open_log, self.api, self.namespace)
+        follower = PodFollower(opener, self.namespace, replica, self.output.emit, self.notice, since, tail)
         self.followers[replica.pod] = follower
         follower.start()
         return follower

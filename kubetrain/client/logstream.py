@@ -27,11 +27,12 @@ from urllib3.exceptions import HTTPError
 
 from kubetrain.client.errors import ApiError, Unreachable, api_error_types
 from kubetrain.client.logmerge import NO_TIME, Dedup, LineAssembler, split_timestamp, text_lines
-from kubetrain.client.pods import Replica, open_log
+from kubetrain.client.pods import Replica
 from kubetrain.client.retry import backoff
 
 Emit = Callable[[str, str, str], None]  # (label, timestamp text, line)
 Notice = Callable[[str], None]
+Opener = Callable[..., Any]  # (pod, container, *, follow, previous, since_seconds, tail_lines) -> a streamed response
 READ_SIZE = 65536
 RESUME_MARGIN = 60  # seconds re-read before the last line seen, to absorb clock skew with the node
 DRAIN_IDLE = 0.5  # a stopped container's stream is closed after this long without data (then re-read)...
@@ -43,10 +44,10 @@ STREAM_ERRORS = (ApiError, Unreachable, HTTPError, OSError, http.client.HTTPExce
 class PodFollower(threading.Thread):
     """Writes one pod's lines through `emit` until the pod is done or `stop()` ends it."""
 
-    def __init__(self, api: Any, namespace: str, replica: Replica, emit: Emit, notice: Notice,
+    def __init__(self, opener: Opener, namespace: str, replica: Replica, emit: Emit, notice: Notice,
                  since_seconds: int | None = None, tail: int | None = None) -> None:
         super().__init__(name=f"logs-{replica.pod}", daemon=True)
-        self.api, self.namespace, self.emit, self.notice = api, namespace, emit, notice
+        self.open, self.namespace, self.emit, self.notice = opener, namespace, emit, notice
         self.replica = replica
         self.first = (since_seconds, tail)  # --since/--tail apply to the instance running when we start
         self.instance: int | None = None  # restartCount of the container instance being followed
@@ -131,8 +132,8 @@ class PodFollower(threading.Thread):
         """Write what a non-follow read has beyond the last line written (the end of a stopped container)."""
         since, tail = self._resume_point()
         try:
-            response = open_log(self.api, self.namespace, replica.pod, replica.container, previous=previous,
-                                since_seconds=None if previous else since, tail_lines=tail)
+            response = self.open(replica.pod, replica.container, previous=previous,
+                                 since_seconds=None if previous else since, tail_lines=tail)
             text = _body(response)
         except STREAM_ERRORS as exc:
             which = "previous container's" if previous else "container's"
@@ -146,8 +147,7 @@ class PodFollower(threading.Thread):
         since, tail = self._resume_point()
         self.dedup.begin_replay()
         try:
-            response = open_log(self.api, self.namespace, replica.pod, replica.container, follow=True,
-                                since_seconds=since, tail_lines=tail)
+            response = self.open(replica.pod, replica.container, follow=True, since_seconds=since, tail_lines=tail)
         except STREAM_ERRORS as exc:
             self._failed(exc)
             return
