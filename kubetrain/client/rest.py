@@ -54,8 +54,7 @@ class Rest:
         self.request_timeout = request_timeout or REQUEST_TIMEOUT
         self.policy, self.sleep = policy, sleep
         self._auth = auth or static_auth(endpoint)
-        kwargs: dict[str, Any] = {"maxsize": 32, "block": False, "retries": False,
-                                  "headers": {"User-Agent": USER_AGENT, "Accept": "application/json"}}
+        kwargs: dict[str, Any] = {"maxsize": 32, "block": False, "retries": False}
         if endpoint.server.startswith("https:"):
             kwargs["ssl_context"] = ssl_context(endpoint)
             if endpoint.tls_server_name:
@@ -76,11 +75,14 @@ class Rest:
 
         read_timeout -1: the client's --request-timeout; None: wait forever (a log stream may be quiet)."""
         url = self.server + path + (("?" + urlencode(_query(query))) if query else "")
-        headers = {"Content-Type": content_type} if body is not None else {}
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json, */*"}  # per request: urllib3 replaces
+        if body is not None:
+            headers["Content-Type"] = content_type
         if (authorization := self._auth()) is not None:
             headers["Authorization"] = authorization
         data = body if isinstance(body, bytes | str) or body is None else json.dumps(body)
-        timeout = urllib3.Timeout(connect=CONNECT_TIMEOUT,
+        # --request-timeout bounds the connect (TCP + TLS handshake) too, as kubectl's does.
+        timeout = urllib3.Timeout(connect=min(CONNECT_TIMEOUT, self.request_timeout),
                                   read=self.request_timeout if read_timeout == -1 else read_timeout)
         attempt = 1
         while True:
