@@ -33,6 +33,9 @@ if TYPE_CHECKING:
               "validate (dryRun=All).")
 @click.option("--replace", is_flag=True, help="If the job exists, delete it (waiting for its pods) and recreate it.")
 @click.option("--skip-preflight", is_flag=True, help="Skip every preflight check.")
+@click.option("--wait-for-capacity", "wait_capacity", is_flag=True,
+              help="If the job fits the cluster but not its free GPUs now, wait (up to --timeout) until it does, "
+                   "then submit.")
 @click.option("--skip-fit", is_flag=True, help="Skip only the GPU fit check (e.g. when an autoscaler adds nodes); "
               "the other checks still run.")
 @click.option("-o", "--output", type=click.Choice(["name", "yaml", "json"]), default=None,
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
 def submit(filename: str, context: str | None, kubeconfig: str | None, namespace: str | None,
         request_timeout: float | None, target: str | None,
            image: str | None, build_image: bool, dry_run: str, replace: bool, skip_preflight: bool, skip_fit: bool,
+           wait_capacity: bool,
            output: str | None, wait: bool, follow: bool, timeout: float | None) -> None:
     """Render, validate, preflight and apply the job to a cluster.
 
@@ -72,6 +76,8 @@ def submit(filename: str, context: str | None, kubeconfig: str | None, namespace
     validate_rendered(connection, chosen, objects)
     if not skip_preflight and not (not replace and _unchanged(connection, chosen, objects)):
         run_preflight(connection, chosen, objects, ns, skip_fit)
+        if wait_capacity and not skip_fit and dry_run == "none":
+            _wait_for_capacity(connection, chosen, objects, ns, timeout)
     name = _apply(connection, chosen, objects, dry_run, replace, timeout, output)
     if follow:
         _follow(connection, chosen, ns, name, timeout)
@@ -166,6 +172,29 @@ def run_preflight(connection: Connection, target: Target, objects: list[dict[str
         fit_only = all(f.name == "fit" for f in failures)
         raise ClusterError(f"preflight failed ({len(failures)} check(s) marked ✗): fix them, "
                            f"or {'--skip-fit' if fit_only else '--skip-preflight'} to submit anyway")
+
+
+def _wait_for_capacity(connection: Connection, target: Target, objects: list[dict[str, Any]], namespace: str,
+                       timeout: float | None, every: float = 5.0) -> None:
+    """Poll the fit check until the job fits the free GPUs (a never-fit job was refused before this)."""
+    import time
+
+    from kubetrain.client import preflight
+    from kubetrain.client.watch import WaitTimeout
+
+    job = objects[-1]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    said = False
+    while (result := preflight.check_fit(connection.api, job, target, namespace,
+                                         job["metadata"]["name"])).status != preflight.OK:
+        if deadline is not None and time.monotonic() > deadline:
+            raise WaitTimeout(f"timed out after {timeout:g}s waiting for GPU capacity: {result.message}")
+        if not said:
+            info("--wait-for-capacity: waiting until the job fits the free GPUs")
+            said = True
+        time.sleep(every)
+    if said:
+        info(f"capacity: {result.message}")
 
 
 def _styled(result: CheckResult) -> str:

@@ -127,7 +127,7 @@ def test_the_default_request_timeout_applies_without_the_flag(tmp_path: Path, si
     connection = connect(kubeconfig_file=str(config))
     assert connection.rest.request_timeout == 30.0
     fast = connect(kubeconfig_file=str(config), request_timeout=0.5)
-    with pytest.raises(Unreachable, match="did not answer within 0.5s"):
+    with pytest.raises(Unreachable, match=r"did not answer within 0\.5s"):
         fast.rest.get("/version")
 
 
