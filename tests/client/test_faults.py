@@ -120,7 +120,7 @@ def test_a_failing_admission_webhook_is_named(controlplane: Any, namespace: str,
         assert result.exit_code == 1
         line = result.stderr.splitlines()[-1]
         assert line.startswith("error: admission webhook validate.broken.kubetrain.test failed, so the API server "
-                               f"refused to "), line
+                               "refused to "), line
         assert "try again later" not in line
     finally:
         admission.delete_validating_webhook_configuration(name)
