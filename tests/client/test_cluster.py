@@ -271,3 +271,28 @@ def test_failed_scheduling_from_the_real_scheduler_becomes_a_hint(conn: Connecti
     event = next(e for e in report.events if e.reason == "FailedScheduling")
     assert "Insufficient nvidia.com/gpu" in event.message and event.object == f"pod/{pending[0].name}"
 
+
+
+def test_preflight_flags_a_claim_that_can_never_bind(conn: Connection, namespace: str, tmp_path: Path) -> None:
+    core = kubernetes.client.CoreV1Api(conn.api)
+    claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}
+    core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": "typo"},
+                                                               "spec": {**claim, "storageClassName": "fast-ssdd"}})
+    core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": "static"},
+                                                               "spec": {**claim, "storageClassName": ""}})
+    volumes = [{"name": "a", "claim": "typo", "mountPath": "/a"}, {"name": "b", "claim": "static", "mountPath": "/b"}]
+    objects = render(write_spec(tmp_path, "pvcs", nodes=1, gpus=0, volumes=volumes), namespace)
+    lines = [r.line() for r in preflight.run(conn.api, PYTORCHJOB, objects, namespace) if r.name == "references"]
+    assert ("✗ references: PersistentVolumeClaim typo can never bind: StorageClass fast-ssdd does not exist — "
+            "kubectl get storageclass; fix the claim's storageClassName") in lines
+    assert any(line.startswith("✗ references: PersistentVolumeClaim static can never bind: no StorageClass "
+                               "provisions it and no Available PersistentVolume has its size") for line in lines)
+    # A matching static volume makes it bindable.
+    core.create_persistent_volume({"metadata": {"name": f"pv-{namespace}"}, "spec": {
+        "capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+        "hostPath": {"path": "/tmp/pv"}}})
+    try:
+        again = [r.line() for r in preflight.run(conn.api, PYTORCHJOB, objects, namespace) if r.name == "references"]
+        assert not any("static can never bind" in line for line in again)
+    finally:
+        core.delete_persistent_volume(f"pv-{namespace}")

@@ -122,6 +122,10 @@ def test_a_failing_admission_webhook_is_named(controlplane: Any, namespace: str,
         assert line.startswith("error: admission webhook validate.broken.kubetrain.test failed, so the API server "
                                "refused to "), line
         assert "try again later" not in line
+        doctor = CliRunner().invoke(cli, ["doctor", "-n", namespace, "--kubeconfig", str(controlplane.kubeconfig)])
+        assert doctor.exit_code == 1, doctor.output
+        assert any(line.startswith("✗ webhooks") and "validate.broken.kubetrain.test" in line
+                   for line in doctor.stdout.splitlines()), doctor.stdout
     finally:
         admission.delete_validating_webhook_configuration(name)
 
