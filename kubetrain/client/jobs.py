@@ -136,8 +136,20 @@ def find(api: Any, targets: list[Target], namespace: str, name: str) -> tuple[Ta
         obj = get(api, target, namespace, name)
         if obj is not None:
             return target, obj
+    check_namespace(api, namespace)  # the same message for every command when -n names no namespace
     kinds = " or ".join(t.kind for t in targets) or "training job"
     raise ClusterError(f"no {kinds} named {name} in namespace {namespace} (list them: kubetrain list -n {namespace})")
+
+
+def check_namespace(api: Any, namespace: str) -> None:
+    """A ClusterError naming the fix if `namespace` does not exist (silent when we may not read namespaces)."""
+    try:
+        rest_of(api).get(f"/api/v1/namespaces/{namespace}")
+    except Exception as exc:
+        if is_api_error(exc) and getattr(exc, "status", None) == 404:
+            raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
+                               f"(kubectl get namespaces) or create it: kubectl create namespace {namespace}"
+                               ) from None
 
 
 def list_jobs(api: Any, targets: list[Target], namespace: str | None) -> list[JobSummary]:

@@ -39,7 +39,6 @@ from kubetrain.client.pods import (
     sort_key,
 )
 from kubetrain.client.progress import ProgressTracker
-from kubetrain.client.rest import rest_of
 from kubetrain.client.targets import Target
 from kubetrain.errors import ClusterError, UsageError
 
@@ -78,22 +77,7 @@ def find_job(api: Any, namespace: str, name: str,
         candidates = [targets.TARGETS[target]] if target and target != "auto" else targets.installed(api)
     if not candidates:
         raise ClusterError(f"neither PyTorchJob nor TrainJob is installed on this cluster: {CRD_HINT}")
-    try:
-        return jobs.find(api, candidates, namespace, name)
-    except ClusterError:
-        check_namespace(api, namespace)
-        raise
-
-
-def check_namespace(api: Any, namespace: str) -> None:
-    """A ClusterError naming the fix if `namespace` does not exist (silent when we may not read namespaces)."""
-    try:
-        rest_of(api).get(f"/api/v1/namespaces/{namespace}")
-    except Exception as exc:
-        if is_api_error(exc) and getattr(exc, "status", None) == 404:
-            raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
-                               f"(kubectl get namespaces) or create it: kubectl create namespace {namespace}"
-                               ) from None
+    return jobs.find(api, candidates, namespace, name)
 
 
 class _Output:

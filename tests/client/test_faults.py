@@ -170,3 +170,12 @@ def test_wait_timeout_is_exit_4(controlplane: Any, namespace: str, tmp_path: Pat
     assert result.exit_code == 4, result.stderr
     assert result.stderr.splitlines()[-1] == f"error: timed out after {timeout}s waiting for PyTorchJob slow to finish"
     assert time.monotonic() - started < 60
+
+
+def test_a_wrong_namespace_reads_the_same_for_every_command(controlplane: Any) -> None:
+    kc = ["--kubeconfig", str(controlplane.kubeconfig), "-n", "no-such-ns"]
+    expected = ("error: namespace no-such-ns does not exist: pass the right -n/--namespace (kubectl get namespaces) "
+                "or create it: kubectl create namespace no-such-ns\n")
+    for verb in (["status", "x"], ["events", "x"], ["logs", "x"], ["delete", "x"], ["gpu", "x"]):
+        result = CliRunner().invoke(cli, [*verb, *kc])
+        assert (result.exit_code, result.stderr) == (1, expected), verb
