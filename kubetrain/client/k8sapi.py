@@ -17,15 +17,7 @@ from urllib3.exceptions import MaxRetryError, ProtocolError
 
 from kubetrain.client.errors import translate
 from kubetrain.client.rest import CONNECT_TIMEOUT, REQUEST_TIMEOUT
-from kubetrain.client.retry import (
-    DEFAULT_POLICY,
-    RetryPolicy,
-    backoff,
-    is_connection_reset,
-    permanent_500,
-    retry_after,
-    retryable_status,
-)
+from kubetrain.client.retry import DEFAULT_POLICY, RetryPolicy, delay_for
 
 
 class RetryingApiClient(client.ApiClient):
@@ -54,20 +46,20 @@ class RetryingApiClient(client.ApiClient):
             try:
                 response = super().call_api(*args, **kwargs)
             except (ProtocolError, MaxRetryError, OSError, http.client.HTTPException) as exc:
-                if not is_connection_reset(exc) or attempt >= self.retry_policy.attempts:
+                delay = delay_for(attempt, self.retry_policy, exc=exc)
+                if delay is None:
                     raise translate(exc, "reach the API server", self.configuration.host) from None
-                self.sleep(backoff(attempt, self.retry_policy))
-                attempt += 1
-                continue
             except ApiException as exc:  # status 0: TLS failure, reported by the REST layer as an ApiException
                 if exc.status:
                     raise
                 raise translate(exc, "reach the API server", self.configuration.host) from None
-            if not retryable_status(response.status) or attempt >= self.retry_policy.attempts:
-                return response
-            after = retry_after(response.getheaders())
-            body = response.read()  # drain, so the connection goes back to the pool
-            if permanent_500(response.status, body):
-                return response
-            self.sleep(backoff(attempt, self.retry_policy, after))
+            else:
+                if response.status < 429:
+                    return response
+                body = response.read()  # drain, so the connection goes back to the pool (the body is cached)
+                delay = delay_for(attempt, self.retry_policy, status=response.status, body=body,
+                                  headers=response.getheaders())
+                if delay is None:
+                    return response
+            self.sleep(delay)
             attempt += 1

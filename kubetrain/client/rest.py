@@ -28,15 +28,7 @@ from urllib3.exceptions import TimeoutError as Urllib3Timeout
 from kubetrain import __version__
 from kubetrain.client.errors import ApiError, Unreachable, describe_network_error
 from kubetrain.client.kubeconfig import Endpoint
-from kubetrain.client.retry import (
-    DEFAULT_POLICY,
-    RetryPolicy,
-    backoff,
-    is_connection_reset,
-    permanent_500,
-    retry_after,
-    retryable_status,
-)
+from kubetrain.client.retry import DEFAULT_POLICY, RetryPolicy, delay_for
 
 USER_AGENT = f"kubetrain/{__version__}"
 CONNECT_TIMEOUT = 10.0  # seconds; kubectl's dialer also gives up on a TCP connect after ~30 s, TLS after 10 s
@@ -90,18 +82,18 @@ class Rest:
                 response = self.pool.request(method, url, body=data, headers=headers, timeout=timeout,
                                              preload_content=not stream, redirect=False)
             except (HTTPError, OSError) as exc:
-                if retry and is_connection_reset(exc) and attempt < self.policy.attempts:
-                    self.sleep(backoff(attempt, self.policy))
-                    attempt += 1
-                    continue
-                raise Unreachable(describe_network_error(exc, self.server, timeout.read_timeout)) from None
-            if response.status < 400:
-                return response
-            error = ApiError.from_response(response)
-            if not (retry and retryable_status(error.status) and not permanent_500(error.status, error.body)
-                    and attempt < self.policy.attempts):
-                raise error
-            self.sleep(backoff(attempt, self.policy, retry_after(error.headers)))
+                delay = delay_for(attempt, self.policy, exc=exc) if retry else None
+                if delay is None:
+                    raise Unreachable(describe_network_error(exc, self.server, timeout.read_timeout)) from None
+            else:
+                if response.status < 400:
+                    return response
+                error = ApiError.from_response(response)
+                delay = delay_for(attempt, self.policy, status=error.status, body=error.body,
+                                  headers=error.headers) if retry else None
+                if delay is None:
+                    raise error
+            self.sleep(delay)
             attempt += 1
 
     def json(self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None,

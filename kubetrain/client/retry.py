@@ -92,6 +92,20 @@ def should_retry(exc: BaseException) -> tuple[bool, float | None]:
     return is_connection_reset(exc), None
 
 
+def delay_for(attempt: int, policy: RetryPolicy = DEFAULT_POLICY, *, exc: BaseException | None = None,
+              status: int | None = None, body: bytes | str | None = None,
+              headers: Mapping[str, str] | None = None) -> float | None:
+    """Seconds to wait before try `attempt + 1`, or None when the failure is final: the one retry rule of
+    both clients (kubetrain.client.rest and the kubernetes package's, kubetrain.client.k8sapi)."""
+    if attempt >= policy.attempts:
+        return None
+    if exc is not None:
+        return backoff(attempt, policy) if is_connection_reset(exc) else None
+    if retryable_status(status) and not permanent_500(status, body):
+        return backoff(attempt, policy, retry_after(headers))
+    return None
+
+
 def call(fn: Callable[[], T], policy: RetryPolicy = DEFAULT_POLICY,
          sleep: Callable[[float], None] = time.sleep) -> T:
     """fn(), retried on 429/5xx ApiExceptions and dropped connections; the last failure propagates."""
