@@ -1,13 +1,12 @@
 """Retry API calls with exponential backoff on 429, 5xx and dropped connections, honouring Retry-After.
 
-Two ways in:
+One rule (`delay_for`) for both clients: kubetrain.client.rest (urllib3, the hot paths) and
+kubetrain.client.k8sapi (`RetryingApiClient`, the kubernetes package's client). ``call(fn)`` retries any
+callable. Importing this module does not import the kubernetes package.
 
-* ``RetryingApiClient`` (what ``connect()`` returns): every request made through it, typed API,
-  CustomObjectsApi or a watch's initial request, is retried. Most code needs nothing else.
-* ``call(fn)`` retries any callable, for code holding some other client.
-
-Connection *refused* is not retried here (urllib3 already retried the connect; the cluster is down and
-the user should hear so at once). A reset or a dropped response mid-request is retried.
+Connection *refused* is not retried here (the cluster is down and a one-shot command should say so at
+once); followers (kubetrain.client.watch) retry it until their own deadline. A reset or a response
+dropped mid-request is retried.
 """
 
 from __future__ import annotations
