@@ -143,8 +143,8 @@ def _from_api(exc: Any, action: str) -> ClusterError:
         return ClusterError(f"admission webhook {webhook} failed, so the API server refused to {action}: "
                             f"{message} (the webhook's service is down or broken: kubetrain doctor, "
                             "or ask whoever runs the operator)")
-    if status == 429 or status >= 500:
-        return ClusterError(f"the API server kept failing ({status} {exc.reason}) while trying to {action}; "
+    if status == 429 or status >= 500:  # overloaded or restarting: a cluster we could not use (exit 3)
+        return Unreachable(f"the API server kept failing ({status} {exc.reason}) while trying to {action}; "
                             "retried with backoff, try again later")
     return ClusterError(f"cannot {action}: {status} {message}")
 

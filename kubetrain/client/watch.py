@@ -101,8 +101,17 @@ def stream(list_fn: ListFn, timeout: float | None = None, clock: Callable[[], fl
                     yield Event(event["type"], obj=event["object"])
         except _Gone:
             version = None
-        except Unreachable as exc:
+        except Exception as exc:
+            if not (isinstance(exc, Unreachable) or (lost.seen and _restarting(exc))):
+                raise
             lost.wait(exc)
+
+
+def _restarting(exc: BaseException) -> bool:
+    """What a restarting API server answers for a while after it listens again: 5xx/429 beyond the retries,
+    and 404 for a custom resource until its CRD is loaded (only taken as such once the list has worked)."""
+    status = getattr(exc, "status", None) if is_api_error(exc) else None
+    return status is not None and (status in (404, 429) or status >= 500)
 
 
 class _Lost:
@@ -113,13 +122,15 @@ class _Lost:
         self.clock, self.deadline, self.timeout, self.on_retry, self.sleep = clock, deadline, timeout, on_retry, sleep
         self.since: float | None = None
         self.attempt = 0
+        self.seen = False  # the API answered at least once
 
     def found(self) -> None:
+        self.seen = True
         if self.since is not None and self.on_retry:
             self.on_retry("reconnected to the API server")
         self.since, self.attempt = None, 0
 
-    def wait(self, exc: Unreachable) -> None:
+    def wait(self, exc: Exception) -> None:
         now = self.clock()
         if self.since is None:
             self.since = now
