@@ -76,6 +76,7 @@ def list_objects(list_fn: ListFn, **kwargs: Any) -> tuple[list[dict[str, Any]], 
     """(items as dicts, the list's resourceVersion)."""
     response = list_fn(_preload_content=False, **kwargs)
     body = json.loads(response.data)
+    getattr(response, "release_conn", lambda: None)()  # back to the pool: the next request reuses the TLS session
     return list(body.get("items") or []), str((body.get("metadata") or {}).get("resourceVersion", ""))
 
 
