@@ -94,8 +94,13 @@ def job_event_dicts(api: Any, target: Target, namespace: str, obj: dict[str, Any
     named = [("Pod", pod) for pod in _expected_pods(obj, target) if pod not in present]
     if target is not PYTORCHJOB:
         named.append(("JobSet", str(meta.get("name") or "")))
-    born = _sort_key({"lastTimestamp": meta.get("creationTimestamp")})[0]
     items = list_events(api, namespace, uids - {""}, named)
+    return own_events(items, uids - {""}, str(meta.get("creationTimestamp") or ""))
+
+
+def own_events(items: list[dict[str, Any]], uids: set[str], created: str) -> list[dict[str, Any]]:
+    """Events about these UIDs, or (found by name: a deleted pod's) not older than the job; oldest first."""
+    born = _sort_key({"lastTimestamp": created})[0]
     mine = [e for e in items if str((e.get("involvedObject") or {}).get("uid") or "") in uids
             or _sort_key(e)[0] >= born]
     return sorted(mine, key=_sort_key)
