@@ -71,7 +71,7 @@ def test_apiserver_restart_under_logs_follow_submit_wait_and_gpu_watch(controlpl
     core = kubernetes.client.CoreV1Api(k8s)
     _running(core, namespace, 2)
     logs = Proc(tmp_path, "logs", kc, "logs", "drill", "-f", "-n", namespace)
-    gpu = Proc(tmp_path, "gpu", kc, "gpu", "drill", "--watch", "--interval", "1", "--count", "3", "-n", namespace)
+    gpu = Proc(tmp_path, "gpu", kc, "gpu", "drill", "--watch", "--interval", "1", "--count", "4", "-n", namespace)
     wait_for(lambda: "drill-worker-0 before" in logs.stdout and "drill-master-0 before" in logs.stdout,
              f"the first lines (stderr: {logs.stderr})", timeout=60, interval=0.2)
     wait_for(lambda: "POD" in gpu.stdout, f"a first GPU table (stderr: {gpu.stderr})", timeout=60, interval=0.2)
@@ -94,7 +94,7 @@ def test_apiserver_restart_under_logs_follow_submit_wait_and_gpu_watch(controlpl
     assert submit.wait() == 0, submit.stderr
     assert submit.stderr.rstrip().endswith(f"PyTorchJob {namespace}/drill Succeeded")
     assert "reconnected to the API server" in submit.stderr
-    assert gpu.stdout.count("POD ") == 3  # three tables, on both sides of the restart
+    assert gpu.stdout.count("POD ") == 4  # four tables, on both sides of the restart
     assert "retrying" in gpu.stderr and "reconnected" in gpu.stderr
 
 
