@@ -110,7 +110,7 @@ def main() -> None:
     rows: list[tuple[str, str, str]] = []
     with ControlPlane() as cp, tempfile.TemporaryDirectory() as tmp:
         ns = "default"
-        conn = connect(kubeconfig_file=str(cp.kubeconfig))
+        conn = connect(kubeconfig=str(cp.kubeconfig))
         for pod in ("bench-master-0", "bench-worker-0"):
             path = Path(tmp) / f"{pod}.log"
             path.write_text(cri([(now_stamp(), f"{pod} line {i}") for i in range(20)]))

@@ -153,7 +153,10 @@ def _unchanged(connection: Connection, target: Target, objects: list[dict[str, A
     from kubetrain.client import apply, jobs
 
     job = objects[-1]
-    existing = jobs.get(connection.rest, target, job["metadata"]["namespace"], job["metadata"]["name"])
+    try:
+        existing = jobs.get(connection.rest, target, job["metadata"]["namespace"], job["metadata"]["name"])
+    except ClusterError:
+        return False  # forbidden, no namespace, no CRD...: preflight explains it, check by check
     same = existing is not None and bool(apply.spec_hash(job)) and apply.spec_hash(existing) == apply.spec_hash(job)
     if same:
         info("preflight: skipped, the same spec is already submitted")

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kubetrain.client import kubeconfig
+from kubetrain.client import kubeconfig as kubeconfigs
 from kubetrain.client.errors import cluster_errors
 from kubetrain.client.kubeconfig import Endpoint
 from kubetrain.client.rest import USER_AGENT, Rest
@@ -56,15 +56,15 @@ class Connection:
             return self._api
 
 
-def connect(context: str | None = None, kubeconfig_file: str | None = None,
+def connect(context: str | None = None, kubeconfig: str | None = None,
             request_timeout: float | None = None) -> Connection:
     """Load credentials the way kubectl does; a missing or broken config is a one-line ClusterError."""
-    endpoint = kubeconfig.load(kubeconfig_file, context)
+    endpoint = kubeconfigs.load(kubeconfig, context)
     if endpoint is None:
         if context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             endpoint = _in_cluster()
         else:
-            where = kubeconfig_file or os.environ.get("KUBECONFIG") or str(kubeconfig.DEFAULT)
+            where = kubeconfig or os.environ.get("KUBECONFIG") or str(kubeconfigs.DEFAULT)
             raise ClusterError(f"no usable kubeconfig ({where} does not exist); set KUBECONFIG or pass "
                                "--kubeconfig / --context")
     auth = None

@@ -124,9 +124,9 @@ def test_a_hung_server_times_out_with_exit_3(tmp_path: Path, silent_server: str)
 
 def test_the_default_request_timeout_applies_without_the_flag(tmp_path: Path, silent_server: str) -> None:
     config = write_kubeconfig(tmp_path / "kc", f"http://{silent_server}", {"token": "t"})
-    connection = connect(kubeconfig_file=str(config))
+    connection = connect(kubeconfig=str(config))
     assert connection.rest.request_timeout == 30.0
-    fast = connect(kubeconfig_file=str(config), request_timeout=0.5)
+    fast = connect(kubeconfig=str(config), request_timeout=0.5)
     with pytest.raises(Unreachable, match=r"did not answer within 0\.5s"):
         fast.rest.get("/version")
 
@@ -163,7 +163,7 @@ def test_a_missing_login_plugin_says_how_to_install_it(tmp_path: Path) -> None:
         "apiVersion": "client.authentication.k8s.io/v1beta1", "command": "kubelogin-not-installed",
         "installHint": "Install kubelogin: https://azure.github.io/kubelogin"}})
     with pytest.raises(AuthPluginError) as caught:
-        connect(kubeconfig_file=str(config))
+        connect(kubeconfig=str(config))
     assert str(caught.value) == ("kubeconfig user u: auth plugin kubelogin-not-installed is not installed (not on "
                                  "PATH): Install kubelogin: https://azure.github.io/kubelogin")
 
