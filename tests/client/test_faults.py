@@ -156,8 +156,16 @@ def test_a_recreated_job_shows_only_its_own_events_and_pod_recreations(controlpl
 
     # The operator replaces a deleted pod: status shows the re-creation, though the restart count is 0.
     core.delete_namespaced_pod(pod, namespace, grace_period_seconds=0)
-    text = wait_for(lambda: (out := CliRunner().invoke(cli, ["status", "again", *kt]).stdout)
-                    and "(+1 re-created)" in out and out, "the re-creation to show", timeout=90, interval=0.5)
+    last: list[str] = [""]
+
+    def recreated() -> str | None:
+        last[0] = CliRunner().invoke(cli, ["status", "again", "--events", "50", *kt]).output
+        return last[0] if "(+1 re-created)" in last[0] else None
+
+    try:
+        text = wait_for(recreated, "the re-creation to show", timeout=90, interval=0.5)
+    except AssertionError:
+        raise AssertionError(f"no re-creation shown; last status:\n{last[0]}") from None
     assert f"pod {pod} was re-created 1 time(s) by the operator" in text
 
 
