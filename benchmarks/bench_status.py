@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -66,10 +65,11 @@ def first_line_ms(argv: list[str], env: dict[str, str], runs: int) -> float:
 
 
 def max_rss_mb(argv: list[str], env: dict[str, str]) -> float:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    run(argv, env)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return max(after, before) / 1024
+    """Peak RSS of one `argv` process, measured by a fresh parent that has no other children."""
+    code = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], capture_output=True, check=True); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, check=True)
+    return int(out.stdout) / 1024
 
 
 def curl_floor(cp: Any, namespace: str, name: str) -> list[str]:

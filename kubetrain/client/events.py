@@ -8,7 +8,6 @@ no OR/IN for field selectors, so there is one (small, server-filtered) list per 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubetrain.client import watch
@@ -16,6 +15,7 @@ from kubetrain.client.errors import cluster_errors
 from kubetrain.client.rest import path_of
 
 PARALLEL = 8
+SEQUENTIAL = 4  # up to this many lists reuse one kept-alive connection: cheaper than new TLS handshakes
 
 
 def list_events(api: Any, namespace: str, uids: Iterable[str] = (),
@@ -32,9 +32,11 @@ def list_events(api: Any, namespace: str, uids: Iterable[str] = (),
         return watch.list_objects(list_fn, field_selector=selector)[0]
 
     with cluster_errors(f"list events in namespace {namespace}"):
-        if len(selectors) == 1:
-            batches = [one(selectors[0])]
+        if len(selectors) <= SEQUENTIAL:
+            batches = [one(selector) for selector in selectors]
         else:
+            from concurrent.futures import ThreadPoolExecutor
+
             with ThreadPoolExecutor(min(PARALLEL, len(selectors))) as pool:
                 batches = list(pool.map(one, selectors))
     seen: dict[str, dict[str, Any]] = {}
