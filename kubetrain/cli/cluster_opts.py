@@ -1,6 +1,7 @@
 """Flags and output helpers shared by the verbs that talk to a cluster (kubectl's conventions).
 
-Importing this module does not import the kubernetes client: `connect_from` imports it when called.
+Importing this module imports neither the kubernetes client nor the spec model (pydantic): `status`,
+`list` and `logs` start in a fraction of a second. `connect_from` imports the REST client when called.
 """
 
 from __future__ import annotations
@@ -12,26 +13,51 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from kubetrain.cli.common import namespace_option
-
 if TYPE_CHECKING:
     from kubetrain.client.connection import Connection
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def namespace_option(func: F) -> F:
+    return click.option("-n", "--namespace", default=None, metavar="NS",
+                        help="Namespace (default: the spec's, then the context's, then 'default').")(func)
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """kubectl's --request-timeout: seconds as a number, or 1s / 2m / 1h; 0 means the default."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float | None:
+        if isinstance(value, int | float):
+            return float(value) or None
+        text = str(value).strip().lower()
+        scale = {"s": 1, "m": 60, "h": 3600}.get(text[-1:], 0)
+        try:
+            number = float(text[:-1] if scale else text) * (scale or 1)
+        except ValueError:
+            self.fail(f"{value!r}: expected seconds or a duration such as 30s, 2m, 1h", param, ctx)
+        if number < 0:
+            self.fail(f"{value!r}: must not be negative", param, ctx)
+        return number or None
+
+
 def cluster_options(func: F) -> F:
-    """--context, --kubeconfig (KUBECONFIG is honoured too) and -n/--namespace."""
+    """--context, --kubeconfig (KUBECONFIG is honoured too), -n/--namespace and --request-timeout."""
+    func = click.option("--request-timeout", "request_timeout", type=Duration(), default=None, metavar="DURATION",
+                        help="Give up on a single request the API server does not answer within this (30s, 2m; "
+                             "default 30s; watches and log streams are not cut by it).")(func)
     func = namespace_option(func)
     func = click.option("--kubeconfig", default=None, metavar="FILE",
                         help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).")(func)
     return click.option("--context", default=None, metavar="NAME", help="kubeconfig context to use.")(func)
 
 
-def connect_from(context: str | None, kubeconfig: str | None) -> Connection:
+def connect_from(context: str | None, kubeconfig: str | None, request_timeout: float | None = None) -> Connection:
     from kubetrain.client.connection import connect
 
-    return connect(context, kubeconfig)
+    return connect(context, kubeconfig, request_timeout)
 
 
 def is_tty() -> bool:

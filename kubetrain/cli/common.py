@@ -9,22 +9,19 @@ from typing import Any, TypeVar
 
 import click
 
+from kubetrain.cli.cluster_opts import namespace_option
 from kubetrain.errors import Problem, SpecError, UsageError
 from kubetrain.spec.checks import spec_problems
 from kubetrain.spec.load import DEFAULT_SPEC, LoadedSpec, load_spec
 
 F = TypeVar("F", bound=Callable[..., Any])
+__all__ = ["load", "namespace_option", "render_loaded", "spec_file_option", "write_atomically"]
 
 
 def spec_file_option(func: F) -> F:
     """-f/--filename, like kubectl; '-' reads the spec from stdin."""
     return click.option("-f", "--filename", "filename", default=DEFAULT_SPEC, show_default=True,
                         metavar="FILE", help="The job spec ('-' for stdin).")(func)
-
-
-def namespace_option(func: F) -> F:
-    return click.option("-n", "--namespace", default=None, metavar="NS",
-                        help="Namespace (default: the spec's, then the context's, then 'default').")(func)
 
 
 def load(filename: str) -> LoadedSpec:

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300, show_default=True,
               metavar="SECONDS", help="How long --wait waits.")
 @handle_errors
-def delete(name: str, context: str | None, kubeconfig: str | None, namespace: str | None, wait: bool,
+def delete(name: str, context: str | None, kubeconfig: str | None, namespace: str | None,
+        request_timeout: float | None, wait: bool,
            timeout: float) -> None:
     """Delete a job and its code ConfigMap (its pods and Services go with it).
 
@@ -34,27 +35,26 @@ def delete(name: str, context: str | None, kubeconfig: str | None, namespace: st
     from kubetrain.client import apply, jobs
     from kubetrain.render.context import JOB_LABEL
 
-    connection = connect_from(context, kubeconfig)
+    connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    target, _ = jobs.find(connection.api, installed_targets(connection), ns, name)
-    jobs.delete(connection.api, target, ns, name, propagation="Background")
+    target, _ = jobs.find(connection.rest, installed_targets(connection), ns, name)
+    jobs.delete(connection.rest, target, ns, name, propagation="Background")
     # Owned by the job, so the garbage collector removes it anyway; deleting it here also covers
     # ConfigMaps of an older kubetrain or a submit interrupted between its writes.
     configmaps = apply.delete_configmaps(connection.api, ns, name, JOB_LABEL)
     info(f"{target.kind} {ns}/{name} deleted" + (f" (and {configmaps} code ConfigMap(s))" if configmaps else ""))
     if wait:
-        jobs.wait_gone(connection.api, target, ns, name, timeout)
+        jobs.wait_gone(connection.rest, target, ns, name, timeout)
         _wait_pods_gone(connection, target, ns, name, timeout)
         info(f"{target.kind} {ns}/{name}: job and pods gone")
 
 
 def _wait_pods_gone(connection: Connection, target: Target, namespace: str, name: str, timeout: float) -> None:
-    from kubernetes import client
-
     from kubetrain.client import watch
     from kubetrain.client.errors import cluster_errors
+    from kubetrain.client.pods import pods_list_fn
 
     with cluster_errors(f"watch pods in namespace {namespace}"):
-        watch.wait_for(client.CoreV1Api(connection.api).list_namespaced_pod, lambda cache: not cache,
-                       timeout=timeout, what=f"the pods of {name} to be deleted", namespace=namespace,
+        watch.wait_for(pods_list_fn(connection.rest, namespace), lambda cache: not cache,
+                       timeout=timeout, what=f"the pods of {name} to be deleted",
                        label_selector=target.pod_selector(name))

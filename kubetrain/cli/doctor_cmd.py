@@ -35,7 +35,8 @@ def format_check(check: Check, color: bool = False) -> list[str]:
               help="Output format.")
 @cluster_options
 @handle_errors
-def doctor(output: str, context: str | None, kubeconfig: str | None, namespace: str | None) -> None:
+def doctor(output: str, context: str | None, kubeconfig: str | None, namespace: str | None,
+        request_timeout: float | None) -> None:
     """Check a cluster's readiness for GPU training.
 
     One line per check (✓ ok, ! warning, ✗ problem), each problem with a hint: server version, the
@@ -51,7 +52,7 @@ def doctor(output: str, context: str | None, kubeconfig: str | None, namespace: 
     """
     from kubetrain.client.doctor import run_doctor
 
-    connection = connect_from(context, kubeconfig)
+    connection = connect_from(context, kubeconfig, request_timeout)
     report = run_doctor(connection, connection.namespace(namespace))
     if output == "json":
         click.echo(json.dumps(report.as_dict(), indent=2))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from, print_table
-from kubetrain.cli.output import handle_errors
+from kubetrain.cli.output import handle_errors, info
 
 if TYPE_CHECKING:
     from kubetrain.client.gpu import PodGpus
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 @cluster_options
 @handle_errors
 def gpu(name: str, replica: str, watch: bool, interval: float, count: int | None, output: str,
-        target: str | None, context: str | None, kubeconfig: str | None, namespace: str | None) -> None:
+        target: str | None, context: str | None, kubeconfig: str | None, namespace: str | None,
+        request_timeout: float | None) -> None:
     """nvidia-smi from every pod of a job.
 
     Runs nvidia-smi --query-gpu in every running pod (kubectl exec; needs create on pods/exec) and shows
@@ -46,22 +47,54 @@ def gpu(name: str, replica: str, watch: bool, interval: float, count: int | None
       kubetrain gpu bert --watch --interval 5
       kubetrain gpu bert --replica worker -o json | jq '.pods[].gpus[].utilization'
     """
+    from kubetrain.client.errors import Unreachable
     from kubetrain.client.gpu import job_gpus
     from kubetrain.client.logs import find_job
     from kubetrain.client.pods import check_replica_filter
 
     wanted = check_replica_filter(replica)
-    connection = connect_from(context, kubeconfig)
+    connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
     found, _ = find_job(connection.api, ns, name, target)
     refreshes = 0
+    lost = _Lost()
     while True:
-        results = job_gpus(connection.api, found, ns, name, wanted)
+        try:
+            results = job_gpus(connection.api, found, ns, name, wanted)
+        except Unreachable as exc:
+            if not watch:
+                raise
+            lost.wait(exc, interval)  # an API server restart: retry, as the other followers do
+            continue
+        lost.found()
         refreshes += 1
         _show(name, results, output, clear=watch and sys.stdout.isatty() and output == "table")
         if not watch or (count is not None and refreshes >= count):
             return
         time.sleep(interval)
+
+
+class _Lost:
+    """--watch keeps going while the API server is away, for up to watch.RECONNECT_WINDOW seconds."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def wait(self, exc: Exception, interval: float) -> None:
+        from kubetrain.client.watch import RECONNECT_WINDOW
+
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            info(f"{exc}; retrying")
+        if now - self.since > RECONNECT_WINDOW:
+            raise exc
+        time.sleep(min(interval, 2.0))
+
+    def found(self) -> None:
+        if self.since is not None:
+            info("reconnected to the API server")
+        self.since = None
 
 
 def _show(name: str, results: list[PodGpus], output: str, clear: bool) -> None:

@@ -91,13 +91,16 @@ class Terminal:
 @click.option("--timestamps", is_flag=True, help="Show each line's RFC 3339 timestamp after the prefix.")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
               help="Colour the replica prefixes (auto: only on a terminal, and not with NO_COLOR).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="With -f: give up after this long (exit 4). A lost API server is retried until then "
+                   "(without --timeout: for 5 minutes, then exit 3).")
 @click.option("--target", type=click.Choice(["pytorchjob", "trainjob"]), default=None,
               help="The job's kind (default: look among the installed ones).")
 @cluster_options
 @handle_errors
 def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | None, previous: bool,
-         timestamps: bool, color: str, target: str | None, context: str | None, kubeconfig: str | None,
-         namespace: str | None) -> None:
+         timestamps: bool, color: str, timeout: float | None, target: str | None, context: str | None,
+         kubeconfig: str | None, namespace: str | None, request_timeout: float | None) -> None:
     """Merged logs of every replica of a job.
 
     Each line is prefixed with its replica ([master-0], [worker-1], [node-2]); without -f, lines of all
@@ -115,10 +118,12 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
     check_replica_filter(replica)
     if previous and follow:
         raise UsageError("--previous reads a finished container; it cannot be combined with -f")
+    if timeout is not None and not follow:
+        raise UsageError("--timeout applies to -f only")
     options = client_logs.LogOptions(replica=replica, since_seconds=parse_duration(since) if since else None,
                                      tail=tail, previous=previous, timestamps=timestamps,
                                      color=use_color(color, sys.stdout))
-    connection = connect_from(context, kubeconfig)
+    connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
     terminal = Terminal(follow)
     if not follow:
@@ -126,7 +131,7 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
         return
     try:
         result = client_logs.follow_job_logs(connection, ns, name, target, options, terminal.line, terminal.notice,
-                                             terminal.progress)
+                                             terminal.progress, timeout=timeout)
     finally:
         terminal.close()
     if not result.ok:

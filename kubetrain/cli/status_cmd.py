@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kubetrain.cli.cluster_opts import age, cluster_options, connect_from, print_table
 from kubetrain.cli.output import handle_errors, info
 from kubetrain.errors import ClusterError
-from kubetrain.render.yamlout import dump_yaml
 
 if TYPE_CHECKING:
     from kubetrain.client.connection import Connection
@@ -24,7 +23,7 @@ def installed_targets(connection: Connection) -> list[Target]:
     from kubetrain.client.errors import CRD_HINT
     from kubetrain.client.targets import installed
 
-    found = installed(connection.api)
+    found = installed(connection.rest)
     if not found:
         raise ClusterError(f"neither PyTorchJob nor TrainJob is installed in this cluster: {CRD_HINT}")
     return found
@@ -37,8 +36,8 @@ def installed_targets(connection: Connection) -> list[Target]:
 @click.option("--events", "recent", type=click.IntRange(min=0), default=10, show_default=True,
               help="How many recent Events to show.")
 @handle_errors
-def status(name: str, context: str | None, kubeconfig: str | None, namespace: str | None, output: str,
-           recent: int) -> None:
+def status(name: str, context: str | None, kubeconfig: str | None, namespace: str | None,
+           request_timeout: float | None, output: str, recent: int) -> None:
     """Show a job's conditions, pods, recent Events and what they mean.
 
     \b
@@ -48,15 +47,21 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
     """
     from kubetrain.client.status import job_status
 
-    connection = connect_from(context, kubeconfig)
+    connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    result = job_status(connection.api, installed_targets(connection), ns, name, recent)
+    result = job_status(connection.rest, installed_targets(connection), ns, name, recent)
     if output == "json":
         click.echo(json.dumps(result.as_dict(), indent=2))
     elif output == "yaml":
         click.echo(dump_yaml([result.as_dict()]), nl=False)
     else:
         _print_status(result)
+
+
+def dump_yaml(items: list[dict[str, Any]]) -> str:
+    from kubetrain.render.yamlout import dump_yaml as dump
+
+    return dump(items)
 
 
 def _print_status(result: JobStatus) -> None:
@@ -68,7 +73,8 @@ def _print_status(result: JobStatus) -> None:
             for c in result.conditions] or [["(none yet)", "", "", ""]]
     print_table(["TYPE", "STATUS", "REASON", "MESSAGE"], rows)
     click.echo("\nPods:")
-    pod_rows = [[p.replica, p.name, p.phase, p.node or "-", str(p.restarts), p.last_termination or "-"]
+    pod_rows = [[p.replica, p.name, p.phase, p.node or "-",
+                 str(p.restarts) + (f" (+{p.recreated} re-created)" if p.recreated else ""), p.last_termination or "-"]
                 for p in result.pods] or [["(no pods yet)", "", "", "", "", ""]]
     print_table(["REPLICA", "POD", "PHASE", "NODE", "RESTARTS", "LAST TERMINATION"], pod_rows)
     if result.events:
@@ -95,8 +101,8 @@ def _print_events(events: list[EventRow]) -> None:
 @click.option("-A", "--all-namespaces", is_flag=True, help="List jobs in every namespace.")
 @click.option("-o", "--output", type=OUTPUT, default="text", show_default=True)
 @handle_errors
-def list_(context: str | None, kubeconfig: str | None, namespace: str | None, all_namespaces: bool,
-          output: str) -> None:
+def list_(context: str | None, kubeconfig: str | None, namespace: str | None, request_timeout: float | None,
+          all_namespaces: bool, output: str) -> None:
     """List PyTorchJobs and TrainJobs with their state and size.
 
     \b
@@ -106,9 +112,9 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, al
     """
     from kubetrain.client.jobs import list_jobs
 
-    connection = connect_from(context, kubeconfig)
+    connection = connect_from(context, kubeconfig, request_timeout)
     ns = None if all_namespaces else connection.namespace(namespace)
-    found = list_jobs(connection.api, installed_targets(connection), ns)
+    found = list_jobs(connection.rest, installed_targets(connection), ns)
     if output != "text":
         items = [s.as_dict() for s in found]
         click.echo(json.dumps(items, indent=2) if output == "json" else dump_yaml(items), nl=output == "json")
@@ -127,7 +133,8 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, al
 @cluster_options
 @click.option("-o", "--output", type=OUTPUT, default="text", show_default=True)
 @handle_errors
-def events(name: str, context: str | None, kubeconfig: str | None, namespace: str | None, output: str) -> None:
+def events(name: str, context: str | None, kubeconfig: str | None, namespace: str | None,
+           request_timeout: float | None, output: str) -> None:
     """Show the Events of a job and its pods, each with a hint when there is one.
 
     \b
@@ -140,11 +147,10 @@ def events(name: str, context: str | None, kubeconfig: str | None, namespace: st
     from kubetrain.client import jobs, pods
     from kubetrain.client.status import job_events
 
-    connection = connect_from(context, kubeconfig)
+    connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    target, _ = jobs.find(connection.api, installed_targets(connection), ns, name)
-    pod_names = {str(p["metadata"]["name"]) for p in pods.list_pods(connection.api, target, ns, name)}
-    rows = job_events(connection.api, target, ns, name, pod_names)
+    target, obj = jobs.find(connection.rest, installed_targets(connection), ns, name)
+    rows = job_events(connection.rest, target, ns, obj, pods.list_pods(connection.rest, target, ns, name))
     if output != "text":
         items = [asdict(e) for e in rows]
         click.echo(json.dumps(items, indent=2) if output == "json" else dump_yaml(items), nl=output == "json")

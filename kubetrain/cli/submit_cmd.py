@@ -32,16 +32,24 @@ if TYPE_CHECKING:
               show_default=True, help="client: check and print, write nothing; server: also let the API server "
               "validate (dryRun=All).")
 @click.option("--replace", is_flag=True, help="If the job exists, delete it (waiting for its pods) and recreate it.")
-@click.option("--skip-preflight", is_flag=True, help="Skip the preflight checks.")
+@click.option("--skip-preflight", is_flag=True, help="Skip every preflight check.")
+@click.option("--wait-for-capacity", "wait_capacity", is_flag=True,
+              help="If the job fits the cluster but not its free GPUs now, wait (up to --timeout) until it does, "
+                   "then submit.")
+@click.option("--skip-fit", is_flag=True, help="Skip only the GPU fit check (e.g. when an autoscaler adds nodes); "
+              "the other checks still run.")
 @click.option("-o", "--output", type=click.Choice(["name", "yaml", "json"]), default=None,
               help="stdout: the job's name (default), kind/name, or the applied objects.")
-@click.option("--wait", is_flag=True, help="Wait for the job to finish: exit 0 on Succeeded, 1 on Failed.")
+@click.option("--wait", is_flag=True, help="Wait for the job to finish: exit 0 on Succeeded, 1 on Failed, "
+              "4 on --timeout, 3 if the API server stayed unreachable (see docs/cluster.md).")
 @click.option("--follow", is_flag=True, help="After submitting, follow the logs (as `kubetrain logs -f`).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Give up waiting (--wait, --replace) after this long (default: --wait forever, --replace 300).")
 @handle_errors
-def submit(filename: str, context: str | None, kubeconfig: str | None, namespace: str | None, target: str | None,
-           image: str | None, build_image: bool, dry_run: str, replace: bool, skip_preflight: bool,
+def submit(filename: str, context: str | None, kubeconfig: str | None, namespace: str | None,
+        request_timeout: float | None, target: str | None,
+           image: str | None, build_image: bool, dry_run: str, replace: bool, skip_preflight: bool, skip_fit: bool,
+           wait_capacity: bool,
            output: str | None, wait: bool, follow: bool, timeout: float | None) -> None:
     """Render, validate, preflight and apply the job to a cluster.
 
@@ -58,7 +66,7 @@ def submit(filename: str, context: str | None, kubeconfig: str | None, namespace
     if dry_run != "none" and (wait or follow):
         raise UsageError("--wait/--follow cannot be combined with --dry-run")
     loaded = load(filename)
-    connection = connect_from(context, kubeconfig)
+    connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace, loaded.job.metadata.namespace)
     chosen = _resolve_target(connection, target or loaded.job.spec.target)
     if build_image:
@@ -66,11 +74,13 @@ def submit(filename: str, context: str | None, kubeconfig: str | None, namespace
     cloud = _resolve_cloud(connection) if loaded.job.spec.placement.cloud == "auto" else None
     objects = render_loaded(loaded, target=chosen.name, namespace=ns, image=image, cloud=cloud)
     validate_rendered(connection, chosen, objects)
-    if not skip_preflight:
-        run_preflight(connection, chosen, objects, ns)
+    if not skip_preflight and not (not replace and _unchanged(connection, chosen, objects)):
+        run_preflight(connection, chosen, objects, ns, skip_fit)
+        if wait_capacity and not skip_fit and dry_run == "none":
+            _wait_for_capacity(connection, chosen, objects, ns, timeout)
     name = _apply(connection, chosen, objects, dry_run, replace, timeout, output)
     if follow:
-        _follow(connection, chosen, ns, name)
+        _follow(connection, chosen, ns, name, timeout)
     if wait:
         _wait(connection, chosen, ns, name, timeout)
 
@@ -137,16 +147,57 @@ def _cluster_crd(connection: Connection, target: Target) -> list[tuple[dict[str,
     return [(as_dict, f"cluster {connection.context or 'in-cluster'}")]
 
 
-def run_preflight(connection: Connection, target: Target, objects: list[dict[str, Any]], namespace: str) -> None:
+def _unchanged(connection: Connection, target: Target, objects: list[dict[str, Any]]) -> bool:
+    """Is this very spec already submitted? Then there is nothing to check: re-submitting is a no-op even
+    on a full cluster (its own pods hold the GPUs the fit check would miss)."""
+    from kubetrain.client import apply, jobs
+
+    job = objects[-1]
+    try:
+        existing = jobs.get(connection.rest, target, job["metadata"]["namespace"], job["metadata"]["name"])
+    except ClusterError:
+        return False  # forbidden, no namespace, no CRD...: preflight explains it, check by check
+    same = existing is not None and bool(apply.spec_hash(job)) and apply.spec_hash(existing) == apply.spec_hash(job)
+    if same:
+        info("preflight: skipped, the same spec is already submitted")
+    return same
+
+
+def run_preflight(connection: Connection, target: Target, objects: list[dict[str, Any]], namespace: str,
+                  skip_fit: bool = False) -> None:
     from kubetrain.client import preflight
 
-    results = preflight.run(connection.api, target, objects, namespace, connection.server)
+    results = preflight.run(connection.api, target, objects, namespace, connection.server, skip_fit)
     for result in results:
         info(_styled(result))
     failures = preflight.failed(results)
     if failures:
+        fit_only = all(f.name == "fit" for f in failures)
         raise ClusterError(f"preflight failed ({len(failures)} check(s) marked ✗): fix them, "
-                           "or --skip-preflight to submit anyway")
+                           f"or {'--skip-fit' if fit_only else '--skip-preflight'} to submit anyway")
+
+
+def _wait_for_capacity(connection: Connection, target: Target, objects: list[dict[str, Any]], namespace: str,
+                       timeout: float | None, every: float = 5.0) -> None:
+    """Poll the fit check until the job fits the free GPUs (a never-fit job was refused before this)."""
+    import time
+
+    from kubetrain.client import preflight
+    from kubetrain.client.watch import WaitTimeout
+
+    job = objects[-1]
+    deadline = None if timeout is None else time.monotonic() + timeout
+    said = False
+    while (result := preflight.check_fit(connection.api, job, target, namespace,
+                                         job["metadata"]["name"])).status != preflight.OK:
+        if deadline is not None and time.monotonic() > deadline:
+            raise WaitTimeout(f"timed out after {timeout:g}s waiting for GPU capacity: {result.message}")
+        if not said:
+            info("--wait-for-capacity: waiting until the job fits the free GPUs")
+            said = True
+        time.sleep(every)
+    if said:
+        info(f"capacity: {result.message}")
 
 
 def _styled(result: CheckResult) -> str:
@@ -181,13 +232,13 @@ def _wait(connection: Connection, target: Target, namespace: str, name: str, tim
     from kubetrain.client import jobs
 
     info(f"waiting for {target.kind} {namespace}/{name} to finish")
-    final = jobs.wait_finished(connection.api, target, namespace, name, timeout)
+    final = jobs.wait_finished(connection.rest, target, namespace, name, timeout, on_retry=info)
     info(f"{target.kind} {namespace}/{name} {final}")
     if final != "Succeeded":
         sys.exit(1)
 
 
-def _follow(connection: Connection, target: Target, namespace: str, name: str) -> None:
+def _follow(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None) -> None:
     """`kubetrain logs -f` (merged logs, live progress line from the metrics); exit 1 if the job fails."""
     from kubetrain.cli.logs_cmd import Terminal, use_color
     from kubetrain.client import logs
@@ -196,7 +247,7 @@ def _follow(connection: Connection, target: Target, namespace: str, name: str) -
     options = logs.LogOptions(color=use_color("auto", sys.stdout))
     try:
         result = logs.follow_job_logs(connection, namespace, name, target, options, terminal.line, terminal.notice,
-                                      terminal.progress)
+                                      terminal.progress, timeout=timeout)
     finally:
         terminal.close()
     info(f"{target.kind} {namespace}/{name} {result.state}" + (f": {result.message}" if result.message else ""))

@@ -20,6 +20,7 @@ from kubetrain.client.cloud import allocatable_gpus, detect_cloud, gpu_groups, h
 from kubetrain.client.connection import Connection
 from kubetrain.client.errors import CRD_HINT, api_message, cluster_errors
 from kubetrain.client.targets import Target
+from kubetrain.client.webhooks import webhook_checks
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets", (("jobset-system", "jobset-controller-manager"),))
@@ -76,6 +77,8 @@ def run_doctor(conn: Connection, namespace: str) -> Report:
         report.checks.append(cloud_check)
         report.checks += queue_checks(api)
         report.checks += rbac_checks(api, namespace, installed)
+        report.checks += [Check(c.status, "webhooks", c.message, c.hint)
+                          for c in webhook_checks(conn.rest, namespace, installed)]
     return report
 
 

@@ -3,17 +3,60 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError, SSLError
 
 from kubetrain.errors import ClusterError
 
 CRD_HINT = "install the Kubeflow training-operator (`kubetrain cluster create` for a local one; see docs/cluster.md)"
+
+
+class Unreachable(ClusterError):
+    """The API server could not be reached or did not answer in time (exit 3, as opposed to 1 for a job
+    that failed or a request the server refused)."""
+
+    exit_code = 3
+
+
+class AuthPluginError(ClusterError):
+    """A kubeconfig exec / auth-provider plugin (gcloud, aws, kubelogin...) failed: no credentials."""
+
+    exit_code = 3
+
+
+class ApiError(Exception):
+    """An HTTP error status from the API server, with the same attributes as the kubernetes package's
+    ApiException (status, reason, body, headers), so the helpers below take either."""
+
+    def __init__(self, status: int, reason: str, body: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status, self.reason, self.body, self.headers = status, reason, body, dict(headers or {})
+
+    @classmethod
+    def from_response(cls, response: Any) -> ApiError:
+        data = response.data if hasattr(response, "data") else b""
+        return cls(int(response.status), str(getattr(response, "reason", "") or ""),
+                   (data or b"").decode("utf-8", "replace"), dict(response.headers or {}))
+
+
+def api_error_types() -> tuple[type[Exception], ...]:
+    """ApiError, and the kubernetes package's ApiException when that package is loaded (if it is not,
+    nothing can have raised one: checking costs no import)."""
+    module = sys.modules.get("kubernetes.client.exceptions")
+    return (ApiError, module.ApiException) if module else (ApiError,)
+
+
+def _config_error_types() -> tuple[type[Exception], ...]:
+    module = sys.modules.get("kubernetes.config.config_exception")
+    return (module.ConfigException,) if module else ()
+
+
+def is_api_error(exc: BaseException) -> bool:
+    return isinstance(exc, api_error_types())
 
 
 def as_dict(value: object) -> dict[str, Any]:
@@ -23,7 +66,7 @@ def as_dict(value: object) -> dict[str, Any]:
     return value
 
 
-def status_body(exc: ApiException) -> dict[str, Any]:
+def status_body(exc: Any) -> dict[str, Any]:
     """The Kubernetes Status object of an API error ({} when the body is not one)."""
     try:
         body = json.loads(exc.body) if exc.body else {}
@@ -32,33 +75,46 @@ def status_body(exc: ApiException) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def api_message(exc: ApiException) -> str:
+def api_message(exc: Any) -> str:
     body = status_body(exc)
     return str(body.get("message") or exc.reason or f"HTTP {exc.status}")
 
 
 def translate(exc: BaseException, action: str, server: str | None = None) -> ClusterError:
     """`action` says what we were doing, e.g. "create pytorchjobs.kubeflow.org in namespace ml"."""
-    if isinstance(exc, ApiException) and not exc.status:  # the REST layer's wrapping of an SSLError
-        reason = " ".join(str(exc.reason or "").split())[:200]
-        return ClusterError(f"TLS error talking to {server or 'the API server'}: {reason} "
-                            "(check the kubeconfig's certificate-authority and server address)")
-    if isinstance(exc, ApiException):
+    if is_api_error(exc) and not getattr(exc, "status", 0):  # the REST layer's wrapping of an SSLError
+        reason = " ".join(str(getattr(exc, "reason", "") or "").split())[:200]
+        return Unreachable(f"TLS error talking to {server or 'the API server'}: {reason} "
+                           "(check the kubeconfig's certificate-authority and server address)")
+    if is_api_error(exc):
         return _from_api(exc, action)
-    if isinstance(exc, ConfigException):
+    if isinstance(exc, _config_error_types()):
         return ClusterError(f"kubeconfig: {exc}; set KUBECONFIG, --kubeconfig or --context")
+    return Unreachable(describe_network_error(exc, server))
+
+
+def describe_network_error(exc: BaseException, server: str | None, read_timeout: float | None = None) -> str:
+    """One line for a request that got no HTTP answer: refused, timed out, TLS, DNS, reset."""
+    from urllib3.exceptions import ReadTimeoutError
+    from urllib3.exceptions import TimeoutError as Urllib3Timeout
+
     if isinstance(exc, MaxRetryError) and exc.reason is not None:
         exc = exc.reason
     where = server or "the API server"
     if isinstance(exc, SSLError):
-        return ClusterError(f"TLS error talking to {where}: {_short(exc)} "
-                            "(check the kubeconfig's certificate-authority and server address)")
+        return (f"TLS error talking to {where}: {_short(exc)} "
+                "(check the kubeconfig's certificate-authority and server address)")
+    if isinstance(exc, ReadTimeoutError) or (isinstance(exc, Urllib3Timeout | TimeoutError)
+                                             and "connect" not in str(exc).lower()):
+        after = f" within {read_timeout:g}s" if read_timeout else ""
+        return (f"{where} did not answer{after}: the API server is overloaded or hung "
+                "(raise --request-timeout, or check it: kubectl get --raw /readyz)")
     if isinstance(exc, NewConnectionError | ConnectionRefusedError):
-        return ClusterError(f"cannot reach {where}: is the cluster running? (kubectl cluster-info)")
-    return ClusterError(f"cannot reach {where} ({_short(exc)}): is the cluster running? (kubectl cluster-info)")
+        return f"cannot reach {where}: is the cluster running? (kubectl cluster-info)"
+    return f"cannot reach {where} ({_short(exc)}): is the cluster running? (kubectl cluster-info)"
 
 
-def _from_api(exc: ApiException, action: str) -> ClusterError:
+def _from_api(exc: Any, action: str) -> ClusterError:
     status = exc.status or 0
     body = status_body(exc)
     message = api_message(exc)
@@ -68,6 +124,10 @@ def _from_api(exc: ApiException, action: str) -> ClusterError:
                             "`aws eks update-kubeconfig`, `az aks get-credentials`)")
     if status == 403 and "admission webhook" in message:
         return ClusterError(f"invalid: {message}")
+    if status == 403 and "system:anonymous" in message:
+        return ClusterError(f"the API server saw no credentials (request made as system:anonymous) while trying "
+                            f"to {action}: the kubeconfig's user has no token or certificate, or its login "
+                            "plugin gave none; log in again / refresh the kubeconfig")
     if status == 403:
         return ClusterError(f"forbidden: cannot {action}: {message} "
                             "(ask a cluster admin for an RBAC Role allowing it; check with `kubectl auth can-i`)")
@@ -79,10 +139,23 @@ def _from_api(exc: ApiException, action: str) -> ClusterError:
         return ClusterError(f"invalid: {_invalid_detail(body, message)}")
     if status == 500 and "failed to create typed patch object" in message:
         return ClusterError(f"invalid: {message.split('): ', 1)[-1]}")
-    if status == 429 or status >= 500:
-        return ClusterError(f"the API server kept failing ({status} {exc.reason}) while trying to {action}; "
+    if status == 500 and (webhook := _failing_webhook(message)):
+        return ClusterError(f"admission webhook {webhook} failed, so the API server refused to {action}: "
+                            f"{message} (the webhook's service is down or broken: kubetrain doctor, "
+                            "or ask whoever runs the operator)")
+    if status == 429 or status >= 500:  # overloaded or restarting: a cluster we could not use (exit 3)
+        return Unreachable(f"the API server kept failing ({status} {exc.reason}) while trying to {action}; "
                             "retried with backoff, try again later")
     return ClusterError(f"cannot {action}: {status} {message}")
+
+
+def _failing_webhook(message: str) -> str | None:
+    """The webhook's name from an apiserver 500 such as 'Internal error occurred: failed calling webhook
+    "validate.pytorchjob.kubeflow.org": failed to call webhook: Post "https://...": ...'."""
+    import re
+
+    found = re.search(r'failed calling webhook "([^"]+)"', message)
+    return found.group(1) if found else None
 
 
 def _not_found(body: dict[str, Any], message: str, action: str) -> ClusterError:
@@ -121,5 +194,7 @@ def cluster_errors(action: str, server: str | None = None) -> Iterator[None]:
         yield
     except ClusterError:
         raise
-    except (ApiException, ConfigException, HTTPError, OSError) as exc:
+    except Exception as exc:
+        if not isinstance(exc, (*api_error_types(), *_config_error_types(), HTTPError, OSError)):
+            raise
         raise translate(exc, action, server) from None

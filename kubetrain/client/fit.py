@@ -40,6 +40,12 @@ class FitResult:
     room: int  # how many of the job's pods the eligible nodes can hold now
     nodes: list[NodeFit]
     no_capacity: bool = False  # no node of the cluster has any of the resource
+    never: bool = False  # would not fit even on an idle cluster: waiting cannot help
+
+    @property
+    def not_now(self) -> bool:
+        """Fits an idle cluster but not the current one: the pods would queue until GPUs free up."""
+        return not self.fits and not self.never
 
 
 def quantity(value: Any) -> int:
@@ -133,7 +139,7 @@ def fit(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], request: FitReq
     if not any(n.allocatable > 0 for n in per_node):
         return FitResult(False, f"the cluster has no {res} capacity: no node advertises allocatable {res}",
                          "is the NVIDIA device plugin (or GPU operator) running on the GPU nodes? "
-                         "Check Allocatable in `kubectl describe node`; or add GPU nodes", 0, per_node, True)
+                         "Check Allocatable in `kubectl describe node`; or add GPU nodes", 0, per_node, True, True)
     eligible = [n for n in per_node if n.excluded is None and n.allocatable > 0]
     big_enough = [n for n in eligible if n.free >= g]
     room = sum(n.free // g for n in eligible)
@@ -141,6 +147,8 @@ def fit(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], request: FitReq
     if room >= request.pods:
         return FitResult(True, f"{request.pods} pod(s) × {g} {res} fit: {len(big_enough)} eligible node(s) "
                          f"have ≥ {g} free{where}", "", room, per_node)
+    if sum(n.allocatable // g for n in eligible) < request.pods:
+        return _never(request, per_node, eligible, room)
     if not big_enough:
         message = f"needs {request.pods} pods × {g} {res}; no eligible node has ≥ {g} free{where}"
     elif room == len(big_enough):
@@ -150,6 +158,57 @@ def fit(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], request: FitReq
         message = (f"needs {request.pods} pods × {g} {res}; eligible nodes have room for only {room} "
                    f"({len(big_enough)} node(s) with ≥ {g} free){where}")
     return FitResult(False, message, _explain(per_node, g), room, per_node)
+
+
+def _never(request: FitRequest, per_node: list[NodeFit], eligible: list[NodeFit], room: int) -> FitResult:
+    """Even with every eligible node idle the job does not fit: say by how much, and what can help."""
+    g, res, where = request.gpus_per_pod, request.resource, _where(request)
+    largest = max((n.allocatable for n in eligible), default=0)
+    idle_room = sum(n.allocatable // g for n in eligible)
+    if largest < g:
+        message = (f"can never fit: each pod needs {g} {res} but the largest eligible node has {largest}"
+                   f"{where}")
+        action = f"lower spec.gpusPerNode to at most {largest}" if largest else "fix the placement"
+    else:
+        message = (f"can never fit: {request.pods} pods × {g} {res}, but the eligible nodes hold at most "
+                   f"{idle_room} such pod(s) even when idle{where}")
+        action = f"lower spec.nodes to at most {idle_room}" if idle_room else "fix the placement"
+    excluded = [f"{n.name}: {n.excluded}" for n in per_node if n.excluded and n.allocatable > 0]
+    detail = ("; ".join(excluded[:6]) + ". ") if excluded else ""
+    return FitResult(False, message, f"{detail}{action}, add GPU nodes, or --skip-fit if an autoscaler adds "
+                     "them", room, per_node, never=True)
+
+
+def holders(pods: list[dict[str, Any]], nodes: list[NodeFit], resource: str = GPU) -> str:
+    """Who holds the GPUs of the busy eligible nodes: 'gpu-0: ml/bert (2 pod(s), 16 GPUs); ...'."""
+    busy = {n.name for n in nodes if n.excluded is None and n.allocatable > 0 and n.free < n.allocatable}
+    per_node: dict[str, dict[str, list[int]]] = {}
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        held = pod_request(pod, resource)
+        if node in busy and held and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            owner = per_node.setdefault(node, {}).setdefault(_owner(pod), [0, 0])
+            owner[0], owner[1] = owner[0] + 1, owner[1] + held
+    parts = []
+    for node in sorted(per_node):
+        owners = ", ".join(f"{name} ({count} pod(s), {gpus} GPU)" for name, (count, gpus) in per_node[node].items())
+        parts.append(f"{node}: {owners}")
+    return "; ".join(parts[:6]) + ("; ..." if len(parts) > 6 else "")
+
+
+OWNER_LABELS = ("training.kubeflow.org/job-name", "jobset.sigs.k8s.io/jobset-name", "app.kubernetes.io/instance")
+
+
+def _owner(pod: dict[str, Any]) -> str:
+    """namespace/job for a training pod, else namespace/owner-name, else namespace/pod."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    namespace = meta.get("namespace", "?")
+    for label in OWNER_LABELS:
+        if labels.get(label):
+            return f"{namespace}/{labels[label]}"
+    owners = meta.get("ownerReferences") or []
+    return f"{namespace}/{owners[0].get('name') if owners else meta.get('name', '?')}"
 
 
 def _where(request: FitRequest) -> str:
@@ -169,6 +228,6 @@ def _explain(per_node: list[NodeFit], g: int) -> str:
         elif node.free < g:
             parts.append(f"{node.name}: {node.free}/{node.allocatable} free")
     detail = "; ".join(parts[:6]) + ("; ..." if len(parts) > 6 else "")
-    action = ("lower spec.nodes or spec.gpusPerNode, wait for GPUs to free up (kubetrain gpu), "
-              "or --skip-preflight if an autoscaler adds nodes")
+    action = ("the pods will wait (Pending) until GPUs free up; or lower spec.nodes or spec.gpusPerNode, "
+              "or --wait-for-capacity to submit only once they fit")
     return f"{detail}. {action}" if detail else action

@@ -18,7 +18,8 @@ def scheduling_hints(message: str) -> list[str]:
     text = message.split(" preemption:", 1)[0]
     hints = []
     for count, resource in _INSUFFICIENT.findall(text):
-        hints.append(f"not enough free {resource} ({count} node(s) short): wait for running pods to finish, "
+        # The scheduler's count is of nodes lacking free capacity, not of nodes the job is short.
+        hints.append(f"not enough free {resource} on {count} node(s): wait for running pods to finish, "
                      f"lower nodes / gpusPerNode or resources, or add capacity (kubetrain gpu)")
     for count, taint in _TAINT.findall(text):
         if taint.startswith("node.kubernetes.io/"):

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from kubetrain.client import watch
-from kubetrain.client.errors import as_dict, cluster_errors
+from kubetrain.client.errors import as_dict, cluster_errors, is_api_error
+from kubetrain.client.rest import path_of, rest_of
 from kubetrain.client.targets import Target
 from kubetrain.errors import ClusterError
 
@@ -102,81 +100,94 @@ def summary(obj: dict[str, Any], target: Target) -> JobSummary:
                       meta.get("creationTimestamp", ""))
 
 
-def _api(api: client.ApiClient) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api)
+def _path(target: Target, namespace: str | None, name: str | None = None) -> str:
+    return path_of(target.group, target.version, target.plural, namespace, name)
 
 
-def get(api: client.ApiClient, target: Target, namespace: str, name: str) -> dict[str, Any] | None:
-    """The job, or None if there is none of that name (a missing CRD or namespace is a ClusterError)."""
+def path_of_job(target: Target, namespace: str | None, name: str | None = None) -> str:
+    """/apis/kubeflow.org/v1/namespaces/NS/pytorchjobs[/NAME]."""
+    return _path(target, namespace, name)
+
+
+def get(api: Any, target: Target, namespace: str, name: str) -> dict[str, Any] | None:
+    """The job, or None if there is none of that name (a missing CRD or namespace is a ClusterError).
+    `api`: a Rest, a Connection or a kubernetes ApiClient (kubetrain.client.rest.rest_of)."""
     action = f"get {target.resource} {name} in namespace {namespace}"
     with cluster_errors(action):
         try:
-            found = as_dict(_api(api).get_namespaced_custom_object(
-                target.group, target.version, namespace, target.plural, name))
-        except ApiException as exc:
-            if exc.status == 404 and _object_missing(exc, name):
+            found = as_dict(rest_of(api).get(_path(target, namespace, name)))
+        except Exception as exc:
+            if is_api_error(exc) and getattr(exc, "status", None) == 404 and _object_missing(exc, name):
                 return None
             raise
     return found
 
 
-def _object_missing(exc: ApiException, name: str) -> bool:
+def _object_missing(exc: Any, name: str) -> bool:
     from kubetrain.client.errors import status_body
 
     details = status_body(exc).get("details") or {}
     return bool(details.get("name") == name and details.get("kind") != "namespaces")
 
 
-def find(api: client.ApiClient, targets: list[Target], namespace: str, name: str) -> tuple[Target, dict[str, Any]]:
+def find(api: Any, targets: list[Target], namespace: str, name: str) -> tuple[Target, dict[str, Any]]:
     """The job called `name` among the installed kinds; a one-line error when there is none."""
     for target in targets:
         obj = get(api, target, namespace, name)
         if obj is not None:
             return target, obj
+    check_namespace(api, namespace)  # the same message for every command when -n names no namespace
     kinds = " or ".join(t.kind for t in targets) or "training job"
     raise ClusterError(f"no {kinds} named {name} in namespace {namespace} (list them: kubetrain list -n {namespace})")
 
 
-def list_jobs(api: client.ApiClient, targets: list[Target], namespace: str | None) -> list[JobSummary]:
+def check_namespace(api: Any, namespace: str) -> None:
+    """A ClusterError naming the fix if `namespace` does not exist (silent when we may not read namespaces)."""
+    try:
+        rest_of(api).get(f"/api/v1/namespaces/{namespace}")
+    except Exception as exc:
+        if is_api_error(exc) and getattr(exc, "status", None) == 404:
+            raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
+                               f"(kubectl get namespaces) or create it: kubectl create namespace {namespace}"
+                               ) from None
+
+
+def list_jobs(api: Any, targets: list[Target], namespace: str | None) -> list[JobSummary]:
     """Jobs of every given kind, in one namespace or (None) all of them, oldest first."""
     out: list[JobSummary] = []
     for target in targets:
         where = f"namespace {namespace}" if namespace else "all namespaces"
         with cluster_errors(f"list {target.resource} in {where}"):
-            if namespace:
-                body = _api(api).list_namespaced_custom_object(target.group, target.version, namespace,
-                                                               target.plural)
-            else:
-                body = _api(api).list_cluster_custom_object(target.group, target.version, target.plural)
+            body = rest_of(api).get(_path(target, namespace))
         out += [summary(item, target) for item in as_dict(body).get("items") or []]
     return sorted(out, key=lambda s: (s.created, s.namespace, s.name))
 
 
-def delete(api: client.ApiClient, target: Target, namespace: str, name: str, propagation: str = "Background") -> bool:
+def delete(api: Any, target: Target, namespace: str, name: str, propagation: str = "Background") -> bool:
     """Delete the job; False if it was already gone."""
     with cluster_errors(f"delete {target.resource} {name} in namespace {namespace}"):
         try:
-            _api(api).delete_namespaced_custom_object(target.group, target.version, namespace, target.plural, name,
-                                                      propagation_policy=propagation)
-        except ApiException as exc:
-            if exc.status == 404 and _object_missing(exc, name):
+            rest_of(api).json("DELETE", _path(target, namespace, name),
+                              body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
+        except Exception as exc:
+            if is_api_error(exc) and getattr(exc, "status", None) == 404 and _object_missing(exc, name):
                 return False
             raise
     return True
 
 
-def _list_fn(api: client.ApiClient, target: Target, namespace: str) -> Any:
-    return functools.partial(_api(api).list_namespaced_custom_object, target.group, target.version, namespace,
-                             target.plural)
+def _list_fn(api: Any, target: Target, namespace: str) -> Any:
+    return watch.rest_list(api, _path(target, namespace))
 
 
-def wait_gone(api: client.ApiClient, target: Target, namespace: str, name: str, timeout: float | None) -> None:
+def wait_gone(api: Any, target: Target, namespace: str, name: str, timeout: float | None) -> None:
     with cluster_errors(f"watch {target.resource} in namespace {namespace}"):
         watch.wait_for(_list_fn(api, target, namespace), lambda cache: not cache, timeout=timeout,
                        what=f"{target.kind} {name} to be deleted", field_selector=f"metadata.name={name}")
 
 
-def wait_finished(api: client.ApiClient, target: Target, namespace: str, name: str, timeout: float | None) -> str:
+def wait_finished(api: Any, target: Target, namespace: str, name: str, timeout: float | None,
+                  on_retry: Callable[[str], None] | None = None) -> str:
     """Block until the job is Succeeded or Failed; return which. A deleted job is an error."""
     def check(cache: dict[tuple[str, str], dict[str, Any]]) -> str | None:
         obj = cache.get((namespace, name))
@@ -186,5 +197,5 @@ def wait_finished(api: client.ApiClient, target: Target, namespace: str, name: s
         return current if current in TERMINAL else None
 
     with cluster_errors(f"watch {target.resource} in namespace {namespace}"):
-        return watch.wait_for(_list_fn(api, target, namespace), check, timeout=timeout,
+        return watch.wait_for(_list_fn(api, target, namespace), check, timeout=timeout, on_retry=on_retry,
                               what=f"{target.kind} {name} to finish", field_selector=f"metadata.name={name}")

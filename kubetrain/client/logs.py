@@ -13,6 +13,7 @@ whenever a metrics line changes it.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -21,15 +22,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes import client
-
 from kubetrain.client import jobs, targets, watch
 from kubetrain.client.connection import Connection
-from kubetrain.client.errors import CRD_HINT, cluster_errors
+from kubetrain.client.errors import CRD_HINT, api_message, cluster_errors, is_api_error
 from kubetrain.client.logmerge import LineAssembler, Prefixer, merge
 from kubetrain.client.logstream import PodFollower
 from kubetrain.client.pending import PendingReporter
-from kubetrain.client.pods import Replica, check_replica_filter, matches, replica_of, select, sort_key
+from kubetrain.client.pods import (
+    Replica,
+    check_replica_filter,
+    matches,
+    open_log,
+    pods_list_fn,
+    replica_of,
+    select,
+    sort_key,
+)
 from kubetrain.client.progress import ProgressTracker
 from kubetrain.client.targets import Target
 from kubetrain.errors import ClusterError, UsageError
@@ -60,7 +68,7 @@ class FollowResult:
         return self.state == "Succeeded"
 
 
-def find_job(api: client.ApiClient, namespace: str, name: str,
+def find_job(api: Any, namespace: str, name: str,
              target: str | Target | None) -> tuple[Target, dict[str, Any]]:
     """The job and its kind; `target` None or "auto" looks among the installed kinds."""
     if isinstance(target, Target):
@@ -69,24 +77,7 @@ def find_job(api: client.ApiClient, namespace: str, name: str,
         candidates = [targets.TARGETS[target]] if target and target != "auto" else targets.installed(api)
     if not candidates:
         raise ClusterError(f"neither PyTorchJob nor TrainJob is installed on this cluster: {CRD_HINT}")
-    try:
-        return jobs.find(api, candidates, namespace, name)
-    except ClusterError:
-        check_namespace(api, namespace)
-        raise
-
-
-def check_namespace(api: client.ApiClient, namespace: str) -> None:
-    """A ClusterError naming the fix if `namespace` does not exist (silent when we may not read namespaces)."""
-    try:
-        client.CoreV1Api(api).read_namespace(namespace)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
-                               f"(kubectl get namespaces) or create it: kubectl create namespace {namespace}"
-                               ) from None
-    except Exception:  # a courtesy check: the caller raises its own error next
-        pass
+    return jobs.find(api, candidates, namespace, name)
 
 
 class _Output:
@@ -98,14 +89,30 @@ class _Output:
         self.progress, self.tracker = progress, ProgressTracker()
         self.lines = 0
         self._lock = threading.Lock()
+        self.closed = False  # once the command is over, threads still winding down write nothing
 
     def emit(self, label: str, stamp: str, text: str) -> None:
         line = self.prefixer.format(label, text, stamp if self.timestamps else "")
         with self._lock:
+            if self.closed:
+                return
             self.sink(line)
             self.lines += 1
             if self.progress and self.tracker.feed(text) and (current := self.tracker.line()):
                 self.progress(current)
+
+    def notice_gate(self, notice: Notice) -> Notice:
+        """`notice`, silenced once closed: a thread writing to stderr while the interpreter shuts down
+        aborts it ("Fatal Python error: _enter_buffered_busy"), so nothing may write after close()."""
+        def gated(text: str) -> None:
+            with self._lock:
+                if not self.closed:
+                    notice(text)
+        return gated
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
 
 
 # ---- the logs so far -------------------------------------------------------------------------------------
@@ -113,16 +120,15 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
                sink: Sink, notice: Notice) -> int:
     """Every selected replica's log (or previous log), merged in time order. Returns lines written."""
     wanted = check_replica_filter(options.replica)
-    found, obj = find_job(conn.api, namespace, name, target)
-    replicas = select(_replicas(conn.api, found, namespace, name), wanted)
+    found, obj = find_job(conn.rest, namespace, name, target)
+    replicas = select(_replicas(conn.rest, found, namespace, name), wanted)
     if not replicas:
         notice(f"{found.kind} {name} has no pods yet (state: {jobs.state(obj)}); use -f to wait for them")
         return 0
     readable = [r for r in replicas if _readable(r, options.previous, notice)]
-    core = client.CoreV1Api(conn.api)
     output = _Output(sink, options, None)
     with ThreadPoolExecutor(min(PARALLEL_READS, max(1, len(readable)))) as pool:
-        opened = list(pool.map(lambda r: _open(core, namespace, r, options, notice), readable))
+        opened = list(pool.map(lambda r: _open(conn.rest, namespace, r, options, notice), readable))
         sources = [(r.label, _lines(resp)) for r, resp in zip(readable, opened, strict=True) if resp is not None]
         for line in merge(sources, output.prefixer, options.timestamps):
             sink(line)
@@ -130,7 +136,7 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
     return output.lines
 
 
-def _replicas(api: client.ApiClient, found: Target, namespace: str, name: str) -> list[Replica]:
+def _replicas(api: Any, found: Target, namespace: str, name: str) -> list[Replica]:
     from kubetrain.client.pods import job_replicas
 
     return job_replicas(api, found, namespace, name)
@@ -151,24 +157,17 @@ def _readable(replica: Replica, previous: bool, notice: Notice) -> bool:
     return True
 
 
-def _open(core: client.CoreV1Api, namespace: str, replica: Replica, options: LogOptions, notice: Notice) -> Any:
+def _open(api: Any, namespace: str, replica: Replica, options: LogOptions, notice: Notice) -> Any:
     previous = options.previous and replica.restarts > 0
     with cluster_errors(f"read the logs of pod {replica.pod} in namespace {namespace}"):
         try:
-            return core.read_namespaced_pod_log(
-                replica.pod, namespace, container=replica.container, previous=previous, timestamps=True,
-                since_seconds=options.since_seconds, tail_lines=options.tail, _preload_content=False)
-        except client.ApiException as exc:
-            if exc.status not in (400, 404):
+            return open_log(api, namespace, replica.pod, replica.container, previous=previous,
+                            since_seconds=options.since_seconds, tail_lines=options.tail)
+        except Exception as exc:
+            if not is_api_error(exc) or getattr(exc, "status", None) not in (400, 404):
                 raise
-            notice(f"[{replica.label}] no logs: {_api_message(exc)}")
+            notice(f"[{replica.label}] no logs: {api_message(exc)}")
             return None
-
-
-def _api_message(exc: client.ApiException) -> str:
-    from kubetrain.client.errors import api_message
-
-    return api_message(exc)
 
 
 def _lines(response: Any) -> Iterator[str]:
@@ -186,22 +185,25 @@ def _lines(response: Any) -> Iterator[str]:
 class _Feed:
     """The job and its pods, kept current by two list+watch threads (re-listing after 410 Gone)."""
 
-    def __init__(self, api: client.ApiClient, found: Target, namespace: str, name: str) -> None:
+    def __init__(self, api: Any, found: Target, namespace: str, name: str, timeout: float | None,
+                 notice: Notice) -> None:
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.pods: dict[str, dict[str, Any]] = {}
         self.job: dict[str, Any] | None = None
         self.stopped = threading.Event()
         self.synced: set[str] = set()  # "job", "pods": their first list has arrived
-        core = client.CoreV1Api(api)
-        custom = client.CustomObjectsApi(api)
-        job_list = _bind(custom.list_namespaced_custom_object, found.group, found.version, namespace, found.plural)
+        self.timeout, self.notice = timeout, notice
+        job_list = watch.rest_list(api, jobs.path_of_job(found, namespace))
         self._start("job", job_list, field_selector=f"metadata.name={name}")
-        self._start("pods", core.list_namespaced_pod, namespace=namespace, label_selector=found.pod_selector(name))
+        # Only the job's watch reports a lost API server: both watches lose it at once.
+        self._start("pods", pods_list_fn(api, namespace), label_selector=found.pod_selector(name))
 
     def _start(self, kind: str, list_fn: Callable[..., Any], **kwargs: Any) -> None:
+        on_retry = self.notice if kind == "job" else None
+
         def run() -> None:
             try:
-                for event in watch.stream(list_fn, **kwargs):
+                for event in watch.stream(list_fn, timeout=self.timeout, on_retry=on_retry, **kwargs):
                     if self.stopped.is_set():
                         return
                     self.events.put((kind, event))
@@ -246,38 +248,43 @@ class _Feed:
             self.pods[event.obj["metadata"]["name"]] = event.obj
 
 
-def _bind(fn: Callable[..., Any], *args: Any) -> Callable[..., Any]:
-    return lambda **kwargs: fn(*args, **kwargs)
-
-
 def follow_job_logs(conn: Connection, namespace: str, name: str, target: str | Target | None = None,
                     options: LogOptions | None = None, sink: Sink = print, notice: Notice = lambda _: None,
-                    progress: Callable[[str], None] | None = None, poll: float = 0.25) -> FollowResult:
-    """Follow every selected replica until the job ends; see the module docstring."""
+                    progress: Callable[[str], None] | None = None, poll: float = 0.25,
+                    timeout: float | None = None) -> FollowResult:
+    """Follow every selected replica until the job ends (or `timeout`: WaitTimeout); see the module docstring.
+    A lost API server is retried until `timeout` (without one, for watch.RECONNECT_WINDOW)."""
     options = options or LogOptions()
     if options.previous:
         raise UsageError("--previous reads a finished container; it cannot be combined with -f")
     wanted = check_replica_filter(options.replica)
-    found, _ = find_job(conn.api, namespace, name, target)
-    follow = _Follow(conn.api, found, namespace, name, wanted, options, _Output(sink, options, progress), notice)
-    with cluster_errors(f"watch {found.resource} {name} and its pods in namespace {namespace}"):
-        return follow.run(poll)
+    found, _ = find_job(conn.rest, namespace, name, target)
+    output = _Output(sink, options, progress)
+    follow = _Follow(conn.rest, found, namespace, name, wanted, options, output, output.notice_gate(notice))
+    try:
+        with cluster_errors(f"watch {found.resource} {name} and its pods in namespace {namespace}"):
+            return follow.run(poll, timeout)
+    finally:
+        output.close()
 
 
 class _Follow:
-    def __init__(self, api: client.ApiClient, found: Target, namespace: str, name: str, wanted: str,
+    def __init__(self, api: Any, found: Target, namespace: str, name: str, wanted: str,
                  options: LogOptions, output: _Output, notice: Notice) -> None:
         self.api, self.found, self.namespace, self.name, self.wanted = api, found, namespace, name, wanted
         self.options, self.output, self.notice = options, output, notice
-        self.core = client.CoreV1Api(api)
         self.followers: dict[str, PodFollower] = {}
-        self.pending = PendingReporter(self.core, namespace, found.kind, name, notice)
+        self.pending = PendingReporter(api, namespace, found.kind, name, notice)
 
-    def run(self, poll: float) -> FollowResult:
-        feed = _Feed(self.api, self.found, self.namespace, self.name)
+    def run(self, poll: float, timeout: float | None = None) -> FollowResult:
+        feed = _Feed(self.api, self.found, self.namespace, self.name, timeout, self.notice)
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
                 feed.wait(poll)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise watch.WaitTimeout(f"timed out after {timeout:g}s following {self.found.kind} "
+                                            f"{self.name}")
                 if not feed.ready:
                     continue
                 result = self._round(feed)
@@ -287,6 +294,7 @@ class _Follow:
             feed.stopped.set()
             for follower in self.followers.values():
                 follower.stop()
+            self.output.close()  # then no thread still winding down writes anything
 
     def _round(self, feed: _Feed) -> FollowResult | None:
         job = feed.job
@@ -298,7 +306,8 @@ class _Follow:
         state = jobs.state(job)
         if state in jobs.TERMINAL:
             return self._finish(state, _final_message(job, state))
-        self.pending.report([r for r in replicas if not r.started], bool(replicas), state, time.monotonic())
+        self.pending.report([r for r in replicas if not r.started], bool(replicas), state, time.monotonic(),
+                            str((job.get("metadata") or {}).get("uid") or ""))
         return None
 
     def _sync_followers(self, replicas: Iterable[Replica], present: set[str]) -> None:
@@ -320,7 +329,8 @@ class _Follow:
 
     def _start_follower(self, replica: Replica) -> PodFollower:
         since, tail = self.options.since_seconds, self.options.tail
-        follower = PodFollower(self.core, self.namespace, replica, self.output.emit, self.notice, since, tail)
+        opener = functools.partial(open_log, self.api, self.namespace)
+        follower = PodFollower(opener, self.namespace, replica, self.output.emit, self.notice, since, tail)
         self.followers[replica.pod] = follower
         follower.start()
         return follower

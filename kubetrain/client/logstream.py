@@ -23,30 +23,31 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from kubetrain.client.errors import ApiError, Unreachable, api_error_types
 from kubetrain.client.logmerge import NO_TIME, Dedup, LineAssembler, split_timestamp, text_lines
 from kubetrain.client.pods import Replica
 from kubetrain.client.retry import backoff
 
 Emit = Callable[[str, str, str], None]  # (label, timestamp text, line)
 Notice = Callable[[str], None]
+Opener = Callable[..., Any]  # (pod, container, *, follow, previous, since_seconds, tail_lines) -> a streamed response
 READ_SIZE = 65536
 RESUME_MARGIN = 60  # seconds re-read before the last line seen, to absorb clock skew with the node
 DRAIN_IDLE = 0.5  # a stopped container's stream is closed after this long without data (then re-read)...
 DRAIN_MAX = 3.0  # ...or this long after it stopped, even if data still flows (the re-read gets the rest)
-STREAM_ERRORS = (ApiException, HTTPError, OSError, http.client.HTTPException, ValueError)
+# Unreachable: the API server went away (a restart); the follower retries until the job's end is known.
+STREAM_ERRORS = (ApiError, Unreachable, HTTPError, OSError, http.client.HTTPException, ValueError)
 
 
 class PodFollower(threading.Thread):
     """Writes one pod's lines through `emit` until the pod is done or `stop()` ends it."""
 
-    def __init__(self, core: client.CoreV1Api, namespace: str, replica: Replica, emit: Emit, notice: Notice,
+    def __init__(self, opener: Opener, namespace: str, replica: Replica, emit: Emit, notice: Notice,
                  since_seconds: int | None = None, tail: int | None = None) -> None:
         super().__init__(name=f"logs-{replica.pod}", daemon=True)
-        self.core, self.namespace, self.emit, self.notice = core, namespace, emit, notice
+        self.open, self.namespace, self.emit, self.notice = opener, namespace, emit, notice
         self.replica = replica
         self.first = (since_seconds, tail)  # --since/--tail apply to the instance running when we start
         self.instance: int | None = None  # restartCount of the container instance being followed
@@ -131,9 +132,8 @@ class PodFollower(threading.Thread):
         """Write what a non-follow read has beyond the last line written (the end of a stopped container)."""
         since, tail = self._resume_point()
         try:
-            response = self.core.read_namespaced_pod_log(
-                replica.pod, self.namespace, container=replica.container, previous=previous, timestamps=True,
-                since_seconds=None if previous else since, tail_lines=tail, _preload_content=False)
+            response = self.open(replica.pod, replica.container, previous=previous,
+                                 since_seconds=None if previous else since, tail_lines=tail)
             text = _body(response)
         except STREAM_ERRORS as exc:
             which = "previous container's" if previous else "container's"
@@ -147,9 +147,7 @@ class PodFollower(threading.Thread):
         since, tail = self._resume_point()
         self.dedup.begin_replay()
         try:
-            response = self.core.read_namespaced_pod_log(
-                replica.pod, self.namespace, container=replica.container, follow=True, timestamps=True,
-                since_seconds=since, tail_lines=tail, _preload_content=False)
+            response = self.open(replica.pod, replica.container, follow=True, since_seconds=since, tail_lines=tail)
         except STREAM_ERRORS as exc:
             self._failed(exc)
             return
@@ -237,6 +235,6 @@ def _body(response: Any) -> str:
 
 
 def _short(exc: BaseException) -> str:
-    if isinstance(exc, ApiException):
-        return f"{exc.status} {exc.reason}"
+    if isinstance(exc, api_error_types()):
+        return f"{getattr(exc, 'status', '?')} {getattr(exc, 'reason', '')}"
     return (str(exc).splitlines() or [type(exc).__name__])[0][:160]

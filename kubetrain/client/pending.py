@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client
-
-from kubetrain.client import hints, watch
+from kubetrain.client import hints
+from kubetrain.client.events import list_events
 from kubetrain.client.pods import Replica
 
 EVENTS_EVERY = 2.0  # seconds between event lists while something is pending
@@ -16,16 +15,16 @@ EVENTS_EVERY = 2.0  # seconds between event lists while something is pending
 class PendingReporter:
     """Tells `notice` about pending replicas: their state when it changes, and each new event about them."""
 
-    def __init__(self, core: client.CoreV1Api, namespace: str, kind: str, job: str,
+    def __init__(self, api: Any, namespace: str, kind: str, job: str,
                  notice: Callable[[str], None], every: float = EVENTS_EVERY) -> None:
-        self.core, self.namespace, self.kind, self.job, self.notice = core, namespace, kind, job, notice
+        self.api, self.namespace, self.kind, self.job, self.notice = api, namespace, kind, job, notice
         self.every = every
         self._states: dict[str, str] = {}
         self._seen: set[tuple[str, str]] = set()
         self._next = 0.0
         self._job_state = ""
 
-    def report(self, pending: list[Replica], have_pods: bool, job_state: str, now: float) -> None:
+    def report(self, pending: list[Replica], have_pods: bool, job_state: str, now: float, job_uid: str = "") -> None:
         if not have_pods and job_state != self._job_state:
             self.notice(f"waiting for the pods of {self.kind} {self.job} (job: {job_state})")
         self._job_state = job_state
@@ -36,11 +35,13 @@ class PendingReporter:
                 self.notice(f"[{replica.label}] {replica.phase}: {state}")
         if (pending or not have_pods) and now >= self._next:
             self._next = now + self.every
-            self._events({r.pod: r.label for r in pending})
+            self._events({r.uid: r.label for r in pending}, job_uid)
 
-    def _events(self, labels: dict[str, str]) -> None:
+    def _events(self, labels: dict[str, str], job_uid: str) -> None:
+        """Only this job's and its pending pods' Events (by UID: not a namespace-wide read, and not the
+        events of an earlier job of the same name)."""
         try:
-            items, _ = watch.list_objects(self.core.list_namespaced_event, namespace=self.namespace)
+            items = list_events(self.api, self.namespace, [job_uid, *labels])
         except Exception as exc:  # events are a courtesy while waiting: never stop following over them
             key = ("error", type(exc).__name__)
             if key not in self._seen:
@@ -52,10 +53,10 @@ class PendingReporter:
 
     def _one(self, event: dict[str, Any], labels: dict[str, str]) -> None:
         involved = event.get("involvedObject") or {}
-        name = str(involved.get("name") or "")
-        if name in labels and involved.get("kind") == "Pod":
-            where = f"[{labels[name]}]"
-        elif name == self.job and event.get("type") == "Warning":
+        uid = str(involved.get("uid") or "")
+        if uid in labels and involved.get("kind") == "Pod":
+            where = f"[{labels[uid]}]"
+        elif involved.get("name") == self.job and event.get("type") == "Warning":
             where = f"{self.kind} {self.job}:"
         else:
             return

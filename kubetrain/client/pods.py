@@ -12,10 +12,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client
-
 from kubetrain.client import watch
 from kubetrain.client.errors import cluster_errors
+from kubetrain.client.rest import path_of, rest_of
 from kubetrain.client.targets import PYTORCHJOB, TRAINJOB, Target
 from kubetrain.errors import UsageError
 
@@ -139,15 +138,18 @@ def replicas_of(pods: list[dict[str, Any]], target: Target | None = None, job: s
     return sorted((replica_of(p, target, job) for p in pods), key=sort_key)
 
 
-def list_pods(api: client.ApiClient, target: Target, namespace: str, job: str) -> list[dict[str, Any]]:
+def list_pods(api: Any, target: Target, namespace: str, job: str) -> list[dict[str, Any]]:
     """The job's pods as dicts (all replica types; TrainJob initializers included)."""
     with cluster_errors(f"list pods in namespace {namespace}"):
-        items, _ = watch.list_objects(client.CoreV1Api(api).list_namespaced_pod, namespace=namespace,
-                                      label_selector=target.pod_selector(job))
+        items, _ = watch.list_objects(pods_list_fn(api, namespace), label_selector=target.pod_selector(job))
     return items
 
 
-def job_replicas(api: client.ApiClient, target: Target, namespace: str, job: str) -> list[Replica]:
+def pods_list_fn(api: Any, namespace: str) -> watch.ListFn:
+    return watch.rest_list(api, path_of("", "v1", "pods", namespace))
+
+
+def job_replicas(api: Any, target: Target, namespace: str, job: str) -> list[Replica]:
     """Every pod of the job, master first, then by role and index."""
     return replicas_of(list_pods(api, target, namespace, job), target, job)
 
@@ -171,3 +173,13 @@ def select(replicas: list[Replica], wanted: str) -> list[Replica]:
         have = ", ".join(r.label for r in replicas)
         raise UsageError(f"--replica {wanted}: the job has no such replica (it has: {have})")
     return chosen
+
+
+def open_log(api: Any, namespace: str, pod: str, container: str | None, *, follow: bool = False,
+             previous: bool = False, since_seconds: int | None = None, tail_lines: int | None = None) -> Any:
+    """The pod's log as a streamed urllib3 response (always with timestamps). A followed log may be quiet
+    for hours, so it has no read timeout; a plain read has the client's --request-timeout."""
+    query = {"container": container, "follow": follow or None, "previous": previous or None, "timestamps": True,
+             "sinceSeconds": since_seconds, "tailLines": tail_lines}
+    return rest_of(api).request("GET", path_of("", "v1", "pods", namespace, pod, "log"), query, stream=True,
+                                read_timeout=None if follow else -1)

@@ -42,7 +42,7 @@ def failed(results: list[CheckResult]) -> list[CheckResult]:
 
 
 def run(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], namespace: str,
-        server: str = "") -> list[CheckResult]:
+        server: str = "", skip_fit: bool = False) -> list[CheckResult]:
     """Every check, in order; stops after the first if the API server cannot be reached."""
     reach = check_reachable(api, server)
     if reach.status == FAIL:
@@ -56,7 +56,10 @@ def run(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], na
     results.append(ns)
     if ns.status != FAIL:
         results += check_references(api, namespace, references(job))
-    results.append(check_fit(api, job, target, namespace, name))
+    if skip_fit:
+        results.append(CheckResult("fit", WARN, "not checked (--skip-fit)"))
+    else:
+        results.append(check_fit(api, job, target, namespace, name))
     return results
 
 
@@ -184,8 +187,10 @@ def check_references(api: client.ApiClient, namespace: str, refs: list[Reference
     results, present = [], []
     for ref in refs:
         try:
-            _reader(api, ref.kind)(ref.name, namespace)
+            found = _reader(api, ref.kind)(ref.name, namespace)
             present.append(f"{ref.kind} {ref.name}")
+            if ref.kind == "PersistentVolumeClaim" and (unbound := pvc_binding(api, found)) is not None:
+                results.append(unbound)
         except ApiException as exc:
             if exc.status == 404:
                 results.append(CheckResult("references", FAIL, f"{ref.kind} {ref.name} not found in namespace "
@@ -196,6 +201,51 @@ def check_references(api: client.ApiClient, namespace: str, refs: list[Reference
     if present:
         results.insert(0, CheckResult("references", OK, ", ".join(present) + " exist"))
     return results
+
+
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+
+
+def pvc_binding(api: client.ApiClient, pvc: Any) -> CheckResult | None:
+    """A Pending claim that nothing can bind: a StorageClass that does not exist, or no class at all and no
+    Available PersistentVolume big enough with its access modes. None when it is (or can get) bound."""
+    claim: dict[str, Any] = api.sanitize_for_serialization(pvc)
+    if (claim.get("status") or {}).get("phase") != "Pending":
+        return None
+    name, spec = claim["metadata"]["name"], claim.get("spec") or {}
+    classes: list[dict[str, Any]] = api.sanitize_for_serialization(client.StorageV1Api(api).list_storage_class().items)
+    by_name = {c["metadata"]["name"]: c for c in classes}
+    wanted = spec.get("storageClassName")
+    if wanted is None:  # the default class, if the cluster has one
+        wanted = next((n for n, c in by_name.items()
+                       if (c["metadata"].get("annotations") or {}).get(DEFAULT_CLASS) == "true"), "")
+    wanted = str(wanted)
+    if wanted and wanted not in by_name:
+        return CheckResult("references", FAIL, f"PersistentVolumeClaim {name} can never bind: StorageClass "
+                           f"{wanted} does not exist", "kubectl get storageclass; fix the claim's storageClassName")
+    if wanted and by_name[wanted].get("provisioner") != "kubernetes.io/no-provisioner":
+        return None  # dynamic provisioning (Immediate or WaitForFirstConsumer): it binds when provisioned
+    if _matching_volume(api, spec, wanted):
+        return None
+    return CheckResult("references", FAIL, f"PersistentVolumeClaim {name} can never bind: no StorageClass "
+                       f"provisions it and no Available PersistentVolume{' of class ' + wanted if wanted else ''} "
+                       "has its size and access modes", "create a matching PersistentVolume, or give the claim "
+                       "a StorageClass that provisions volumes (kubectl get storageclass)")
+
+
+def _matching_volume(api: client.ApiClient, claim: dict[str, Any], wanted: str) -> bool:
+    from kubetrain.spec.quantity import parse_quantity
+
+    size = parse_quantity(((claim.get("resources") or {}).get("requests") or {}).get("storage") or "0")
+    modes = set(claim.get("accessModes") or [])
+    volumes: list[dict[str, Any]] = api.sanitize_for_serialization(client.CoreV1Api(api).list_persistent_volume().items)
+    for pv in volumes:
+        spec = pv.get("spec") or {}
+        if ((pv.get("status") or {}).get("phase") == "Available" and (spec.get("storageClassName") or "") == wanted
+                and parse_quantity((spec.get("capacity") or {}).get("storage") or "0") >= size
+                and modes <= set(spec.get("accessModes") or [])):
+            return True
+    return False
 
 
 def fit_request(job: dict[str, Any]) -> fitting.FitRequest:
@@ -221,7 +271,14 @@ def check_fit(api: client.ApiClient, job: dict[str, Any], target: Target, namesp
     # A re-submitted job's own pods hold GPUs it will keep using: they are not competition.
     pods = [p for p in pods if not _owned(p, target, namespace, name)]
     result = fitting.fit(nodes, pods, request)
-    return CheckResult("fit", OK if result.fits else FAIL, result.message, result.hint)
+    if result.fits:
+        return CheckResult("fit", OK, result.message)
+    if result.never:
+        return CheckResult("fit", FAIL, result.message, result.hint)
+    # Not now: the pods would queue behind others. Worth knowing (who holds the GPUs), not a refusal.
+    held = fitting.holders(pods, result.nodes, request.resource)
+    return CheckResult("fit", WARN, f"not now: {result.message}" + (f"; GPUs held by {held}" if held else ""),
+                       result.hint)
 
 
 def _owned(pod: dict[str, Any], target: Target, namespace: str, name: str) -> bool:

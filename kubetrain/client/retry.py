@@ -1,13 +1,12 @@
 """Retry API calls with exponential backoff on 429, 5xx and dropped connections, honouring Retry-After.
 
-Two ways in:
+One rule (`delay_for`) for both clients: kubetrain.client.rest (urllib3, the hot paths) and
+kubetrain.client.k8sapi (`RetryingApiClient`, the kubernetes package's client). ``call(fn)`` retries any
+callable. Importing this module does not import the kubernetes package.
 
-* ``RetryingApiClient`` (what ``connect()`` returns): every request made through it, typed API,
-  CustomObjectsApi or a watch's initial request, is retried. Most code needs nothing else.
-* ``call(fn)`` retries any callable, for code holding some other client.
-
-Connection *refused* is not retried here (urllib3 already retried the connect; the cluster is down and
-the user should hear so at once). A reset or a dropped response mid-request is retried.
+Connection *refused* is not retried here (the cluster is down and a one-shot command should say so at
+once); followers (kubetrain.client.watch) retry it until their own deadline. A reset or a response
+dropped mid-request is retried.
 """
 
 from __future__ import annotations
@@ -20,12 +19,9 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, TypeVar
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from urllib3 import Retry
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
-from kubetrain.client.errors import translate
+from kubetrain.client.errors import api_error_types, is_api_error
 
 T = TypeVar("T")
 NOT_RETRIED_5XX = {501, 505}  # Not Implemented / HTTP Version Not Supported never get better
@@ -89,9 +85,24 @@ def permanent_500(status: int | None, body: bytes | str | None) -> bool:
 
 def should_retry(exc: BaseException) -> tuple[bool, float | None]:
     """(retry?, Retry-After seconds) for an exception raised by an API call."""
-    if isinstance(exc, ApiException):
-        return retryable_status(exc.status) and not permanent_500(exc.status, exc.body), retry_after(exc.headers)
+    if is_api_error(exc):
+        status, body = getattr(exc, "status", None), getattr(exc, "body", None)
+        return retryable_status(status) and not permanent_500(status, body), retry_after(getattr(exc, "headers", None))
     return is_connection_reset(exc), None
+
+
+def delay_for(attempt: int, policy: RetryPolicy = DEFAULT_POLICY, *, exc: BaseException | None = None,
+              status: int | None = None, body: bytes | str | None = None,
+              headers: Mapping[str, str] | None = None) -> float | None:
+    """Seconds to wait before try `attempt + 1`, or None when the failure is final: the one retry rule of
+    both clients (kubetrain.client.rest and the kubernetes package's, kubetrain.client.k8sapi)."""
+    if attempt >= policy.attempts:
+        return None
+    if exc is not None:
+        return backoff(attempt, policy) if is_connection_reset(exc) else None
+    if retryable_status(status) and not permanent_500(status, body):
+        return backoff(attempt, policy, retry_after(headers))
+    return None
 
 
 def call(fn: Callable[[], T], policy: RetryPolicy = DEFAULT_POLICY,
@@ -100,7 +111,10 @@ def call(fn: Callable[[], T], policy: RetryPolicy = DEFAULT_POLICY,
     for attempt in range(1, policy.attempts + 1):
         try:
             return fn()
-        except (ApiException, ProtocolError, MaxRetryError, OSError, http.client.HTTPException) as exc:
+        except Exception as exc:
+            if not isinstance(exc, (*api_error_types(), ProtocolError, MaxRetryError, OSError,
+                                    http.client.HTTPException)):
+                raise
             again, after = should_retry(exc)
             if not again or attempt == policy.attempts:
                 raise
@@ -108,41 +122,11 @@ def call(fn: Callable[[], T], policy: RetryPolicy = DEFAULT_POLICY,
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-class RetryingApiClient(client.ApiClient):
-    """An ApiClient whose every request is retried by `policy` (see the module docstring)."""
+def __getattr__(name: str) -> Any:
+    """`RetryingApiClient` lives in kubetrain.client.k8sapi (it imports the kubernetes package, which this
+    module, used by the fast REST client, must not)."""
+    if name == "RetryingApiClient":
+        from kubetrain.client.k8sapi import RetryingApiClient
 
-    retry_policy: RetryPolicy = DEFAULT_POLICY
-    sleep: Callable[[float], None] = staticmethod(time.sleep)
-
-    def __init__(self, configuration: client.Configuration | None = None, *args: Any, **kwargs: Any) -> None:
-        configuration = configuration or client.Configuration()
-        if configuration.retries is None:
-            # urllib3 keeps its quick reconnects, but statuses (and Retry-After) are ours to handle, once.
-            configuration.retries = Retry(total=3, status=0, respect_retry_after_header=False,
-                                          raise_on_status=False)
-        super().__init__(configuration, *args, **kwargs)
-
-    def call_api(self, *args: Any, **kwargs: Any) -> Any:
-        """Retried request; a network failure that retrying did not cure is a ClusterError naming the server."""
-        attempt = 1
-        while True:
-            try:
-                response = super().call_api(*args, **kwargs)
-            except (ProtocolError, MaxRetryError, OSError, http.client.HTTPException) as exc:
-                if not is_connection_reset(exc) or attempt >= self.retry_policy.attempts:
-                    raise translate(exc, "reach the API server", self.configuration.host) from None
-                self.sleep(backoff(attempt, self.retry_policy))
-                attempt += 1
-                continue
-            except ApiException as exc:  # status 0: TLS failure, reported by the REST layer as an ApiException
-                if exc.status:
-                    raise
-                raise translate(exc, "reach the API server", self.configuration.host) from None
-            if not retryable_status(response.status) or attempt >= self.retry_policy.attempts:
-                return response
-            after = retry_after(response.getheaders())
-            body = response.read()  # drain, so the connection goes back to the pool
-            if permanent_500(response.status, body):
-                return response
-            self.sleep(backoff(attempt, self.retry_policy, after))
-            attempt += 1
+        return RetryingApiClient
+    raise AttributeError(name)

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from kubernetes import client
-
-from kubetrain.client import hints, jobs, pods, watch
-from kubetrain.client.errors import cluster_errors
+from kubetrain.client import hints, jobs, pods
+from kubetrain.client.events import list_events
 from kubetrain.client.targets import PYTORCHJOB, Target
 
 JOB_KINDS = {"PyTorchJob", "TrainJob", "JobSet", "Job", "Service"}
+CREATED_POD = re.compile(r"Created pod: (\S+)")  # the training-operator's SuccessfulCreatePod event
 
 
 @dataclass(frozen=True)
@@ -25,6 +24,7 @@ class PodRow:
     restarts: int
     last_termination: str
     hints: list[str] = field(default_factory=list)
+    recreated: int = 0  # times the operator created this replica's pod again (restarts do not count those)
 
 
 @dataclass(frozen=True)
@@ -74,23 +74,54 @@ def _sort_key(event: dict[str, Any]) -> tuple[dt.datetime, str]:
     return when, str((event.get("metadata") or {}).get("resourceVersion", ""))
 
 
-def belongs(event: dict[str, Any], target: Target, job: str, pod_names: set[str]) -> bool:
-    """Is the Event about this job, one of its pods (current or deleted), or its JobSet/Jobs/Services?"""
-    involved = event.get("involvedObject") or {}
-    name, kind = str(involved.get("name") or ""), str(involved.get("kind") or "")
-    if name in pod_names or (name == job and kind in JOB_KINDS | {target.kind}):
-        return True
-    if target is PYTORCHJOB:
-        return bool(re.fullmatch(rf"{re.escape(job)}-(master|worker)-\d+", name)) and kind in {"Pod", "Service"}
-    return bool(re.fullmatch(rf"{re.escape(job)}-[a-z0-9-]+", name)) and kind in {"Pod", "Job"}
+def _expected_pods(obj: dict[str, Any], target: Target) -> list[str]:
+    """A PyTorchJob's pod names (NAME-master-0, NAME-worker-3): deleted pods' Events are found by name."""
+    if target is not PYTORCHJOB:
+        return []
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    replicas = (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    return [f"{name}-{kind.lower()}-{i}" for kind, spec in replicas.items()
+            for i in range(int(spec.get("replicas", 1)))]
 
 
-def job_events(api: client.ApiClient, target: Target, namespace: str, job: str, pod_names: set[str]
-               ) -> list[EventRow]:
+def job_event_dicts(api: Any, target: Target, namespace: str, obj: dict[str, Any],
+                    pod_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events of this incarnation of the job: by UID for the job and its current pods; by name (and not older
+    than the job) for pods already deleted and a TrainJob's JobSet. Oldest first."""
+    meta = obj.get("metadata") or {}
+    uids = {str(meta.get("uid") or "")} | {str((p.get("metadata") or {}).get("uid") or "") for p in pod_list}
+    present = {str((p.get("metadata") or {}).get("name") or "") for p in pod_list}
+    named = [("Pod", pod) for pod in _expected_pods(obj, target) if pod not in present]
+    if target is not PYTORCHJOB:
+        named.append(("JobSet", str(meta.get("name") or "")))
+    items = list_events(api, namespace, uids - {""}, named)
+    return own_events(items, uids - {""}, str(meta.get("creationTimestamp") or ""))
+
+
+def own_events(items: list[dict[str, Any]], uids: set[str], created: str) -> list[dict[str, Any]]:
+    """Events about these UIDs, or (found by name: a deleted pod's) not older than the job; oldest first."""
+    born = _sort_key({"lastTimestamp": created})[0]
+    mine = [e for e in items if str((e.get("involvedObject") or {}).get("uid") or "") in uids
+            or _sort_key(e)[0] >= born]
+    return sorted(mine, key=_sort_key)
+
+
+def recreations(events: list[dict[str, Any]]) -> dict[str, int]:
+    """Pod name → how many times the operator created it beyond the first (from SuccessfulCreatePod)."""
+    created: dict[str, int] = {}
+    for event in events:
+        if event.get("reason") == "SuccessfulCreatePod" and (found := CREATED_POD.search(str(event.get("message")))):
+            created[found.group(1)] = created.get(found.group(1), 0) + int(event.get("count") or 1)
+    return {pod: count - 1 for pod, count in created.items() if count > 1}
+
+
+def job_events(api: Any, target: Target, namespace: str, obj: dict[str, Any],
+               pod_list: list[dict[str, Any]]) -> list[EventRow]:
     """The job's Events, oldest first."""
-    with cluster_errors(f"list events in namespace {namespace}"):
-        items, _ = watch.list_objects(client.CoreV1Api(api).list_namespaced_event, namespace=namespace)
-    mine = sorted((e for e in items if belongs(e, target, job, pod_names)), key=_sort_key)
+    return event_rows(job_event_dicts(api, target, namespace, obj, pod_list))
+
+
+def event_rows(mine: list[dict[str, Any]]) -> list[EventRow]:
     rows = []
     for event in mine:
         involved = event.get("involvedObject") or {}
@@ -101,12 +132,16 @@ def job_events(api: client.ApiClient, target: Target, namespace: str, job: str, 
     return rows
 
 
-def job_status(api: client.ApiClient, targets: list[Target], namespace: str, name: str,
+def job_status(api: Any, targets: list[Target], namespace: str, name: str,
                recent: int = 10) -> JobStatus:
     target, obj = jobs.find(api, targets, namespace, name)
     pod_list = pods.list_pods(api, target, namespace, name)
-    rows = pod_rows(pod_list, target, name)
-    events = job_events(api, target, namespace, name, {r.name for r in rows})[-recent:]
-    all_hints = hints.unique([h for r in rows for h in r.hints] +
+    event_dicts = job_event_dicts(api, target, namespace, obj, pod_list)
+    again = recreations(event_dicts)
+    rows = [replace(r, recreated=again.get(r.name, 0)) for r in pod_rows(pod_list, target, name)]
+    events = event_rows(event_dicts)[-recent:] if recent else []
+    recreated = [f"pod {r.name} was re-created {r.recreated} time(s) by the operator (its restart count "
+                 f"starts again each time): see why with `kubetrain events {name}`" for r in rows if r.recreated]
+    all_hints = hints.unique(recreated + [h for r in rows for h in r.hints] +
                              [h for e in events if e.type == "Warning" for h in e.hints])
     return JobStatus(jobs.summary(obj, target), jobs.conditions(obj), rows, events, all_hints)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from kubetrain.client.errors import CRD_HINT, cluster_errors
+from kubetrain.client.errors import CRD_HINT, cluster_errors, is_api_error
+from kubetrain.client.rest import rest_of
 from kubetrain.errors import ClusterError
 
 
@@ -51,23 +50,23 @@ BY_KIND = {t.kind: t for t in (PYTORCHJOB, TRAINJOB)}
 AUTO_ORDER = (PYTORCHJOB, TRAINJOB)
 
 
-def served(api: client.ApiClient, target: Target) -> bool:
+def served(api: Any, target: Target) -> bool:
     """Does the API server serve the target's resource? Uses discovery, which every user may read."""
     try:
-        resources = client.CustomObjectsApi(api).get_api_resources(target.group, target.version)
-    except ApiException as exc:
-        if exc.status == 404:
+        resources = rest_of(api).get(f"/apis/{target.group}/{target.version}")
+    except Exception as exc:
+        if is_api_error(exc) and getattr(exc, "status", None) == 404:
             return False
         raise
-    return any(r.name == target.plural for r in resources.resources or [])
+    return any(r.get("name") == target.plural for r in resources.get("resources") or [])
 
 
-def installed(api: client.ApiClient) -> list[Target]:
+def installed(api: Any) -> list[Target]:
     with cluster_errors("discover the training APIs"):
         return [t for t in AUTO_ORDER if served(api, t)]
 
 
-def resolve(api: client.ApiClient, wanted: str) -> Target:
+def resolve(api: Any, wanted: str) -> Target:
     """The Target for spec.target (auto: the first installed of PyTorchJob, TrainJob); errors say what to install."""
     if wanted != "auto":
         return TARGETS[wanted]

@@ -114,7 +114,7 @@ def _kubeconfig(tmp_path: Path, source: Path, server: str | None = None, token: 
 def test_unreachable_and_rejected_credentials_are_one_line_errors(controlplane, tmp_path, argv):
     down = _kubeconfig(tmp_path, controlplane.kubeconfig, server="https://127.0.0.1:1")
     result = run(*argv, "--kubeconfig", down)
-    assert result.exit_code == 1 and result.stdout == ""
+    assert result.exit_code == 3 and result.stdout == ""  # could not reach the cluster (docs/cluster.md)
     assert result.stderr.splitlines() == [result.stderr.strip()] and result.stderr.startswith("error: cannot reach")
     expired = _kubeconfig(tmp_path, controlplane.kubeconfig, token="expired-token")
     result = run(*argv, "--kubeconfig", expired)

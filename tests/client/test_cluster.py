@@ -216,20 +216,30 @@ def test_preflight_fit_counts_only_eligible_nodes_with_free_gpus(conn: Connectio
                                                                  tmp_path: Path) -> None:
     four = render(write_spec(tmp_path, "big", nodes=4), namespace)
     fit = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, without_tolerations(four), namespace)}["fit"]
-    assert fit.status == preflight.FAIL
-    assert fit.message == ("needs 4 pods × 8 nvidia.com/gpu; only 2 eligible nodes have ≥ 8 free "
-                           "(cloud.google.com/gke-accelerator=nvidia-h100-80gb)")
+    assert fit.status == preflight.FAIL  # never: 2 eligible 8-GPU nodes, even idle, hold 2 such pods
+    assert fit.message == ("can never fit: 4 pods × 8 nvidia.com/gpu, but the eligible nodes hold at most 2 "
+                           "such pod(s) even when idle (cloud.google.com/gke-accelerator=nvidia-h100-80gb)")
     assert "gpu-node-2: taint nvidia.com/gpu=present:NoSchedule not tolerated" in fit.hint
     tolerated = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, four, namespace)}["fit"]
-    assert tolerated.message.startswith("needs 4 pods × 8 nvidia.com/gpu; only 3 eligible nodes have ≥ 8 free")
+    assert tolerated.message.startswith("can never fit: 4 pods × 8 nvidia.com/gpu, but the eligible nodes hold at "
+                                        "most 3")
+    sixteen = render(write_spec(tmp_path, "wide", nodes=4, gpus=16), namespace)
+    wide = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, sixteen, namespace)}["fit"]
+    assert (wide.status, wide.message) == (preflight.FAIL, "can never fit: each pod needs 16 nvidia.com/gpu but "
+                                           "the largest eligible node has 8 (cloud.google.com/gke-accelerator="
+                                           "nvidia-h100-80gb)")
+    assert "free up" not in wide.hint and "lower spec.gpusPerNode to at most 8" in wide.hint
 
     # GPUs in use count: a running 2-node job leaves one free node.
     apply.submit(conn.api, PYTORCHJOB, render(write_spec(tmp_path, "busy", nodes=2), namespace))
     pods_by_phase(conn, namespace, "busy", 2)
     two = render(write_spec(tmp_path, "next", nodes=2), namespace)
     busy = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, two, namespace)}["fit"]
-    assert busy.message.startswith("needs 2 pods × 8 nvidia.com/gpu; only 1 eligible node have ≥ 8 free")
-    assert "0/8 free" in busy.hint
+    # Not now: a warning (the pods would queue), naming the job that holds the GPUs.
+    assert busy.status == preflight.WARN
+    assert busy.message.startswith("not now: needs 2 pods × 8 nvidia.com/gpu; only 1 eligible node have ≥ 8 free")
+    assert "GPUs held by gpu-node-" in busy.message and f"{namespace}/busy (1 pod(s), 8 GPU)" in busy.message
+    assert "0/8 free" in busy.hint and "--wait-for-capacity" in busy.hint
     # ...but a re-submitted job's own pods do not compete with it.
     same = render(write_spec(tmp_path, "busy", nodes=2), namespace)
     assert {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, same, namespace)}["fit"].status == preflight.OK
@@ -240,7 +250,7 @@ def test_preflight_selector_matching_only_cpu_nodes(conn: Connection, namespace:
                       placement={"cloud": "none", "nodeSelector": {"cloud.google.com/gke-nodepool": "cpu-pool"}})
     fit = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, render(path, namespace), namespace)}["fit"]
     assert fit.status == preflight.FAIL
-    assert fit.message == ("needs 1 pods × 1 nvidia.com/gpu; no eligible node has ≥ 1 free "
+    assert fit.message == ("can never fit: each pod needs 1 nvidia.com/gpu but the largest eligible node has 0 "
                            "(cloud.google.com/gke-nodepool=cpu-pool)")
     assert "gpu-node-0: nodeSelector cloud.google.com/gke-nodepool=cpu-pool does not match" in fit.hint
 
@@ -261,3 +271,28 @@ def test_failed_scheduling_from_the_real_scheduler_becomes_a_hint(conn: Connecti
     event = next(e for e in report.events if e.reason == "FailedScheduling")
     assert "Insufficient nvidia.com/gpu" in event.message and event.object == f"pod/{pending[0].name}"
 
+
+
+def test_preflight_flags_a_claim_that_can_never_bind(conn: Connection, namespace: str, tmp_path: Path) -> None:
+    core = kubernetes.client.CoreV1Api(conn.api)
+    claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}
+    core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": "typo"},
+                                                               "spec": {**claim, "storageClassName": "fast-ssdd"}})
+    core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": "static"},
+                                                               "spec": {**claim, "storageClassName": ""}})
+    volumes = [{"name": "a", "claim": "typo", "mountPath": "/a"}, {"name": "b", "claim": "static", "mountPath": "/b"}]
+    objects = render(write_spec(tmp_path, "pvcs", nodes=1, gpus=0, volumes=volumes), namespace)
+    lines = [r.line() for r in preflight.run(conn.api, PYTORCHJOB, objects, namespace) if r.name == "references"]
+    assert ("✗ references: PersistentVolumeClaim typo can never bind: StorageClass fast-ssdd does not exist — "
+            "kubectl get storageclass; fix the claim's storageClassName") in lines
+    assert any(line.startswith("✗ references: PersistentVolumeClaim static can never bind: no StorageClass "
+                               "provisions it and no Available PersistentVolume has its size") for line in lines)
+    # A matching static volume makes it bindable.
+    core.create_persistent_volume({"metadata": {"name": f"pv-{namespace}"}, "spec": {
+        "capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+        "hostPath": {"path": "/tmp/pv"}}})
+    try:
+        again = [r.line() for r in preflight.run(conn.api, PYTORCHJOB, objects, namespace) if r.name == "references"]
+        assert not any("static can never bind" in line for line in again)
+    finally:
+        core.delete_persistent_volume(f"pv-{namespace}")

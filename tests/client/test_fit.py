@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubetrain.client.fit import FitRequest, exclusion, fit, pod_request, tolerates
+from kubetrain.client.fit import FitRequest, exclusion, fit, holders, pod_request, tolerates
 
 GPU = "nvidia.com/gpu"
 H100 = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
@@ -39,10 +39,11 @@ def gke_cluster() -> list[dict[str, Any]]:
 
 def test_the_issue_example_four_by_eight_on_two_eligible_nodes() -> None:
     result = fit(gke_cluster(), [], FitRequest(4, 8, dict(H100), []))
-    assert not result.fits
-    assert result.message == ("needs 4 pods × 8 nvidia.com/gpu; only 2 eligible nodes have ≥ 8 free "
-                              "(cloud.google.com/gke-accelerator=nvidia-h100-80gb)")
+    assert not result.fits and result.never  # two eligible 8-GPU nodes can never hold 4 such pods
+    assert result.message == ("can never fit: 4 pods × 8 nvidia.com/gpu, but the eligible nodes hold at most 2 "
+                              "such pod(s) even when idle (cloud.google.com/gke-accelerator=nvidia-h100-80gb)")
     assert "gpu-node-2: taint nvidia.com/gpu=present:NoSchedule not tolerated" in result.hint
+    assert "lower spec.nodes to at most 2" in result.hint and "wait" not in result.hint
     assert "cpu-node-0" not in result.hint  # CPU nodes are not worth mentioning
 
 
@@ -70,10 +71,30 @@ def test_multiple_pods_per_node_message() -> None:
 def test_cordoned_notready_and_selector_are_excluded() -> None:
     nodes = [node("c", cordoned=True), node("n", ready=False), node("s", labels={"other": "x"})]
     result = fit(nodes, [], FitRequest(1, 8, dict(H100), []))
-    assert not result.fits
-    assert result.message.startswith("needs 1 pods × 8 nvidia.com/gpu; no eligible node has ≥ 8 free")
+    assert not result.fits and result.never
+    assert result.message.startswith("can never fit: each pod needs 8 nvidia.com/gpu but the largest eligible "
+                                     "node has 0")
     assert "c: cordoned" in result.hint and "n: NotReady" in result.hint
     assert "s: nodeSelector cloud.google.com/gke-accelerator=nvidia-h100-80gb does not match" in result.hint
+
+
+def test_larger_than_any_node_is_never_not_wait() -> None:
+    """The issue's case: 4 × 16 GPUs on 8-GPU nodes was told to wait for GPUs to free up."""
+    result = fit([node(f"g{i}") for i in range(8)], [], FitRequest(4, 16, {}, []))
+    assert result.never and not result.not_now
+    assert "each pod needs 16 nvidia.com/gpu but the largest eligible node has 8" in result.message
+    assert "lower spec.gpusPerNode to at most 8" in result.hint and "free up" not in result.hint
+
+
+def test_busy_cluster_is_not_now_and_names_who_holds_the_gpus() -> None:
+    busy = [pod("gpu-node-0", 8), pod("gpu-node-1", 4)]
+    busy[0]["metadata"] = {"name": "bert-master-0", "namespace": "ml",
+                           "labels": {"training.kubeflow.org/job-name": "bert"}}
+    result = fit(gke_cluster(), busy, FitRequest(2, 8, {}, []))
+    assert not result.fits and result.not_now and not result.never
+    assert "wait (Pending) until GPUs free up" in result.hint
+    held = holders(busy, result.nodes)
+    assert held == "gpu-node-0: ml/bert (1 pod(s), 8 GPU); gpu-node-1: ?/p-gpu-node-1 (1 pod(s), 4 GPU)"
 
 
 def test_no_gpu_capacity_anywhere_points_at_the_device_plugin() -> None:

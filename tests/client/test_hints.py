@@ -13,7 +13,8 @@ SCHEDULER = ("0/4 nodes are available: 1 node(s) didn't match Pod's node affinit
 def test_failed_scheduling_explains_every_cause() -> None:
     hints = event_hints({"reason": "FailedScheduling", "type": "Warning", "message": SCHEDULER})
     assert len(hints) == 3
-    assert hints[0].startswith("not enough free nvidia.com/gpu (2 node(s) short)")
+    # "2 Insufficient" counts nodes without enough free GPUs, not nodes the job is short of.
+    assert hints[0].startswith("not enough free nvidia.com/gpu on 2 node(s):")
     assert hints[1].startswith("1 node(s) have taint {nvidia.com/gpu: present} the pod does not tolerate")
     assert "spec.placement" in hints[2] and "nodeSelector" in hints[2]
 

@@ -101,12 +101,13 @@ class FakeResponse:
 
 
 class FakeCore:
-    """Scripted answers to read_namespaced_pod_log; records the arguments of every call."""
+    """Scripted log reads; records the arguments of every call."""
 
     def __init__(self, follow: list[FakeResponse], plain: bytes = b"") -> None:
         self.follow, self.plain, self.calls = follow, plain, []
 
-    def read_namespaced_pod_log(self, pod: str, namespace: str, **kwargs: Any) -> FakeResponse:
+    def __call__(self, pod: str, container: str | None, **kwargs: Any) -> FakeResponse:
+        """PodFollower's opener: (pod, container, follow=, previous=, since_seconds=, tail_lines=)."""
         self.calls.append(kwargs)
         if kwargs.get("follow"):
             return self.follow.pop(0)

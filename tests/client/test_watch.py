@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
 from kubetrain.client import watch
+from kubetrain.client.errors import ApiError, Unreachable
 from kubetrain.client.watch import WaitTimeout
 
 
@@ -98,13 +99,14 @@ def test_410_as_an_http_status_relists_too() -> None:
 
 
 def test_other_watch_errors_propagate() -> None:
-    api = FakeApi([[obj("a", "5")]], [Response(lines=[{"type": "ERROR", "object": {"code": 500, "reason": "x",
+    # (5xx, 429 and 404 after a first good list are a restarting API server: retried, see below.)
+    api = FakeApi([[obj("a", "5")]], [Response(lines=[{"type": "ERROR", "object": {"code": 403, "reason": "x",
                                                                                   "message": "boom"}}])])
     events = watch.stream(api, timeout=30, namespace="ns")
     next(events)
-    with pytest.raises(ApiException) as caught:
+    with pytest.raises(ApiError) as caught:
         next(events)
-    assert caught.value.status == 500
+    assert caught.value.status == 403
 
 
 def test_wait_for_keeps_a_cache_across_events_and_relists() -> None:
@@ -129,3 +131,27 @@ def test_wait_for_times_out_with_a_message() -> None:
     with pytest.raises(WaitTimeout, match=r"timed out after 0.01s waiting for nothing"):
         watch.wait_for(FakeApi([[obj("a", "5")]], [Response()] * 1000), lambda cache: None, timeout=0.01,
                        what="nothing", namespace="ns")
+
+
+def test_an_unreachable_server_is_retried_until_the_deadline_then_times_out() -> None:
+    """An apiserver restart: the list is refused (Unreachable) a few times, then answers; later it stays
+    away past the caller's timeout, which is a WaitTimeout (exit 4), not a failure of the job."""
+    calls = {"n": 0}
+    now = iter(range(0, 1000, 5))
+
+    def flaky(**kwargs: Any) -> Response:
+        calls["n"] += 1
+        if calls["n"] <= 2 or calls["n"] >= 4:
+            raise Unreachable("cannot reach https://127.0.0.1:1: is the cluster running?")
+        if kwargs.get("watch"):
+            return Response(lines=[])
+        return Response(data={"metadata": {"resourceVersion": "1"}, "items": [obj("a", "1")]})
+
+    heard: list[str] = []
+    events = watch.stream(flaky, timeout=30, clock=lambda: float(next(now)), on_retry=heard.append,
+                          sleep=lambda _s: None)
+    assert next(events).type == "SYNC"  # the third try answered
+    assert heard[0].startswith("cannot reach") and heard[1] == "reconnected to the API server"
+    with pytest.raises(WaitTimeout) as caught:
+        next(events)
+    assert caught.value.exit_code == 4 and "unreachable" in str(caught.value)

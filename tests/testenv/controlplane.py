@@ -12,9 +12,11 @@ kubeconfigs, data and logs live in a temp dir removed on stop().
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
+import signal
 import ssl
 import tempfile
 import time
@@ -67,6 +69,7 @@ class ControlPlane:
         self.kubeconfig = self.workdir / "kubeconfig"
         self.timings: dict[str, float] = {}
         self._procs: dict[str, Child] = {}
+        self._argvs: dict[str, tuple[list[str], dict[str, str] | None]] = {}  # for restart()
 
     # ----------------------------------------------------------------- public
     @property
@@ -119,6 +122,28 @@ class ControlPlane:
             self.stop()
             raise
         return self
+
+    def restart(self, component: str, down: float = 0.0) -> None:
+        """Crash a component (SIGKILL to its process group), keep it down `down` seconds, then start it
+        again with the same flags, ports and data, and wait until it is ready. For fault drills."""
+        starters = {"etcd": self._etcd, "kube-apiserver": self._apiserver}
+        child = self._procs[component]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        self.sup.stop_child(child, timeout=5)
+        time.sleep(down)
+        starters[component]()
+        if component == "kube-apiserver":
+            self._restart_operator()
+
+    def _restart_operator(self) -> None:
+        """controller-runtime exits when it cannot renew its leader lease (the API server was away), and its
+        Deployment would restart it: start it again, and wait until it serves its webhook and reconciles."""
+        self.sup.stop_child(self._procs["training-operator"], timeout=5)
+        child = self._start("training-operator", *self._argvs["training-operator"])
+        probe = f"http://127.0.0.1:{self.ports['op_probe']}/readyz"
+        wait_until(lambda: http_get(probe) == "ok", "training-operator /readyz after a restart", 60, child)
+        self._wait_reconciling(self.api_client(), child)
 
     def stop(self) -> None:
         self.sup.stop()
@@ -191,6 +216,7 @@ class ControlPlane:
     def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Child:
         child = self.sup.start(name, argv, env=env, cwd=self.workdir)
         self._procs[name] = child
+        self._argvs[name] = (argv, env)
         return child
 
     def _etcd(self) -> None:
