@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from kubetrain.cli.cluster_opts import connect_from
 from kubetrain.cli.output import handle_errors, info
 from kubetrain.render.yamlout import dump_json, dump_yaml
+
+if TYPE_CHECKING:
+    from kubetrain.client.connection import Connection
+    from kubetrain.spec.load import LoadedSpec
 
 
 @click.group()
@@ -34,6 +39,8 @@ def controller() -> None:
               help="Elect a leader on a coordination.k8s.io Lease before reconciling.")
 @click.option("--lease-namespace", default=None, metavar="NS",
               help="Namespace of the Lease (default: $POD_NAMESPACE, then kubetrain-system).")
+@click.option("--lease-name", default="kubetrain-controller", show_default=True, metavar="NAME",
+              help="Name of the Lease.")
 @click.option("--lease-duration", type=click.FloatRange(min=2), default=15.0, show_default=True,
               metavar="SECONDS", help="How long a silent leader keeps the Lease.")
 @click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
@@ -49,7 +56,7 @@ def controller() -> None:
               help="Port of /healthz, /readyz and /metrics (0: any free port).")
 @handle_errors
 def run(context: str | None, kubeconfig: str | None, watch_namespace: str | None, leader_elect: bool,
-        lease_namespace: str | None, lease_duration: float, workers: int, update_policy: str,
+        lease_namespace: str | None, lease_name: str, lease_duration: float, workers: int, update_policy: str,
         progress_interval: float, progress_tail: int, probe_port: int) -> None:
     """Reconcile TrainingJobs until SIGTERM (exit 0) or a lost Lease (exit 1).
 
@@ -65,7 +72,7 @@ def run(context: str | None, kubeconfig: str | None, watch_namespace: str | None
     connection = connect_from(context, kubeconfig)
     settings = Settings(namespace=watch_namespace, workers=workers, update_policy=update_policy,
                         progress_interval=progress_interval, progress_tail=progress_tail)
-    election = Election(lease_namespace or os.environ.get("POD_NAMESPACE") or "kubetrain-system",
+    election = Election(lease_namespace or os.environ.get("POD_NAMESPACE") or "kubetrain-system", lease_name,
                         duration=lease_duration, enabled=leader_elect)
     sys.exit(run_controller(connection.api, settings, election, probe_port))
 
@@ -149,3 +156,20 @@ def crd(output: str) -> None:
         click.echo(dump_json([make_crd()]), nl=False)
     else:
         click.echo(dump_yaml([make_crd()]), nl=False)
+
+
+def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str,
+                         output: str | None) -> None:
+    """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest."""
+    from kubetrain.controller.handoff import hand_over, training_job
+
+    body = training_job(loaded, namespace)
+    applied = hand_over(connection.api, body, None if dry_run == "none" else dry_run)
+    name = applied["metadata"]["name"]
+    suffix = f" ({dry_run} dry run)" if dry_run != "none" else ""
+    info(f"TrainingJob {namespace}/{name} handed to the controller{suffix}; follow it with "
+         f"`kubectl get tj {name} -n {namespace} -w` or `kubetrain status {name}`")
+    if output in ("yaml", "json"):
+        _emit([applied], [], output)
+    else:
+        click.echo(f"trainingjob.kubetrain.dev/{name}" if output == "name" else name)

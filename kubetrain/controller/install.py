@@ -88,7 +88,7 @@ def apply_all(api: Any, objects: list[dict[str, Any]], dry_run: bool = False) ->
 
     from kubetrain.client.errors import cluster_errors
 
-    dynamic = DynamicClient(api)
+    dynamic: Any = DynamicClient(api)  # type: ignore[no-untyped-call]
     done = []
     for obj in objects:
         meta = obj["metadata"]
@@ -108,7 +108,7 @@ def delete_all(api: Any, objects: list[dict[str, Any]], dry_run: bool = False) -
 
     from kubetrain.client.errors import cluster_errors
 
-    dynamic = DynamicClient(api)
+    dynamic: Any = DynamicClient(api)  # type: ignore[no-untyped-call]
     done = []
     for obj in reversed(objects):
         meta = obj["metadata"]

@@ -32,7 +32,7 @@ class RequestCounter:
                 self.counts[verb] += 1
             return original(resource_path, method, *args, **kwargs)
 
-        api.call_api = counted
+        api.call_api = counted  # type: ignore[method-assign,assignment]
 
     def total(self) -> int:
         with self._lock:
@@ -57,7 +57,7 @@ def record_event(api: client.ApiClient, obj: dict[str, Any], kind: str, reason: 
             "firstTimestamp": stamp, "lastTimestamp": stamp, "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT}
     try:
-        client.CoreV1Api(api).create_namespaced_event(meta["namespace"], body)
+        client.CoreV1Api(api).create_namespaced_event(meta["namespace"], body)  # type: ignore[arg-type]
     except ApiException as exc:  # an Event is worth a log line, never a failed reconcile
         log.warning("event %s on %s/%s not recorded: %s", reason, meta["namespace"], meta["name"], exc.reason)
 

@@ -64,14 +64,14 @@ class LeaseElector:
         try:
             lease = self._read()
             if lease is None:
-                self._coord.create_namespaced_lease(self.namespace, self._record(None))
+                self._coord.create_namespaced_lease(self.namespace, self._record(None))  # type: ignore[arg-type]
                 return True
             spec = lease.get("spec") or {}
             holder = spec.get("holderIdentity") or ""
             if holder and holder != self.identity and not self._expired(spec):
                 return False
-            self._coord.replace_namespaced_lease(self.name, self.namespace, {**self._record(lease),
-                                                 "metadata": lease["metadata"]})
+            body = {**self._record(lease), "metadata": lease["metadata"]}
+            self._coord.replace_namespaced_lease(self.name, self.namespace, body)  # type: ignore[arg-type]
             return True
         except ApiException as exc:
             if exc.status in (409, 422):  # someone else wrote first
@@ -87,7 +87,8 @@ class LeaseElector:
             lease = self._read()
             if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                 spec = {**lease["spec"], "holderIdentity": "", "leaseDurationSeconds": 1}
-                self._coord.replace_namespaced_lease(self.name, self.namespace, {**lease, "spec": spec})
+                body = {**lease, "spec": spec}
+                self._coord.replace_namespaced_lease(self.name, self.namespace, body)  # type: ignore[arg-type]
         except Exception as exc:  # best effort; the Lease expires anyway
             log.warning("leader election: could not release the Lease: %s", exc)
 
@@ -98,7 +99,7 @@ class LeaseElector:
             if exc.status == 404:
                 return None
             raise
-        lease: dict[str, Any] = json.loads(response.data)
+        lease: dict[str, Any] = json.loads(response.data)  # type: ignore[attr-defined]
         return lease
 
     def _expired(self, spec: dict[str, Any]) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 
@@ -90,12 +90,13 @@ class Controller:
             if key is None:
                 return
             try:
-                self.reconcile(key)  # type: ignore[arg-type]
+                self.reconcile(cast(Key, key))
                 self.queue.forget(key)
             except Exception as exc:  # one object's failure backs off alone, never stops the loop
                 self.failures += 1
                 delay = self.queue.retry(key)
-                log.warning("reconcile %s/%s failed (%s: %s); retrying in %.1fs", *key, type(exc).__name__,
+                namespace, name = cast(Key, key)
+                log.warning("reconcile %s/%s failed (%s: %s); retrying in %.1fs", namespace, name, type(exc).__name__,
                             " ".join(str(exc).split())[:300], delay)
             finally:
                 self.queue.done(key)
@@ -118,7 +119,8 @@ class Controller:
             self.applied.pop(key, None)
             return  # the garbage collector deletes the children (controller ownerReferences)
         want = desired(obj, self.served)
-        child, extra = None, []
+        child: dict[str, Any] | None = None
+        extra: list[dict[str, Any]] = []
         if not want.problems:
             child, extra = self._sync_child(key, obj, want)
         self._write_status(obj, mirror.status_for(obj, want, child, extra))

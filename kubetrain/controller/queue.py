@@ -51,7 +51,7 @@ class WorkQueue:
         with self._cond:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
-        delay = min(self.cap, self.base * 2 ** failures)
+        delay = float(min(self.cap, self.base * 2.0 ** failures))
         self.add_after(key, delay)
         return delay
 

@@ -50,8 +50,11 @@ def run(api: client.ApiClient, settings: Settings, election: Election, probe_por
     if election.enabled:
         if not elector.acquire(stop):
             return 0
-        threading.Thread(target=elector.hold, args=(stop, lambda: (lost.set(), stop.set())), name="lease",
-                         daemon=True).start()
+        def on_lost() -> None:
+            lost.set()
+            stop.set()
+
+        threading.Thread(target=elector.hold, args=(stop, on_lost), name="lease", daemon=True).start()
     controller = Controller(api, settings, stop)
     state["controller"] = controller
     controller.start()

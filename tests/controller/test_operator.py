@@ -1,0 +1,237 @@
+"""The operator against the real control plane: the controller runs as its own process under its
+ServiceAccount's token (TokenRequest API) with exactly the RBAC of manifests/controller, never as admin.
+
+Pods are kwok's: the training-operator creates them, kwok runs them, `set_pod_phase` ends them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from tests.controller.operator_env import (
+    GROUP,
+    PLURAL,
+    SA_NAMESPACE,
+    VERSION,
+    Operator,
+    install,
+    sa_kubeconfig,
+    training_job,
+)
+from tests.integration.helpers import wait_for
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+FAST = ("--lease-duration", "4", "--progress-interval", "1", "--workers", "4")
+
+
+@pytest.fixture(scope="module")
+def sa_config(controlplane: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    admin = controlplane.api_client()
+    install(admin)
+    return sa_kubeconfig(admin, controlplane.kubeconfig, tmp_path_factory.mktemp("sa") / "kubeconfig")
+
+
+@pytest.fixture
+def start(sa_config: Path, namespace: str, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
+    """Start controllers watching the test's namespace, on a Lease of their own; all stopped afterwards."""
+    started: list[Operator] = []
+
+    def _start(*args: str, name: str = "op") -> Operator:
+        op = Operator(sa_config, tmp_path / f"{name}-{len(started)}.log", "--watch-namespace", namespace,
+                      "--lease-name", f"lease-{namespace}", *FAST, *args, name=name)
+        started.append(op)
+        return op
+
+    yield _start
+    for op in started:
+        op.stop()
+
+
+def custom(k8s: Any) -> kubernetes.client.CustomObjectsApi:
+    return kubernetes.client.CustomObjectsApi(k8s)
+
+
+def get(k8s: Any, group: str, version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return custom(k8s).get_namespaced_custom_object(group, version, namespace, plural, name)  # type: ignore
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def tj(k8s: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    return get(k8s, GROUP, VERSION, PLURAL, namespace, name)
+
+
+def pytorchjob(k8s: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    return get(k8s, "kubeflow.org", "v1", "pytorchjobs", namespace, name)
+
+
+def create(k8s: Any, body: dict[str, Any]) -> dict[str, Any]:
+    ns = body["metadata"]["namespace"]
+    return custom(k8s).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)  # type: ignore
+
+
+def phase_is(k8s: Any, namespace: str, name: str, phase: str) -> dict[str, Any] | None:
+    obj = tj(k8s, namespace, name)
+    return obj if obj and (obj.get("status") or {}).get("phase") == phase else None
+
+
+def cond(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in obj["status"]["conditions"] if c["type"] == kind)
+
+
+def pods(k8s: Any, namespace: str, name: str, count: int) -> list[str] | None:
+    items = kubernetes.client.CoreV1Api(k8s).list_namespaced_pod(
+        namespace, label_selector=f"training.kubeflow.org/job-name={name}").items
+    names = sorted(p.metadata.name for p in items if p.status.phase == "Running")
+    return names if len(names) == count else None
+
+
+def events(k8s: Any, namespace: str, name: str) -> list[str]:
+    items = kubernetes.client.CoreV1Api(k8s).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=TrainingJob").items
+    return [e.reason for e in items]
+
+
+def test_trainingjob_to_pytorchjob_to_pods_and_phase_through_succeeded(controlplane, k8s, namespace, start):
+    op = start()
+    created = create(k8s, training_job("ok", namespace))
+    child = wait_for(lambda: pytorchjob(k8s, namespace, "ok"), "child PyTorchJob", 60)
+    ref = child["metadata"]["ownerReferences"][0]
+    assert (ref["kind"], ref["uid"], ref["controller"]) == ("TrainingJob", created["metadata"]["uid"], True)
+    names = wait_for(lambda: pods(k8s, namespace, "ok", 2), "2 Running pods", 90)
+    running = wait_for(lambda: phase_is(k8s, namespace, "ok", "Running"), "phase Running", 60)
+    assert cond(running, "Valid")["status"] == "True" and cond(running, "Running")["status"] == "True"
+    for pod in names:
+        controlplane.set_pod_phase(namespace, pod, "Succeeded")
+    done = wait_for(lambda: phase_is(k8s, namespace, "ok", "Succeeded"), "phase Succeeded", 90)
+    status = done["status"]
+    assert status["observedGeneration"] == done["metadata"]["generation"]
+    assert status["children"] == [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "ok"}]
+    assert status["completionTime"] and status["startTime"] and status["target"] == "pytorchjob"
+    assert cond(done, "Succeeded")["status"] == "True"
+    assert {"Created", "Running", "Succeeded"} <= set(wait_for(
+        lambda: (e := events(k8s, namespace, "ok")) and "Succeeded" in e and e, "events", 30))
+    assert op.proc.poll() is None, op.text()
+
+
+def test_failed_pods_fail_the_trainingjob(controlplane, k8s, namespace, start):
+    start()
+    create(k8s, training_job("boom", namespace, nodes=1, runPolicy={"restartPolicy": "Never", "backoffLimit": 0}))
+    names = wait_for(lambda: pods(k8s, namespace, "boom", 1), "Running pod", 90)
+    controlplane.set_pod_phase(namespace, names[0], "Failed")
+    failed = wait_for(lambda: phase_is(k8s, namespace, "boom", "Failed"), "phase Failed", 90)
+    assert cond(failed, "Failed")["status"] == "True" and cond(failed, "Failed")["message"]
+    assert failed["status"]["replicas"]["Master"]["failed"] == 1
+
+
+def test_invalid_object_gets_valid_false_with_the_clis_message(k8s, namespace, start):
+    start()
+    create(k8s, training_job("bad", namespace, nodes=2, command=[], elastic={"minNodes": 3, "maxNodes": 4}))
+    bad = wait_for(lambda: phase_is(k8s, namespace, "bad", "Invalid"), "phase Invalid", 60)
+    valid = cond(bad, "Valid")
+    assert valid["status"] == "False" and valid["reason"] == "InvalidSpec"
+    assert valid["message"] == ("spec.command: must not be empty; "
+                                "spec.nodes: 2 must be between elastic.minNodes (3) and elastic.maxNodes (4)")
+    assert pytorchjob(k8s, namespace, "bad") is None
+    # A local code path cannot be resolved in the cluster: refused with a clear condition.
+    create(k8s, training_job("local", namespace, code={"path": "./src"}))
+    local = wait_for(lambda: phase_is(k8s, namespace, "local", "Invalid"), "local code refused", 60)
+    assert cond(local, "Valid")["message"].startswith("spec.code.path: './src': a local directory cannot be read")
+
+
+def _patch_spec(k8s: Any, namespace: str, name: str, spec: dict[str, Any], **annotations: str) -> None:
+    body: dict[str, Any] = {"spec": spec}
+    if annotations:
+        body["metadata"] = {"annotations": annotations}
+    custom(k8s).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
+
+
+def test_spec_update_is_reported_then_recreated_under_the_policy(k8s, namespace, start):
+    start()
+    create(k8s, training_job("upd", namespace, nodes=1))
+    first = wait_for(lambda: pytorchjob(k8s, namespace, "upd"), "child", 60)
+    _patch_spec(k8s, namespace, "upd", {"image": "ghcr.io/example/train:2.0"})
+    changed = wait_for(lambda: (o := tj(k8s, namespace, "upd")) and any(
+        c["type"] == "SpecChanged" and c["status"] == "True" for c in (o.get("status") or {}).get("conditions", []))
+        and o, "SpecChanged", 60)
+    assert cond(changed, "SpecChanged")["reason"] == "NotApplied"
+    assert pytorchjob(k8s, namespace, "upd")["metadata"]["uid"] == first["metadata"]["uid"]  # untouched
+    _patch_spec(k8s, namespace, "upd", {}, **{"kubetrain.dev/update-policy": "recreate"})
+
+    def recreated() -> dict[str, Any] | None:
+        child = pytorchjob(k8s, namespace, "upd")
+        return child if child and child["metadata"]["uid"] != first["metadata"]["uid"] else None
+
+    child = wait_for(recreated, "recreated child", 120)
+    image = child["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "ghcr.io/example/train:2.0"
+    wait_for(lambda: (o := tj(k8s, namespace, "upd")) and all(
+        c["type"] != "SpecChanged" for c in o["status"]["conditions"]), "SpecChanged cleared", 60)
+
+
+def test_delete_cascades_to_the_child(k8s, namespace, start):
+    start()
+    create(k8s, training_job("gone", namespace, nodes=1))
+    wait_for(lambda: pytorchjob(k8s, namespace, "gone"), "child", 60)
+    custom(k8s).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gone")
+    # The garbage collector (kube-controller-manager) deletes the child; it re-discovers new CRDs every 30 s.
+    wait_for(lambda: pytorchjob(k8s, namespace, "gone") is None, "child deleted by the GC", 120)
+
+
+def test_killed_mid_burst_converges_without_duplicates(k8s, namespace, start):
+    first = start("--workers", "1", name="first")
+    count = 25
+    for i in range(count):
+        create(k8s, training_job(f"burst-{i}", namespace, nodes=1))
+    wait_for(lambda: _children(k8s, namespace) >= 3, "a few children", 60, interval=0.05)
+    first.kill()  # SIGKILL: no Lease release, no clean-up
+    start(name="second")
+    wait_for(lambda: _children(k8s, namespace) == count, f"{count} children", 120)
+    objs = custom(k8s).list_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs")["items"]
+    owners = [o["metadata"]["ownerReferences"] for o in objs]
+    assert len(objs) == count and all(len(refs) == 1 for refs in owners)
+    uids = {t["metadata"]["uid"] for t in custom(k8s).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL)["items"]}
+    assert {refs[0]["uid"] for refs in owners} == uids
+    statused = lambda: sum(1 for t in custom(k8s).list_namespaced_custom_object(  # noqa: E731
+        GROUP, VERSION, namespace, PLURAL)["items"] if (t.get("status") or {}).get("observedGeneration"))
+    wait_for(lambda: statused() == count, "every status mirrored", 120)
+
+
+def _children(k8s: Any, namespace: str) -> int:
+    return len(custom(k8s).list_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs")["items"])
+
+
+def _holder(k8s: Any, namespace: str) -> str | None:
+    try:
+        lease = kubernetes.client.CoordinationV1Api(k8s).read_namespaced_lease(f"lease-{namespace}", SA_NAMESPACE)
+    except ApiException:
+        return None
+    return lease.spec.holder_identity or None
+
+
+def test_two_replicas_one_leader_and_failover(k8s, namespace, start):
+    ops = {"a": start(name="a"), "b": start(name="b")}
+    holder = wait_for(lambda: _holder(k8s, namespace), "a Lease holder", 60)
+    leader, standby = (ops["a"], ops["b"]) if holder.startswith("a_") else (ops["b"], ops["a"])
+    create(k8s, training_job("one", namespace, nodes=1))
+    wait_for(lambda: pytorchjob(k8s, namespace, "one"), "child from the leader", 60)
+    time.sleep(1)
+    assert "caches synced" in leader.text() and "caches synced" not in standby.text()
+    leader.kill()
+    new = wait_for(lambda: (h := _holder(k8s, namespace)) and h != holder and h, "failover", 60)
+    assert new.startswith(("a_", "b_")) and new.split("_")[0] != holder.split("_")[0]
+    create(k8s, training_job("two", namespace, nodes=1))
+    wait_for(lambda: pytorchjob(k8s, namespace, "two"), "child from the new leader", 60)
+    assert standby.stop() == 0  # SIGTERM: clean exit, Lease released
+    assert _holder(k8s, namespace) is None
