@@ -53,6 +53,8 @@ class Controller:
         self.applied: dict[Key, int] = {}  # generation of the child we last applied, to notice drift
         self.reconciles = 0
         self.failures = 0
+        self.progress_rounds = 0
+        self.progress_seconds = 0.0
         self.threads: list[threading.Thread] = []
 
     def _informer(self, group: str, version: str, plural: str, handler: Any, **kwargs: Any) -> Informer:

@@ -61,7 +61,10 @@ def run(api: client.ApiClient, settings: Settings, election: Election, probe_por
     interval = settings.progress_interval
     while not stop.wait(interval if interval > 0 else 3600):
         if interval > 0:
+            began = time.monotonic()
             progress.poll_once(api, controller.jobs, settings.progress_tail)
+            controller.progress_rounds += 1
+            controller.progress_seconds += time.monotonic() - began
     controller.shutdown()
     if election.enabled and not lost.is_set():
         elector.release()
@@ -76,7 +79,8 @@ def _metrics(state: dict[str, Controller], started: float) -> dict[str, float]:
     if controller is not None:
         out.update(reconciles_total=controller.reconciles, reconcile_failures_total=controller.failures,
                    api_requests_total=controller.counter.total(), queue_depth=len(controller.queue),
-                   trainingjobs=len(controller.jobs.items()))
+                   trainingjobs=len(controller.jobs.items()), progress_rounds_total=controller.progress_rounds,
+                   progress_seconds_total=round(controller.progress_seconds, 3))
         for verb, count in sorted(controller.counter.counts.items()):
             out[f'api_requests{{verb="{verb}"}}'] = count
     return out
