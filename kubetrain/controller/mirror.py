@@ -78,7 +78,7 @@ def status_for(obj: dict[str, Any], want: Desired, child: dict[str, Any] | None,
                       children=[{"apiVersion": child["apiVersion"], "kind": child["kind"], "name": meta["name"]}])
     if old.get("progress"):
         status["progress"] = old["progress"]
-    return status
+    return {k: v for k, v in status.items() if v is not None}
 
 
 def _keep_times(old: list[dict[str, Any]], new: list[dict[str, Any]], generation: int | None
