@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -93,13 +94,13 @@ def _install_options(func: click.decorators.FC) -> click.decorators.FC:
     return func
 
 
-def _objects(watch_namespace: str | None, image: str | None) -> list[dict[str, object]]:
+def _objects(watch_namespace: str | None, image: str | None) -> list[dict[str, Any]]:
     from kubetrain.controller.install import objects_for
 
     return objects_for("namespaced" if watch_namespace else "cluster", image, watch_namespace)
 
 
-def _emit(objects: list[dict[str, object]], names: list[str], output: str | None) -> None:
+def _emit(objects: list[dict[str, Any]], names: list[str], output: str | None) -> None:
     if output == "yaml":
         click.echo(dump_yaml(objects), nl=False)
     elif output == "json":
@@ -117,12 +118,17 @@ def install(context: str | None, kubeconfig: str | None, watch_namespace: str | 
     """Apply the CRD, namespace, RBAC and Deployment (manifests/controller) with server-side apply."""
     from kubetrain.controller.install import apply_all
 
-    objects = _objects(watch_namespace, image)
+    _act(_objects(watch_namespace, image), apply_all, "installed", context, kubeconfig, dry_run, output)
+
+
+def _act(objects: list[dict[str, Any]], action: Callable[..., list[str]], done: str, context: str | None,
+         kubeconfig: str | None, dry_run: str, output: str | None) -> None:
+    """Print (client dry run) or apply/delete the objects, then report them like kubectl does."""
     if dry_run == "client":
-        _emit(objects, [f"{o['kind']}/{o['metadata']['name']}".lower() for o in objects], output)  # type: ignore[index]
+        _emit(objects, [f"{o['kind']}/{o['metadata']['name']}".lower() for o in objects], output)
         return
-    names = apply_all(connect_from(context, kubeconfig).api, objects, dry_run=dry_run == "server")
-    info(f"installed {len(names)} objects" + (" (server dry run)" if dry_run == "server" else ""))
+    names = action(connect_from(context, kubeconfig).api, objects, dry_run=dry_run == "server")
+    info(f"{done} {len(names)} objects" + (" (server dry run)" if dry_run == "server" else ""))
     _emit(objects, names, output)
 
 
@@ -137,12 +143,7 @@ def uninstall(context: str | None, kubeconfig: str | None, watch_namespace: str 
 
     objects = [o for o in _objects(watch_namespace, image)
                if with_crd or o["kind"] != "CustomResourceDefinition"]
-    if dry_run == "client":
-        _emit(objects, [f"{o['kind']}/{o['metadata']['name']}".lower() for o in objects], output)  # type: ignore[index]
-        return
-    names = delete_all(connect_from(context, kubeconfig).api, objects, dry_run=dry_run == "server")
-    info(f"deleted {len(names)} objects" + (" (server dry run)" if dry_run == "server" else ""))
-    _emit(objects, names, output)
+    _act(objects, delete_all, "deleted", context, kubeconfig, dry_run, output)
 
 
 @controller.command()

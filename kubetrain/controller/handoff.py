@@ -11,14 +11,19 @@ import json
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
+from kubetrain.client import targets
 from kubetrain.client.apply import APPLY_PATCH, FIELD_MANAGER
 from kubetrain.client.errors import as_dict, cluster_errors
-from kubetrain.controller.crd import GROUP, NAME, PLURAL, VERSION
+from kubetrain.controller.crd import GROUP, KIND, NAME, PLURAL, VERSION
 from kubetrain.controller.reconcile import UNRESOLVED_CODE
 from kubetrain.errors import ClusterError, Problem, SpecError
+from kubetrain.render.context import JOB_LABEL
 from kubetrain.spec.load import LoadedSpec
+
+# The TrainingJob API as a Target, for discovery (`served`); its pods carry the child's labels.
+TRAININGJOB = targets.Target("trainingjob", GROUP, VERSION, PLURAL, KIND, JOB_LABEL,
+                             (("kubetrain-system", "kubetrain-controller"),), "kubetrain controller")
 
 
 def training_job(loaded: LoadedSpec, namespace: str) -> dict[str, Any]:
@@ -32,22 +37,12 @@ def training_job(loaded: LoadedSpec, namespace: str) -> dict[str, Any]:
     return body
 
 
-def served(api: client.ApiClient) -> bool:
-    try:
-        resources = client.CustomObjectsApi(api).get_api_resources(GROUP, VERSION)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return any(r.name == PLURAL for r in resources.resources or [])
-
-
 def hand_over(api: client.ApiClient, body: dict[str, Any], dry_run: str | None) -> dict[str, Any]:
     """Server-side apply the TrainingJob (client dry run: return it unchanged)."""
     if dry_run == "client":
         return body
     with cluster_errors("discover the kubetrain.dev API"):
-        if not served(api):
+        if not targets.served(api, TRAININGJOB):
             raise ClusterError(f"--controller: the cluster does not serve {NAME}: install the operator with "
                                "`kubetrain controller install` (docs/operator.md), or submit without --controller")
     meta = body["metadata"]

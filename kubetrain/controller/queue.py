@@ -33,12 +33,16 @@ class WorkQueue:
 
     def add(self, key: Hashable) -> None:
         with self._cond:
-            if key in self._active:
-                self._dirty.add(key)
-            elif key not in self._queued:
-                self._queued.add(key)
-                self._ready.append(key)
-                self._cond.notify()
+            self._push(key)
+
+    def _push(self, key: Hashable) -> None:
+        """Hand `key` out next, or after its current processing (caller holds the lock)."""
+        if key in self._active:
+            self._dirty.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._ready.append(key)
+            self._cond.notify()
 
     def add_after(self, key: Hashable, delay: float) -> None:
         with self._cond:
@@ -84,20 +88,13 @@ class WorkQueue:
             self._active.discard(key)
             if key in self._dirty:
                 self._dirty.discard(key)
-                if key not in self._queued:
-                    self._queued.add(key)
-                    self._ready.append(key)
-                    self._cond.notify()
+                self._push(key)
 
     def _promote(self) -> None:
         now = time.monotonic()
         while self._later and self._later[0][0] <= now:
             _, _, key = heapq.heappop(self._later)
-            if key in self._active:
-                self._dirty.add(key)
-            elif key not in self._queued:
-                self._queued.add(key)
-                self._ready.append(key)
+            self._push(key)
 
     def __len__(self) -> int:
         with self._cond:
