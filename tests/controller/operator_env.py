@@ -13,6 +13,7 @@ from typing import Any
 
 import kubernetes
 import yaml
+from kubernetes.client.exceptions import ApiException
 
 from kubetrain.controller.install import apply_all, objects_for
 
@@ -89,3 +90,38 @@ def training_job(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
             "resources": {"cpu": "100m", "memory": "64Mi"}, **spec}
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob",
             "metadata": {"name": name, "namespace": namespace}, "spec": body}
+
+
+def custom(k8s: Any) -> kubernetes.client.CustomObjectsApi:
+    return kubernetes.client.CustomObjectsApi(k8s)
+
+
+def get(k8s: Any, group: str, version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return custom(k8s).get_namespaced_custom_object(group, version, namespace, plural, name)  # type: ignore
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def tj(k8s: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    return get(k8s, GROUP, VERSION, PLURAL, namespace, name)
+
+
+def pytorchjob(k8s: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    return get(k8s, "kubeflow.org", "v1", "pytorchjobs", namespace, name)
+
+
+def create(k8s: Any, body: dict[str, Any]) -> dict[str, Any]:
+    ns = body["metadata"]["namespace"]
+    return custom(k8s).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)  # type: ignore
+
+
+def phase_is(k8s: Any, namespace: str, name: str, phase: str) -> dict[str, Any] | None:
+    obj = tj(k8s, namespace, name)
+    return obj if obj and (obj.get("status") or {}).get("phase") == phase else None
+
+
+def cond(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in obj["status"]["conditions"] if c["type"] == kind)

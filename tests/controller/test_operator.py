@@ -7,86 +7,29 @@ Pods are kwok's: the training-operator creates them, kwok runs them, `set_pod_ph
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from kubetrain.metrics import format_metrics
 from tests.controller.operator_env import (
     GROUP,
     PLURAL,
     SA_NAMESPACE,
     VERSION,
-    Operator,
-    install,
-    sa_kubeconfig,
+    cond,
+    create,
+    custom,
+    phase_is,
+    pytorchjob,
+    tj,
     training_job,
 )
 from tests.integration.helpers import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
-FAST = ("--lease-duration", "4", "--progress-interval", "1", "--workers", "4")
-
-
-@pytest.fixture(scope="module")
-def sa_config(controlplane: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    admin = controlplane.api_client()
-    install(admin)
-    return sa_kubeconfig(admin, controlplane.kubeconfig, tmp_path_factory.mktemp("sa") / "kubeconfig")
-
-
-@pytest.fixture
-def start(sa_config: Path, namespace: str, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
-    """Start controllers watching the test's namespace, on a Lease of their own; all stopped afterwards."""
-    started: list[Operator] = []
-
-    def _start(*args: str, name: str = "op") -> Operator:
-        op = Operator(sa_config, tmp_path / f"{name}-{len(started)}.log", "--watch-namespace", namespace,
-                      "--lease-name", f"lease-{namespace}", *FAST, *args, name=name)
-        started.append(op)
-        return op
-
-    yield _start
-    for op in started:
-        op.stop()
-
-
-def custom(k8s: Any) -> kubernetes.client.CustomObjectsApi:
-    return kubernetes.client.CustomObjectsApi(k8s)
-
-
-def get(k8s: Any, group: str, version: str, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        return custom(k8s).get_namespaced_custom_object(group, version, namespace, plural, name)  # type: ignore
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
-def tj(k8s: Any, namespace: str, name: str) -> dict[str, Any] | None:
-    return get(k8s, GROUP, VERSION, PLURAL, namespace, name)
-
-
-def pytorchjob(k8s: Any, namespace: str, name: str) -> dict[str, Any] | None:
-    return get(k8s, "kubeflow.org", "v1", "pytorchjobs", namespace, name)
-
-
-def create(k8s: Any, body: dict[str, Any]) -> dict[str, Any]:
-    ns = body["metadata"]["namespace"]
-    return custom(k8s).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)  # type: ignore
-
-
-def phase_is(k8s: Any, namespace: str, name: str, phase: str) -> dict[str, Any] | None:
-    obj = tj(k8s, namespace, name)
-    return obj if obj and (obj.get("status") or {}).get("phase") == phase else None
-
-
-def cond(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next(c for c in obj["status"]["conditions"] if c["type"] == kind)
 
 
 def pods(k8s: Any, namespace: str, name: str, count: int) -> list[str] | None:
@@ -111,6 +54,13 @@ def test_trainingjob_to_pytorchjob_to_pods_and_phase_through_succeeded(controlpl
     names = wait_for(lambda: pods(k8s, namespace, "ok", 2), "2 Running pods", 90)
     running = wait_for(lambda: phase_is(k8s, namespace, "ok", "Running"), "phase Running", 60)
     assert cond(running, "Valid")["status"] == "True" and cond(running, "Running")["status"] == "True"
+    lines = [format_metrics("train", rank=0, step=s, total_steps=100, loss=1 / s, samples_per_s=64.0,
+                            time=1000.0 + s) for s in (10, 20, 30)]
+    controlplane.set_pod_logs(namespace, "ok-master-0", ["booting", *lines])
+    tracked = wait_for(lambda: (o := tj(k8s, namespace, "ok")) and (o["status"].get("progress") or {}).get(
+        "step") == 30 and o, "progress from the log tail", 60)
+    progress = tracked["status"]["progress"]
+    assert progress["stepText"] == "30/100" and progress["loss"] == "0.0333" and progress["eta"] == "1m10s"
     for pod in names:
         controlplane.set_pod_phase(namespace, pod, "Succeeded")
     done = wait_for(lambda: phase_is(k8s, namespace, "ok", "Succeeded"), "phase Succeeded", 90)
