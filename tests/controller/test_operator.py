@@ -11,6 +11,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.metrics import format_metrics
@@ -185,3 +186,31 @@ def test_two_replicas_one_leader_and_failover(k8s, namespace, start):
     wait_for(lambda: pytorchjob(k8s, namespace, "two"), "child from the new leader", 60)
     assert standby.stop() == 0  # SIGTERM: clean exit, Lease released
     assert _holder(k8s, namespace) is None
+
+
+def test_submit_hands_over_and_the_cluster_verbs_work_on_the_child(controlplane, k8s, namespace, start, tmp_path):
+    from click.testing import CliRunner
+
+    from kubetrain.cli.main import cli
+
+    start()
+    spec = tmp_path / "kubetrain.yaml"
+    spec.write_text(yaml.safe_dump(training_job("handed", namespace, nodes=1)))
+    runner = CliRunner(env={"KUBECONFIG": str(controlplane.kubeconfig)})
+    result = runner.invoke(cli, ["submit", "--controller", "-f", str(spec)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "handed\n"
+    owner = wait_for(lambda: tj(k8s, namespace, "handed"), "TrainingJob", 30)
+    assert "status" not in yaml.safe_dump(owner["spec"]) and owner["spec"]["nodes"] == 1
+    wait_for(lambda: pytorchjob(k8s, namespace, "handed"), "child from the controller", 60)
+    wait_for(lambda: phase_is(k8s, namespace, "handed", "Running"), "Running", 90)
+    status = runner.invoke(cli, ["status", "handed", "-n", namespace, "-o", "json"], catch_exceptions=False)
+    assert status.exit_code == 0 and '"Running"' in status.stdout, status.output
+    listing = runner.invoke(cli, ["list", "-n", namespace, "-o", "json"], catch_exceptions=False)
+    assert '"handed"' in listing.stdout
+    # A local code directory cannot be handed over: refused before anything goes out.
+    code = tmp_path / "code.yaml"
+    code.write_text(yaml.safe_dump(training_job("withcode", namespace, code={"path": "."})))
+    refused = runner.invoke(cli, ["submit", "--controller", "-f", str(code)], catch_exceptions=False)
+    assert refused.exit_code == 2 and "spec.code.path: --controller" in refused.stderr
+    assert tj(k8s, namespace, "withcode") is None
