@@ -162,10 +162,12 @@ def crd(output: str) -> None:
 def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str,
                          output: str | None) -> None:
     """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest."""
+    from kubetrain.cli.common import render_loaded
     from kubetrain.controller.handoff import hand_over, training_job
 
-    body = training_job(loaded, namespace)
-    applied = hand_over(connection.api, body, None if dry_run == "none" else dry_run)
+    rendered = render_loaded(loaded, namespace=namespace) if loaded.job.spec.code else []
+    body = training_job(loaded, namespace, rendered)
+    applied = hand_over(connection.api, body, rendered[:-1], None if dry_run == "none" else dry_run)
     name = applied["metadata"]["name"]
     suffix = f" ({dry_run} dry run)" if dry_run != "none" else ""
     info(f"TrainingJob {namespace}/{name} handed to the controller{suffix}; follow it with "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import Counter
@@ -73,3 +74,14 @@ def delete_child(api: client.ApiClient, child: dict[str, Any], plural: str) -> N
     except ApiException as exc:
         if exc.status != 404:
             raise
+
+
+def read_configmap(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        response = client.CoreV1Api(api).read_namespaced_config_map(name, namespace, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    found: dict[str, Any] = json.loads(response.data)  # type: ignore[attr-defined,arg-type,unused-ignore]
+    return found

@@ -26,6 +26,7 @@ from kubetrain.controller.reconcile import Desired, desired, owned_by, owner_nam
 
 log = logging.getLogger("kubetrain.controller")
 MANAGED = "app.kubernetes.io/managed-by=kubetrain"
+CONFIGMAP_CACHE = 16  # code ConfigMaps kept in memory (each ≤ 1 MiB)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Controller:
         self.jobs = self._informer(GROUP, VERSION, PLURAL, self._on_job)
         self.children = {t.kind: self._informer(t.group, t.version, t.plural, self._on_child, label_selector=MANAGED)
                          for t in targets.TARGETS.values() if t.name in self.served}
+        self.configmaps: dict[Key, dict[str, Any]] = {}
         self.applied: dict[Key, int] = {}  # generation of the child we last applied, to notice drift
         self.reconciles = 0
         self.failures = 0
@@ -120,7 +122,7 @@ class Controller:
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             self.applied.pop(key, None)
             return  # the garbage collector deletes the children (controller ownerReferences)
-        want = desired(obj, self.served)
+        want = desired(obj, self.served, self._configmap)
         child: dict[str, Any] | None = None
         extra: list[dict[str, Any]] = []
         if not want.problems:
@@ -157,7 +159,7 @@ class Controller:
 
     def _spec_changed(self, obj: dict[str, Any], child: dict[str, Any], target: Target) -> list[dict[str, Any]]:
         policy = update_policy(obj, self.settings.update_policy)
-        old, new = apply.spec_hash(child), desired(obj, self.served).spec_hash
+        old, new = apply.spec_hash(child), desired(obj, self.served, self._configmap).spec_hash
         if policy == "recreate":
             kube.delete_child(self.api, child, target.plural)
             kube.record_event(self.api, obj, "Normal", "Recreating", f"spec changed ({old} → {new}): deleting "
@@ -166,6 +168,18 @@ class Controller:
         message = (f"spec changed (spec hash {old} → {new}) but the {target.kind} keeps running the old spec: "
                    f"annotate {UPDATE_HINT} to apply it, or delete and re-apply the TrainingJob")
         return [mirror.condition("SpecChanged", True, "NotApplied", message)]
+
+    def _configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A code ConfigMap, cached: its name is its content's digest, so it never changes under a name."""
+        key = (namespace, name)
+        if key not in self.configmaps:
+            found = kube.read_configmap(self.api, namespace, name)
+            if found is None:
+                return None
+            if len(self.configmaps) >= CONFIGMAP_CACHE:
+                self.configmaps.pop(next(iter(self.configmaps)))
+            self.configmaps[key] = found
+        return self.configmaps[key]
 
     def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
         old = obj.get("status") or {}

@@ -6,19 +6,25 @@ problem at once, the same one-line messages), then `kubetrain.render.render_job`
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain.controller.crd import GROUP, KIND, VERSION
 from kubetrain.errors import Problem, SpecError
 from kubetrain.render import RenderOptions, render_job, resolve_target
-from kubetrain.render.context import SPEC_HASH_ANNOTATION
+from kubetrain.render.code import CodeBundle
+from kubetrain.render.context import SPEC_HASH_ANNOTATION, code_configmap_name
 from kubetrain.spec.load import validate_data
 from kubetrain.spec.model import TrainingJob
 
 API_VERSION = f"{GROUP}/{VERSION}"
 UPDATE_POLICY_ANNOTATION = "kubetrain.dev/update-policy"
+CODE_ANNOTATION = "kubetrain.dev/code"  # {"configMap": name, "items": [{key, path}]}, set by submit
+CodeLookup = Callable[[str, str], dict[str, Any] | None]  # (namespace, ConfigMap name) → ConfigMap or None
 POLICIES = ("report", "recreate")
 # Annotations the tools around an object add; they must not be copied onto the child's pods.
 FOREIGN_ANNOTATION_PREFIXES = ("kubectl.kubernetes.io/", "kubetrain.dev/", "argocd.argoproj.io/",
@@ -59,27 +65,60 @@ def spec_data(obj: dict[str, Any]) -> dict[str, Any]:
             "spec": obj.get("spec")}
 
 
-def desired(obj: dict[str, Any], served: list[str]) -> Desired:
-    """Load, check and render the object. `served`: the targets the cluster serves (pytorchjob, trainjob)."""
+def desired(obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = None) -> Desired:
+    """Load, check and render the object. `served`: the targets the cluster serves (pytorchjob, trainjob);
+    `lookup` reads the code ConfigMap `kubetrain submit --controller` uploaded."""
     try:
         job = validate_data(spec_data(obj), {}, "")
     except SpecError as exc:
         return Desired(None, None, None, exc.lines())
-    problems = [str(p) for p in unresolvable(job)]
+    code, problems = resolve_code(job, obj, lookup)
     target = resolve_target(job) if job.spec.target != "auto" else next(iter(served), "pytorchjob")
     if target not in served:
         problems.append(f"spec.target: {target}: the cluster does not serve it (install its operator)")
     if problems:
         return Desired(job, None, target, problems)
-    child = render_job(job, RenderOptions(namespace=job.metadata.namespace), target=target)[-1]
+    child = render_job(job, RenderOptions(code=code, namespace=job.metadata.namespace), target=target)[-1]
     return Desired(job, owned(child, obj), target)
 
 
-def unresolvable(job: TrainingJob) -> list[Problem]:
-    """Fields that point at the user's machine. `build` only says how the image was made: ignored here."""
-    if job.spec.code is not None:
-        return [Problem("spec.code.path", f"{job.spec.code.path!r}: {UNRESOLVED_CODE}")]
-    return []
+def code_reference(obj: dict[str, Any]) -> tuple[str, list[dict[str, str]]] | None:
+    """(ConfigMap name, items) from the annotation `kubetrain submit --controller` sets; None if absent."""
+    try:
+        ref = json.loads(annotation(obj, CODE_ANNOTATION) or "null")
+        return (str(ref["configMap"]), [{"key": str(i["key"]), "path": str(i["path"])} for i in ref["items"]])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def resolve_code(job: TrainingJob, obj: dict[str, Any], lookup: CodeLookup | None
+                 ) -> tuple[CodeBundle | None, list[str]]:
+    """Fields that point at the user's machine: `code.path` resolves only through an uploaded ConfigMap.
+    `build` only says how the image was made and is ignored here."""
+    if job.spec.code is None:
+        return None, []
+    ref = code_reference(obj)
+    if ref is None or lookup is None:
+        return None, [str(Problem("spec.code.path", f"{job.spec.code.path!r}: {UNRESOLVED_CODE}"))]
+    name, items = ref
+    configmap = lookup(job.metadata.namespace or "", name)
+    if configmap is None:
+        return None, [f"spec.code: ConfigMap {name} not found: re-submit with `kubetrain submit --controller`"]
+    try:
+        bundle = bundle_from(configmap, items)
+    except (KeyError, ValueError):
+        bundle = None
+    if bundle is None or code_configmap_name(job, bundle) != name:
+        return None, [f"spec.code: ConfigMap {name} does not hold the files its name promises: re-submit"]
+    return bundle, []
+
+
+def bundle_from(configmap: dict[str, Any], items: list[dict[str, str]]) -> CodeBundle:
+    """The CodeBundle a code ConfigMap was rendered from (its digest names the ConfigMap)."""
+    data, binary = configmap.get("data") or {}, configmap.get("binaryData") or {}
+    files = [(i["path"], data[i["key"]].encode() if i["key"] in data else base64.b64decode(binary[i["key"]]))
+             for i in items]
+    return CodeBundle(tuple(sorted(files)))
 
 
 def owned(child: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:

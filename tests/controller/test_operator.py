@@ -208,9 +208,18 @@ def test_submit_hands_over_and_the_cluster_verbs_work_on_the_child(controlplane,
     assert status.exit_code == 0 and '"Running"' in status.stdout, status.output
     listing = runner.invoke(cli, ["list", "-n", namespace, "-o", "json"], catch_exceptions=False)
     assert '"handed"' in listing.stdout
-    # A local code directory cannot be handed over: refused before anything goes out.
+    # A local code directory is resolved by submit: uploaded as the code ConfigMap, owned by the TrainingJob,
+    # referenced from kubetrain.dev/code, and mounted by the child the controller renders.
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print('hi')\n")
     code = tmp_path / "code.yaml"
-    code.write_text(yaml.safe_dump(training_job("withcode", namespace, code={"path": "."})))
-    refused = runner.invoke(cli, ["submit", "--controller", "-f", str(code)], catch_exceptions=False)
-    assert refused.exit_code == 2 and "spec.code.path: --controller" in refused.stderr
-    assert tj(k8s, namespace, "withcode") is None
+    code.write_text(yaml.safe_dump(training_job("withcode", namespace, nodes=1, code={"path": "./src"})))
+    handed = runner.invoke(cli, ["submit", "--controller", "-f", str(code)], catch_exceptions=False)
+    assert handed.exit_code == 0, handed.output
+    child = wait_for(lambda: pytorchjob(k8s, namespace, "withcode"), "child with code", 60)
+    volumes = child["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"]
+    configmap = next(v["configMap"] for v in volumes if v["name"] == "code")
+    assert configmap["items"] == [{"key": "train.py", "path": "train.py"}]
+    stored = kubernetes.client.CoreV1Api(k8s).read_namespaced_config_map(configmap["name"], namespace)
+    assert stored.data == {"train.py": "print('hi')\n"}
+    assert stored.metadata.owner_references[0].uid == tj(k8s, namespace, "withcode")["metadata"]["uid"]

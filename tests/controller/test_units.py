@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kubetrain.cli.common import render_loaded
 from kubetrain.controller import mirror
+from kubetrain.controller.handoff import code_volume, training_job
 from kubetrain.controller.progress import progress_of
 from kubetrain.controller.queue import WorkQueue
-from kubetrain.controller.reconcile import desired, owner_name, spec_data
+from kubetrain.controller.reconcile import CODE_ANNOTATION, desired, owner_name, spec_data
 from kubetrain.errors import SpecError
 from kubetrain.metrics import format_metrics
-from kubetrain.spec.load import parse_spec
+from kubetrain.spec.load import load_spec, parse_spec
 
 
 def tj(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
@@ -74,8 +77,30 @@ def test_invalid_object_gets_the_clis_messages() -> None:
 def test_local_code_path_is_refused_and_unserved_target_reported() -> None:
     want = desired(tj({**GOOD, "code": {"path": "./src"}}), ["pytorchjob"])
     assert want.child is None and want.problems[0].startswith("spec.code.path: './src': a local directory")
+    want = desired(tj({**GOOD, "code": {"path": "./src"}}, annotations={CODE_ANNOTATION: "{}"}), ["pytorchjob"],
+                   lambda ns, name: None)
+    assert want.problems[0].startswith("spec.code.path: './src': a local directory")
     want = desired(tj({**GOOD, "target": "trainjob"}), ["pytorchjob"])
     assert want.problems == ["spec.target: trainjob: the cluster does not serve it (install its operator)"]
+
+
+def test_uploaded_code_configmap_is_mounted_like_a_direct_submit(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print('hi')\n")
+    spec = tmp_path / "kubetrain.yaml"
+    spec.write_text(__import__("yaml").safe_dump(spec_data(tj({**GOOD, "code": {"path": "./src"}}))))
+    loaded = load_spec(str(spec))
+    rendered = render_loaded(loaded, namespace="ml")
+    body = training_job(loaded, "ml", rendered)
+    configmap = rendered[0]
+    obj = tj(body["spec"], annotations=body["metadata"]["annotations"])
+    want = desired(obj, ["pytorchjob"], lambda ns, name: configmap if name == configmap["metadata"]["name"] else None)
+    assert not want.problems
+    assert code_volume(want.child) == code_volume(rendered[-1])  # the same mount as a direct submit
+    assert want.spec_hash == rendered[-1]["metadata"]["annotations"]["kubetrain.dev/spec-hash"]
+    tampered = {**configmap, "data": {"train.py": "print('evil')\n"}}
+    assert "does not hold the files" in desired(obj, ["pytorchjob"], lambda ns, name: tampered).problems[0]
+    assert "not found" in desired(obj, ["pytorchjob"], lambda ns, name: None).problems[0]
 
 
 def _child(conditions: list[dict[str, str]], **status: Any) -> dict[str, Any]:
