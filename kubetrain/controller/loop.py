@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from kubernetes import client
 
-from kubetrain.client import apply, targets
+from kubetrain.client import apply, targets, watch
 from kubetrain.client.targets import Target
 from kubetrain.controller import kube, mirror
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
@@ -52,7 +52,10 @@ class Controller:
         self.children = {t.kind: self._informer(t.group, t.version, t.plural, self._on_child, label_selector=MANAGED)
                          for t in targets.TARGETS.values() if t.name in self.served}
         self.configmaps: dict[Key, dict[str, Any]] = {}
-        self.applied: dict[Key, int] = {}  # generation of the child we last applied, to notice drift
+        # The child as we last applied it: its generation tells drift apart, and it stands in for the cache
+        # until the watch delivers it (no second create, no duplicate Event).
+        self.applied: dict[Key, dict[str, Any]] = {}
+        self.written: dict[str, dict[str, Any]] = {}  # uid → status we last wrote (the cache may lag behind)
         self.reconciles = 0
         self.failures = 0
         self.progress_rounds = 0
@@ -113,7 +116,10 @@ class Controller:
     def _on_child(self, obj: dict[str, Any]) -> None:
         owner = owner_name(obj)
         if owner:
-            self.queue.add(((obj.get("metadata") or {}).get("namespace", ""), owner))
+            key = ((obj.get("metadata") or {}).get("namespace", ""), owner)
+            if self.children[str(obj.get("kind"))].get(watch.key(obj)) is None:
+                self.applied.pop(key, None)  # deleted: the next reconcile creates it again
+            self.queue.add(key)
 
     # ------------------------------------------------------------------ reconcile
     def reconcile(self, key: Key) -> None:
@@ -121,13 +127,14 @@ class Controller:
         obj = self.jobs.get(key)
         if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
             self.applied.pop(key, None)
+            self.written.pop(str(((obj or {}).get("metadata") or {}).get("uid")), None)
             return  # the garbage collector deletes the children (controller ownerReferences)
         want = desired(obj, self.served, self._configmap)
         child: dict[str, Any] | None = None
         extra: list[dict[str, Any]] = []
         if not want.problems:
             child, extra = self._sync_child(key, obj, want)
-        self._write_status(obj, mirror.status_for(obj, want, child, extra))
+        self._write_status(obj, mirror.status_for(self._latest(obj), want, child, extra))
 
     def _sync_child(self, key: Key, obj: dict[str, Any], want: Desired
                     ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -135,7 +142,7 @@ class Controller:
         assert want.child is not None and want.target is not None
         target = targets.TARGETS[want.target]
         informer = self.children[target.kind]
-        child = informer.get(key)
+        child = informer.get(key) or self.applied.get(key)
         if child is not None and not owned_by(child, obj):
             raise_conflict(target, key)
         if child is None:
@@ -143,8 +150,8 @@ class Controller:
         if (child.get("metadata") or {}).get("deletionTimestamp"):
             return child, [mirror.condition("SpecChanged", True, "Recreating", "waiting for the old child to go")]
         if apply.spec_hash(child) != want.spec_hash:
-            return child, self._spec_changed(obj, child, target)
-        if child["metadata"].get("generation") != self.applied.get(key):
+            return child, self._spec_changed(obj, child, target, want)
+        if child["metadata"].get("generation") != (self.applied.get(key) or {}).get("metadata", {}).get("generation"):
             # First sight since (re)start, or someone edited the child: re-assert our fields (drift).
             return self._apply(key, target, want.child, obj, created=False), []
         return child, []
@@ -152,16 +159,18 @@ class Controller:
     def _apply(self, key: Key, target: Target, child: dict[str, Any], obj: dict[str, Any], created: bool
                ) -> dict[str, Any]:
         result = apply.apply_object(self.api, target, child, force=True)
-        self.applied[key] = int(result["metadata"].get("generation") or 0)
+        self.applied[key] = result
         if created:
             kube.record_event(self.api, obj, "Normal", "Created", f"created {target.kind} {key[1]}")
         return result
 
-    def _spec_changed(self, obj: dict[str, Any], child: dict[str, Any], target: Target) -> list[dict[str, Any]]:
+    def _spec_changed(self, obj: dict[str, Any], child: dict[str, Any], target: Target, want: Desired
+                      ) -> list[dict[str, Any]]:
         policy = update_policy(obj, self.settings.update_policy)
-        old, new = apply.spec_hash(child), desired(obj, self.served, self._configmap).spec_hash
+        old, new = apply.spec_hash(child), want.spec_hash
         if policy == "recreate":
             kube.delete_child(self.api, child, target.plural)
+            self.applied.pop(key_of(obj), None)
             kube.record_event(self.api, obj, "Normal", "Recreating", f"spec changed ({old} → {new}): deleting "
                               f"{target.kind} {child['metadata']['name']} to recreate it (update policy recreate)")
             return [mirror.condition("SpecChanged", True, "Recreating", f"spec hash {old} → {new}; recreating")]
@@ -181,12 +190,23 @@ class Controller:
             self.configmaps[key] = found
         return self.configmaps[key]
 
+    def _latest(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """The object with the status we last wrote, if the watch has not delivered it yet (progress, which
+        the progress reader writes, always from the cache)."""
+        written = self.written.get(obj["metadata"]["uid"])
+        if written is None:
+            return obj
+        progress = (obj.get("status") or {}).get("progress")
+        return {**obj, "status": {**written, **({"progress": progress} if progress else {})}}
+
     def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
         old = obj.get("status") or {}
-        if status == old:
-            return
         meta = obj["metadata"]
+        mine = {k: v for k, v in status.items() if k != "progress"}
+        if status == old or mine == self.written.get(meta["uid"]):
+            return
         kube.patch_status(self.api, meta["namespace"], meta["name"], _with_nulls(old, status))
+        self.written[meta["uid"]] = mine
         for kind, reason, message in mirror.transitions(old, status):
             kube.record_event(self.api, obj, kind, reason, message)
 
@@ -201,6 +221,10 @@ class ChildConflict(Exception):
 def raise_conflict(target: Target, key: Key) -> None:
     raise ChildConflict(f"{target.kind} {key[0]}/{key[1]} exists and is not controlled by this TrainingJob "
                         "(submitted by the CLI?): delete it or rename the TrainingJob")
+
+
+def key_of(obj: dict[str, Any]) -> Key:
+    return watch.key(obj)
 
 
 def _with_nulls(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
