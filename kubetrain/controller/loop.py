@@ -134,7 +134,8 @@ class Controller:
         extra: list[dict[str, Any]] = []
         if not want.problems:
             child, extra = self._sync_child(key, obj, want)
-        self._write_status(obj, mirror.status_for(self._latest(obj), want, child, extra))
+        latest = self._latest(obj)
+        self._write_status(obj, latest.get("status") or {}, mirror.status_for(latest, want, child, extra))
 
     def _sync_child(self, key: Key, obj: dict[str, Any], want: Desired
                     ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -199,7 +200,7 @@ class Controller:
         progress = (obj.get("status") or {}).get("progress")
         return {**obj, "status": {**written, **({"progress": progress} if progress else {})}}
 
-    def _write_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
+    def _write_status(self, obj: dict[str, Any], previous: dict[str, Any], status: dict[str, Any]) -> None:
         old = obj.get("status") or {}
         meta = obj["metadata"]
         mine = {k: v for k, v in status.items() if k != "progress"}
@@ -207,7 +208,7 @@ class Controller:
             return
         kube.patch_status(self.api, meta["namespace"], meta["name"], _with_nulls(old, status))
         self.written[meta["uid"]] = mine
-        for kind, reason, message in mirror.transitions(old, status):
+        for kind, reason, message in mirror.transitions(previous, status):
             kube.record_event(self.api, obj, kind, reason, message)
 
 
