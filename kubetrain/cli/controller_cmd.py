@@ -115,7 +115,15 @@ def _emit(objects: list[dict[str, Any]], names: list[str], output: str | None) -
 @handle_errors
 def install(context: str | None, kubeconfig: str | None, watch_namespace: str | None, image: str | None,
             dry_run: str, output: str | None) -> None:
-    """Apply the CRD, namespace, RBAC and Deployment (manifests/controller) with server-side apply."""
+    """Apply the CRD, namespace, RBAC and Deployment (manifests/controller) with server-side apply.
+
+    \b
+    Examples:
+      kubetrain controller install
+      kubetrain controller install --image registry.example/kubetrain-controller:0.1.0
+      kubetrain controller install --namespaced team-a       # Role in team-a, no ClusterRole
+      kubetrain controller install --dry-run=client -o yaml  # print, contact nothing
+    """
     from kubetrain.controller.install import apply_all
 
     _act(_objects(watch_namespace, image), apply_all, "installed", context, kubeconfig, dry_run, output)
@@ -138,7 +146,13 @@ def _act(objects: list[dict[str, Any]], action: Callable[..., list[str]], done: 
 @handle_errors
 def uninstall(context: str | None, kubeconfig: str | None, watch_namespace: str | None, image: str | None,
               dry_run: str, output: str | None, with_crd: bool) -> None:
-    """Delete what install applied. The CRD (and so every TrainingJob) stays unless --with-crd."""
+    """Delete what install applied. The CRD (and so every TrainingJob) stays unless --with-crd.
+
+    \b
+    Examples:
+      kubetrain controller uninstall
+      kubetrain controller uninstall --with-crd --dry-run=server
+    """
     from kubetrain.controller.install import delete_all
 
     objects = [o for o in _objects(watch_namespace, image)
@@ -150,7 +164,13 @@ def uninstall(context: str | None, kubeconfig: str | None, watch_namespace: str 
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @handle_errors
 def crd(output: str) -> None:
-    """Print the TrainingJob CRD, generated from the spec model."""
+    """Print the TrainingJob CRD, generated from the spec model.
+
+    \b
+    Examples:
+      kubetrain controller crd > trainingjobs.kubetrain.dev.yaml
+      kubetrain controller crd -o json | jq '.items[0].spec.versions[0].additionalPrinterColumns'
+    """
     from kubetrain.controller.crd import crd as make_crd
 
     if output == "json":
