@@ -82,7 +82,10 @@ def test_failed_pods_fail_the_trainingjob(controlplane, k8s, namespace, start):
     controlplane.set_pod_phase(namespace, names[0], "Failed")
     failed = wait_for(lambda: phase_is(k8s, namespace, "boom", "Failed"), "phase Failed", 90)
     assert cond(failed, "Failed")["status"] == "True" and cond(failed, "Failed")["message"]
-    assert failed["status"]["replicas"]["Master"]["failed"] == 1
+    # The replica counts are the child's, as the training-operator reports them.
+    counts = pytorchjob(k8s, namespace, "boom")["status"]["replicaStatuses"]["Master"]
+    assert failed["status"]["replicas"]["Master"] == {k: counts.get(k, 0) for k in ("active", "succeeded", "failed")}
+    assert "Failed" in events(k8s, namespace, "boom")
 
 
 def test_invalid_object_gets_valid_false_with_the_clis_message(k8s, namespace, start):
