@@ -85,7 +85,7 @@ def test_failed_pods_fail_the_trainingjob(controlplane, k8s, namespace, start):
     # The replica counts are the child's, as the training-operator reports them.
     counts = pytorchjob(k8s, namespace, "boom")["status"]["replicaStatuses"]["Master"]
     assert failed["status"]["replicas"]["Master"] == {k: counts.get(k, 0) for k in ("active", "succeeded", "failed")}
-    assert "Failed" in events(k8s, namespace, "boom")
+    wait_for(lambda: "Failed" in events(k8s, namespace, "boom"), "a Failed Event", 30)
 
 
 def test_invalid_object_gets_valid_false_with_the_clis_message(k8s, namespace, start):
