@@ -76,6 +76,7 @@ def burst(cp: Any, sa: Path, tmp: Path, count: int) -> None:
     op = Operator(sa, tmp / "burst.log", "--watch-namespace", "burst", "--progress-interval", "0",
                   "--workers", "8", "--lease-name", "bench-burst")
     wait(lambda: "caches synced" in op.text(), "controller ready", 60)
+    cpu0 = cpu_seconds(op.pid)
     bodies = [training_job(f"job-{i:04d}", "burst", nodes=1) for i in range(count)]
     began = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
@@ -90,13 +91,13 @@ def burst(cp: Any, sa: Path, tmp: Path, count: int) -> None:
         return len(children) == count and len(mirrored) == count
 
     done = wait(converged, "convergence", 1800) - began
-    after = metrics(op)
+    after, cpu = metrics(op), cpu_seconds(op.pid) - cpu0
     time.sleep(10)
     idle = metrics(op)["api_requests_total"] - after["api_requests_total"]
     memory = proc_status(op.pid)
     op.stop()
     print(f"burst of {count} TrainingJobs: all created by the client in {applied:.1f} s; every child and status "
-          f"in {done:.1f} s = {count / done:.1f} jobs/s")
+          f"in {done:.1f} s = {count / done:.1f} jobs/s; controller CPU {cpu:.1f} s")
     verbs = ", ".join(k.split(chr(34))[1] + f"={v:.0f}" for k, v in after.items() if k.startswith("api_requests{"))
     print(f"controller: peak RSS {memory['VmHWM']} MiB (now {memory['VmRSS']} MiB); "
           f"{after['api_requests_total'] / count:.2f} API requests per job "

@@ -16,6 +16,7 @@ from kubetrain.controller.reconcile import now
 
 log = logging.getLogger("kubetrain.controller")
 COMPONENT = "kubetrain-controller"
+HTTP_METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE"}
 
 
 class RequestCounter:
@@ -26,12 +27,13 @@ class RequestCounter:
         self._lock = threading.Lock()
         original = api.call_api
 
-        def counted(resource_path: str, method: str, *args: Any, **kwargs: Any) -> Any:
-            query = kwargs.get("query_params") or (args[1] if len(args) > 1 else None) or []
-            verb = "WATCH" if ("watch", True) in query else method
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            # The client's call_api(method, url, ...) (openapi-generator 7): the URL holds the query string.
+            method, url = (str(a) for a in (list(args) + ["", ""])[:2])
+            verb = "WATCH" if "watch=true" in url else method if method in HTTP_METHODS else "OTHER"
             with self._lock:
                 self.counts[verb] += 1
-            return original(resource_path, method, *args, **kwargs)
+            return original(*args, **kwargs)
 
         api.call_api = counted  # type: ignore[method-assign,assignment]
 

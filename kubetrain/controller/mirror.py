@@ -97,7 +97,8 @@ def _keep_times(old: list[dict[str, Any]], new: list[dict[str, Any]], generation
 def transitions(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(type Normal|Warning, reason, message) for each Event a status change deserves."""
     events = []
-    if old.get("phase") != new.get("phase"):
+    first = not old.get("phase") and new.get("phase") in ("Pending", "Created")  # the Created Event says it
+    if old.get("phase") != new.get("phase") and not first:
         warning = new["phase"] in ("Failed", "Invalid")
         detail = next((c["message"] for c in new["conditions"] if c["status"] == "True" and c["message"]
                        and c["type"] in ("Failed", "Succeeded")), "")
