@@ -29,7 +29,7 @@ class RequestCounter:
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             # The client's call_api(method, url, ...) (openapi-generator 7): the URL holds the query string.
-            method, url = (str(a) for a in (list(args) + ["", ""])[:2])
+            method, url = (str(a) for a in [*args, "", ""][:2])
             verb = "WATCH" if "watch=true" in url else method if method in HTTP_METHODS else "OTHER"
             with self._lock:
                 self.counts[verb] += 1
