@@ -35,7 +35,7 @@ class RequestCounter:
                 self.counts[verb] += 1
             return original(*args, **kwargs)
 
-        api.call_api = counted  # type: ignore[method-assign,assignment]
+        api.call_api = counted  # type: ignore[method-assign]
 
     def total(self) -> int:
         with self._lock:
