@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("kubetrain.cli.logs_cmd:logs", "Merged logs of every replica of a job."),
     "gpu": ("kubetrain.cli.gpu_cmd:gpu", "nvidia-smi from every pod of a job."),
     "doctor": ("kubetrain.cli.doctor_cmd:doctor", "Check a cluster's readiness for GPU training."),
+    "controller": ("kubetrain.cli.controller_cmd:controller", "Run or install the TrainingJob operator."),
 }
 
 # Every block is marked \b (no rewrapping) and kept under 78 columns, so the text does not depend on the

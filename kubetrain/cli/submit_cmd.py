@@ -43,14 +43,16 @@ if TYPE_CHECKING:
 @click.option("--wait", is_flag=True, help="Wait for the job to finish: exit 0 on Succeeded, 1 on Failed, "
               "4 on --timeout, 3 if the API server stayed unreachable (see docs/cluster.md).")
 @click.option("--follow", is_flag=True, help="After submitting, follow the logs (as `kubetrain logs -f`).")
+@click.option("--controller", "via_controller", is_flag=True, help="Hand the TrainingJob to the cluster's "
+              "kubetrain controller instead of applying the PyTorchJob/TrainJob (docs/operator.md).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="Give up waiting (--wait, --replace) after this long (default: --wait forever, --replace 300).")
 @handle_errors
 def submit(filename: str, context: str | None, kubeconfig: str | None, namespace: str | None,
-        request_timeout: float | None, target: str | None,
+           request_timeout: float | None, target: str | None,
            image: str | None, build_image: bool, dry_run: str, replace: bool, skip_preflight: bool, skip_fit: bool,
            wait_capacity: bool,
-           output: str | None, wait: bool, follow: bool, timeout: float | None) -> None:
+           output: str | None, wait: bool, follow: bool, timeout: float | None, via_controller: bool) -> None:
     """Render, validate, preflight and apply the job to a cluster.
 
     Server-side apply with field manager `kubetrain`: submitting an unchanged spec again is a no-op; a changed
@@ -68,6 +70,11 @@ def submit(filename: str, context: str | None, kubeconfig: str | None, namespace
     loaded = load(filename)
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace, loaded.job.metadata.namespace)
+    if via_controller:
+        from kubetrain.cli.controller_cmd import submit_to_controller
+
+        submit_to_controller(connection, loaded, ns, dry_run, output)
+        return
     chosen = _resolve_target(connection, target or loaded.job.spec.target)
     if build_image:
         image = _build(loaded)

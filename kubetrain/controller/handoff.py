@@ -1,0 +1,77 @@
+"""`kubetrain submit --controller`: hand the TrainingJob itself to the cluster's controller.
+
+The spec has been loaded, checked and rendered exactly as for a direct submit; what goes out is the
+TrainingJob as the user wrote it (unset fields stay unset, so the controller's defaults apply), server-side
+applied with the CLI's field manager. A local `code.path` is resolved here, where it exists: its ConfigMap
+(the same content-addressed one a direct submit creates) is uploaded and referenced from the annotation
+kubetrain.dev/code (name + the key → path items), which the controller reads to render the same mount.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes import client
+
+from kubetrain.client import apply, targets
+from kubetrain.client.apply import APPLY_PATCH, FIELD_MANAGER
+from kubetrain.client.errors import as_dict, cluster_errors
+from kubetrain.controller.crd import GROUP, KIND, NAME, PLURAL, VERSION
+from kubetrain.controller.reconcile import CODE_ANNOTATION
+from kubetrain.errors import ClusterError, Problem, SpecError
+from kubetrain.render.context import JOB_LABEL
+from kubetrain.spec.load import LoadedSpec
+
+# The TrainingJob API as a Target, for discovery (`served`); its pods carry the child's labels.
+TRAININGJOB = targets.Target("trainingjob", GROUP, VERSION, PLURAL, KIND, JOB_LABEL,
+                             (("kubetrain-system", "kubetrain-controller"),), "kubetrain controller")
+
+
+def training_job(loaded: LoadedSpec, namespace: str, rendered: list[dict[str, Any]]) -> dict[str, Any]:
+    """The object to apply. `rendered`: the CLI's render of the spec (used only for the code ConfigMap)."""
+    body = loaded.job.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    body["metadata"] = {**body["metadata"], "namespace": namespace}
+    configmaps = rendered[:-1]
+    if configmaps:
+        volume = code_volume(rendered[-1])
+        if volume is None:  # the renderer mounts every code ConfigMap as volume `code`
+            raise SpecError([Problem("spec.code", "rendered job has no code volume", loaded.source)])
+        reference = {"configMap": configmaps[0]["metadata"]["name"], "items": volume["items"]}
+        annotations = {**body["metadata"].get("annotations", {}), CODE_ANNOTATION: json.dumps(reference)}
+        body["metadata"]["annotations"] = annotations
+    return body
+
+
+def code_volume(obj: Any) -> dict[str, Any] | None:
+    """The `configMap` of the pod volume named `code`, wherever the child kind keeps its pod template."""
+    if isinstance(obj, dict):
+        if obj.get("name") == "code" and isinstance(obj.get("configMap"), dict):
+            return dict(obj["configMap"])
+        obj = list(obj.values())
+    if isinstance(obj, list):
+        return next((found for item in obj if (found := code_volume(item)) is not None), None)
+    return None
+
+
+def hand_over(api: client.ApiClient, body: dict[str, Any], configmaps: list[dict[str, Any]], dry_run: str | None
+              ) -> dict[str, Any]:
+    """Server-side apply the code ConfigMap, then the TrainingJob, then make the TrainingJob own the ConfigMap
+    (the garbage collector deletes it with the job). Client dry run: return the TrainingJob unchanged."""
+    if dry_run == "client":
+        return body
+    with cluster_errors("discover the kubetrain.dev API"):
+        if not targets.served(api, TRAININGJOB):
+            raise ClusterError(f"--controller: the cluster does not serve {NAME}: install the operator with "
+                               "`kubetrain controller install` (docs/operator.md), or submit without --controller")
+    meta = body["metadata"]
+    for configmap in configmaps:  # first: the controller reads it as soon as the TrainingJob exists
+        apply.apply_configmap(api, configmap, dry_run is not None)
+    with cluster_errors(f"apply {NAME} {meta['name']} in namespace {meta['namespace']}"):
+        response = client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body, field_manager=FIELD_MANAGER,
+            dry_run="All" if dry_run else None, _content_type=APPLY_PATCH, _preload_content=False)
+        applied = as_dict(json.loads(response.data))  # type: ignore[attr-defined]
+    for configmap in configmaps:
+        apply.apply_configmap(api, apply.with_owner(configmap, applied), dry_run is not None)
+    return applied

@@ -1,0 +1,79 @@
+"""An informer: a list-then-watch cache of one resource, calling back on every change.
+
+Built on `kubetrain.client.watch.stream` (the CLI's reflector), which resumes dropped watches from the last
+resourceVersion and answers 410 Gone with a fresh list (a SYNC event): watches survive 410.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from kubetrain.client import watch
+
+log = logging.getLogger("kubetrain.controller")
+Key = tuple[str, str]
+Handler = Callable[[dict[str, Any]], None]
+
+
+class Informer:
+    def __init__(self, name: str, list_fn: watch.ListFn, on_change: Handler, **kwargs: Any) -> None:
+        self.name, self.list_fn, self.kwargs, self.on_change = name, list_fn, kwargs, on_change
+        self.cache: dict[Key, dict[str, Any]] = {}
+        self.synced = threading.Event()
+        self.lists = 0  # list requests made (the first, then one per 410 or failure)
+        self._lock = threading.Lock()
+
+    def get(self, key: Key) -> dict[str, Any] | None:
+        with self._lock:
+            return self.cache.get(key)
+
+    def items(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.cache.values())
+
+    def run(self, stop: threading.Event) -> None:
+        """List and watch until `stop`; errors back off and re-list (as client-go's reflector does)."""
+        delay = 1.0
+        while not stop.is_set():
+            try:
+                for event in watch.stream(self.list_fn, **self.kwargs):
+                    if stop.is_set():
+                        return
+                    self._apply(event)
+                    delay = 1.0
+            except (ApiException, OSError, ValueError) as exc:
+                log.warning("%s: watch failed (%s); re-listing in %.0fs", self.name, exc, delay)
+            except Exception as exc:  # urllib3 errors and the like: never let the informer thread die
+                log.warning("%s: watch failed (%s: %s); re-listing in %.0fs", self.name, type(exc).__name__,
+                            exc, delay)
+            stop.wait(delay)
+            delay = min(delay * 2, 30.0)
+
+    def _apply(self, event: watch.Event) -> None:
+        if event.type == "SYNC":
+            self.lists += 1
+            fresh = {watch.key(o): o for o in event.objects}
+            with self._lock:
+                gone = [o for k, o in self.cache.items() if k not in fresh]
+                self.cache = fresh
+            self.synced.set()
+            for obj in [*event.objects, *gone]:
+                self.on_change(obj)
+            return
+        with self._lock:
+            if event.type == "DELETED":
+                self.cache.pop(watch.key(event.obj), None)
+            else:
+                self.cache[watch.key(event.obj)] = event.obj
+        self.on_change(event.obj)
+
+
+def wait_synced(informers: list[Informer], stop: threading.Event) -> None:
+    while not stop.is_set() and not all(i.synced.is_set() for i in informers):
+        time.sleep(0.05)

@@ -1,0 +1,233 @@
+"""`kubetrain controller run`: informers → work queue → reconcile, behind a Lease.
+
+Every TrainingJob event and every event of a child it controls enqueues the TrainingJob's key; workers
+reconcile keys from the informers' caches (no extra GETs) and write only what changed: the child when it is
+missing, drifted or outdated, the status when it differs. A failed reconcile retries that key alone with
+exponential backoff. After a restart, the first list re-enqueues every TrainingJob; server-side apply of
+the deterministic child names makes that a no-op for children that exist, so nothing is duplicated.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from kubernetes import client
+
+from kubetrain.client import apply, targets, watch
+from kubetrain.client.targets import Target
+from kubetrain.controller import kube, mirror
+from kubetrain.controller.crd import GROUP, PLURAL, VERSION
+from kubetrain.controller.informer import Informer, Key, wait_synced
+from kubetrain.controller.queue import WorkQueue
+from kubetrain.controller.reconcile import Desired, desired, owned_by, owner_name, update_policy
+
+log = logging.getLogger("kubetrain.controller")
+MANAGED = "app.kubernetes.io/managed-by=kubetrain"
+CONFIGMAP_CACHE = 16  # code ConfigMaps kept in memory (each ≤ 1 MiB)
+
+
+@dataclass(frozen=True)
+class Settings:
+    namespace: str | None = None  # None: every namespace (ClusterRole); else only this one (Role)
+    workers: int = 4
+    update_policy: str = "report"  # report | recreate (a TrainingJob's annotation overrides it)
+    progress_interval: float = 30.0  # seconds between progress reads of a running job; 0 disables
+    progress_tail: int = 200  # log lines read per progress read (the tail only)
+
+
+@dataclass
+class Controller:
+    api: client.ApiClient
+    settings: Settings
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.queue = WorkQueue()
+        self.counter = kube.RequestCounter(self.api)
+        self.served = [t.name for t in targets.installed(self.api)]
+        self.jobs = self._informer(GROUP, VERSION, PLURAL, self._on_job)
+        self.children = {t.kind: self._informer(t.group, t.version, t.plural, self._on_child, label_selector=MANAGED)
+                         for t in targets.TARGETS.values() if t.name in self.served}
+        self.configmaps: dict[Key, dict[str, Any]] = {}
+        # The child as we last applied it: its generation tells drift apart, and it stands in for the cache
+        # until the watch delivers it (no second create, no duplicate Event).
+        self.applied: dict[Key, dict[str, Any]] = {}
+        self.written: dict[str, dict[str, Any]] = {}  # uid → status we last wrote (the cache may lag behind)
+        self.reconciles = 0
+        self.failures = 0
+        self.progress_rounds = 0
+        self.progress_seconds = 0.0
+        self.threads: list[threading.Thread] = []
+
+    def _informer(self, group: str, version: str, plural: str, handler: Any, **kwargs: Any) -> Informer:
+        api = client.CustomObjectsApi(self.api)
+        scope: dict[str, Any] = {"group": group, "version": version, "plural": plural, **kwargs}
+        if self.settings.namespace:
+            return Informer(plural, api.list_namespaced_custom_object, handler,
+                            namespace=self.settings.namespace, **scope)
+        return Informer(plural, api.list_cluster_custom_object, handler, **scope)
+
+    # ------------------------------------------------------------------ running
+    def start(self) -> None:
+        """Start informers and workers; returns once the caches have synced."""
+        informers = [self.jobs, *self.children.values()]
+        for informer in informers:
+            self._spawn(informer.run, self.stop, name=f"informer-{informer.name}")
+        wait_synced(informers, self.stop)
+        for index in range(self.settings.workers):
+            self._spawn(self._work, name=f"worker-{index}")
+        log.info("controller: caches synced (%d TrainingJobs); %d workers", len(self.jobs.items()),
+                 self.settings.workers)
+
+    def _spawn(self, target: Any, *args: Any, name: str) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        self.queue.close()
+
+    def _work(self) -> None:
+        while not self.stop.is_set():
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                self.reconcile(cast(Key, key))
+                self.queue.forget(key)
+            except Exception as exc:  # one object's failure backs off alone, never stops the loop
+                self.failures += 1
+                delay = self.queue.retry(key)
+                namespace, name = cast(Key, key)
+                log.warning("reconcile %s/%s failed (%s: %s); retrying in %.1fs", namespace, name, type(exc).__name__,
+                            " ".join(str(exc).split())[:300], delay)
+            finally:
+                self.queue.done(key)
+
+    # ------------------------------------------------------------------ events
+    def _on_job(self, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        self.queue.add((meta.get("namespace", ""), meta.get("name", "")))
+
+    def _on_child(self, obj: dict[str, Any]) -> None:
+        owner = owner_name(obj)
+        if owner:
+            key = ((obj.get("metadata") or {}).get("namespace", ""), owner)
+            if self.children[str(obj.get("kind"))].get(watch.key(obj)) is None:
+                self.applied.pop(key, None)  # deleted: the next reconcile creates it again
+            self.queue.add(key)
+
+    # ------------------------------------------------------------------ reconcile
+    def reconcile(self, key: Key) -> None:
+        self.reconciles += 1
+        obj = self.jobs.get(key)
+        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+            self.applied.pop(key, None)
+            self.written.pop(str(((obj or {}).get("metadata") or {}).get("uid")), None)
+            return  # the garbage collector deletes the children (controller ownerReferences)
+        want = desired(obj, self.served, self._configmap)
+        child: dict[str, Any] | None = None
+        extra: list[dict[str, Any]] = []
+        if not want.problems:
+            child, extra = self._sync_child(key, obj, want)
+        latest = self._latest(obj)
+        self._write_status(obj, latest.get("status") or {}, mirror.status_for(latest, want, child, extra))
+
+    def _sync_child(self, key: Key, obj: dict[str, Any], want: Desired
+                    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """Create, keep or replace the child; returns it (as last seen) and any SpecChanged condition."""
+        assert want.child is not None and want.target is not None
+        target = targets.TARGETS[want.target]
+        informer = self.children[target.kind]
+        child = informer.get(key) or self.applied.get(key)
+        if child is not None and not owned_by(child, obj):
+            raise_conflict(target, key)
+        if child is None:
+            return self._apply(key, target, want.child, obj, created=True), []
+        if (child.get("metadata") or {}).get("deletionTimestamp"):
+            return child, [mirror.condition("SpecChanged", True, "Recreating", "waiting for the old child to go")]
+        if apply.spec_hash(child) != want.spec_hash:
+            return child, self._spec_changed(obj, child, target, want)
+        if child["metadata"].get("generation") != (self.applied.get(key) or {}).get("metadata", {}).get("generation"):
+            # First sight since (re)start, or someone edited the child: re-assert our fields (drift).
+            return self._apply(key, target, want.child, obj, created=False), []
+        return child, []
+
+    def _apply(self, key: Key, target: Target, child: dict[str, Any], obj: dict[str, Any], created: bool
+               ) -> dict[str, Any]:
+        result = apply.apply_object(self.api, target, child, force=True)
+        self.applied[key] = result
+        if created:
+            kube.record_event(self.api, obj, "Normal", "Created", f"created {target.kind} {key[1]}")
+        return result
+
+    def _spec_changed(self, obj: dict[str, Any], child: dict[str, Any], target: Target, want: Desired
+                      ) -> list[dict[str, Any]]:
+        policy = update_policy(obj, self.settings.update_policy)
+        old, new = apply.spec_hash(child), want.spec_hash
+        if policy == "recreate":
+            kube.delete_child(self.api, child, target.plural)
+            self.applied.pop(key_of(obj), None)
+            kube.record_event(self.api, obj, "Normal", "Recreating", f"spec changed ({old} → {new}): deleting "
+                              f"{target.kind} {child['metadata']['name']} to recreate it (update policy recreate)")
+            return [mirror.condition("SpecChanged", True, "Recreating", f"spec hash {old} → {new}; recreating")]
+        message = (f"spec changed (spec hash {old} → {new}) but the {target.kind} keeps running the old spec: "
+                   f"annotate {UPDATE_HINT} to apply it, or delete and re-apply the TrainingJob")
+        return [mirror.condition("SpecChanged", True, "NotApplied", message)]
+
+    def _configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A code ConfigMap, cached: its name is its content's digest, so it never changes under a name."""
+        key = (namespace, name)
+        if key not in self.configmaps:
+            found = kube.read_configmap(self.api, namespace, name)
+            if found is None:
+                return None
+            if len(self.configmaps) >= CONFIGMAP_CACHE:
+                self.configmaps.pop(next(iter(self.configmaps)))
+            self.configmaps[key] = found
+        return self.configmaps[key]
+
+    def _latest(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """The object with the status we last wrote, if the watch has not delivered it yet (progress, which
+        the progress reader writes, always from the cache)."""
+        written = self.written.get(obj["metadata"]["uid"])
+        if written is None:
+            return obj
+        progress = (obj.get("status") or {}).get("progress")
+        return {**obj, "status": {**written, **({"progress": progress} if progress else {})}}
+
+    def _write_status(self, obj: dict[str, Any], previous: dict[str, Any], status: dict[str, Any]) -> None:
+        old = obj.get("status") or {}
+        meta = obj["metadata"]
+        mine = {k: v for k, v in status.items() if k != "progress"}
+        if status == old or mine == self.written.get(meta["uid"]):
+            return
+        kube.patch_status(self.api, meta["namespace"], meta["name"], _with_nulls(old, status))
+        self.written[meta["uid"]] = mine
+        for kind, reason, message in mirror.transitions(previous, status):
+            kube.record_event(self.api, obj, kind, reason, message)
+
+
+UPDATE_HINT = "kubetrain.dev/update-policy=recreate"
+
+
+class ChildConflict(Exception):
+    pass
+
+
+def raise_conflict(target: Target, key: Key) -> None:
+    raise ChildConflict(f"{target.kind} {key[0]}/{key[1]} exists and is not controlled by this TrainingJob "
+                        "(submitted by the CLI?): delete it or rename the TrainingJob")
+
+
+def key_of(obj: dict[str, Any]) -> Key:
+    return watch.key(obj)
+
+
+def _with_nulls(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch sets keys; fields the new status lacks must be sent as null to be removed."""
+    return {**{k: None for k in old if k not in new}, **new}

@@ -1,0 +1,89 @@
+"""Live progress of running TrainingJobs: the tail of rank 0's log, parsed like `kubetrain logs -f` does.
+
+Bounded cost per running job and interval: one pod list and one log read of at most `tail` lines and
+LIMIT_BYTES bytes, then one status patch if the progress changed. Never the whole log, never a stream.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kubernetes import client
+
+from kubetrain.client import pods, targets
+from kubetrain.client.progress import ProgressTracker, format_duration
+from kubetrain.controller import kube
+from kubetrain.controller.informer import Informer
+from kubetrain.controller.reconcile import now
+
+log = logging.getLogger("kubetrain.controller")
+LIMIT_BYTES = 256 * 1024
+
+
+def progress_of(lines: list[str]) -> dict[str, Any] | None:
+    """status.progress from log lines (None when they hold no metrics)."""
+    tracker = ProgressTracker()
+    accuracy = None
+    for line in lines:
+        tracker.feed(line)
+        if tracker.status and tracker.status.startswith("eval"):
+            accuracy = _eval_accuracy(line) if _eval_accuracy(line) is not None else accuracy
+    record = tracker.last
+    if record is None:
+        return None
+    step, total = record.get("step"), record.get("total_steps")
+    rate = tracker.steps_per_second()
+    out: dict[str, Any] = {"step": step, "totalSteps": total, "line": tracker.line(),
+                           "stepText": f"{step}/{total}" if total else f"{step}"}
+    if isinstance(record.get("loss"), int | float):
+        out["loss"] = f"{record['loss']:.4f}"
+    if isinstance(record.get("samples_per_s"), int | float):
+        out["samplesPerSecond"] = round(float(record["samples_per_s"]), 1)
+    if rate and isinstance(step, int) and isinstance(total, int) and total > step:
+        out["eta"] = format_duration((total - step) / rate)
+    if accuracy is not None:
+        out["evalAccuracy"] = accuracy
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _eval_accuracy(line: str) -> float | None:
+    from kubetrain.metrics import parse_metrics_line
+
+    record = parse_metrics_line(line) or {}
+    value = record.get("eval_accuracy") if record.get("kind") == "eval" else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def read_tail(api: client.ApiClient, target: targets.Target, namespace: str, name: str, tail: int) -> list[str]:
+    """The last `tail` lines of the first replica's log (master-0 / node-0-0); [] before it started."""
+    replicas = [r for r in pods.job_replicas(api, target, namespace, name) if r.started]
+    if not replicas:
+        return []
+    first = replicas[0]
+    text = client.CoreV1Api(api).read_namespaced_pod_log(first.pod, namespace, container=first.container,
+                                                         tail_lines=tail, limit_bytes=LIMIT_BYTES)
+    return str(text).splitlines()
+
+
+def poll_once(api: client.ApiClient, jobs: Informer, tail: int) -> int:
+    """Update status.progress of every Running TrainingJob; returns how many were read."""
+    read = 0
+    for obj in jobs.items():
+        status = obj.get("status") or {}
+        if status.get("phase") not in ("Running", "Restarting") or status.get("target") not in targets.TARGETS:
+            continue
+        meta = obj["metadata"]
+        try:
+            lines = read_tail(api, targets.TARGETS[status["target"]], meta["namespace"], meta["name"], tail)
+        except Exception as exc:  # a pod that just went away: try again next round
+            log.debug("progress of %s/%s: %s", meta["namespace"], meta["name"], exc)
+            continue
+        read += 1
+        progress = progress_of(lines)
+        old = {k: v for k, v in (status.get("progress") or {}).items() if k != "updateTime"}
+        if progress is not None and progress != old:
+            removed = {k: None for k in old if k not in progress}  # a merge patch keeps keys it does not name
+            kube.patch_status(api, meta["namespace"], meta["name"],
+                              {"progress": {**removed, **progress, "updateTime": now()}})
+    return read

@@ -1,0 +1,151 @@
+"""One TrainingJob → its desired child and its status. Pure functions of the observed objects (no I/O).
+
+The same pipeline as the CLI: `kubetrain.spec.load.validate_data` (typed model + cross-field checks, every
+problem at once, the same one-line messages), then `kubetrain.render.render_job`. `loop` does the I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubetrain.controller.crd import GROUP, KIND, VERSION
+from kubetrain.errors import Problem, SpecError
+from kubetrain.render import RenderOptions, render_job, resolve_target
+from kubetrain.render.code import CodeBundle
+from kubetrain.render.context import SPEC_HASH_ANNOTATION, code_configmap_name
+from kubetrain.spec.load import validate_data
+from kubetrain.spec.model import TrainingJob
+
+API_VERSION = f"{GROUP}/{VERSION}"
+UPDATE_POLICY_ANNOTATION = "kubetrain.dev/update-policy"
+CODE_ANNOTATION = "kubetrain.dev/code"  # {"configMap": name, "items": [{key, path}]}, set by submit
+CodeLookup = Callable[[str, str], dict[str, Any] | None]  # (namespace, ConfigMap name) → ConfigMap or None
+POLICIES = ("report", "recreate")
+# Annotations the tools around an object add; they must not be copied onto the child's pods.
+FOREIGN_ANNOTATION_PREFIXES = ("kubectl.kubernetes.io/", "kubetrain.dev/", "argocd.argoproj.io/",
+                               "kustomize.toolkit.fluxcd.io/")
+UNRESOLVED_CODE = ("a local directory cannot be read in the cluster: submit with `kubetrain submit "
+                   "--controller`, which uploads the code ConfigMap, or bake the code into spec.image")
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What the TrainingJob should have: a valid job and its rendered child, or the problems."""
+
+    job: TrainingJob | None
+    child: dict[str, Any] | None
+    target: str | None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def spec_hash(self) -> str | None:
+        return annotation(self.child, SPEC_HASH_ANNOTATION) if self.child else None
+
+
+def annotation(obj: dict[str, Any] | None, name: str) -> str | None:
+    return (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(name)
+
+
+def spec_data(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as a kubetrain.yaml: the server's metadata fields (uid, managedFields...) left out."""
+    meta = obj.get("metadata") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if not k.startswith(FOREIGN_ANNOTATION_PREFIXES)}
+    metadata = {"name": meta.get("name"), "namespace": meta.get("namespace")}
+    if meta.get("labels"):
+        metadata["labels"] = meta["labels"]
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": metadata,
+            "spec": obj.get("spec")}
+
+
+def desired(obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = None) -> Desired:
+    """Load, check and render the object. `served`: the targets the cluster serves (pytorchjob, trainjob);
+    `lookup` reads the code ConfigMap `kubetrain submit --controller` uploaded."""
+    try:
+        job = validate_data(spec_data(obj), {}, "")
+    except SpecError as exc:
+        return Desired(None, None, None, exc.lines())
+    code, problems = resolve_code(job, obj, lookup)
+    target = resolve_target(job) if job.spec.target != "auto" else next(iter(served), "pytorchjob")
+    if target not in served:
+        problems.append(f"spec.target: {target}: the cluster does not serve it (install its operator)")
+    if problems:
+        return Desired(job, None, target, problems)
+    child = render_job(job, RenderOptions(code=code, namespace=job.metadata.namespace), target=target)[-1]
+    return Desired(job, owned(child, obj), target)
+
+
+def code_reference(obj: dict[str, Any]) -> tuple[str, list[dict[str, str]]] | None:
+    """(ConfigMap name, items) from the annotation `kubetrain submit --controller` sets; None if absent."""
+    try:
+        ref = json.loads(annotation(obj, CODE_ANNOTATION) or "null")
+        return (str(ref["configMap"]), [{"key": str(i["key"]), "path": str(i["path"])} for i in ref["items"]])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def resolve_code(job: TrainingJob, obj: dict[str, Any], lookup: CodeLookup | None
+                 ) -> tuple[CodeBundle | None, list[str]]:
+    """Fields that point at the user's machine: `code.path` resolves only through an uploaded ConfigMap.
+    `build` only says how the image was made and is ignored here."""
+    if job.spec.code is None:
+        return None, []
+    ref = code_reference(obj)
+    if ref is None or lookup is None:
+        return None, [str(Problem("spec.code.path", f"{job.spec.code.path!r}: {UNRESOLVED_CODE}"))]
+    name, items = ref
+    configmap = lookup(job.metadata.namespace or "", name)
+    if configmap is None:
+        return None, [f"spec.code: ConfigMap {name} not found: re-submit with `kubetrain submit --controller`"]
+    try:
+        bundle = bundle_from(configmap, items)
+    except (KeyError, ValueError):
+        bundle = None
+    if bundle is None or code_configmap_name(job, bundle) != name:
+        return None, [f"spec.code: ConfigMap {name} does not hold the files its name promises: re-submit"]
+    return bundle, []
+
+
+def bundle_from(configmap: dict[str, Any], items: list[dict[str, str]]) -> CodeBundle:
+    """The CodeBundle a code ConfigMap was rendered from (its digest names the ConfigMap)."""
+    data, binary = configmap.get("data") or {}, configmap.get("binaryData") or {}
+    files = [(i["path"], data[i["key"]].encode() if i["key"] in data else base64.b64decode(binary[i["key"]]))
+             for i in items]
+    return CodeBundle(tuple(sorted(files)))
+
+
+def owned(child: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
+    """The child with a controller ownerReference: deleting the TrainingJob deletes it (garbage collector)."""
+    meta = owner["metadata"]
+    ref = {"apiVersion": API_VERSION, "kind": KIND, "name": meta["name"], "uid": meta["uid"],
+           "controller": True, "blockOwnerDeletion": True}
+    return {**child, "metadata": {**child["metadata"], "ownerReferences": [ref]}}
+
+
+def owner_name(obj: dict[str, Any]) -> str | None:
+    """The TrainingJob that controls `obj`, if any."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == KIND and ref.get("apiVersion", "").startswith(GROUP + "/") and ref.get("controller"):
+            return str(ref.get("name"))
+    return None
+
+
+def owned_by(child: dict[str, Any], owner: dict[str, Any]) -> bool:
+    uid = (owner.get("metadata") or {}).get("uid")
+    return any(ref.get("uid") == uid for ref in (child.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def update_policy(obj: dict[str, Any], default: str) -> str:
+    chosen = annotation(obj, UPDATE_POLICY_ANNOTATION)
+    return chosen if chosen in POLICIES else default
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,228 @@
+"""The operator against the real control plane: the controller runs as its own process under its
+ServiceAccount's token (TokenRequest API) with exactly the RBAC of manifests/controller, never as admin.
+
+Pods are kwok's: the training-operator creates them, kwok runs them, `set_pod_phase` ends them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from kubetrain.metrics import format_metrics
+from tests.controller.operator_env import (
+    GROUP,
+    PLURAL,
+    SA_NAMESPACE,
+    VERSION,
+    cond,
+    create,
+    custom,
+    phase_is,
+    pytorchjob,
+    tj,
+    training_job,
+)
+from tests.integration.helpers import wait_for
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
+
+
+def pods(k8s: Any, namespace: str, name: str, count: int) -> list[str] | None:
+    items = kubernetes.client.CoreV1Api(k8s).list_namespaced_pod(
+        namespace, label_selector=f"training.kubeflow.org/job-name={name}").items
+    names = sorted(p.metadata.name for p in items if p.status.phase == "Running")
+    return names if len(names) == count else None
+
+
+def events(k8s: Any, namespace: str, name: str) -> list[str]:
+    items = kubernetes.client.CoreV1Api(k8s).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=TrainingJob").items
+    return [e.reason for e in items]
+
+
+def test_trainingjob_to_pytorchjob_to_pods_and_phase_through_succeeded(controlplane, k8s, namespace, start):
+    op = start()
+    created = create(k8s, training_job("ok", namespace))
+    child = wait_for(lambda: pytorchjob(k8s, namespace, "ok"), "child PyTorchJob", 60)
+    ref = child["metadata"]["ownerReferences"][0]
+    assert (ref["kind"], ref["uid"], ref["controller"]) == ("TrainingJob", created["metadata"]["uid"], True)
+    names = wait_for(lambda: pods(k8s, namespace, "ok", 2), "2 Running pods", 90)
+    running = wait_for(lambda: phase_is(k8s, namespace, "ok", "Running"), "phase Running", 60)
+    assert cond(running, "Valid")["status"] == "True" and cond(running, "Running")["status"] == "True"
+    lines = [format_metrics("train", rank=0, step=s, total_steps=100, loss=1 / s, samples_per_s=64.0,
+                            time=1000.0 + s) for s in (10, 20, 30)]
+    controlplane.set_pod_logs(namespace, "ok-master-0", ["booting", *lines])
+    tracked = wait_for(lambda: (o := tj(k8s, namespace, "ok")) and (o["status"].get("progress") or {}).get(
+        "step") == 30 and o, "progress from the log tail", 60)
+    progress = tracked["status"]["progress"]
+    assert progress["stepText"] == "30/100" and progress["loss"] == "0.0333" and progress["eta"] == "1m10s"
+    for pod in names:
+        controlplane.set_pod_phase(namespace, pod, "Succeeded")
+    done = wait_for(lambda: phase_is(k8s, namespace, "ok", "Succeeded"), "phase Succeeded", 90)
+    status = done["status"]
+    assert status["observedGeneration"] == done["metadata"]["generation"]
+    assert status["children"] == [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "ok"}]
+    assert status["completionTime"] and status["startTime"] and status["target"] == "pytorchjob"
+    assert cond(done, "Succeeded")["status"] == "True"
+    assert {"Created", "Running", "Succeeded"} <= set(wait_for(
+        lambda: (e := events(k8s, namespace, "ok")) and "Succeeded" in e and e, "events", 30))
+    assert op.proc.poll() is None, op.text()
+
+
+def test_failed_pods_fail_the_trainingjob(controlplane, k8s, namespace, start):
+    start()
+    create(k8s, training_job("boom", namespace, nodes=1, runPolicy={"restartPolicy": "Never", "backoffLimit": 0}))
+    names = wait_for(lambda: pods(k8s, namespace, "boom", 1), "Running pod", 90)
+    controlplane.set_pod_phase(namespace, names[0], "Failed")
+    failed = wait_for(lambda: phase_is(k8s, namespace, "boom", "Failed"), "phase Failed", 90)
+    assert cond(failed, "Failed")["status"] == "True" and cond(failed, "Failed")["message"]
+    # The replica counts are the child's, as the training-operator reports them.
+    counts = pytorchjob(k8s, namespace, "boom")["status"]["replicaStatuses"]["Master"]
+    assert failed["status"]["replicas"]["Master"] == {k: counts.get(k, 0) for k in ("active", "succeeded", "failed")}
+    wait_for(lambda: "Failed" in events(k8s, namespace, "boom"), "a Failed Event", 30)
+
+
+def test_invalid_object_gets_valid_false_with_the_clis_message(k8s, namespace, start):
+    start()
+    create(k8s, training_job("bad", namespace, nodes=2, command=[], elastic={"minNodes": 3, "maxNodes": 4}))
+    bad = wait_for(lambda: phase_is(k8s, namespace, "bad", "Invalid"), "phase Invalid", 60)
+    valid = cond(bad, "Valid")
+    assert valid["status"] == "False" and valid["reason"] == "InvalidSpec"
+    assert valid["message"] == ("spec.command: must not be empty; "
+                                "spec.nodes: 2 must be between elastic.minNodes (3) and elastic.maxNodes (4)")
+    assert pytorchjob(k8s, namespace, "bad") is None
+    # A local code path cannot be resolved in the cluster: refused with a clear condition.
+    create(k8s, training_job("local", namespace, code={"path": "./src"}))
+    local = wait_for(lambda: phase_is(k8s, namespace, "local", "Invalid"), "local code refused", 60)
+    assert cond(local, "Valid")["message"].startswith("spec.code.path: './src': a local directory cannot be read")
+
+
+def _patch_spec(k8s: Any, namespace: str, name: str, spec: dict[str, Any], **annotations: str) -> None:
+    body: dict[str, Any] = {"spec": spec}
+    if annotations:
+        body["metadata"] = {"annotations": annotations}
+    custom(k8s).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
+
+
+def test_spec_update_is_reported_then_recreated_under_the_policy(k8s, namespace, start):
+    start()
+    create(k8s, training_job("upd", namespace, nodes=1))
+    first = wait_for(lambda: pytorchjob(k8s, namespace, "upd"), "child", 60)
+    _patch_spec(k8s, namespace, "upd", {"image": "ghcr.io/example/train:2.0"})
+    changed = wait_for(lambda: (o := tj(k8s, namespace, "upd")) and any(
+        c["type"] == "SpecChanged" and c["status"] == "True" for c in (o.get("status") or {}).get("conditions", []))
+        and o, "SpecChanged", 60)
+    assert cond(changed, "SpecChanged")["reason"] == "NotApplied"
+    assert pytorchjob(k8s, namespace, "upd")["metadata"]["uid"] == first["metadata"]["uid"]  # untouched
+    _patch_spec(k8s, namespace, "upd", {}, **{"kubetrain.dev/update-policy": "recreate"})
+
+    def recreated() -> dict[str, Any] | None:
+        child = pytorchjob(k8s, namespace, "upd")
+        return child if child and child["metadata"]["uid"] != first["metadata"]["uid"] else None
+
+    child = wait_for(recreated, "recreated child", 120)
+    image = child["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "ghcr.io/example/train:2.0"
+    wait_for(lambda: (o := tj(k8s, namespace, "upd")) and all(
+        c["type"] != "SpecChanged" for c in o["status"]["conditions"]), "SpecChanged cleared", 60)
+
+
+def test_delete_cascades_to_the_child(k8s, namespace, start):
+    start()
+    create(k8s, training_job("gone", namespace, nodes=1))
+    wait_for(lambda: pytorchjob(k8s, namespace, "gone"), "child", 60)
+    custom(k8s).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "gone")
+    # The garbage collector (kube-controller-manager) deletes the child; it re-discovers new CRDs every 30 s.
+    wait_for(lambda: pytorchjob(k8s, namespace, "gone") is None, "child deleted by the GC", 120)
+
+
+def test_killed_mid_burst_converges_without_duplicates(k8s, namespace, start):
+    first = start("--workers", "1", name="first")
+    count = 25
+    for i in range(count):
+        create(k8s, training_job(f"burst-{i}", namespace, nodes=1))
+    wait_for(lambda: _children(k8s, namespace) >= 3, "a few children", 60, interval=0.05)
+    first.kill()  # SIGKILL: no Lease release, no clean-up
+    start(name="second")
+    wait_for(lambda: _children(k8s, namespace) == count, f"{count} children", 120)
+    objs = custom(k8s).list_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs")["items"]
+    owners = [o["metadata"]["ownerReferences"] for o in objs]
+    assert len(objs) == count and all(len(refs) == 1 for refs in owners)
+    uids = {t["metadata"]["uid"] for t in custom(k8s).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL)["items"]}
+    assert {refs[0]["uid"] for refs in owners} == uids
+    statused = lambda: sum(1 for t in custom(k8s).list_namespaced_custom_object(  # noqa: E731
+        GROUP, VERSION, namespace, PLURAL)["items"] if (t.get("status") or {}).get("observedGeneration"))
+    wait_for(lambda: statused() == count, "every status mirrored", 120)
+
+
+def _children(k8s: Any, namespace: str) -> int:
+    return len(custom(k8s).list_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs")["items"])
+
+
+def _holder(k8s: Any, namespace: str) -> str | None:
+    try:
+        lease = kubernetes.client.CoordinationV1Api(k8s).read_namespaced_lease(f"lease-{namespace}", SA_NAMESPACE)
+    except ApiException:
+        return None
+    return lease.spec.holder_identity or None
+
+
+def test_two_replicas_one_leader_and_failover(k8s, namespace, start):
+    ops = {"a": start(name="a"), "b": start(name="b")}
+    holder = wait_for(lambda: _holder(k8s, namespace), "a Lease holder", 60)
+    leader, standby = (ops["a"], ops["b"]) if holder.startswith("a_") else (ops["b"], ops["a"])
+    create(k8s, training_job("one", namespace, nodes=1))
+    wait_for(lambda: pytorchjob(k8s, namespace, "one"), "child from the leader", 60)
+    time.sleep(1)
+    assert "caches synced" in leader.text() and "caches synced" not in standby.text()
+    leader.kill()
+    new = wait_for(lambda: (h := _holder(k8s, namespace)) and h != holder and h, "failover", 60)
+    assert new.startswith(("a_", "b_")) and new.split("_")[0] != holder.split("_")[0]
+    create(k8s, training_job("two", namespace, nodes=1))
+    wait_for(lambda: pytorchjob(k8s, namespace, "two"), "child from the new leader", 60)
+    assert standby.stop() == 0  # SIGTERM: clean exit, Lease released
+    assert _holder(k8s, namespace) is None
+
+
+def test_submit_hands_over_and_the_cluster_verbs_work_on_the_child(controlplane, k8s, namespace, start, tmp_path):
+    from click.testing import CliRunner
+
+    from kubetrain.cli.main import cli
+
+    start()
+    spec = tmp_path / "kubetrain.yaml"
+    spec.write_text(yaml.safe_dump(training_job("handed", namespace, nodes=1)))
+    runner = CliRunner(env={"KUBECONFIG": str(controlplane.kubeconfig)})
+    result = runner.invoke(cli, ["submit", "--controller", "-f", str(spec)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "handed\n"
+    owner = wait_for(lambda: tj(k8s, namespace, "handed"), "TrainingJob", 30)
+    assert "status" not in yaml.safe_dump(owner["spec"]) and owner["spec"]["nodes"] == 1
+    wait_for(lambda: pytorchjob(k8s, namespace, "handed"), "child from the controller", 60)
+    wait_for(lambda: phase_is(k8s, namespace, "handed", "Running"), "Running", 90)
+    status = runner.invoke(cli, ["status", "handed", "-n", namespace, "-o", "json"], catch_exceptions=False)
+    assert status.exit_code == 0 and '"Running"' in status.stdout, status.output
+    listing = runner.invoke(cli, ["list", "-n", namespace, "-o", "json"], catch_exceptions=False)
+    assert '"handed"' in listing.stdout
+    # A local code directory is resolved by submit: uploaded as the code ConfigMap, owned by the TrainingJob,
+    # referenced from kubetrain.dev/code, and mounted by the child the controller renders.
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text("print('hi')\n")
+    code = tmp_path / "code.yaml"
+    code.write_text(yaml.safe_dump(training_job("withcode", namespace, nodes=1, code={"path": "./src"})))
+    handed = runner.invoke(cli, ["submit", "--controller", "-f", str(code)], catch_exceptions=False)
+    assert handed.exit_code == 0, handed.output
+    child = wait_for(lambda: pytorchjob(k8s, namespace, "withcode"), "child with code", 60)
+    volumes = child["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"]
+    configmap = next(v["configMap"] for v in volumes if v["name"] == "code")
+    assert configmap["items"] == [{"key": "train.py", "path": "train.py"}]
+    stored = kubernetes.client.CoreV1Api(k8s).read_namespaced_config_map(configmap["name"], namespace)
+    assert stored.data == {"train.py": "print('hi')\n"}
+    assert stored.metadata.owner_references[0].uid == tj(k8s, namespace, "withcode")["metadata"]["uid"]
