@@ -27,6 +27,9 @@ def delete(name: str, context: str | None, kubeconfig: str | None, namespace: st
            timeout: float) -> None:
     """Delete a job and its code ConfigMap (its pods and Services go with it).
 
+    A PyTorchJob/TrainJob made by `kubetrain controller` is deleted through its TrainingJob (otherwise the
+    controller would re-create it).
+
     \b
     Examples:
       kubetrain delete llm-finetune
@@ -37,7 +40,13 @@ def delete(name: str, context: str | None, kubeconfig: str | None, namespace: st
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    target, _ = jobs.find(connection.rest, installed_targets(connection), ns, name)
+    from kubetrain.client.targets import TRAININGJOB, controlling_trainingjob
+
+    target, job = jobs.find(connection.rest, installed_targets(connection), ns, name)
+    owner = controlling_trainingjob(job)
+    if owner is not None:
+        jobs.delete(connection.rest, TRAININGJOB, ns, owner, propagation="Background")
+        info(f"{TRAININGJOB.kind} {ns}/{owner} deleted (it controls {target.kind} {name})")
     jobs.delete(connection.rest, target, ns, name, propagation="Background")
     # Owned by the job, so the garbage collector removes it anyway; deleting it here also covers
     # ConfigMaps of an older kubetrain or a submit interrupted between its writes.

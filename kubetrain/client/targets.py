@@ -43,6 +43,11 @@ TRAINJOB = Target(
     "trainjob", "trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", "jobset.sigs.k8s.io/jobset-name",
     (("kubeflow-system", "kubeflow-trainer-controller-manager"), ("kubeflow", "kubeflow-trainer-controller-manager")),
     "Kubeflow Trainer v2")
+# kubetrain's own TrainingJob (kubetrain controller, docs/operator.md): it owns a PyTorchJob or TrainJob and
+# is never a submit target itself. Its children's pods carry kubetrain's job label.
+TRAININGJOB = Target(
+    "trainingjob", "kubetrain.dev", "v1alpha1", "trainingjobs", "TrainingJob", "kubetrain.dev/job",
+    (("kubetrain-system", "kubetrain-controller"),), "kubetrain controller")
 TARGETS = {t.name: t for t in (PYTORCHJOB, TRAINJOB)}
 BY_KIND = {t.kind: t for t in (PYTORCHJOB, TRAINJOB)}
 # When both are installed, auto prefers PyTorchJob: it is what `kubetrain render` produces for auto offline,
@@ -75,3 +80,12 @@ def resolve(api: Any, wanted: str) -> Target:
         raise ClusterError(f"target: auto: neither PyTorchJob (kubeflow.org/v1) nor TrainJob "
                            f"(trainer.kubeflow.org/v1alpha1) is installed: {CRD_HINT}")
     return found[0]
+
+
+def controlling_trainingjob(job: dict[str, Any]) -> str | None:
+    """The name of the TrainingJob that controls this PyTorchJob/TrainJob (made by kubetrain controller), if any."""
+    for ref in (job.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == TRAININGJOB.kind \
+                and ref.get("apiVersion") == TRAININGJOB.api_version:
+            return str(ref.get("name"))
+    return None

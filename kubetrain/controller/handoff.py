@@ -17,15 +17,12 @@ from kubernetes import client
 from kubetrain.client import apply, targets
 from kubetrain.client.apply import APPLY_PATCH, FIELD_MANAGER
 from kubetrain.client.errors import as_dict, cluster_errors
-from kubetrain.controller.crd import GROUP, KIND, NAME, PLURAL, VERSION
+from kubetrain.controller.crd import GROUP, NAME, PLURAL, VERSION
 from kubetrain.controller.reconcile import CODE_ANNOTATION
 from kubetrain.errors import ClusterError, Problem, SpecError
-from kubetrain.render.context import JOB_LABEL
 from kubetrain.spec.load import LoadedSpec
 
-# The TrainingJob API as a Target, for discovery (`served`); its pods carry the child's labels.
-TRAININGJOB = targets.Target("trainingjob", GROUP, VERSION, PLURAL, KIND, JOB_LABEL,
-                             (("kubetrain-system", "kubetrain-controller"),), "kubetrain controller")
+TRAININGJOB = targets.TRAININGJOB
 
 
 def training_job(loaded: LoadedSpec, namespace: str, rendered: list[dict[str, Any]]) -> dict[str, Any]:

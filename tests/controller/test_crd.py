@@ -115,3 +115,17 @@ def test_namespaced_variant_uses_the_same_rules_in_a_role() -> None:
                    for o in namespaced)
     args = next(o for o in namespaced if o["kind"] == "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert "--watch-namespace=team-a" in args["args"]
+
+
+def test_client_target_names_the_crd_and_finds_the_owner() -> None:
+    from kubetrain.client.targets import TRAININGJOB, controlling_trainingjob
+    from kubetrain.controller.crd import GROUP, KIND, PLURAL, VERSION
+    from kubetrain.render.context import JOB_LABEL
+
+    assert (TRAININGJOB.group, TRAININGJOB.version, TRAININGJOB.plural, TRAININGJOB.kind) == (
+        GROUP, VERSION, PLURAL, KIND)
+    assert TRAININGJOB.pod_label == JOB_LABEL
+    ref = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": "digits", "controller": True}
+    assert controlling_trainingjob({"metadata": {"ownerReferences": [ref]}}) == "digits"
+    assert controlling_trainingjob({"metadata": {"ownerReferences": [{**ref, "controller": False}]}}) is None
+    assert controlling_trainingjob({"metadata": {}}) is None
