@@ -226,3 +226,11 @@ def test_submit_hands_over_and_the_cluster_verbs_work_on_the_child(controlplane,
     stored = kubernetes.client.CoreV1Api(k8s).read_namespaced_config_map(configmap["name"], namespace)
     assert stored.data == {"train.py": "print('hi')\n"}
     assert stored.metadata.owner_references[0].uid == tj(k8s, namespace, "withcode")["metadata"]["uid"]
+    # `kubetrain delete` of the child goes through its TrainingJob: deleting only the child would have the
+    # controller re-create it.
+    deleted = runner.invoke(cli, ["delete", "handed", "-n", namespace], catch_exceptions=False)
+    assert deleted.exit_code == 0, deleted.output
+    assert f"TrainingJob {namespace}/handed deleted" in deleted.stderr
+    wait_for(lambda: tj(k8s, namespace, "handed") is None, "TrainingJob deleted", 30)
+    time.sleep(3)  # the controller would have re-created the child by now if it still owned one
+    assert pytorchjob(k8s, namespace, "handed") is None
