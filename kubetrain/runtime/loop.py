@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,20 +119,36 @@ class Loop:
             self._evaluate()
         self._save("epoch")
 
+    def _batch_samples(self, index: int) -> int:
+        """Samples in micro-batch `index` of an epoch: batchSize, except a short last one."""
+        if index < self.batches - 1:
+            return self.train.batchSize
+        return int(self.sampler.num_samples) - (self.batches - 1) * self.train.batchSize
+
+    def _loss_weight(self, index: int, group_start: int, group: int) -> float | None:
+        """The factor that makes the accumulated gradient the mean over the group's *samples* (a short last
+        micro-batch weighs by its size); None when no scaling is needed. Equal micro-batches keep the
+        exact `loss / group` (identical floats to a hand-written loop)."""
+        sizes = [self._batch_samples(i) for i in range(group_start, group_start + group)]
+        if len(set(sizes)) == 1:
+            return None if group == 1 else float(group)
+        return sum(sizes) / sizes[index - group_start]
+
     def _micro_step(self, index: int, batch: Any) -> bool:
         """Forward and backward of one micro-batch; True when it completes an optimizer step. All but the
-        last micro-batch of a group skip the gradient allreduce (no_sync); the loss is divided by the
-        group's size so the accumulated gradient is the mean over the group."""
+        last micro-batch of a group skip the gradient reduction (no_sync); the loss is weighted so that
+        the accumulated gradient is the mean over the group's samples."""
         accum = self.train.gradAccumSteps
         group_start = index // accum * accum
         group = min(accum, self.batches - group_start)
         last = index == group_start + group - 1
         inputs, target = _pair(to_device(batch, self.env.device))
-        sync = contextlib.nullcontext() if last else self.wrapped.ddp.no_sync()
+        sync = contextlib.nullcontext() if last else self.wrapped.no_sync()
         with sync:
             with self.autocast():
                 loss = self.loss_fn(self.wrapped.forward(inputs), target)
-            scaled = loss / group if group > 1 else loss
+            divisor = self._loss_weight(index, group_start, group)
+            scaled = loss / divisor if divisor is not None else loss
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()  # type: ignore[no-untyped-call]
         self.window.add(loss, batch_size_of(inputs))
         if last:
@@ -239,7 +256,9 @@ class Loop:
             return
         chosen: tuple[Path, dict[str, Any]] | None = None
         if self.env.is_main:
-            self.store.clean_partial()
+            for partial in self.store.clean_partial():
+                print(f"kubetrain.runtime: removed partial checkpoint {partial} (a write that did not finish)",
+                      file=sys.stderr, flush=True)
             chosen = self.store.load_newest()
         path = broadcast_from_main(str(chosen[0]) if chosen else None, self.env.world_size)
         if path is None:

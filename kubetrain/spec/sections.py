@@ -238,6 +238,22 @@ class DDP(Section):
     """Allreduce bucket size in MiB."""
 
 
+class FSDP(Section):
+    """FSDP2 (`torch.distributed.fsdp.fully_shard`) options, used with `strategy: fsdp`."""
+
+    wrapClasses: list[str] = Field(default_factory=list)
+    """Module class names to shard as units, e.g. [TransformerBlock]. Empty: each top-level child module with
+    parameters is one unit. The root module is always sharded last."""
+    reshardAfterForward: bool = True
+    """Free the gathered parameters after forward (ZeRO-3); false keeps them until backward (ZeRO-2-like,
+    more memory, fewer all-gathers)."""
+    cpuOffload: bool = False
+    """Keep sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy)."""
+    asyncCheckpoint: bool = False
+    """Write sharded checkpoints in the background (torch.distributed.checkpoint.async_save); a checkpoint
+    is published when it is complete, at the latest before the next one, at the end, or on SIGTERM."""
+
+
 class Train(Section):
     """The kubetrain Trainer API: name factories as 'module:function' and kubetrain runs the loop."""
 
@@ -281,6 +297,12 @@ class Train(Section):
     """Collective operation timeout."""
     ddp: DDP = Field(default_factory=DDP)
     """DDP wrapper options."""
+    strategy: Literal["ddp", "fsdp", "dp"] = "ddp"
+    """ddp: DistributedDataParallel (recommended). fsdp: FSDP2, parameters, gradients and optimizer state
+    sharded across ranks, sharded checkpoints (for models that do not fit one GPU). dp: legacy
+    single-process DataParallel over the node's GPUs (one process per node; prefer ddp)."""
+    fsdp: FSDP = Field(default_factory=FSDP)
+    """FSDP2 options (strategy: fsdp)."""
 
 
 class Build(Section):
