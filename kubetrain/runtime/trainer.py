@@ -26,6 +26,7 @@ from kubetrain.runtime.data import ResumableSampler, ShardSampler, make_loader, 
 from kubetrain.runtime.distributed import DistEnv, distributed
 from kubetrain.runtime.loop import FitResult, Loop
 from kubetrain.runtime.report import Reporter
+from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import seed_everything
 from kubetrain.runtime.stop import StopSignal, TrainingStopped
 from kubetrain.runtime.wrap import autocast, grad_scaler, warn_slow_precision, wrap_model
@@ -128,13 +129,15 @@ class Trainer:
         total_steps = train.epochs * math.ceil(batches / train.gradAccumSteps)
         scheduler = factories.scheduler(optimizer, total_steps) if factories.scheduler else None
         store = CheckpointStore(self.checkpoint.dir, self.checkpoint.keep) if self.checkpoint.dir else None
+        sharded = (ShardedCheckpoints(store, env, train.fsdp.asyncCheckpoint)
+                   if store is not None and train.strategy == "fsdp" else None)
         return Loop(
             train=train, env=env, wrapped=wrapped, optimizer=optimizer, scheduler=scheduler,
             scaler=grad_scaler(train, env.device), loss_fn=_loss_fn(factories),
             sampler=sampler, loader=loader, eval_loader=eval_loader, batches=batches, total_steps=total_steps,
             store=store, resume=self.checkpoint.resume, every_steps=self.checkpoint.everySteps,
             stop=StopSignal(env, self.checkpoint.sigtermTimeoutSeconds, checkpointing=store is not None),
-            reporter=Reporter(env, self.stream), autocast=lambda: autocast(train, env.device),
+            reporter=Reporter(env, self.stream), autocast=lambda: autocast(train, env.device), sharded=sharded,
         )
 
 
