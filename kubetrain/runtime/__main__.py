@@ -11,7 +11,6 @@ in the training code (with its traceback).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from collections.abc import Mapping
@@ -61,22 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def exit_now(code: int) -> None:
-    """Flush stdio and end the process without interpreter finalization.
-
-    Why: after DDP, torch keeps the gloo process group - and its C++ threads (pt_gloo_runloop,
-    gloo_tcp_loop) - alive past destroy_process_group (DDP leaves references to it that gc cannot see).
-    Python's finalization then runs while those threads exist; a gloo thread that needs the GIL at that
-    moment (e.g. to release a tensor of a just-finished collective) is ended by CPython with pthread_exit,
-    whose unwinding through a noexcept C++ frame calls std::terminate: "terminate called without an active
-    exception", SIGABRT, exit -6 after a completed run. Training, checkpoints and the process group are all
-    finished here, so there is nothing left for finalization to do.
-    """
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    exit_now(main())
+    from kubetrain.runtime.distributed import exit_process
+
+    exit_process(main())

@@ -296,7 +296,7 @@ class Loop:
         """Rank 0 picks the newest complete checkpoint; every rank loads that one."""
         if self.store is None or not self.resume:
             return
-        chosen: tuple[Path, dict[str, Any]] | None = None
+        chosen: tuple[Path, dict[str, Any] | None] | None = None
         if self.env.is_main:
             for partial in self.store.clean_partial():
                 print(f"kubetrain.runtime: removed partial checkpoint {partial} (a write that did not finish)",

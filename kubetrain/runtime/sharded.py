@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint import state_dict_loader, state_dict_saver
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from kubetrain.runtime.checkpoint import TMP_PREFIX, CheckpointStore, checkpoint_name, publish
@@ -61,7 +61,8 @@ class ShardedCheckpoints:
     def __init__(self, store: CheckpointStore, env: DistEnv, async_save: bool) -> None:
         self.store = store
         self.env = env
-        self.async_group = dist.new_group(backend="gloo") if async_save and env.world_size > 1 else None
+        # a separate group: the background writer's collectives must not interleave with training's
+        self.async_group: Any = dist.new_group(backend="gloo") if async_save and env.world_size > 1 else None
         self.async_save = async_save
         self.pending: _Pending | None = None
 
@@ -81,10 +82,10 @@ class ShardedCheckpoints:
         model_state, optim_state = get_state_dict(model, optimizer)
         state = {"model": model_state, "optimizer": optim_state}
         if self.async_save:
-            future = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self.async_group)
+            future = state_dict_saver.async_save(state, checkpoint_id=str(tmp), process_group=self.async_group)
             self.pending = _Pending(future, tmp, final, step, reason, started, meta["epoch"])
             return done
-        dcp.save(state, checkpoint_id=str(tmp))
+        state_dict_saver.save(state, checkpoint_id=str(tmp))
         self.pending = _Pending(None, tmp, final, step, reason, started, meta["epoch"])
         return [*done, *self.flush()]
 
@@ -109,7 +110,7 @@ class ShardedCheckpoints:
         """Load into the current sharding (resharding as needed); returns rank 0's meta."""
         model_state, optim_state = get_state_dict(model, optimizer)  # templates, also initialises Adam state
         state = {"model": model_state, "optimizer": optim_state}
-        dcp.load(state, checkpoint_id=str(path))
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        state_dict_loader.load(state, checkpoint_id=str(path))
+        set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
         meta: dict[str, Any] = torch.load(path / META, map_location="cpu", weights_only=True)
         return meta
