@@ -18,6 +18,7 @@ from kubetrain.runtime.checkpoint import CheckpointStore
 from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.data import ResumableSampler, batch_size_of, to_device
 from kubetrain.runtime.distributed import DistEnv
+from kubetrain.runtime.profile import StepProfiler
 from kubetrain.runtime.report import Reporter, Window, gpu_memory_mb
 from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import (
@@ -77,6 +78,7 @@ class Loop:
     reporter: Reporter
     autocast: Callable[[], contextlib.AbstractContextManager[Any]]
     sharded: ShardedCheckpoints | None = None  # strategy fsdp: DCP directories instead of files
+    profiler: StepProfiler | None = None  # train.profile, on the ranks that profile
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0
@@ -97,9 +99,15 @@ class Loop:
                            device=str(self.env.device), epochs=self.train.epochs,
                            total_steps=self.total_steps, start_step=self.step, resumed_from=self.resumed_from)
         trained = False
-        while self.epoch < self.train.epochs:
-            self._train_epoch()
-            trained = True
+        if self.profiler is not None:
+            self.profiler.start()
+        try:
+            while self.epoch < self.train.epochs:
+                self._train_epoch()
+                trained = True
+        finally:
+            if self.profiler is not None:
+                self.profiler.stop()
         if not trained and self.eval_loader is not None:
             self._evaluate()  # resumed from a finished run: still report its held-out metrics
         self._save("final")
@@ -177,6 +185,8 @@ class Loop:
 
     def _after_step(self, consumed: int) -> None:
         self.batch_in_epoch = consumed
+        if self.profiler is not None:
+            self.profiler.step()
         if self.step % self.train.logEvery == 0:
             self._log()
         if self.every_steps and self.step % self.every_steps == 0 and consumed < self.batches:

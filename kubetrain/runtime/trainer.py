@@ -25,6 +25,7 @@ from kubetrain.runtime.config import RuntimeConfigError, resolve_ref
 from kubetrain.runtime.data import ResumableSampler, ShardSampler, make_loader, split_datasets
 from kubetrain.runtime.distributed import DistEnv, distributed
 from kubetrain.runtime.loop import FitResult, Loop
+from kubetrain.runtime.profile import make_profiler
 from kubetrain.runtime.report import Reporter
 from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import seed_everything
@@ -129,6 +130,7 @@ class Trainer:
         total_steps = train.epochs * math.ceil(batches / train.gradAccumSteps)
         scheduler = factories.scheduler(optimizer, total_steps) if factories.scheduler else None
         store = CheckpointStore(self.checkpoint.dir, self.checkpoint.keep) if self.checkpoint.dir else None
+        reporter = Reporter(env, self.stream)
         sharded = (ShardedCheckpoints(store, env, train.fsdp.asyncCheckpoint)
                    if store is not None and train.strategy == "fsdp" else None)
         return Loop(
@@ -137,7 +139,8 @@ class Trainer:
             sampler=sampler, loader=loader, eval_loader=eval_loader, batches=batches, total_steps=total_steps,
             store=store, resume=self.checkpoint.resume, every_steps=self.checkpoint.everySteps,
             stop=StopSignal(env, self.checkpoint.sigtermTimeoutSeconds, checkpointing=store is not None),
-            reporter=Reporter(env, self.stream), autocast=lambda: autocast(train, env.device), sharded=sharded,
+            reporter=reporter, autocast=lambda: autocast(train, env.device), sharded=sharded,
+            profiler=make_profiler(train.profile, env, reporter),
         )
 
 

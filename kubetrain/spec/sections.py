@@ -254,6 +254,23 @@ class FSDP(Section):
     is published when it is complete, at the latest before the next one, at the end, or on SIGTERM."""
 
 
+class Profile(Section):
+    """torch.profiler for the Trainer: traces TensorBoard and Perfetto open, plus a per-cycle summary."""
+
+    dir: str
+    """Output directory, normally on a volume (e.g. /ckpt/profile); rank R writes under rank-R/."""
+    wait: Annotated[int, Field(ge=0)] = 1
+    """Optimizer steps skipped at the start of each cycle."""
+    warmup: Annotated[int, Field(ge=0)] = 1
+    """Steps profiled but discarded (profiler start-up overhead)."""
+    active: Annotated[int, Field(ge=1)] = 3
+    """Steps recorded per cycle."""
+    repeat: Annotated[int, Field(ge=0)] = 1
+    """Cycles; 0 repeats until training ends."""
+    ranks: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0])
+    """Global ranks that profile."""
+
+
 class Train(Section):
     """The kubetrain Trainer API: name factories as 'module:function' and kubetrain runs the loop."""
 
@@ -303,6 +320,8 @@ class Train(Section):
     single-process DataParallel over the node's GPUs (one process per node; prefer ddp)."""
     fsdp: FSDP = Field(default_factory=FSDP)
     """FSDP2 options (strategy: fsdp)."""
+    profile: Profile | None = None
+    """Profile some training steps with torch.profiler (off when unset)."""
 
 
 class Build(Section):

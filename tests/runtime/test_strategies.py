@@ -38,7 +38,7 @@ import numerics_task  # noqa: E402
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
     """jobs/numerics_task.py under torchrun with 2 workers (one launch for all the two-process checks)."""
     out = tmp_path_factory.mktemp("numerics")
-    env = quiet_env(PYTHONPATH=os.pathsep.join([str(REPO), str(JOBS)]))
+    env = quiet_env(PYTHONPATH=os.pathsep.join([str(REPO), str(JOBS)]), KUBETRAIN_LOG_ALL_RANKS="1")
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                              str(JOBS / "numerics_task.py"), str(out)], env=env, cwd=JOBS, capture_output=True,
                             text=True, timeout=600, check=False)
@@ -88,8 +88,8 @@ def test_fsdp_matches_ddp_and_resumes_resharded_on_one_process(two_ranks: Any) -
     assert sorted(p.name for p in (out / "ckpt" / "step-0000000007").iterdir()) == [
         ".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
     # written by 2 ranks, loaded by 1: the finished run is evaluated again with the resharded weights
-    train = Train(model="numerics_task:Probe", dataset="numerics_task:data", lr=0.1, seed=3, logEvery=1,
-                  batchSize=16, strategy="fsdp", backend="gloo")
+    train = Train(model="numerics_task:Probe", dataset="numerics_task:data", optimizer="numerics_task:sgd",
+                  lr=0.1, seed=3, logEvery=1, batchSize=16, strategy="fsdp", backend="gloo")
     stream = io.StringIO()
     result = Trainer(train, Checkpoint(dir=str(out / "ckpt")), stream=stream).fit()
     records = [r for r in map(parse_metrics_line, stream.getvalue().splitlines()) if r]
@@ -191,3 +191,21 @@ def test_launcher_exit_codes() -> None:
     assert failure_exit_code(failed(143, 143)) == 143  # stopped after the stop checkpoint: retryable
     assert failure_exit_code(failed(-9, 143)) == 137
     assert failure_exit_code(failed(2, 143)) == 2  # the root cause, a configuration error
+
+
+def test_profiler_writes_traces_and_a_summary(tmp_path: Path) -> None:
+    from kubetrain.spec.sections import Profile
+
+    train = Train(model="numerics_task:Probe", dataset="numerics_task:data", batchSize=16, epochs=2,
+                  profile=Profile(dir=str(tmp_path / "prof"), wait=1, warmup=1, active=2, repeat=2))
+    stream = io.StringIO()
+    Trainer(train, None, Factories(numerics_task.Probe, numerics_task.data), stream=stream).fit()
+    profiles = [r for r in map(parse_metrics_line, stream.getvalue().splitlines()) if r and r["kind"] == "profile"]
+    assert [r["step"] for r in profiles] == [4, 8]  # (wait 1 + warmup 1 + active 2) x 2 cycles
+    assert profiles[0]["top"] and {"op", "self_ms", "self_mem_mb"} <= set(profiles[0]["top"][0])
+    traces = sorted((tmp_path / "prof" / "rank-0").glob("*.pt.trace.json"))
+    assert len(traces) == 2
+    events = json.loads(traces[0].read_text())["traceEvents"]
+    assert any(event.get("name") == "aten::addmm" for event in events)  # the Linear layers' matmuls
+    summary = Path(profiles[0]["summary"]).read_text()
+    assert "Self CPU" in summary and "CPU Mem" in summary
