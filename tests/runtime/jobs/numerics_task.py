@@ -29,7 +29,7 @@ from torch.utils.data import TensorDataset
 
 from kubetrain.metrics import parse_metrics_line
 from kubetrain.runtime import Factories, Trainer
-from kubetrain.runtime.distributed import distributed
+from kubetrain.runtime.distributed import distributed, exit_process, init_distributed
 from kubetrain.spec.sections import FSDP, Checkpoint, Train
 
 SAMPLES = 216  # 108 per rank
@@ -79,15 +79,17 @@ def run(train: Train, hook: bool = False, checkpoint: Checkpoint | None = None) 
 
     stream = io.StringIO()
     trainer = Trainer(train, checkpoint, Factories(build, data, optimizer=sgd), stream=stream)
-    with distributed(train.backend) as env:  # the Trainer's own loop, with a hook on its DDP module
-        loop = trainer._setup(env)
-        if hook:
-            assert loop.wrapped.ddp is not None
-            loop.wrapped.ddp.register_comm_hook(dist.group.WORLD, counting)
-        loop.run()
-        params = [p.detach().full_tensor() if hasattr(p, "full_tensor") else p.detach()
-                  for p in loop.wrapped.module.parameters()]
-        del loop
+    # one process group for all runs (main): torchrun's shared store keeps the first group's gloo
+    # addresses, so a second init_process_group in the same worker may dial a closed port
+    env = init_distributed(train.backend)
+    loop = trainer._setup(env)  # the Trainer's own loop, with a hook on its DDP module
+    if hook:
+        assert loop.wrapped.ddp is not None
+        loop.wrapped.ddp.register_comm_hook(dist.group.WORLD, counting)
+    loop.run()
+    params = [p.detach().full_tensor() if hasattr(p, "full_tensor") else p.detach()
+              for p in loop.wrapped.module.parameters()]
+    del loop
     records = [r for r in map(parse_metrics_line, stream.getvalue().splitlines()) if r]
     return {"losses": [r["loss"] for r in records if r["kind"] == "train"],
             "params": [p.flatten().tolist() for p in params], "reductions": calls[0],
@@ -96,9 +98,15 @@ def run(train: Train, hook: bool = False, checkpoint: Checkpoint | None = None) 
 
 def main() -> None:
     out = Path(sys.argv[1])
+    with distributed("gloo"):
+        result = runs(out)
+    (out / f"rank-{os.environ['RANK']}.json").write_text(json.dumps(result))
+
+
+def runs(out: Path) -> dict[str, Any]:
     common = {"model": "numerics_task:Probe", "dataset": "numerics_task:data", "lr": 0.1, "seed": 3,
               "logEvery": 1, "backend": "gloo"}
-    result = {
+    return {
         "k1": run(Train(**common, batchSize=16), hook=True),
         "k2": run(Train(**common, batchSize=8, gradAccumSteps=2), hook=True),
         "bf16_ddp": run(Train(**common, batchSize=16, precision="bf16")),
@@ -106,8 +114,8 @@ def main() -> None:
         "fsdp": run(Train(**common, batchSize=16, strategy="fsdp", fsdp=FSDP(asyncCheckpoint=True)),
                     checkpoint=Checkpoint(dir=str(out / "ckpt"), everySteps=3)),
     }
-    (out / f"rank-{os.environ['RANK']}.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # no interpreter finalization with gloo threads alive (docs/runtime.md, Exits)
