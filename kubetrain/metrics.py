@@ -20,7 +20,7 @@ from typing import Any
 PREFIX = "KUBETRAIN_METRICS "
 """The marker that starts the JSON part of a metrics line."""
 
-KINDS = ("start", "train", "eval", "checkpoint", "resume", "end")
+KINDS = ("start", "train", "eval", "checkpoint", "resume", "end", "profile")
 """start: set-up done, first step next; train: progress every `logEvery` optimizer steps; eval: held-out
 results after an epoch; checkpoint: a checkpoint was committed; resume: state loaded from a checkpoint;
 end: the loop finished (status completed) or stopped on a signal (status stopped)."""

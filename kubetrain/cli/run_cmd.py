@@ -60,6 +60,11 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
          + (f"; {mapping}" if mapping else ""))
     code = Supervisor(plan).run()
     info(f"kubetrain run: {plan.job_name} " + ("succeeded" if code == 0 else f"exited with {code}"))
+    profile = loaded.job.spec.train.profile if loaded.job.spec.train else None
+    if profile is not None:
+        traces = plan.path_map.rewrite(profile.dir)
+        info(f"kubetrain run: profiler traces and summaries in {traces}/rank-*/ (open with `tensorboard "
+             f"--logdir {traces}` or a .pt.trace.json in https://ui.perfetto.dev)")
     if code:
         sys.exit(code)
 

@@ -30,6 +30,9 @@ LAUNCHER_ENV_PREFIXES = ("PET_", "TORCHELASTIC_")
 LAUNCHER_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
                 "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_WORLD_SIZE", "ROLE_NAME"}
 REDACTED = "<redacted>"
+# torchrun, run in-process by a wrapper that exits 128+signal when stopped and with the root-cause worker's
+# code on failure (torchrun itself exits 1 for both): kubetrain.runtime.launch
+LAUNCHER = "kubetrain.runtime.launch"
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ def _job_env(loaded: LoadedSpec, path_map: PathMap, code_dir: Path | None, envir
 def _agent_argv(spec: JobSpec, plan_args: list[str], *, index: int, nodes: int, procs: int,
                 endpoint: str, run_id: str, log_dir: Path | None) -> list[str]:
     nnodes = f"{spec.elastic.minNodes}:{spec.elastic.maxNodes}" if spec.elastic else str(nodes)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", nnodes, "--nproc-per-node", str(procs),
+    argv = [sys.executable, "-m", LAUNCHER, "--nnodes", nnodes, "--nproc-per-node", str(procs),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
             "--rdzv-conf", f"is_host={1 if index == 1 else 0},last_call_timeout=2",
             "--max-restarts", str(spec.elastic.maxRestarts if spec.elastic else 0),

@@ -11,7 +11,13 @@ See docs/runtime.md.
 
 from kubetrain.runtime.checkpoint import CheckpointStore
 from kubetrain.runtime.config import RuntimeConfigError, load_config, local_path, resolve_ref
-from kubetrain.runtime.distributed import DistEnv, distributed, init_distributed, shutdown_distributed
+from kubetrain.runtime.distributed import (
+    DistEnv,
+    distributed,
+    exit_process,
+    init_distributed,
+    shutdown_distributed,
+)
 from kubetrain.runtime.stop import EXIT_STOP_TIMEOUT, TrainingStopped
 from kubetrain.runtime.trainer import Factories, FitResult, Trainer
 
@@ -25,6 +31,7 @@ __all__ = [
     "Trainer",
     "TrainingStopped",
     "distributed",
+    "exit_process",
     "init_distributed",
     "load_config",
     "local_path",

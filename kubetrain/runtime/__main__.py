@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, end="")
         return 0
     if _needs_torchrun(os.environ):
-        runner = [sys.executable, "-m", "torch.distributed.run"]
+        runner = [sys.executable, "-m", "kubetrain.runtime.launch"]  # torchrun with truthful exit codes
         os.execv(sys.executable, [*runner, "-m", "kubetrain.runtime", *argv])
     # torch is imported only now, after the cheap checks above
     from kubetrain.runtime.config import RuntimeConfigError, load_config
@@ -61,4 +61,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from kubetrain.runtime.distributed import exit_process
+
+    exit_process(main())

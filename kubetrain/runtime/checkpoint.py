@@ -5,12 +5,16 @@ written as `<dir>/.tmp-step-<N>.pt.<pid>`, fsync'd, renamed to its final name (a
 directory is fsync'd. Only final names count as checkpoints, so one cut off mid-write is never loaded; its
 temp file is removed on the next start. A final-named file that still fails to load (a damaged disk) is
 skipped in favour of the next older one.
+
+Sharded checkpoints (strategy fsdp, kubetrain.runtime.sharded) are directories `<dir>/step-<N>/`, written
+as `<dir>/.tmp-step-<N>/` by every rank and renamed by rank 0 once complete; the same rules apply.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -18,7 +22,7 @@ from typing import Any
 
 import torch
 
-NAME_RE = re.compile(r"^step-(\d{10})\.pt$")
+NAME_RE = re.compile(r"^step-(\d{10})(\.pt)?$")  # a file (.pt) or a sharded directory
 TMP_PREFIX = ".tmp-"
 FORMAT_VERSION = 1
 
@@ -38,6 +42,22 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def remove(path: Path) -> None:
+    """Delete a checkpoint file or directory (gone already is fine)."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def publish(tmp: Path, final: Path) -> None:
+    """Rename a complete temp file or directory to its final name (atomic on POSIX), then fsync the dir."""
+    if final.is_dir():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+
+
 class CheckpointStore:
     """A directory of checkpoints. Only rank 0 writes; every rank may read."""
 
@@ -52,7 +72,7 @@ class CheckpointStore:
         found = []
         for path in self.directory.iterdir():
             match = NAME_RE.match(path.name)
-            if match:
+            if match and path.is_dir() != bool(match.group(2)):
                 found.append((int(match.group(1)), path))
         return sorted(found, reverse=True)
 
@@ -66,18 +86,17 @@ class CheckpointStore:
                 torch.save({"format": FORMAT_VERSION, **state}, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(tmp, final)
+            publish(tmp, final)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        _fsync_dir(self.directory)
         return final
 
     def prune(self) -> list[Path]:
         """Delete all but the newest `keep` complete checkpoints; returns what was deleted."""
         removed = [path for _, path in self.complete()[self.keep:]]
         for path in removed:
-            path.unlink(missing_ok=True)
+            remove(path)
         return removed
 
     def clean_partial(self) -> list[Path]:
@@ -86,7 +105,7 @@ class CheckpointStore:
             return []
         partial = [path for path in self.directory.iterdir() if path.name.startswith(TMP_PREFIX)]
         for path in partial:
-            path.unlink(missing_ok=True)
+            remove(path)
         return partial
 
     def load(self, path: Path) -> dict[str, Any]:

@@ -7,11 +7,14 @@ same training code also works from a notebook or a unit test.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -105,3 +108,21 @@ def distributed(backend: str = "auto", timeout_seconds: float = 1800) -> Iterato
         yield env
     finally:
         shutdown_distributed()
+
+
+def exit_process(code: int) -> NoReturn:
+    """Flush stdio and end the process without interpreter finalization.
+
+    Why: after DDP, torch keeps the gloo process group - and its C++ threads (pt_gloo_runloop,
+    gloo_tcp_loop) - alive past destroy_process_group (DDP leaves references to it that gc cannot see).
+    Python's finalization then runs while those threads exist; a gloo thread that needs the GIL at that
+    moment (e.g. to release a tensor of a just-finished collective) is ended by CPython with pthread_exit,
+    whose unwinding through a noexcept C++ frame calls std::terminate: "terminate called without an active
+    exception", SIGABRT, exit -6 after a completed run. Training, checkpoints and the process group are all
+    finished when a training script calls this, so there is nothing left for finalization to do (it skips
+    atexit handlers: close your files first).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +18,9 @@ from kubetrain.runtime.checkpoint import CheckpointStore
 from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.data import ResumableSampler, batch_size_of, to_device
 from kubetrain.runtime.distributed import DistEnv
+from kubetrain.runtime.profile import StepProfiler
 from kubetrain.runtime.report import Reporter, Window, gpu_memory_mb
+from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import (
     broadcast_from_main,
     gather_to_all,
@@ -74,6 +77,8 @@ class Loop:
     stop: StopSignal
     reporter: Reporter
     autocast: Callable[[], contextlib.AbstractContextManager[Any]]
+    sharded: ShardedCheckpoints | None = None  # strategy fsdp: DCP directories instead of files
+    profiler: StepProfiler | None = None  # train.profile, on the ranks that profile
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0
@@ -94,9 +99,15 @@ class Loop:
                            device=str(self.env.device), epochs=self.train.epochs,
                            total_steps=self.total_steps, start_step=self.step, resumed_from=self.resumed_from)
         trained = False
-        while self.epoch < self.train.epochs:
-            self._train_epoch()
-            trained = True
+        if self.profiler is not None:
+            self.profiler.start()
+        try:
+            while self.epoch < self.train.epochs:
+                self._train_epoch()
+                trained = True
+        finally:
+            if self.profiler is not None:
+                self.profiler.stop()
         if not trained and self.eval_loader is not None:
             self._evaluate()  # resumed from a finished run: still report its held-out metrics
         self._save("final")
@@ -118,20 +129,36 @@ class Loop:
             self._evaluate()
         self._save("epoch")
 
+    def _batch_samples(self, index: int) -> int:
+        """Samples in micro-batch `index` of an epoch: batchSize, except a short last one."""
+        if index < self.batches - 1:
+            return self.train.batchSize
+        return int(self.sampler.num_samples) - (self.batches - 1) * self.train.batchSize
+
+    def _loss_weight(self, index: int, group_start: int, group: int) -> float | None:
+        """The factor that makes the accumulated gradient the mean over the group's *samples* (a short last
+        micro-batch weighs by its size); None when no scaling is needed. Equal micro-batches keep the
+        exact `loss / group` (identical floats to a hand-written loop)."""
+        sizes = [self._batch_samples(i) for i in range(group_start, group_start + group)]
+        if len(set(sizes)) == 1:
+            return None if group == 1 else float(group)
+        return sum(sizes) / sizes[index - group_start]
+
     def _micro_step(self, index: int, batch: Any) -> bool:
         """Forward and backward of one micro-batch; True when it completes an optimizer step. All but the
-        last micro-batch of a group skip the gradient allreduce (no_sync); the loss is divided by the
-        group's size so the accumulated gradient is the mean over the group."""
+        last micro-batch of a group skip the gradient reduction (no_sync); the loss is weighted so that
+        the accumulated gradient is the mean over the group's samples."""
         accum = self.train.gradAccumSteps
         group_start = index // accum * accum
         group = min(accum, self.batches - group_start)
         last = index == group_start + group - 1
         inputs, target = _pair(to_device(batch, self.env.device))
-        sync = contextlib.nullcontext() if last else self.wrapped.ddp.no_sync()
+        sync = contextlib.nullcontext() if last else self.wrapped.no_sync()
         with sync:
             with self.autocast():
                 loss = self.loss_fn(self.wrapped.forward(inputs), target)
-            scaled = loss / group if group > 1 else loss
+            divisor = self._loss_weight(index, group_start, group)
+            scaled = loss / divisor if divisor is not None else loss
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()  # type: ignore[no-untyped-call]
         self.window.add(loss, batch_size_of(inputs))
         if last:
@@ -158,6 +185,8 @@ class Loop:
 
     def _after_step(self, consumed: int) -> None:
         self.batch_in_epoch = consumed
+        if self.profiler is not None:
+            self.profiler.step()
         if self.step % self.train.logEvery == 0:
             self._log()
         if self.every_steps and self.step % self.every_steps == 0 and consumed < self.batches:
@@ -187,6 +216,8 @@ class Loop:
         module.eval()
         totals = torch.zeros(3, dtype=torch.float64, device=self.env.device)  # loss sum, correct, count
         classification = True
+        inputs: Any = None
+        padding = self._eval_padding()
         for batch in self.eval_loader:
             inputs, target = _pair(to_device(batch, self.env.device))
             with self.autocast():
@@ -198,6 +229,9 @@ class Loop:
             classification = classification and output.dim() == 2 and target.dim() == 1
             if classification:
                 totals[1] += (output.argmax(dim=1) == target).sum()
+        for _ in range(padding):  # results unused: see _eval_padding
+            with self.autocast():
+                module(inputs)
         if self.env.world_size > 1:
             dist.all_reduce(totals)
         module.train()
@@ -207,11 +241,22 @@ class Loop:
         self.reporter.emit("eval", step=self.step, epoch=self.epoch, eval_loss=self.eval_result[0],
                            eval_accuracy=accuracy, samples=int(totals[2]))
 
+    def _eval_padding(self) -> int:
+        """Under fsdp every forward is a collective (parameter all-gathers), but held-out shards are not
+        padded (exact metrics): a rank with fewer batches repeats its last forward this many times, so all
+        ranks run the same number of forwards. Agreed before any eval forward (a collective)."""
+        if self.wrapped.strategy != "fsdp" or self.env.world_size == 1 or self.eval_loader is None:
+            return 0
+        counts = torch.tensor([len(self.eval_loader)], device=self.env.device)
+        dist.all_reduce(counts, op=dist.ReduceOp.MAX)
+        return int(counts[0]) - len(self.eval_loader)
+
     # --- checkpoints ----------------------------------------------------------------------------------
     def _state(self, rngs: list[Any]) -> dict[str, Any]:
+        weights = {} if self.sharded is not None else {
+            "model": self.wrapped.module.state_dict(), "optimizer": self.optimizer.state_dict()}
         return {
-            "model": self.wrapped.module.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            **weights,
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
@@ -221,39 +266,82 @@ class Loop:
 
     def _save(self, reason: str) -> None:
         """A checkpoint at the current step (a collective: every rank calls it at the same step)."""
-        if self.store is None or self.saved_step == self.step:
+        if self.store is None:
+            return
+        if self.sharded is not None:
+            self._save_sharded(reason)
+            return
+        if self.saved_step == self.step:
             return
         rngs = gather_to_all(rng_state(), self.env.world_size)
         if self.env.is_main:
             started = time.perf_counter()
             path = self.store.save(self._state(rngs), self.step)
             self.store.prune()
-            self.reporter.emit("checkpoint", step=self.step, epoch=self.epoch, path=str(path), reason=reason,
-                               seconds=round(time.perf_counter() - started, 3))
-            self.last_checkpoint = str(path)
+            self._report_checkpoint(self.step, path, reason, time.perf_counter() - started)
         self.saved_step = self.step
+
+    def _save_sharded(self, reason: str) -> None:
+        """Sharded (fsdp): save unless this step is saved; the final and the stop checkpoint must also be
+        published before returning (an asynchronous save may still be in flight)."""
+        assert self.sharded is not None
+        published = []
+        if self.saved_step != self.step:
+            rngs = gather_to_all(rng_state(), self.env.world_size)
+            published = self.sharded.save(self.wrapped.module, self.optimizer, self._state(rngs), self.step,
+                                          reason)
+            self.saved_step = self.step
+        if reason in ("final", "signal"):
+            published += self.sharded.flush()
+        for done in published:
+            self._report_checkpoint(done.step, done.path, done.reason, done.seconds, done.epoch)
+
+    def _report_checkpoint(self, step: int, path: Path, reason: str, seconds: float,
+                           epoch: int | None = None) -> None:
+        self.reporter.emit("checkpoint", step=step, epoch=self.epoch if epoch is None else epoch, path=str(path),
+                           reason=reason, seconds=round(seconds, 3))
+        self.last_checkpoint = str(path)
 
     def _resume(self) -> None:
         """Rank 0 picks the newest complete checkpoint; every rank loads that one."""
         if self.store is None or not self.resume:
             return
-        chosen: tuple[Path, dict[str, Any]] | None = None
+        chosen: tuple[Path, dict[str, Any] | None] | None = None
         if self.env.is_main:
-            self.store.clean_partial()
-            chosen = self.store.load_newest()
+            for partial in self.store.clean_partial():
+                print(f"kubetrain.runtime: removed partial checkpoint {partial} (a write that did not finish)",
+                      file=sys.stderr, flush=True)
+            chosen = self._newest()
         path = broadcast_from_main(str(chosen[0]) if chosen else None, self.env.world_size)
         if path is None:
             return
-        state = chosen[1] if chosen else self.store.load(Path(path))
+        if self.sharded is not None:
+            state = self.sharded.load(Path(path), self.wrapped.module, self.optimizer)
+        else:
+            state = chosen[1] if chosen and chosen[1] is not None else self.store.load(Path(path))
         self._apply(state)
         self.resumed_from = self.last_checkpoint = path
         self.saved_step = self.step
         self.reporter.emit("resume", step=self.step, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
                            path=path)
 
+    def _newest(self) -> tuple[Path, dict[str, Any] | None] | None:
+        """Rank 0: the newest complete checkpoint of this strategy's kind (a file, or a sharded directory)."""
+        assert self.store is not None
+        newest = self.store.complete()
+        if newest and newest[0][1].is_dir() != (self.sharded is not None):
+            writer = "fsdp" if newest[0][1].is_dir() else "ddp or dp"
+            raise RuntimeConfigError(f"spec.train.strategy: {self.train.strategy} cannot resume from "
+                                     f"{newest[0][1]} (written by {writer}); use another checkpoint.dir or "
+                                     "the strategy that wrote it")
+        if self.sharded is None:
+            return self.store.load_newest()
+        return (newest[0][1], None) if newest else None
+
     def _apply(self, state: dict[str, Any]) -> None:
-        self.wrapped.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if "model" in state:  # sharded checkpoints loaded model and optimizer already
+            self.wrapped.module.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler") is not None:

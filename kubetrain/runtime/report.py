@@ -31,8 +31,9 @@ class Reporter:
         self.stream = stream
         self.enabled = env.is_main or os.environ.get(ALL_RANKS_ENV, "") not in ("", "0", "false")
 
-    def emit(self, kind: str, **fields: Any) -> None:
-        if self.enabled:
+    def emit(self, kind: str, *, force: bool = False, **fields: Any) -> None:
+        """Print one metrics line (on rank 0, or every rank when asked; `force`: from this rank anyway)."""
+        if self.enabled or force:
             line = format_metrics(kind, rank=self.env.rank, **fields)
             print(line, file=self.stream or sys.stdout, flush=True)
 

@@ -57,6 +57,7 @@ class StopSignal:
         self._work: Any = None
         self._next_poll = 0
         self._last_poll = (0, time.perf_counter())  # (step, time) of the previous poll
+        self._watchdog: threading.Timer | None = None
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -76,11 +77,18 @@ class StopSignal:
         name = signal.Signals(signum).name
         print(f"kubetrain.runtime: rank {self.env.rank} got {name}; stopping at the next step boundary"
               + (" after a checkpoint" if self.checkpointing else ""), file=sys.stderr, flush=True)
-        timer = threading.Timer(self.timeout_seconds, self._expire)
-        timer.daemon = True
-        timer.start()
+        self._watchdog = threading.Timer(self.timeout_seconds, self._expire)
+        self._watchdog.daemon = True
+        self._watchdog.start()
         if not self.checkpointing:
             raise SystemExit(128 + signum)
+
+    def cancel(self) -> None:
+        """Stopping is done (or training ended): disarm the watchdog, so a caller that catches
+        TrainingStopped and carries on is not killed later."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
 
     def _expire(self) -> None:
         print(f"kubetrain.runtime: rank {self.env.rank}: stopping took over {self.timeout_seconds:g}s "

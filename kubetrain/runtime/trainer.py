@@ -25,10 +25,12 @@ from kubetrain.runtime.config import RuntimeConfigError, resolve_ref
 from kubetrain.runtime.data import ResumableSampler, ShardSampler, make_loader, split_datasets
 from kubetrain.runtime.distributed import DistEnv, distributed
 from kubetrain.runtime.loop import FitResult, Loop
+from kubetrain.runtime.profile import make_profiler
 from kubetrain.runtime.report import Reporter
+from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import seed_everything
 from kubetrain.runtime.stop import StopSignal, TrainingStopped
-from kubetrain.runtime.wrap import autocast, grad_scaler, wrap_model
+from kubetrain.runtime.wrap import autocast, grad_scaler, warn_slow_precision, wrap_model
 from kubetrain.spec.sections import Checkpoint, Train
 
 __all__ = ["Factories", "FitResult", "Trainer", "TrainingStopped"]
@@ -92,19 +94,22 @@ class Trainer:
     def fit(self) -> FitResult:
         """Train to the end (or raise TrainingStopped after a stop checkpoint). The process group is
         created here and destroyed on every exit path."""
-        with distributed(self.train.backend, self.train.timeoutSeconds) as env:
-            loop = self._setup(env)
-            stop = loop.stop
-            stop.install()
-            try:
-                return loop.run()
-            finally:
-                stop.uninstall()
-                stop.drain()
-                # DDP keeps the process group alive; free it now, while the interpreter is intact, rather
-                # than at exit (gloo's threads can then abort the process: "terminate called ...")
-                del loop
-                gc.collect()
+        stop: StopSignal | None = None
+        try:
+            with distributed(self.train.backend, self.train.timeoutSeconds) as env:
+                loop = self._setup(env)
+                stop = loop.stop
+                stop.install()
+                try:
+                    return loop.run()
+                finally:
+                    stop.uninstall()
+                    stop.drain()
+                    del loop  # drop the model and optimizer before the process group goes
+                    gc.collect()
+        finally:
+            if stop is not None:
+                stop.cancel()  # stopping is done: the watchdog must not kill a caller that carries on
 
     def _setup(self, env: DistEnv) -> Loop:
         train, factories = self.train, self.factories
@@ -112,6 +117,7 @@ class Trainer:
         train_set, eval_set = split_datasets(factories.dataset())
         model = _build(factories.model, "model", nn.Module)
         seed_everything(train.seed + env.rank)  # per-rank streams (dropout, augmentation)
+        warn_slow_precision(train, env.device)
         wrapped = wrap_model(model, train, env)
         optimizer = _optimizer(factories, model, train.lr)
         sampler = ResumableSampler(train_set, env, train.seed)
@@ -124,13 +130,17 @@ class Trainer:
         total_steps = train.epochs * math.ceil(batches / train.gradAccumSteps)
         scheduler = factories.scheduler(optimizer, total_steps) if factories.scheduler else None
         store = CheckpointStore(self.checkpoint.dir, self.checkpoint.keep) if self.checkpoint.dir else None
+        reporter = Reporter(env, self.stream)
+        sharded = (ShardedCheckpoints(store, env, train.fsdp.asyncCheckpoint)
+                   if store is not None and train.strategy == "fsdp" else None)
         return Loop(
             train=train, env=env, wrapped=wrapped, optimizer=optimizer, scheduler=scheduler,
             scaler=grad_scaler(train, env.device), loss_fn=_loss_fn(factories),
             sampler=sampler, loader=loader, eval_loader=eval_loader, batches=batches, total_steps=total_steps,
             store=store, resume=self.checkpoint.resume, every_steps=self.checkpoint.everySteps,
             stop=StopSignal(env, self.checkpoint.sigtermTimeoutSeconds, checkpointing=store is not None),
-            reporter=Reporter(env, self.stream), autocast=lambda: autocast(train, env.device),
+            reporter=reporter, autocast=lambda: autocast(train, env.device), sharded=sharded,
+            profiler=make_profiler(train.profile, env, reporter),
         )
 
 

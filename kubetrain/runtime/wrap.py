@@ -1,4 +1,5 @@
-"""Model preparation: SyncBatchNorm, activation checkpointing, DDP, torch.compile; and mixed precision."""
+"""Model preparation: SyncBatchNorm, activation checkpointing, the strategy (DDP, FSDP2, DataParallel),
+torch.compile; and mixed precision."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
 
+from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.distributed import DistEnv
 from kubetrain.spec.sections import DDP, Train
 
@@ -21,12 +23,15 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 @dataclass
 class Wrapped:
-    """The model three ways: `module` (plain, for state_dict and eval), `ddp`, and `forward` (what trains:
-    the DDP module, compiled when asked)."""
+    """The model as the loop needs it: `module` (for state_dict and eval: the plain module, or the
+    fully_shard'ed one), `forward` (what trains, compiled when asked), `no_sync()` (a context in which
+    backward skips the gradient reduction: accumulation) and the `strategy`."""
 
     module: nn.Module
-    ddp: DistributedDataParallel
     forward: Callable[..., Any]
+    no_sync: Callable[[], contextlib.AbstractContextManager[Any]]
+    strategy: str = "ddp"
+    ddp: DistributedDataParallel | None = None
 
 
 def convert_sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
@@ -69,23 +74,49 @@ def ddp_kwargs(options: DDP, env: DistEnv) -> dict[str, Any]:
     }
 
 
+def _data_parallel(model: nn.Module, env: DistEnv) -> Wrapped:
+    """Legacy single-process DataParallel over this process's GPUs (the module itself without GPUs)."""
+    if env.world_size > 1:
+        raise RuntimeConfigError(f"spec.train.strategy: dp runs one process per job, but the world has "
+                                 f"{env.world_size} processes; set nodes: 1 and procsPerNode: 1, or use ddp")
+    replicas: nn.Module = nn.DataParallel(model) if env.device.type == "cuda" else model
+    return Wrapped(model, replicas, contextlib.nullcontext, "dp")
+
+
 def wrap_model(model: nn.Module, train: Train, env: DistEnv) -> Wrapped:
-    """Move to the device, apply the optional features in a safe order, wrap in DDP, then compile."""
+    """Move to the device, apply the optional features in a safe order, apply the strategy, then compile."""
     if train.syncBatchNorm:
         model = convert_sync_batchnorm(model, env.device)
     model = model.to(env.device)
     if train.activationCheckpointing:
         apply_activation_checkpointing(model)
-    ddp = DistributedDataParallel(model, **ddp_kwargs(train.ddp, env))
-    forward: Callable[..., Any] = torch.compile(ddp) if train.compile else ddp
-    return Wrapped(model, ddp, forward)
+    if train.strategy == "fsdp":
+        from kubetrain.runtime.fsdp import shard_model
+
+        wrapped = shard_model(model, train, env)
+    elif train.strategy == "dp":
+        wrapped = _data_parallel(model, env)
+    else:
+        ddp = DistributedDataParallel(model, **ddp_kwargs(train.ddp, env))
+        wrapped = Wrapped(model, ddp, ddp.no_sync, "ddp", ddp)
+    if train.compile:
+        wrapped.forward = torch.compile(wrapped.forward)
+    return wrapped
 
 
 def autocast(train: Train, device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """bf16 or fp16 autocast; fp32 gets a no-op context (cheaper than a disabled autocast)."""
-    if train.precision == "fp32":
+    """bf16 or fp16 autocast; fp32 gets a no-op context (cheaper than a disabled autocast). Under fsdp the
+    mixed-precision policy casts instead (parameters and inputs), so there is no autocast."""
+    if train.precision == "fp32" or train.strategy == "fsdp":
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=DTYPES[train.precision])
+
+
+def warn_slow_precision(train: Train, device: torch.device) -> None:
+    """fp16 on a CPU is emulated: it trains several times slower than fp32 (measured about 4x)."""
+    if train.precision == "fp16" and device.type == "cpu":
+        print("kubetrain.runtime: warning: precision fp16 on CPU is emulated and several times slower than "
+              "fp32 (about 4x measured); use fp32 or bf16 on CPU", file=sys.stderr, flush=True)
 
 
 def grad_scaler(train: Train, device: torch.device) -> torch.amp.GradScaler | None:

@@ -281,6 +281,39 @@ class DDP(Section):
     """Allreduce bucket size in MiB."""
 
 
+class FSDP(Section):
+    """FSDP2 (`torch.distributed.fsdp.fully_shard`) options, used with `strategy: fsdp`."""
+
+    wrapClasses: list[str] = Field(default_factory=list)
+    """Module class names to shard as units, e.g. [TransformerBlock]. Empty: each top-level child module with
+    parameters is one unit. The root module is always sharded last."""
+    reshardAfterForward: bool = True
+    """Free the gathered parameters after forward (ZeRO-3); false keeps them until backward (ZeRO-2-like,
+    more memory, fewer all-gathers)."""
+    cpuOffload: bool = False
+    """Keep sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy)."""
+    asyncCheckpoint: bool = False
+    """Write sharded checkpoints in the background (torch.distributed.checkpoint.async_save); a checkpoint
+    is published when it is complete, at the latest before the next one, at the end, or on SIGTERM."""
+
+
+class Profile(Section):
+    """torch.profiler for the Trainer: traces TensorBoard and Perfetto open, plus a per-cycle summary."""
+
+    dir: str
+    """Output directory, normally on a volume (e.g. /ckpt/profile); rank R writes under rank-R/."""
+    wait: Annotated[int, Field(ge=0)] = 1
+    """Optimizer steps skipped at the start of each cycle."""
+    warmup: Annotated[int, Field(ge=0)] = 1
+    """Steps profiled but discarded (profiler start-up overhead)."""
+    active: Annotated[int, Field(ge=1)] = 3
+    """Steps recorded per cycle."""
+    repeat: Annotated[int, Field(ge=0)] = 1
+    """Cycles; 0 repeats until training ends."""
+    ranks: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0])
+    """Global ranks that profile."""
+
+
 class Train(Section):
     """The kubetrain Trainer API: name factories as 'module:function' and kubetrain runs the loop."""
 
@@ -324,6 +357,14 @@ class Train(Section):
     """Collective operation timeout."""
     ddp: DDP = Field(default_factory=DDP)
     """DDP wrapper options."""
+    strategy: Literal["ddp", "fsdp", "dp"] = "ddp"
+    """ddp: DistributedDataParallel (recommended). fsdp: FSDP2, parameters, gradients and optimizer state
+    sharded across ranks, sharded checkpoints (for models that do not fit one GPU). dp: legacy
+    single-process DataParallel over the node's GPUs (one process per node; prefer ddp)."""
+    fsdp: FSDP = Field(default_factory=FSDP)
+    """FSDP2 options (strategy: fsdp)."""
+    profile: Profile | None = None
+    """Profile some training steps with torch.profiler (off when unset)."""
 
 
 class Build(Section):

@@ -135,7 +135,8 @@ def worker_pid(marker: str, rank: int, timeout: float = 30) -> int:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if f"RANK={rank}".encode() in environ and b"torch.distributed.run" not in cmdline:
+            if f"RANK={rank}".encode() in environ and b"torch.distributed.run" not in cmdline \
+                    and b"kubetrain.runtime.launch" not in cmdline:
                 return pid
         time.sleep(0.1)
     raise AssertionError(f"no worker with RANK={rank} found")

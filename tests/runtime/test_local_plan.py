@@ -65,7 +65,7 @@ def test_plan_runs_the_manifests_program_through_one_agent_per_node(tmp_path: Pa
     plan = _plan(tmp_path, environ={"PATH": "/bin", "RANK": "5", "PET_NNODES": "9", "MASTER_ADDR": "x"})
     assert [node.index for node in plan.nodes] == [1, 2]
     argv = plan.nodes[0].argv
-    assert argv[1:3] == ["-m", "torch.distributed.run"] and argv[-2:] == ["-m", "kubetrain.runtime"]
+    assert argv[1:3] == ["-m", "kubetrain.runtime.launch"] and argv[-2:] == ["-m", "kubetrain.runtime"]
     value = dict(itertools.pairwise(argv))
     assert value["--nnodes"] == "2" and value["--nproc-per-node"] == "1" and value["--rdzv-backend"] == "c10d"
     assert value["--max-restarts"] == "0" and value["--rdzv-endpoint"].startswith("127.0.0.1:")
@@ -135,7 +135,7 @@ def test_dry_run_prints_commands_without_secrets(tmp_path: Path) -> None:
     (tmp_path / ".env").write_text("API_KEY=topsecret-value\n")
     result = _cli("run", "-f", str(spec), "--env-file", str(tmp_path / ".env"), "--dry-run")
     assert result.returncode == 0, result.stderr
-    assert "torch.distributed.run" in result.stdout and "# node-2" in result.stdout
+    assert "kubetrain.runtime.launch" in result.stdout and "# node-2" in result.stdout
     assert "topsecret-value" not in result.stdout + result.stderr
 
 

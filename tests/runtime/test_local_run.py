@@ -230,16 +230,26 @@ def test_sigterm_exit_codes_of_a_single_process(tmp_path: Path, sleep: str, expe
     assert bool(written) == (expected == 143), out
 
 
-def test_sigterm_to_one_rank_stops_all_ranks_at_the_same_step(tmp_path: Path) -> None:
-    """Eviction of one pod: only rank 1 gets SIGTERM, yet rank 0 (never signalled) writes the checkpoint at
-    the step all ranks agreed on, and both stop there."""
+def agent_pid(marker: str, node: int) -> int:
+    """The torchrun agent (kubetrain.runtime.launch) of `node`: a pod's main process."""
+    for pid in pids_with_env("TEST_MARKER", marker):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"kubetrain.runtime.launch" in cmdline and f"is_host={int(node == 1)}".encode() in cmdline:
+            return pid
+    raise AssertionError(f"no agent of node {node}")
+
+
+def test_sigterm_to_one_pod_stops_all_ranks_at_the_same_step_and_exits_143(tmp_path: Path) -> None:
+    """Eviction of one pod: its main process (node 2's agent) gets SIGTERM and forwards it to rank 1 only,
+    yet rank 0 (never signalled) writes the checkpoint at the step all ranks agreed on, both stop there,
+    and every node - hence the job - exits 143 (retryable), not torchrun's 1."""
     spec = write_spec(tmp_path / "job.yaml", train=ft_train(epochs=6), checkpoint={"dir": "/ckpt/run"},
                       env={"KUBETRAIN_LOG_ALL_RANKS": "1"})
     marker = uuid.uuid4().hex
     run = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker, FT_SLEEP="0.005"))
     try:
         run.wait_for(lambda r: r["kind"] == "train" and r["step"] >= 8)
-        os.kill(worker_pid(marker, rank=1), signal.SIGTERM)
+        os.kill(agent_pid(marker, node=2), signal.SIGTERM)
         code, out, err = run.finish(timeout=90)
     finally:
         run.kill()
@@ -248,5 +258,6 @@ def test_sigterm_to_one_rank_stops_all_ranks_at_the_same_step(tmp_path: Path) ->
     assert {r["status"] for r in ends} == {"stopped"} and len({r["step"] for r in ends}) == 1
     saved = [r for r in records(out, "checkpoint") if r["reason"] == "signal"]
     assert len(saved) == 1 and saved[0]["rank"] == 0 and saved[0]["step"] == ends[0]["step"] < 96
-    assert code == 1  # workers exiting 143 is a failure for torchrun (maxRestarts 0), hence for the job
+    assert code == 143, out[-3000:] + err
+    assert "exited with 143" in err
     assert_no_processes_left(marker)

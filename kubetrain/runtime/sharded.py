@@ -1,0 +1,116 @@
+"""Sharded checkpoints for strategy fsdp: torch.distributed.checkpoint (DCP), resharded on load.
+
+A checkpoint is a directory `step-<N>/`: each rank writes its own shards (`__<rank>_0.distcp`), the
+coordinator writes `.metadata` last, and rank 0 adds `meta.pt` (position, scheduler, RNG states of every
+rank). Everything is written under `.tmp-step-<N>/` and published by rank 0 with one rename once every
+rank has finished, so resume never sees half a checkpoint (kubetrain.runtime.checkpoint rules).
+
+Loading uses the current model's sharding as the template: DCP reads whichever saved shards overlap each
+rank's new shards, so a checkpoint written by 2 ranks resumes on 1 (or 1 on 2, or 4 on 3).
+
+asyncCheckpoint: `dcp.async_save` copies the state to host memory and writes in a background thread,
+using its own gloo process group (collectives of two threads must not share one group). The checkpoint
+is published when it is done: at the next save, at the end of training, or on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint import state_dict_loader, state_dict_saver
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from kubetrain.runtime.checkpoint import TMP_PREFIX, CheckpointStore, checkpoint_name, publish
+from kubetrain.runtime.distributed import DistEnv
+
+META = "meta.pt"
+
+
+@dataclass
+class Published:
+    """A checkpoint that just became visible: for the `checkpoint` metrics line."""
+
+    step: int
+    path: Path
+    reason: str
+    seconds: float
+    epoch: int
+
+
+@dataclass
+class _Pending:
+    future: Any
+    tmp: Path
+    final: Path
+    step: int
+    reason: str
+    started: float
+    epoch: int
+
+
+class ShardedCheckpoints:
+    """Save/load an FSDP2 model and its optimizer as DCP directories in a CheckpointStore."""
+
+    def __init__(self, store: CheckpointStore, env: DistEnv, async_save: bool) -> None:
+        self.store = store
+        self.env = env
+        # a separate group: the background writer's collectives must not interleave with training's
+        self.async_group: Any = dist.new_group(backend="gloo") if async_save and env.world_size > 1 else None
+        self.async_save = async_save
+        self.pending: _Pending | None = None
+
+    def save(self, model: nn.Module, optimizer: torch.optim.Optimizer, meta: dict[str, Any], step: int,
+             reason: str) -> list[Published]:
+        """Write a checkpoint (a collective); returns what got published (the previous async one too)."""
+        done = self.flush()
+        final = self.store.directory / checkpoint_name(step).removesuffix(".pt")
+        tmp = self.store.directory / f"{TMP_PREFIX}{final.name}"
+        started = time.perf_counter()
+        if self.env.is_main:
+            tmp.mkdir(parents=True, exist_ok=True)
+            with open(tmp / META, "wb") as handle:
+                torch.save(meta, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+        model_state, optim_state = get_state_dict(model, optimizer)
+        state = {"model": model_state, "optimizer": optim_state}
+        if self.async_save:
+            future = state_dict_saver.async_save(state, checkpoint_id=str(tmp), process_group=self.async_group)
+            self.pending = _Pending(future, tmp, final, step, reason, started, meta["epoch"])
+            return done
+        state_dict_saver.save(state, checkpoint_id=str(tmp))
+        self.pending = _Pending(None, tmp, final, step, reason, started, meta["epoch"])
+        return [*done, *self.flush()]
+
+    def flush(self) -> list[Published]:
+        """Wait for the pending write on every rank, then rank 0 publishes it (a collective)."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return []
+        if pending.future is not None:
+            pending.future.result()
+        if self.env.world_size > 1:
+            dist.barrier()  # every rank's shards are on storage
+        if self.env.is_main:
+            publish(pending.tmp, pending.final)
+            self.store.prune()
+        if self.env.world_size > 1:
+            dist.barrier()  # published before anyone reads or exits
+        return [Published(pending.step, pending.final, pending.reason, time.perf_counter() - pending.started,
+                          pending.epoch)]
+
+    def load(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """Load into the current sharding (resharding as needed); returns rank 0's meta."""
+        model_state, optim_state = get_state_dict(model, optimizer)  # templates, also initialises Adam state
+        state = {"model": model_state, "optimizer": optim_state}
+        state_dict_loader.load(state, checkpoint_id=str(path))
+        set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+        meta: dict[str, Any] = torch.load(path / META, map_location="cpu", weights_only=True)
+        return meta

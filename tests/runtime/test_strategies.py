@@ -1,0 +1,211 @@
+"""Strategies and numerics with two real processes (gloo, CPU): accumulation, autocast, FSDP2 vs DDP, resharded
+resume; plus the single-process pieces (dp, watchdog, warnings, partial checkpoints, launcher exit codes)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.runtime.helpers import JOBS, REPO, quiet_env
+from tests.runtime.torchmod import require_torch
+
+torch = require_torch()
+from kubetrain.metrics import parse_metrics_line  # noqa: E402
+from kubetrain.runtime import Factories, Trainer, TrainingStopped  # noqa: E402
+from kubetrain.runtime.checkpoint import CheckpointStore  # noqa: E402
+from kubetrain.runtime.config import RuntimeConfigError  # noqa: E402
+from kubetrain.runtime.distributed import DistEnv  # noqa: E402
+from kubetrain.runtime.launch import failure_exit_code, worker_exit_code  # noqa: E402
+from kubetrain.runtime.stop import StopSignal  # noqa: E402
+from kubetrain.spec.sections import FSDP, Checkpoint, Train  # noqa: E402
+
+pytestmark = [pytest.mark.torch]
+sys.path.insert(0, str(JOBS))
+import numerics_task  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    """jobs/numerics_task.py under torchrun with 2 workers (one launch for all the two-process checks)."""
+    out = tmp_path_factory.mktemp("numerics")
+    env = quiet_env(PYTHONPATH=os.pathsep.join([str(REPO), str(JOBS)]), KUBETRAIN_LOG_ALL_RANKS="1")
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                             str(JOBS / "numerics_task.py"), str(out)], env=env, cwd=JOBS, capture_output=True,
+                            text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return out, [json.loads((out / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
+
+
+def flat(params: list[list[float]]) -> Any:
+    return torch.tensor([value for tensor in params for value in tensor], dtype=torch.float64)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_accumulation_k2_equals_the_double_batch_with_one_reduction_per_step(two_ranks: Any) -> None:
+    """gradAccumSteps 2 x batch 8 == batch 16, step by step, on 2 ranks; the last group is a full and a short
+    micro-batch (8 + 4 samples), weighted by samples like the 12-sample last batch of k1."""
+    _, ranks = two_ranks
+    for result in ranks:
+        k1, k2 = result["k1"], result["k2"]
+        assert len(k1["losses"]) == len(k2["losses"]) == 7  # ceil(108 / 16) optimizer steps
+        # the logged loss of k2's last step is the mean of two micro-batch means, not a per-sample mean
+        assert k1["losses"][:-1] == pytest.approx(k2["losses"][:-1], rel=1e-6)
+        assert torch.allclose(flat(k1["params"]), flat(k2["params"]), atol=1e-6)
+        assert k1["reductions"] == k2["reductions"] == 7  # k2: 14 micro-batches, 7 gradient allreduces
+    assert ranks[0]["k2"]["params"] == ranks[1]["k2"]["params"]  # replicas stay identical
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_autocast_really_computes_in_bf16_under_ddp_and_fsdp(two_ranks: Any) -> None:
+    _, ranks = two_ranks
+    for result in ranks:
+        assert result["k1"]["dtypes"] == ["torch.float32"]
+        assert result["bf16_ddp"]["dtypes"] == ["torch.bfloat16"]
+        assert result["bf16_fsdp"]["dtypes"] == ["torch.bfloat16"]  # FSDP2's MixedPrecisionPolicy
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_fsdp_matches_ddp_and_resumes_resharded_on_one_process(two_ranks: Any) -> None:
+    out, ranks = two_ranks
+    ddp, fsdp = ranks[0]["k1"], ranks[0]["fsdp"]
+    assert fsdp["losses"] == pytest.approx(ddp["losses"], rel=1e-5)  # same seed, data, optimizer
+    assert torch.allclose(flat(fsdp["params"]), flat(ddp["params"]), atol=1e-5)
+    store = CheckpointStore(out / "ckpt")
+    assert [path.name for _, path in store.complete()] == [f"step-{n:010d}" for n in (7, 6, 3)]
+    assert sorted(p.name for p in (out / "ckpt" / "step-0000000007").iterdir()) == [
+        ".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
+    # written by 2 ranks, loaded by 1: the finished run is evaluated again with the resharded weights
+    train = Train(model="numerics_task:Probe", dataset="numerics_task:data", optimizer="numerics_task:sgd",
+                  lr=0.1, seed=3, logEvery=1, batchSize=16, strategy="fsdp", backend="gloo")
+    stream = io.StringIO()
+    result = Trainer(train, Checkpoint(dir=str(out / "ckpt")), stream=stream).fit()
+    records = [r for r in map(parse_metrics_line, stream.getvalue().splitlines()) if r]
+    assert result.resumed_from and result.resumed_from.endswith("step-0000000007")
+    assert [r["eval_loss"] for r in records if r["kind"] == "eval"] == pytest.approx(fsdp["eval_loss"], rel=1e-6)
+
+
+def test_dp_strategy_trains_in_one_process_and_refuses_a_world() -> None:
+    train = Train(model="numerics_task:Probe", dataset="numerics_task:data", epochs=2, batchSize=16, lr=0.1,
+                  strategy="dp", logEvery=1)
+    stream = io.StringIO()
+    result = Trainer(train, None, Factories(numerics_task.Probe, numerics_task.data), stream=stream).fit()
+    assert result.eval_accuracy is not None and result.eval_accuracy > 0.7
+    from kubetrain.runtime.wrap import wrap_model
+
+    env = DistEnv(rank=0, world_size=2, local_rank=0, local_world_size=1, device=torch.device("cpu"), backend="gloo")
+    with pytest.raises(RuntimeConfigError, match=r"spec\.train\.strategy: dp runs one process"):
+        wrap_model(numerics_task.Probe(), train, env)
+
+
+def test_fsdp_wrap_classes_must_exist() -> None:
+    from kubetrain.runtime.fsdp import shard_units
+
+    model = numerics_task.Probe()
+    assert shard_units(model, []) == [model.first, model.second]
+    assert shard_units(model, ["Linear"]) == [model.first, model.second]
+    with pytest.raises(RuntimeConfigError, match=r"spec\.train\.fsdp\.wrapClasses: no module of class "
+                                                 r"\['Block'\] in the model \(its classes: Linear, Probe\)"):
+        shard_units(model, ["Block"])
+    train = Train(model="m:f", dataset="m:d", strategy="fsdp", precision="fp16", fsdp=FSDP())
+    with pytest.raises(RuntimeConfigError, match="fp16 is not supported with strategy fsdp"):
+        Trainer(train, None, Factories(numerics_task.Probe, numerics_task.data)).fit()
+
+
+def test_watchdog_is_cancelled_once_stopping_is_done(tmp_path: Path) -> None:
+    """A caller that catches TrainingStopped and carries on is not killed by the stop watchdog (it used to
+    os._exit(144) this very process sigtermTimeoutSeconds later)."""
+    calls = [0]
+
+    def loss_fn() -> Any:
+        def loss(output: Any, target: Any) -> Any:
+            calls[0] += 1
+            if calls[0] == 3:
+                os.kill(os.getpid(), signal.SIGTERM)  # as the kubelet would
+            return torch.nn.functional.cross_entropy(output, target)
+        return loss
+
+    train = Train(model="numerics_task:Probe", dataset="numerics_task:data", batchSize=16)
+    trainer = Trainer(train, Checkpoint(dir=str(tmp_path), sigtermTimeoutSeconds=5),
+                      Factories(numerics_task.Probe, numerics_task.data, loss=loss_fn), stream=io.StringIO())
+    with pytest.raises(TrainingStopped) as stopped:
+        trainer.fit()
+    assert stopped.value.exit_code == 143 and stopped.value.checkpoint
+    time.sleep(6)  # past sigtermTimeoutSeconds: a live watchdog would have ended pytest with 144 by now
+    assert not any(thread.name.startswith("Thread") and thread.daemon and thread.is_alive()
+                   and isinstance(thread, threading.Timer) for thread in threading.enumerate())
+
+
+def test_watchdog_is_armed_by_the_signal() -> None:
+    stop = StopSignal(DistEnv(0, 1, 0, 1, torch.device("cpu"), "gloo"), timeout_seconds=30, checkpointing=True)
+    stop._handle(signal.SIGTERM, None)
+    try:
+        assert stop._watchdog is not None and stop._watchdog.is_alive()
+    finally:
+        stop.cancel()
+    assert stop._watchdog is None
+
+
+def test_fp16_on_cpu_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    train = Train(model="numerics_task:Probe", dataset="numerics_task:data", batchSize=64, precision="fp16")
+    Trainer(train, None, Factories(numerics_task.Probe, numerics_task.data), stream=io.StringIO()).fit()
+    assert "warning: precision fp16 on CPU is emulated and several times slower" in capsys.readouterr().err
+
+
+def test_resume_reports_every_partial_checkpoint_it_removes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / ".tmp-step-0000000004.pt.123").write_bytes(b"half")
+    (tmp_path / ".tmp-step-0000000008").mkdir()  # a sharded write cut off
+    train = Train(model="numerics_task:Probe", dataset="numerics_task:data", batchSize=64)
+    Trainer(train, Checkpoint(dir=str(tmp_path)), Factories(numerics_task.Probe, numerics_task.data),
+            stream=io.StringIO()).fit()
+    err = capsys.readouterr().err
+    for name in (".tmp-step-0000000004.pt.123", ".tmp-step-0000000008"):
+        assert f"removed partial checkpoint {tmp_path / name} (a write that did not finish)" in err
+        assert not (tmp_path / name).exists()
+
+
+def test_launcher_exit_codes() -> None:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    def failed(*codes: int) -> ChildFailedError:
+        failures = {}
+        for rank, exitcode in enumerate(codes):
+            failure = ProcessFailure(local_rank=rank, pid=100 + rank, exitcode=exitcode, error_file="<N/A>")
+            failure.timestamp = int(time.time()) + rank  # rank 0 failed first
+            failures[rank] = failure
+        return ChildFailedError("train", failures)
+
+    assert worker_exit_code(-15) == 143 and worker_exit_code(2) == 2
+    assert failure_exit_code(failed(143, 143)) == 143  # stopped after the stop checkpoint: retryable
+    assert failure_exit_code(failed(-9, 143)) == 137
+    assert failure_exit_code(failed(2, 143)) == 2  # the root cause, a configuration error
+
+
+def test_profiler_writes_traces_and_a_summary(tmp_path: Path) -> None:
+    from kubetrain.spec.sections import Profile
+
+    train = Train(model="numerics_task:Probe", dataset="numerics_task:data", batchSize=16, epochs=2,
+                  profile=Profile(dir=str(tmp_path / "prof"), wait=1, warmup=1, active=2, repeat=2))
+    stream = io.StringIO()
+    Trainer(train, None, Factories(numerics_task.Probe, numerics_task.data), stream=stream).fit()
+    profiles = [r for r in map(parse_metrics_line, stream.getvalue().splitlines()) if r and r["kind"] == "profile"]
+    assert [r["step"] for r in profiles] == [4, 8]  # (wait 1 + warmup 1 + active 2) x 2 cycles
+    assert profiles[0]["top"] and {"op", "self_ms", "self_mem_mb"} <= set(profiles[0]["top"][0])
+    traces = sorted((tmp_path / "prof" / "rank-0").glob("*.pt.trace.json"))
+    assert len(traces) == 2
+    events = json.loads(traces[0].read_text())["traceEvents"]
+    assert any(event.get("name") == "aten::addmm" for event in events)  # the Linear layers' matmuls
+    summary = Path(profiles[0]["summary"]).read_text()
+    assert "Self CPU" in summary and "CPU Mem" in summary
