@@ -90,6 +90,26 @@ post_trainer() {
   log "trainer: CRDs copied to $MANIFESTS_DIR"
 }
 
+# The upstream CRDs the tests validate against (tests/testenv/reference.py checks
+# them against kubetrain's sha256 pins), from the same pinned modules. Cheap: the
+# modules are downloaded once (a few MB) and the copy is redone every run.
+REFERENCE_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/reference"
+copy_reference() {
+  check_go
+  local op_dir trainer_dir tmp
+  op_dir="$(module_dir training-operator "github.com/kubeflow/training-operator")"
+  trainer_dir="$(module_dir trainer github.com/kubeflow/trainer/v2)"
+  [[ -d "$op_dir" && -d "$trainer_dir" ]] || die "reference: could not get the training-operator/Trainer module sources"
+  tmp="$(mktemp -d "$CACHE_ROOT/$KUBERNETES_VERSION/.reference.XXXXXX")"
+  mkdir -p "$tmp/kubeflow-training-operator-$TRAINING_OPERATOR_VERSION" "$tmp/kubeflow-trainer-$TRAINER_VERSION"
+  cp "$op_dir/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" "$tmp/kubeflow-training-operator-$TRAINING_OPERATOR_VERSION/"
+  cp "$trainer_dir"/manifests/base/crds/trainer.kubeflow.org_{trainjobs,clustertrainingruntimes}.yaml \
+     "$trainer_dir/manifests/base/runtimes/torch_distributed.yaml" "$tmp/kubeflow-trainer-$TRAINER_VERSION/"
+  chmod -R u+w "$tmp"
+  rm -rf "$REFERENCE_DIR" && mv "$tmp" "$REFERENCE_DIR"
+  log "reference: upstream CRDs copied to $REFERENCE_DIR"
+}
+
 post_trainer_done() { [[ -f "$MANIFESTS_DIR/jobset/jobset.x-k8s.io_jobsets.yaml" && -f "$MANIFESTS_DIR/trainer/torch_distributed.yaml" ]]; }
 
 is_fresh() {
@@ -137,6 +157,7 @@ main() {
   local total_start comp
   total_start=$(date +%s)
   for comp in "${ORDER[@]}"; do build "$comp"; done
+  copy_reference
   log "binaries ready in $BIN_DIR ($(( $(date +%s) - total_start ))s)"
   echo "$BIN_DIR"
 }
