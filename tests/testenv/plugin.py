@@ -8,6 +8,8 @@ Enable with ``pytest_plugins = ["tests.testenv.plugin"]`` in tests/conftest.py.
 * ``namespace`` (function): a fresh namespace per test, deleted afterwards.
 * ``k8s`` (function): an admin ApiClient.
 * ``trainer`` (module): Kubeflow Trainer v2 + JobSet added for one module.
+* ``real_node`` (session): a real kubelet node (containerd, runc, CNI, CoreDNS)
+  joined to the control plane; see node.py. Tests using it are marked ``e2e``.
 
 Missing binaries: with CI=true the fixture fails (a CI run must never silently
 skip the integration tests); locally it skips and says to run `make testenv`.
@@ -27,22 +29,28 @@ import pytest
 
 from .binaries import PREPARE_HINT, MissingBinaries
 from .controlplane import ControlPlane
+from .node import RealNode
 from .trainer import TrainerStack
 
 MARKER = "controlplane"
-FIXTURES = {"controlplane", "namespace", "k8s", "trainer"}
+FIXTURES = {"controlplane", "namespace", "k8s", "trainer", "real_node"}
+E2E_MARKER = "e2e"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}: needs the real Kubernetes control plane from `make testenv` (tests/testenv)"
     )
+    config.addinivalue_line("markers", f"{E2E_MARKER}: runs real containers on the test control plane's real node")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if FIXTURES & set(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if FIXTURES & names:
             item.add_marker(MARKER)
+        if "real_node" in names:
+            item.add_marker(E2E_MARKER)
 
 
 def in_ci() -> bool:
@@ -68,6 +76,21 @@ def controlplane() -> Iterator[ControlPlane]:
         yield cp
     finally:
         cp.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node(controlplane: ControlPlane) -> Iterator[RealNode]:
+    """The real kubelet node, for the whole session (started on first use, stopped before the control plane)."""
+    try:
+        node = RealNode(controlplane)
+    except MissingBinaries as exc:
+        unavailable(str(exc))
+        raise
+    node.start()
+    try:
+        yield node
+    finally:
+        node.stop()
 
 
 @pytest.fixture(scope="module")

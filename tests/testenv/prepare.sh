@@ -35,10 +35,16 @@ declare -A SPEC=(
   [kwok]="kwok|sigs.k8s.io/kwok/cmd/kwok|kwok"
   [training-operator]="training-operator|github.com/kubeflow/training-operator/cmd/training-operator.v1|training-operator.v1:training-operator"
   [trainer]="trainer|github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager sigs.k8s.io/jobset|trainer-controller-manager jobset"
+  # The real node (tests/testenv/node.py): kubelet from the same pinned Kubernetes module, CoreDNS with
+  # the few plugins it needs (gomod/coredns/main.go).
+  [kubelet]="kubernetes|k8s.io/kubernetes/cmd/kubelet|kubelet"
+  [coredns]="coredns|.|coredns"
 )
 ORDER=(etcd kwok training-operator kubernetes trainer)
 # Set KUBETRAIN_TESTENV_TRAINER=0 to skip the optional Trainer v2 + JobSet build.
 [[ "${KUBETRAIN_TESTENV_TRAINER:-1}" == 0 ]] && ORDER=(etcd kwok training-operator kubernetes)
+# Set KUBETRAIN_TESTENV_NODE=0 to skip the real node (kubelet, CoreDNS, containerd, images).
+[[ "${KUBETRAIN_TESTENV_NODE:-1}" == 0 ]] || ORDER+=(kubelet coredns)
 MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/manifests"
 
 check_go() {
@@ -59,7 +65,13 @@ check_pins() {
 
 # A component is rebuilt when its pinned go.mod/go.sum change (check_pins ties
 # them to versions.env).
-stamp_of() { cat "$HERE/gomod/$1/go.mod" "$HERE/gomod/$1/go.sum" | sha256sum | cut -c1-16; }
+# (kubelet shares gomod/kubernetes but has its own stamp; coredns also hashes its main.go.)
+stamp_of() {
+  local dir="${SPEC[$1]%%|*}" f files=()
+  files=("$HERE/gomod/$dir/go.mod" "$HERE/gomod/$dir/go.sum")
+  for f in "$HERE/gomod/$dir"/*.go; do [[ -f "$f" ]] && files+=("$f"); done
+  cat "${files[@]}" | sha256sum | cut -c1-16
+}
 
 # Prints the directory that already provides binary $1 from the user, if any.
 user_provided() {
@@ -158,6 +170,7 @@ main() {
   total_start=$(date +%s)
   for comp in "${ORDER[@]}"; do build "$comp"; done
   copy_reference
+  [[ "${KUBETRAIN_TESTENV_NODE:-1}" == 0 ]] || bash "$HERE/prepare-node.sh"
   log "binaries ready in $BIN_DIR ($(( $(date +%s) - total_start ))s)"
   echo "$BIN_DIR"
 }
