@@ -24,7 +24,8 @@ from tests.testenv import node as real
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "digits"
-KUBETRAIN = Path(sys.executable).parent / "kubetrain"
+# `python -m kubetrain` of this checkout, exactly what the `kubetrain` entry point runs.
+KUBETRAIN = (sys.executable, "-m", "kubetrain")
 # Placement on the real node only (it is tainted so that other tests' pods stay on kwok's nodes).
 PLACEMENT = {
     "nodeSelector": {real.NODE_LABEL: "real"},
@@ -40,7 +41,7 @@ class Cli:
     env: dict[str, str]
 
     def __call__(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [str(KUBETRAIN), *args]
+        argv = [*KUBETRAIN, *args]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.env, check=False)
         if check and result.returncode != 0:
             raise AssertionError(f"{' '.join(args[:2])} exited {result.returncode}\n"
@@ -51,6 +52,7 @@ class Cli:
 @pytest.fixture(scope="session")
 def cli(controlplane: Any) -> Cli:
     env = {**os.environ, "KUBECONFIG": str(controlplane.kubeconfig), "NO_COLOR": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))),
            # podman's default ulimits exceed this VM's hard limits (prepare-node.sh writes this file).
            "CONTAINERS_CONF": str(real.node_bin_dir() / "containers.conf")}
     return Cli(controlplane.kubeconfig, env)

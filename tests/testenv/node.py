@@ -46,6 +46,8 @@ import yaml
 from . import binaries, nodeconf, pki
 from .processes import Child, free_port, wait_until
 
+__all__ = ["NodeUnavailable", "RealNode", "wait_until"]
+
 if TYPE_CHECKING:
     from .controlplane import ControlPlane
 
@@ -55,6 +57,7 @@ TAINT_KEY = "kubetrain.test/real-node"  # NoSchedule: other tests' pods stay on 
 CNI_BIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))
 NETNS_DIR = Path("/var/run/netns")  # where containerd 1.6's CRI pins pod network namespaces
 APT_PACKAGES = "containerd runc containernetworking-plugins"
+CONTAINER_LOG_LINKS = Path("/var/log/containers")  # the kubelet's symlinks to pod logs (a fixed path)
 
 
 class NodeUnavailable(binaries.MissingBinaries):
@@ -63,6 +66,10 @@ class NodeUnavailable(binaries.MissingBinaries):
 
 def node_bin_dir() -> Path:
     return binaries.cache_root() / "node"
+
+
+def pause_image() -> str:
+    return binaries.versions()["PAUSE_IMAGE"]
 
 
 def requirements() -> dict[str, Path]:
@@ -270,6 +277,7 @@ class RealNode:
                     (NETNS_DIR / name).unlink()
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
         _remove_cgroups(self.cgroup_root)
+        _remove_links_into(CONTAINER_LOG_LINKS, self.dir)
 
 
 # ------------------------------------------------------------------- helpers
@@ -331,6 +339,15 @@ def _kill_matching(needle: str) -> None:
         if needle in cmdline:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(proc.name), signal.SIGKILL)
+
+
+def _remove_links_into(links: Path, directory: Path) -> None:
+    prefix = str(directory) + "/"
+    with contextlib.suppress(OSError):
+        for link in links.iterdir():
+            with contextlib.suppress(OSError):
+                if link.is_symlink() and os.readlink(link).startswith(prefix):
+                    link.unlink()
 
 
 def _unmount_under(directory: Path) -> None:

@@ -7,8 +7,8 @@
 #   2. The pause image, built on this machine (a static Go binary, FROM scratch).
 #   3. The Python base image, a stand-in for the pytorch image that cannot be
 #      pulled: a Debian bookworm minbase rootfs (debootstrap) with python3, and
-#      torch installed into /opt/venv from a local wheelhouse that pip fills from
-#      its own cache, so torch is downloaded at most once per machine.
+#      torch copied into /opt/venv from the test virtualenv (same CPython ABI),
+#      so torch is downloaded once per machine, by `make install`.
 #
 # Each step has its own stamp under <cache>/node/ and is skipped when fresh.
 # Without root or off Linux it says what is missing and exits 0 (the e2e tests
@@ -102,32 +102,28 @@ rootfs() {  # Debian minbase + python3, as a tarball (the slow part: about 80 s)
   log "rootfs: built in $(( $(date +%s) - start ))s ($(du -h "$NODE_DIR/rootfs.tar" | cut -f1))"
 }
 
-torch_version() { "$PYTHON" -c 'import importlib.metadata as m; print(m.version("torch"))'; }
+torch_version() { "$PYTHON" -P -c 'import importlib.metadata as m; print(m.version("torch"))'; }
 
-wheelhouse() {  # torch and its dependencies as wheels, from pip's cache when it has them
-  local version="$1" dir="$NODE_DIR/wheelhouse-$1"
-  if [[ -f "$dir/.complete" ]]; then log "wheelhouse: up to date ($dir)"; return 0; fi
-  log "wheelhouse: torch==$version and its dependencies (pip's cache first)"
-  rm -rf "$dir" && mkdir -p "$dir"
-  # The host's platform and Python 3.11 are the image's (bookworm), so the host's wheels fit.
-  "$PYTHON" -m pip download --quiet --only-binary=:all: -d "$dir" "torch==$version" >&2
-  touch "$dir/.complete"
-}
-
-base_image() {
+base_image() {  # torch comes from the test virtualenv (`make install` downloaded it): never downloaded twice
   local version; version="$(torch_version)" || unavailable "no torch in $PYTHON (run \`make install\`)"
-  local ref="$BASE_IMAGE_REPO:torch$version"
-  local stamp; stamp="$(cat "$HERE/base/Containerfile" "$NODE_DIR/.rootfs.stamp" | sha256sum | cut -c1-16)-$version"
+  local ref="$BASE_IMAGE_REPO:torch$version" site tmp start
+  local stamp; stamp="$(cat "$HERE/base/Containerfile" "$HERE/torch_packages.py" "$NODE_DIR/.rootfs.stamp" \
+    | sha256sum | cut -c1-16)-$version"
   if stamp_ok base "$stamp" && podman image exists "$ref"; then log "base image: up to date ($ref)"; return 0; fi
-  wheelhouse "$version"
+  start=$(date +%s)
+  site="$("$PYTHON" -P -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+  tmp="$(mktemp -d "$NODE_DIR/.base.XXXXXX")"
+  cp "$HERE/base/Containerfile" "$tmp/"
+  "$PYTHON" -P "$HERE/torch_packages.py" >"$tmp/torch-packages.txt"
   podman image exists "$PYTHON_IMAGE" && podman rmi -f "$PYTHON_IMAGE" >/dev/null
   podman import "$NODE_DIR/rootfs.tar" "$PYTHON_IMAGE" >&2
-  log "base image: installing torch $version into $ref"
-  podman build -q --network none -v "$NODE_DIR/wheelhouse-$version:/wheels:ro" --build-arg "TORCH_VERSION=$version" \
-    --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" -t "$ref" -f "$HERE/base/Containerfile" "$HERE/base" >&2
+  log "base image: copying torch $version from $site into $ref"
+  podman build -q --network none -v "$site:/host-site:ro" --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" \
+    -t "$ref" "$tmp" >&2 || { rm -rf "$tmp"; die "base image: podman build failed"; }
+  rm -rf "$tmp"
   write_stamp base "$stamp"
   printf '%s\n' "$ref" >"$NODE_DIR/base-image"
-  log "base image: $ref"
+  log "base image: $ref built in $(( $(date +%s) - start ))s"
 }
 
 main() {
