@@ -35,9 +35,10 @@ declare -A SPEC=(
   [kwok]="kwok|sigs.k8s.io/kwok/cmd/kwok|kwok"
   [training-operator]="training-operator|github.com/kubeflow/training-operator/cmd/training-operator.v1|training-operator.v1:training-operator"
   [trainer]="trainer|github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager sigs.k8s.io/jobset|trainer-controller-manager jobset"
-  # The real node (tests/testenv/node.py): kubelet from the same pinned Kubernetes module, CoreDNS with
+  # The real node (tests/testenv/node.py): kubelet from the same pinned Kubernetes version (its own module
+  # dir, whose extra dependencies would otherwise change the stamp of the binaries above), CoreDNS with
   # the few plugins it needs (gomod/coredns/main.go).
-  [kubelet]="kubernetes|k8s.io/kubernetes/cmd/kubelet|kubelet"
+  [kubelet]="kubelet|k8s.io/kubernetes/cmd/kubelet|kubelet"
   [coredns]="coredns|.|coredns"
 )
 ORDER=(etcd kwok training-operator kubernetes trainer)
@@ -55,6 +56,8 @@ check_go() {
 
 check_pins() {
   # The go.mod files must pin what versions.env says (guards against drift).
+  grep -q "k8s.io/kubernetes $KUBERNETES_VERSION" "$HERE/gomod/kubelet/go.mod" || die "gomod/kubelet/go.mod does not pin $KUBERNETES_VERSION (re-run gomod/gen_k8s_replace.py $KUBERNETES_VERSION kubelet)"
+  grep -q "github.com/coredns/coredns $COREDNS_VERSION" "$HERE/gomod/coredns/go.mod" || die "gomod/coredns/go.mod does not pin $COREDNS_VERSION"
   grep -q "k8s.io/kubernetes $KUBERNETES_VERSION" "$HERE/gomod/kubernetes/go.mod" || die "gomod/kubernetes/go.mod does not pin $KUBERNETES_VERSION (re-run gomod/gen_k8s_replace.py)"
   grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION" "$HERE/gomod/etcd/go.mod" || die "gomod/etcd/go.mod does not pin $ETCD_VERSION"
   grep -q "sigs.k8s.io/kwok $KWOK_VERSION" "$HERE/gomod/kwok/go.mod" || die "gomod/kwok/go.mod does not pin $KWOK_VERSION"
