@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from kubetrain.metrics import parse_metrics_line
-
 from tests.testenv import node as real
 
 from .conftest import Cli

@@ -26,5 +26,5 @@ def test_a_changed_crd_fails_and_a_missing_one_is_named(reference_dir: Path, tmp
     with pytest.raises(reference.ReferenceMismatch, match="does not match kubetrain's pin"):
         reference.verify(copy)
     crd.unlink()
-    with pytest.raises(reference.ReferenceMissing, match="kubeflow.org_pytorchjobs.yaml is missing"):
+    with pytest.raises(reference.ReferenceMissing, match=r"kubeflow\.org_pytorchjobs\.yaml is missing"):
         reference.verify(copy)

@@ -74,6 +74,8 @@ oom_score = 0
   enable_selinux = false
   disable_apparmor = true
   restrict_oom_score_adj = true
+  # Pod network namespaces under the state dir (not /var/run/netns): nothing global to clean up.
+  netns_mounts_under_state_dir = true
 
 [{cri}.containerd]
   snapshotter = "overlayfs"

@@ -107,16 +107,20 @@ torch_version() { "$PYTHON" -P -c 'import importlib.metadata as m; print(m.versi
 base_image() {  # torch comes from the test virtualenv (`make install` downloaded it): never downloaded twice
   local version; version="$(torch_version)" || unavailable "no torch in $PYTHON (run \`make install\`)"
   local ref="$BASE_IMAGE_REPO:torch$version" site tmp start
+  local cas=() f
+  for f in /usr/local/share/ca-certificates/*.crt; do [[ -f "$f" ]] && cas+=("$f"); done
   local stamp; stamp="$(cat "$HERE/base/Containerfile" "$HERE/torch_packages.py" "$NODE_DIR/.rootfs.stamp" \
-    | sha256sum | cut -c1-16)-$version"
+    ${cas[@]+"${cas[@]}"} | sha256sum | cut -c1-16)-$version"
   if stamp_ok base "$stamp" && podman image exists "$ref"; then log "base image: up to date ($ref)"; return 0; fi
   start=$(date +%s)
   site="$("$PYTHON" -P -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
   tmp="$(mktemp -d "$NODE_DIR/.base.XXXXXX")"
   cp "$HERE/base/Containerfile" "$tmp/"
   "$PYTHON" -P "$HERE/torch_packages.py" >"$tmp/torch-packages.txt"
-  podman image exists "$PYTHON_IMAGE" && podman rmi -f "$PYTHON_IMAGE" >/dev/null
-  podman import "$NODE_DIR/rootfs.tar" "$PYTHON_IMAGE" >&2
+  mkdir "$tmp/host-cas"
+  [[ ${#cas[@]} == 0 ]] || cp "${cas[@]}" "$tmp/host-cas/"
+  # (Re-importing the same rootfs gives the same image ID, so podman's layer cache still applies.)
+  podman image exists "$PYTHON_IMAGE" || podman import "$NODE_DIR/rootfs.tar" "$PYTHON_IMAGE" >&2
   log "base image: copying torch $version from $site into $ref"
   podman build -q --network none -v "$site:/host-site:ro" --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" \
     -t "$ref" "$tmp" >&2 || { rm -rf "$tmp"; die "base image: podman build failed"; }
