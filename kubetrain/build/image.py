@@ -139,10 +139,16 @@ def _require_containerd(address: str) -> None:
 
 
 def _containerd_load(engine: Builder, ref: str, address: str, staging: Path, echo: Echo) -> None:
-    """The same path as `kind load image-archive`: a docker-archive tarball, imported with ctr."""
+    """The same path as `kind load image-archive`: a docker-archive tarball, imported with ctr (unless that
+    containerd has the reference already: tags are content hashes, so the same tag is the same image)."""
+    listed = run_captured(["ctr", "--address", address, "--namespace", CRI_NAMESPACE, "images", "ls", "-q",
+                           f"name=={ref}"])
+    if listed.code == 0 and ref in listed.stdout.split():
+        echo(f"kubetrain: {ref} is already in containerd at {address}; not loading")
+        return
     archive = staging / "image.tar"
     check_streamed(engine.save(ref, archive), f"saving {ref} to {archive.name}", echo=echo)
-    check_streamed(["ctr", "--address", address, "--namespace", CRI_NAMESPACE, "images", "import", "--digests",
+    check_streamed(["ctr", "--address", address, "--namespace", CRI_NAMESPACE, "images", "import",
                     str(archive)], f"loading {ref} into containerd at {address}", echo=echo)
     archive.unlink()
 

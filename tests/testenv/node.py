@@ -30,6 +30,7 @@ the workdir, new network namespaces, the bridge and the cgroups.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import os
 import random
@@ -104,6 +105,22 @@ def requirements() -> dict[str, Path]:
     return found
 
 
+def _containerd_root(workdir: Path) -> tuple[Path, Any]:
+    """containerd's root (content store, snapshots, metadata): a cache shared across sessions, held with an
+    exclusive flock for the whole session, so a multi-GB training image is imported once per machine, not
+    once per session. A session that finds it locked gets a fresh root in its workdir. Everything with a
+    lifetime (sockets, shims, mounts, network namespaces) is in the per-session state dir either way."""
+    shared = node_bin_dir() / "containerd-root"
+    shared.mkdir(parents=True, exist_ok=True)
+    lock = (node_bin_dir() / "containerd-root.lock").open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        return workdir / "containerd" / "root", None
+    return shared, lock
+
+
 def _subnet() -> ipaddress.IPv4Network:
     """A random 10.x.y.0/24 no route of this machine uses yet."""
     routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True, check=True).stdout
@@ -131,6 +148,7 @@ class RealNode:
                       "dns_ready": free_port()}
         self._netns_before: set[str] = set()
         self._procs: dict[str, Child] = {}
+        self.containerd_root, self._root_lock = _containerd_root(self.dir)
 
     # ----------------------------------------------------------------- public
     @property
@@ -210,7 +228,7 @@ class RealNode:
 
     def _containerd(self) -> None:
         config = self.dir / "containerd.toml"
-        config.write_text(nodeconf.containerd_toml(self.dir, self.socket, self.bins["cni"]))
+        config.write_text(nodeconf.containerd_toml(self.dir, self.containerd_root, self.socket, self.bins["cni"]))
         child = self._start("containerd", [self.bins["containerd"], "--config", config])
         wait_until(lambda: self.ctr("version", timeout=10).returncode == 0, "containerd", 30, child)
         self.import_image(self.bins["pause.tar"])
@@ -278,6 +296,9 @@ class RealNode:
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
         _remove_cgroups(self.cgroup_root)
         _remove_links_into(CONTAINER_LOG_LINKS, self.dir)
+        if self._root_lock is not None:
+            self._root_lock.close()  # releases the flock
+            self._root_lock = None
 
 
 # ------------------------------------------------------------------- helpers

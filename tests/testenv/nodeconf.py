@@ -40,15 +40,15 @@ def cni_conflist(bridge: str, subnet: ipaddress.IPv4Network, workdir: Path) -> s
     }, indent=2)
 
 
-def containerd_toml(workdir: Path, socket: Path, cni_bin: Path) -> str:
-    """containerd 1.6 (config version 2) with everything under `workdir`.
+def containerd_toml(workdir: Path, root: Path, socket: Path, cni_bin: Path) -> str:
+    """containerd 1.6 (config version 2): state, socket and CNI config under `workdir`, images under `root`.
 
     The default OCI spec keeps RLIMIT_NOFILE at 1024:1024, below this VM's hard limit; runc with the
     cgroupfs driver, as the kubelet is configured (cgroup v1 host, no systemd)."""
     pause = binaries.versions()["PAUSE_IMAGE"]
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
-root = "{workdir / 'containerd' / 'root'}"
+root = "{root}"
 state = "{workdir / 'containerd' / 'state'}"
 oom_score = 0
 
