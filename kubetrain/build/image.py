@@ -150,7 +150,6 @@ def _containerd_load(engine: Builder, ref: str, address: str, staging: Path, ech
     check_streamed(engine.save(ref, archive), f"saving {ref} to {archive.name}", echo=echo)
     check_streamed(["ctr", "--address", address, "--namespace", CRI_NAMESPACE, "images", "import",
                     str(archive)], f"loading {ref} into containerd at {address}", echo=echo)
-    archive.unlink()
 
 
 @contextmanager
