@@ -13,7 +13,7 @@ another session or the host:
   here (so CoreDNS can bind the gateway address before the first pod exists);
   host-local IPAM keeps its leases in the workdir. No NAT, no iptables rules.
 * the kubelet (cgroupfs driver, `failCgroupV1: false` on this cgroup-v1 host)
-  has its own root dir, pod-log dir and cgroup root, serves on 127.0.0.1 with
+  has its own root dir, pod-log dir and cgroup root, serves on the bridge address with
   a certificate of the cluster CA (so the apiserver's logs/exec path is the
   verified one), and authenticates and authorizes the apiserver as a cluster
   would (x509 client CA + webhook). The node is tainted and labelled so only
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 NODE_NAME = "real-node-0"
 NODE_LABEL = "kubetrain.test/node"  # value "real": what e2e jobs select
-TAINT_KEY = "kubetrain.test/real-node"  # NoSchedule: other tests' pods stay on kwok nodes
+TAINT_KEY = nodeconf.TAINT
 CNI_BIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))
 NETNS_DIR = Path("/var/run/netns")  # where containerd 1.6's CRI pins pod network namespaces
 APT_PACKAGES = "containerd runc containernetworking-plugins"
@@ -243,7 +243,10 @@ class RealNode:
 
     def _kubelet(self) -> None:
         d = self.cp.pki_dir
-        pki.serving_cert(self.cp.ca, NODE_NAME, ("localhost", NODE_NAME), ("127.0.0.1",)).write(d, "kubelet")
+        # The node IP is the bridge's address: kubelet refuses a loopback node IP. The apiserver dials the
+        # kubelet there (InternalIP), and verifies this certificate against the cluster CA.
+        pki.serving_cert(self.cp.ca, NODE_NAME, ("localhost", NODE_NAME), (self.gateway,)).write(d, "kubelet")
+        _make_cgroups(self.cgroup_root)
         kubeconfig = self.cp.write_kubeconfig(f"system:node:{NODE_NAME}", ("system:nodes",),
                                               self.dir / "kubelet.kubeconfig")
         config = self.dir / "kubelet.yaml"
@@ -254,9 +257,8 @@ class RealNode:
             f"--kubeconfig={kubeconfig}",
             f"--root-dir={self.dir / 'kubelet'}",
             f"--hostname-override={NODE_NAME}",
-            "--node-ip=127.0.0.1",
+            f"--node-ip={self.gateway}",
             f"--node-labels={NODE_LABEL}=real",
-            f"--register-with-taints={TAINT_KEY}=true:NoSchedule",
             "--v=1",
         ])
         core = kubernetes.client.CoreV1Api(self.cp.api_client())
@@ -329,6 +331,19 @@ def _cgroup_dirs(root: str) -> list[Path]:
             out.extend(sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)))
             out.append(top)
     return out
+
+
+def _make_cgroups(root: str) -> None:
+    """kubelet wants its cgroupRoot to exist in every v1 hierarchy; cpuset needs its cpus/mems filled in."""
+    base = Path("/sys/fs/cgroup")
+    for hierarchy in base.iterdir():
+        if hierarchy.name == "unified" or hierarchy.is_symlink() or not (hierarchy / "cgroup.procs").exists():
+            continue
+        top = hierarchy / root.lstrip("/")
+        top.mkdir(exist_ok=True)
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            if (hierarchy / name).exists():
+                (top / name).write_text((hierarchy / name).read_text())
 
 
 def _kill_cgroup_tree(root: str) -> None:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .node import RealNode
 
 CLUSTER_DOMAIN = "cluster.local"
+TAINT = "kubetrain.test/real-node"  # NoSchedule: other tests' pods stay on kwok's nodes
 
 
 def cni_conflist(bridge: str, subnet: ipaddress.IPv4Network, workdir: Path) -> str:
@@ -123,7 +124,8 @@ def kubelet_config(node: RealNode, pki_dir: Path) -> dict[str, Any]:
         "cgroupDriver": "cgroupfs",
         "cgroupRoot": node.cgroup_root,  # a per-session cgroup tree, so sessions cannot clash
         "containerRuntimeEndpoint": f"unix://{node.socket}",
-        "address": "127.0.0.1",
+        "address": node.gateway,
+        "registerWithTaints": [{"key": TAINT, "value": "true", "effect": "NoSchedule"}],
         "port": node.ports["kubelet"],
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
