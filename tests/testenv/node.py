@@ -96,10 +96,11 @@ def requirements() -> dict[str, Path]:
             missing.append(name)
         else:
             found[name] = path
-    pause = node_bin_dir() / "pause.tar"
-    if not pause.is_file():
-        missing.append(f"the pause image ({pause})")
-    found["pause.tar"] = pause
+    for image in ("pause.tar", "init.tar"):
+        path = node_bin_dir() / image
+        if not path.is_file():
+            missing.append(f"the image {path}")
+        found[image] = path
     if missing:
         raise NodeUnavailable(f"the real node is missing: {', '.join(missing)}; {binaries.PREPARE_HINT}")
     return found
@@ -232,6 +233,7 @@ class RealNode:
         child = self._start("containerd", [self.bins["containerd"], "--config", config])
         wait_until(lambda: self.ctr("version", timeout=10).returncode == 0, "containerd", 30, child)
         self.import_image(self.bins["pause.tar"])
+        self.import_image(self.bins["init.tar"])
 
     def _coredns(self) -> None:
         kubeconfig = self.cp.write_kubeconfig("coredns", ("system:masters",), self.dir / "coredns.kubeconfig")

@@ -87,6 +87,20 @@ pause_image() {  # a static pause binary (tests/testenv/pause) in a FROM-scratch
   log "pause image: $PAUSE_IMAGE"
 }
 
+init_image() {  # busybox (Debian's busybox-static) for the operator's init container
+  local stamp; stamp="$(cat "$HERE/initimage/Containerfile" | sha256sum | cut -c1-16)"
+  if stamp_ok init "$stamp" && [[ -f "$NODE_DIR/init.tar" ]]; then log "init image: up to date"; return 0; fi
+  local tmp; tmp="$(mktemp -d "$NODE_DIR/.init.XXXXXX")"
+  (cd "$tmp" && apt-get download -q busybox-static >&2 && dpkg-deb -x busybox-static_*.deb root)
+  cp "$tmp/root/bin/busybox" "$HERE/initimage/Containerfile" "$tmp/"
+  podman build -q -t "$INIT_IMAGE" "$tmp" >&2
+  rm -f "$NODE_DIR/init.tar"
+  podman save --format oci-archive -o "$NODE_DIR/init.tar" "$INIT_IMAGE" >&2
+  rm -rf "$tmp"
+  write_stamp init "$stamp"
+  log "init image: $INIT_IMAGE"
+}
+
 rootfs() {  # Debian minbase + python3, as a tarball (the slow part: about 80 s)
   local stamp="bookworm-minbase-python3"
   if stamp_ok rootfs "$stamp" && [[ -f "$NODE_DIR/rootfs.tar" ]]; then log "rootfs: up to date"; return 0; fi
@@ -136,6 +150,7 @@ main() {
   install_packages
   write_containers_conf
   pause_image
+  init_image
   rootfs
   base_image
   log "node prerequisites ready in $NODE_DIR ($(( $(date +%s) - start ))s)"
