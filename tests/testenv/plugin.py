@@ -23,6 +23,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import kubernetes
 import pytest
@@ -78,35 +79,31 @@ def controlplane() -> Iterator[ControlPlane]:
         cp.stop()
 
 
-@pytest.fixture(scope="session")
-def real_node(controlplane: ControlPlane) -> Iterator[RealNode]:
-    """The real kubelet node, for the whole session (started on first use, stopped before the control plane)."""
+def _running(make: Callable[[], Any]) -> Iterator[Any]:
+    """make() (skipped locally / failed under CI when its binaries are missing), started, then stopped."""
     try:
-        node = RealNode(controlplane)
+        part = make()
     except MissingBinaries as exc:
         unavailable(str(exc))
         raise
-    node.start()
+    part.start()
     try:
-        yield node
+        yield part
     finally:
-        node.stop()
+        part.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node(controlplane: ControlPlane) -> Iterator[RealNode]:
+    """The real kubelet node, for the whole session (started on first use, stopped before the control plane)."""
+    yield from _running(lambda: RealNode(controlplane))
 
 
 @pytest.fixture(scope="module")
 def trainer(controlplane: ControlPlane) -> Iterator[TrainerStack]:
     """Kubeflow Trainer v2 + JobSet on the session's control plane, for one test
     module: its CRDs, webhooks and controllers are removed again afterwards."""
-    try:
-        stack = TrainerStack(controlplane)
-    except MissingBinaries as exc:
-        unavailable(str(exc))
-        raise
-    stack.start()
-    try:
-        yield stack
-    finally:
-        stack.stop()
+    yield from _running(lambda: TrainerStack(controlplane))
 
 
 @pytest.fixture

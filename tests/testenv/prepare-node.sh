@@ -73,32 +73,30 @@ default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 EOF
 }
 
-pause_image() {  # a static pause binary (tests/testenv/pause) in a FROM-scratch image
-  local stamp; stamp="$(cat "$HERE/pause/main.go" "$HERE/pause/Containerfile" | sha256sum | cut -c1-16)"
-  if stamp_ok pause "$stamp" && [[ -f "$NODE_DIR/pause.tar" ]]; then log "pause image: up to date"; return 0; fi
-  local tmp; tmp="$(mktemp -d "$NODE_DIR/.pause.XXXXXX")"
-  (cd "$HERE/pause" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/pause" .)
-  cp "$HERE/pause/Containerfile" "$tmp/"
-  podman build -q -t "$PAUSE_IMAGE" "$tmp" >&2
-  rm -f "$NODE_DIR/pause.tar"
-  podman save --format oci-archive -o "$NODE_DIR/pause.tar" "$PAUSE_IMAGE" >&2
+# local_image NAME REF STAMP FILL: build a small FROM-scratch image whose context FILL (a function taking
+# the context dir) provides, and save it as <cache>/node/NAME.tar for the node's containerd to import.
+local_image() {
+  local name="$1" ref="$2" stamp="$3" fill="$4" tmp
+  if stamp_ok "$name" "$stamp" && [[ -f "$NODE_DIR/$name.tar" ]]; then log "$name image: up to date"; return 0; fi
+  tmp="$(mktemp -d "$NODE_DIR/.$name.XXXXXX")"
+  "$fill" "$tmp"
+  podman build -q -t "$ref" "$tmp" >&2 || { rm -rf "$tmp"; die "$name image: podman build failed"; }
+  rm -f "$NODE_DIR/$name.tar"
+  podman save --format oci-archive -o "$NODE_DIR/$name.tar" "$ref" >&2
   rm -rf "$tmp"
-  write_stamp pause "$stamp"
-  log "pause image: $PAUSE_IMAGE"
+  write_stamp "$name" "$stamp"
+  log "$name image: $ref"
 }
 
-init_image() {  # busybox (Debian's busybox-static) for the operator's init container
-  local stamp; stamp="$(cat "$HERE/initimage/Containerfile" | sha256sum | cut -c1-16)"
-  if stamp_ok init "$stamp" && [[ -f "$NODE_DIR/init.tar" ]]; then log "init image: up to date"; return 0; fi
-  local tmp; tmp="$(mktemp -d "$NODE_DIR/.init.XXXXXX")"
-  (cd "$tmp" && apt-get download -q busybox-static >&2 && dpkg-deb -x busybox-static_*.deb root)
-  cp "$tmp/root/bin/busybox" "$HERE/initimage/Containerfile" "$tmp/"
-  podman build -q -t "$INIT_IMAGE" "$tmp" >&2
-  rm -f "$NODE_DIR/init.tar"
-  podman save --format oci-archive -o "$NODE_DIR/init.tar" "$INIT_IMAGE" >&2
-  rm -rf "$tmp"
-  write_stamp init "$stamp"
-  log "init image: $INIT_IMAGE"
+pause_context() {  # a static pause binary (tests/testenv/pause)
+  (cd "$HERE/pause" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$1/pause" .)
+  cp "$HERE/pause/Containerfile" "$1/"
+}
+
+init_context() {  # busybox (Debian's busybox-static) for the operator's init container
+  (cd "$1" && apt-get download -q busybox-static >&2 && dpkg-deb -x busybox-static_*.deb root)
+  cp "$1/root/bin/busybox" "$HERE/initimage/Containerfile" "$1/"
+  rm -rf "$1/root" "$1"/busybox-static_*.deb
 }
 
 rootfs() {  # Debian minbase + python3, as a tarball (the slow part: about 80 s)
@@ -149,8 +147,9 @@ main() {
   mkdir -p "$NODE_DIR"
   install_packages
   write_containers_conf
-  pause_image
-  init_image
+  local_image pause "$PAUSE_IMAGE" "$(cat "$HERE/pause/main.go" "$HERE/pause/Containerfile" | sha256sum | cut -c1-16)" \
+    pause_context
+  local_image init "$INIT_IMAGE" "$(sha256sum <"$HERE/initimage/Containerfile" | cut -c1-16)" init_context
   rootfs
   base_image
   log "node prerequisites ready in $NODE_DIR ($(( $(date +%s) - start ))s)"
