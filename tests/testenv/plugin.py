@@ -125,7 +125,7 @@ def namespace(controlplane: ControlPlane, request: pytest.FixtureRequest) -> Ite
     kubernetes.client.CustomObjectsApi(core.api_client).delete_collection_namespaced_custom_object(
         "kubeflow.org", "v1", name, "pytorchjobs"
     )  # or the operator re-creates the pods
-    core.delete_collection_namespaced_pod(name)
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)  # real-node pods: no 30 s grace
     core.delete_namespace(name, propagation_policy="Background")
     _wait(lambda: not core.list_namespaced_pod(name).items, f"pods of namespace {name} to be deleted", 60)
 

@@ -95,7 +95,7 @@ pause_context() {  # a static pause binary (tests/testenv/pause)
 
 init_context() {  # busybox (Debian's busybox-static) for the operator's init container
   (cd "$1" && apt-get download -q busybox-static >&2 && dpkg-deb -x busybox-static_*.deb root)
-  cp "$1/root/bin/busybox" "$HERE/initimage/Containerfile" "$1/"
+  cp "$1/root/bin/busybox" "$HERE/initimage/Containerfile" "$HERE/initimage/nslookup" "$1/"
   rm -rf "$1/root" "$1"/busybox-static_*.deb
 }
 
@@ -149,7 +149,8 @@ main() {
   write_containers_conf
   local_image pause "$PAUSE_IMAGE" "$(cat "$HERE/pause/main.go" "$HERE/pause/Containerfile" | sha256sum | cut -c1-16)" \
     pause_context
-  local_image init "$INIT_IMAGE" "$(sha256sum <"$HERE/initimage/Containerfile" | cut -c1-16)" init_context
+  local_image init "$INIT_IMAGE" "$(cat "$HERE/initimage/Containerfile" "$HERE/initimage/nslookup" | sha256sum \
+    | cut -c1-16)" init_context
   rootfs
   base_image
   log "node prerequisites ready in $NODE_DIR ($(( $(date +%s) - start ))s)"
