@@ -80,7 +80,8 @@ local_image() {
   if stamp_ok "$name" "$stamp" && [[ -f "$NODE_DIR/$name.tar" ]]; then log "$name image: up to date"; return 0; fi
   tmp="$(mktemp -d "$NODE_DIR/.$name.XXXXXX")"
   "$fill" "$tmp"
-  podman build -q -t "$ref" "$tmp" >&2 || { rm -rf "$tmp"; die "$name image: podman build failed"; }
+  podman build -q --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" -t "$ref" "$tmp" >&2 \
+    || { rm -rf "$tmp"; die "$name image: podman build failed"; }
   rm -f "$NODE_DIR/$name.tar"
   podman save --format oci-archive -o "$NODE_DIR/$name.tar" "$ref" >&2
   rm -rf "$tmp"
@@ -93,10 +94,9 @@ pause_context() {  # a static pause binary (tests/testenv/pause)
   cp "$HERE/pause/Containerfile" "$1/"
 }
 
-init_context() {  # busybox (Debian's busybox-static) for the operator's init container
-  (cd "$1" && apt-get download -q busybox-static >&2 && dpkg-deb -x busybox-static_*.deb root)
-  cp "$1/root/bin/busybox" "$HERE/initimage/Containerfile" "$HERE/initimage/nslookup" "$1/"
-  rm -rf "$1/root" "$1"/busybox-static_*.deb
+init_context() {  # the operator's init container: the Debian base with an nslookup (needs rootfs first)
+  cp "$HERE/initimage/Containerfile" "$HERE/initimage/nslookup" "$1/"
+  podman image exists "$PYTHON_IMAGE" || podman import "$NODE_DIR/rootfs.tar" "$PYTHON_IMAGE" >&2
 }
 
 rootfs() {  # Debian minbase + python3, as a tarball (the slow part: about 80 s)
@@ -149,9 +149,9 @@ main() {
   write_containers_conf
   local_image pause "$PAUSE_IMAGE" "$(cat "$HERE/pause/main.go" "$HERE/pause/Containerfile" | sha256sum | cut -c1-16)" \
     pause_context
+  rootfs
   local_image init "$INIT_IMAGE" "$(cat "$HERE/initimage/Containerfile" "$HERE/initimage/nslookup" | sha256sum \
     | cut -c1-16)" init_context
-  rootfs
   base_image
   log "node prerequisites ready in $NODE_DIR ($(( $(date +%s) - start ))s)"
 }
