@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 EXTRAS ?= runtime,examples,dev
 PYTEST_ARGS ?=
 
-.PHONY: install demo testenv test test-fast lint bench clean
+.PHONY: install demo testenv test test-fast e2e lint bench clean
 
 install: $(STAMP)
 
@@ -28,6 +28,10 @@ testenv: install
 ## The whole suite: renderer, CLI, runtime (real DDP), and the real control plane.
 test: install testenv
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Only the end-to-end scenarios on the test cluster's real kubelet node (part of `make test`; needs root).
+e2e: install testenv
+	$(BIN)/python -m pytest tests/e2e $(PYTEST_ARGS)
 
 ## Everything that needs neither torch nor the control plane.
 test-fast: install

@@ -5,7 +5,8 @@
 Targets (issue 2): `kubetrain --help` cold start within 2x of `python -c "import sys"` (median ratio);
 render + validate of one job under 0.3 s wall; 1,000 rendered jobs validated in one process under 5 s.
 Issue 10: the input limits (depth, aliases, expanded nodes, sizes) cost nothing measurable on normal files.
-Schemas: --schema, else ../shared/reference beside the repository, else the `kubetrain schemas fetch` cache.
+Schemas: --schema, else the upstream CRDs `make testenv` copies from the pinned Go modules
+(tests/testenv/reference.py), else the `kubetrain schemas fetch` cache.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ def median_wall(argv: list[str], runs: int, stdin: bytes | None = None) -> float
 def schema_args(schema: str | None) -> list[str]:
     if schema:
         return ["--schema", schema]
-    reference = REPO.parent / "shared" / "reference"
-    if reference.is_dir():
-        return ["--schema", str(reference / "kubeflow-training-operator-v1.9.4"),
-                "--schema", str(reference / "kubeflow-trainer-v2.3.0")]
+    from tests.testenv import reference
+
+    root = reference.reference_dir()
+    if root.is_dir():
+        return ["--schema", str(reference.operator_dir(root)), "--schema", str(reference.trainer_dir(root))]
     return []
 
 

@@ -9,14 +9,16 @@ import pytest
 
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.schemas import load_crd_source
+from tests.testenv import reference
 
 pytest_plugins = ["tests.testenv.plugin"]
 
 REPO = Path(__file__).resolve().parent.parent
-# Upstream CRDs live beside the clone (../shared/reference); the product never reads them.
-REFERENCE = Path(os.environ.get("KUBETRAIN_REFERENCE_DIR", REPO.parent / "shared" / "reference"))
-PYTORCHJOB_CRD = REFERENCE / "kubeflow-training-operator-v1.9.4" / "kubeflow.org_pytorchjobs.yaml"
-TRAINER_DIR = REFERENCE / "kubeflow-trainer-v2.3.0"
+# Upstream CRDs, copied by `make testenv` from the pinned Go modules (tests/testenv/reference.py);
+# the product never reads them.
+REFERENCE = reference.reference_dir()
+PYTORCHJOB_CRD = reference.pytorchjob_crd(REFERENCE)
+TRAINER_DIR = reference.trainer_dir(REFERENCE)
 
 
 def in_ci() -> bool:
@@ -25,12 +27,12 @@ def in_ci() -> bool:
 
 @pytest.fixture(scope="session")
 def reference_dir() -> Path:
-    if not PYTORCHJOB_CRD.is_file():
-        message = f"upstream reference CRDs not found at {REFERENCE} (set KUBETRAIN_REFERENCE_DIR)"
+    try:
+        return reference.verify(REFERENCE)
+    except reference.ReferenceMissing as exc:
         if in_ci():
-            pytest.fail(message)
-        pytest.skip(message)
-    return REFERENCE
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
 
 
 @pytest.fixture(scope="session")

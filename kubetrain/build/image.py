@@ -26,6 +26,9 @@ from kubetrain.build.process import (
 from kubetrain.spec.load import LoadedSpec
 
 KIND_HINT = "install kind (https://kind.sigs.k8s.io) or drop --kind"
+CTR_HINT = "install containerd's ctr (apt: containerd) or drop --containerd"
+# The containerd namespace the kubelet's CRI plugin reads images from.
+CRI_NAMESPACE = "k8s.io"
 
 
 @dataclass(frozen=True)
@@ -36,24 +39,29 @@ class BuildResult:
     built: bool
     pushed: bool
     kind_loaded: bool
+    containerd_loaded: bool = False
 
 
 def build_image(loaded: LoadedSpec, *, push: bool = False, kind_cluster: str | None = None,
-                builder: str | None = None, echo: Echo = echo_stderr) -> str:
+                builder: str | None = None, echo: Echo = echo_stderr, containerd: str | None = None) -> str:
     """Build the spec's image and return its reference (`repository:kt-<content hash>`).
 
     Skips the build when that tag already exists (locally, or in the registry with `push`), pushes with
-    `push`, and loads it into the kind cluster `kind_cluster`. Progress and builder output go to `echo`.
+    `push`, loads it into the kind cluster `kind_cluster` and into the containerd listening on the socket
+    `containerd` (namespace k8s.io, where a kubelet finds it). Progress and builder output go to `echo`.
     """
-    return build(loaded, push=push, kind_cluster=kind_cluster, builder=builder, echo=echo).ref
+    return build(loaded, push=push, kind_cluster=kind_cluster, builder=builder, echo=echo,
+                 containerd=containerd).ref
 
 
 def build(loaded: LoadedSpec, *, push: bool = False, kind_cluster: str | None = None,
-          builder: str | None = None, echo: Echo = echo_stderr) -> BuildResult:
+          builder: str | None = None, echo: Echo = echo_stderr, containerd: str | None = None) -> BuildResult:
     plan = plan_build(loaded)
     engine = detect(builder)
     if kind_cluster is not None:
         _require_kind_cluster(kind_cluster)
+    if containerd is not None:
+        _require_containerd(containerd)
     with staging_dir(plan.context) as staging:
         echo(f"kubetrain: assembling the build context from {plan.context}")
         assembled = assemble(plan, staging)
@@ -74,7 +82,9 @@ def build(loaded: LoadedSpec, *, push: bool = False, kind_cluster: str | None = 
                            hint=f"log in first ({login}) if the registry needs it")
         if kind_cluster is not None:
             _kind_load(engine, ref, kind_cluster, staging, echo)
-    return BuildResult(ref, built, push and not in_registry, kind_cluster is not None)
+        if containerd is not None:
+            _containerd_load(engine, ref, containerd, staging, echo)
+    return BuildResult(ref, built, push and not in_registry, kind_cluster is not None, containerd is not None)
 
 
 def _run_build(engine: Builder, plan: BuildPlan, assembled: Assembled, echo: Echo) -> None:
@@ -117,6 +127,29 @@ def _kind_load(engine: Builder, ref: str, cluster: str, staging: Path, echo: Ech
     archive = staging / "image.tar"
     check_streamed(engine.save(ref, archive), f"saving {ref} to {archive.name}", echo=echo)
     check_streamed(["kind", "load", "image-archive", str(archive), "--name", cluster], what, echo=echo)
+
+
+def _require_containerd(address: str) -> None:
+    if not shutil.which("ctr"):
+        raise ToolMissing(f"ctr is not installed (not found on PATH): {CTR_HINT}")
+    result = run_captured(["ctr", "--address", address, "version"])
+    if result.code != 0:
+        last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:]
+        raise CommandFailed(f"--containerd {address}: containerd is not reachable there", last)
+
+
+def _containerd_load(engine: Builder, ref: str, address: str, staging: Path, echo: Echo) -> None:
+    """The same path as `kind load image-archive`: a docker-archive tarball, imported with ctr (unless that
+    containerd has the reference already: tags are content hashes, so the same tag is the same image)."""
+    listed = run_captured(["ctr", "--address", address, "--namespace", CRI_NAMESPACE, "images", "ls", "-q",
+                           f"name=={ref}"])
+    if listed.code == 0 and ref in listed.stdout.split():
+        echo(f"kubetrain: {ref} is already in containerd at {address}; not loading")
+        return
+    archive = staging / "image.tar"
+    check_streamed(engine.save(ref, archive), f"saving {ref} to {archive.name}", echo=echo)
+    check_streamed(["ctr", "--address", address, "--namespace", CRI_NAMESPACE, "images", "import",
+                    str(archive)], f"loading {ref} into containerd at {address}", echo=echo)
 
 
 @contextmanager

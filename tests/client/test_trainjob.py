@@ -24,7 +24,7 @@ CRD = TRAINER_DIR / "trainer.kubeflow.org_trainjobs.yaml"
 
 @pytest.fixture(scope="module")
 def trainjob_crd(controlplane: Any, reference_dir: Path) -> Iterator[None]:
-    # reference_dir fails under CI=true (skips locally) when ../shared/reference is missing.
+    # reference_dir fails under CI=true (skips locally) when `make testenv` has not copied the upstream CRDs.
     ext = kubernetes.client.ApiextensionsV1Api(controlplane.api_client())
     crd = yaml.safe_load(CRD.read_text())
     try:

@@ -157,6 +157,46 @@ def test_kind_load_with_podman_goes_through_an_archive(fakebin: FakeBin, project
     ]
 
 
+def test_containerd_load_goes_through_an_archive_and_ctr(fakebin: FakeBin, project: Project) -> None:
+    sock = "/run/kt/containerd.sock"
+    fakebin.install("podman", "ctr").on("podman", "image", "exists", exit=1)
+    result = run(project(), "--containerd", sock, "--builder", "podman")
+    assert result.exit_code == 0, result.output
+    ref = result.stdout.strip()
+    argvs = fakebin.argvs()
+    dockerfile, context = staged(argvs[2])
+    archive = str(Path(context).parent / "image.tar")
+    ctr = ["ctr", "--address", sock, "--namespace", "k8s.io"]
+    assert argvs == [
+        ["ctr", "--address", sock, "version"],
+        ["podman", "image", "exists", ref],
+        ["podman", "build", "-f", dockerfile, "-t", ref, context],
+        [*ctr, "images", "ls", "-q", f"name=={ref}"],
+        ["podman", "save", "-o", archive, ref],
+        [*ctr, "images", "import", archive],
+    ]
+
+
+def test_containerd_that_has_the_tag_is_not_loaded_again(fakebin: FakeBin, project: Project) -> None:
+    fakebin.install("podman", "ctr")  # podman: the tag exists; ctr answers every call with exit 0
+    spec = project()
+    ref = run(spec, "--builder", "podman").stdout.strip()
+    fakebin.on("ctr", "--address", "/s", "--namespace", "k8s.io", "images", "ls", stdout=f"{ref}\n")
+    fakebin.reset_log()
+    result = run(spec, "--containerd", "/s", "--builder", "podman")
+    assert result.exit_code == 0, result.output
+    assert f"{ref} is already in containerd at /s; not loading" in result.stderr
+    assert not [a for a in fakebin.argvs() if a[1] in ("save", "build") or "import" in a]
+
+
+def test_unreachable_containerd_fails_before_building(fakebin: FakeBin, project: Project) -> None:
+    fakebin.install("podman", "ctr").on("ctr", exit=1, stderr="connection refused\n")
+    result = run(project(), "--containerd", "/nowhere.sock", "--builder", "podman")
+    assert result.exit_code == 1
+    assert "--containerd /nowhere.sock: containerd is not reachable there" in result.stderr
+    assert not [a for a in fakebin.argvs() if a[0] == "podman" and a[1] == "build"]
+
+
 def test_missing_kind_cluster_fails_before_building(fakebin: FakeBin, project: Project) -> None:
     fakebin.install("docker", "kind").on("kind", "get", "clusters", stdout="other\n")
     result = run(project(), "--kind", "kubetrain")

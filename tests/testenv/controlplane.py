@@ -27,12 +27,10 @@ from typing import Any
 import kubernetes
 import yaml
 
-from . import binaries, kwok, operator, pki
+from . import binaries, kwok, operator, pki, reference
 from .processes import Child, NotReady, Supervisor, free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-REFERENCE = REPO.parent / "shared" / "reference"
-PYTORCHJOB_CRD = REFERENCE / "kubeflow-training-operator-v1.9.4" / "kubeflow.org_pytorchjobs.yaml"
 SERVICE_CIDR = "10.96.0.0/16"
 ADMIN = "kubetrain-admin"
 WORKDIR_PREFIX = "kubetrain-testenv-"
@@ -41,10 +39,7 @@ WORKDIR_PREFIX = "kubetrain-testenv-"
 class ControlPlane:
     def __init__(self, workdir: Path | None = None, keep_workdir: bool = False) -> None:
         self.bins = binaries.resolve()
-        if not PYTORCHJOB_CRD.is_file():
-            raise binaries.MissingBinaries(
-                f"PyTorchJob CRD not found at {PYTORCHJOB_CRD} (expected ../shared/reference beside the repo)"
-            )
+        self.pytorchjob_crd = reference.pytorchjob_crd(reference.verify())
         _remove_orphaned_workdirs()
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
         (self.workdir / "owner.pid").write_text(str(os.getpid()))
@@ -321,7 +316,7 @@ class ControlPlane:
     def _crds(self) -> None:
         ext = kubernetes.client.ApiextensionsV1Api(self.api_client())
         names = []
-        for path in (PYTORCHJOB_CRD, kwok.LOGS_CRD):
+        for path in (self.pytorchjob_crd, kwok.LOGS_CRD):
             for doc in yaml.safe_load_all(path.read_text()):
                 if doc:
                     ext.create_custom_resource_definition(doc)

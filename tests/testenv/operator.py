@@ -37,7 +37,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from . import pki
+from . import binaries, pki
 
 NAMESPACE = "kubeflow"
 SECRET_NAME = "training-operator-webhook-cert"
@@ -145,6 +145,9 @@ def command(
         f"--webhook-service-name={SERVICE_NAME}",
         f"--webhook-secret-name={SECRET_NAME}",
         "--zap-log-level=info",
+        # Workers' init container waits for the master's DNS name with busybox; upstream's default
+        # alpine:3.10 cannot be pulled here, so the real node gets an image built on the machine.
+        f"--pytorch-init-container-image={binaries.versions()['INIT_IMAGE']}",
     ]
     env = {
         "MY_POD_NAMESPACE": NAMESPACE,

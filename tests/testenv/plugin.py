@@ -8,6 +8,8 @@ Enable with ``pytest_plugins = ["tests.testenv.plugin"]`` in tests/conftest.py.
 * ``namespace`` (function): a fresh namespace per test, deleted afterwards.
 * ``k8s`` (function): an admin ApiClient.
 * ``trainer`` (module): Kubeflow Trainer v2 + JobSet added for one module.
+* ``real_node`` (session): a real kubelet node (containerd, runc, CNI, CoreDNS)
+  joined to the control plane; see node.py. Tests using it are marked ``e2e``.
 
 Missing binaries: with CI=true the fixture fails (a CI run must never silently
 skip the integration tests); locally it skips and says to run `make testenv`.
@@ -21,28 +23,35 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import kubernetes
 import pytest
 
 from .binaries import PREPARE_HINT, MissingBinaries
 from .controlplane import ControlPlane
+from .node import RealNode
 from .trainer import TrainerStack
 
 MARKER = "controlplane"
-FIXTURES = {"controlplane", "namespace", "k8s", "trainer"}
+FIXTURES = {"controlplane", "namespace", "k8s", "trainer", "real_node"}
+E2E_MARKER = "e2e"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}: needs the real Kubernetes control plane from `make testenv` (tests/testenv)"
     )
+    config.addinivalue_line("markers", f"{E2E_MARKER}: runs real containers on the test control plane's real node")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if FIXTURES & set(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if FIXTURES & names:
             item.add_marker(MARKER)
+        if "real_node" in names:
+            item.add_marker(E2E_MARKER)
 
 
 def in_ci() -> bool:
@@ -70,20 +79,31 @@ def controlplane() -> Iterator[ControlPlane]:
         cp.stop()
 
 
+def _running(make: Callable[[], Any]) -> Iterator[Any]:
+    """make() (skipped locally / failed under CI when its binaries are missing), started, then stopped."""
+    try:
+        part = make()
+    except MissingBinaries as exc:
+        unavailable(str(exc))
+        raise
+    part.start()
+    try:
+        yield part
+    finally:
+        part.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node(controlplane: ControlPlane) -> Iterator[RealNode]:
+    """The real kubelet node, for the whole session (started on first use, stopped before the control plane)."""
+    yield from _running(lambda: RealNode(controlplane))
+
+
 @pytest.fixture(scope="module")
 def trainer(controlplane: ControlPlane) -> Iterator[TrainerStack]:
     """Kubeflow Trainer v2 + JobSet on the session's control plane, for one test
     module: its CRDs, webhooks and controllers are removed again afterwards."""
-    try:
-        stack = TrainerStack(controlplane)
-    except MissingBinaries as exc:
-        unavailable(str(exc))
-        raise
-    stack.start()
-    try:
-        yield stack
-    finally:
-        stack.stop()
+    yield from _running(lambda: TrainerStack(controlplane))
 
 
 @pytest.fixture
@@ -105,7 +125,7 @@ def namespace(controlplane: ControlPlane, request: pytest.FixtureRequest) -> Ite
     kubernetes.client.CustomObjectsApi(core.api_client).delete_collection_namespaced_custom_object(
         "kubeflow.org", "v1", name, "pytorchjobs"
     )  # or the operator re-creates the pods
-    core.delete_collection_namespaced_pod(name)
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)  # real-node pods: no 30 s grace
     core.delete_namespace(name, propagation_policy="Background")
     _wait(lambda: not core.list_namespaced_pod(name).items, f"pods of namespace {name} to be deleted", 60)
 

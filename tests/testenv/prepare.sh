@@ -35,10 +35,17 @@ declare -A SPEC=(
   [kwok]="kwok|sigs.k8s.io/kwok/cmd/kwok|kwok"
   [training-operator]="training-operator|github.com/kubeflow/training-operator/cmd/training-operator.v1|training-operator.v1:training-operator"
   [trainer]="trainer|github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager sigs.k8s.io/jobset|trainer-controller-manager jobset"
+  # The real node (tests/testenv/node.py): kubelet from the same pinned Kubernetes version (its own module
+  # dir, whose extra dependencies would otherwise change the stamp of the binaries above), CoreDNS with
+  # the few plugins it needs (gomod/coredns/main.go).
+  [kubelet]="kubelet|k8s.io/kubernetes/cmd/kubelet|kubelet"
+  [coredns]="coredns|.|coredns"
 )
 ORDER=(etcd kwok training-operator kubernetes trainer)
 # Set KUBETRAIN_TESTENV_TRAINER=0 to skip the optional Trainer v2 + JobSet build.
 [[ "${KUBETRAIN_TESTENV_TRAINER:-1}" == 0 ]] && ORDER=(etcd kwok training-operator kubernetes)
+# Set KUBETRAIN_TESTENV_NODE=0 to skip the real node (kubelet, CoreDNS, containerd, images).
+[[ "${KUBETRAIN_TESTENV_NODE:-1}" == 0 ]] || ORDER+=(kubelet coredns)
 MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/manifests"
 
 check_go() {
@@ -49,6 +56,8 @@ check_go() {
 
 check_pins() {
   # The go.mod files must pin what versions.env says (guards against drift).
+  grep -q "k8s.io/kubernetes $KUBERNETES_VERSION" "$HERE/gomod/kubelet/go.mod" || die "gomod/kubelet/go.mod does not pin $KUBERNETES_VERSION (re-run gomod/gen_k8s_replace.py $KUBERNETES_VERSION kubelet)"
+  grep -q "github.com/coredns/coredns $COREDNS_VERSION" "$HERE/gomod/coredns/go.mod" || die "gomod/coredns/go.mod does not pin $COREDNS_VERSION"
   grep -q "k8s.io/kubernetes $KUBERNETES_VERSION" "$HERE/gomod/kubernetes/go.mod" || die "gomod/kubernetes/go.mod does not pin $KUBERNETES_VERSION (re-run gomod/gen_k8s_replace.py)"
   grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION" "$HERE/gomod/etcd/go.mod" || die "gomod/etcd/go.mod does not pin $ETCD_VERSION"
   grep -q "sigs.k8s.io/kwok $KWOK_VERSION" "$HERE/gomod/kwok/go.mod" || die "gomod/kwok/go.mod does not pin $KWOK_VERSION"
@@ -59,7 +68,13 @@ check_pins() {
 
 # A component is rebuilt when its pinned go.mod/go.sum change (check_pins ties
 # them to versions.env).
-stamp_of() { cat "$HERE/gomod/$1/go.mod" "$HERE/gomod/$1/go.sum" | sha256sum | cut -c1-16; }
+# (kubelet shares gomod/kubernetes but has its own stamp; coredns also hashes its main.go.)
+stamp_of() {
+  local dir="${SPEC[$1]%%|*}" f files=()
+  files=("$HERE/gomod/$dir/go.mod" "$HERE/gomod/$dir/go.sum")
+  for f in "$HERE/gomod/$dir"/*.go; do [[ -f "$f" ]] && files+=("$f"); done
+  cat "${files[@]}" | sha256sum | cut -c1-16
+}
 
 # Prints the directory that already provides binary $1 from the user, if any.
 user_provided() {
@@ -88,6 +103,26 @@ post_trainer() {
   cp "$jobset_dir"/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml "$MANIFESTS_DIR/jobset/"
   chmod -R u+w "$MANIFESTS_DIR"
   log "trainer: CRDs copied to $MANIFESTS_DIR"
+}
+
+# The upstream CRDs the tests validate against (tests/testenv/reference.py checks
+# them against kubetrain's sha256 pins), from the same pinned modules. Cheap: the
+# modules are downloaded once (a few MB) and the copy is redone every run.
+REFERENCE_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/reference"
+copy_reference() {
+  check_go
+  local op_dir trainer_dir tmp
+  op_dir="$(module_dir training-operator "github.com/kubeflow/training-operator")"
+  trainer_dir="$(module_dir trainer github.com/kubeflow/trainer/v2)"
+  [[ -d "$op_dir" && -d "$trainer_dir" ]] || die "reference: could not get the training-operator/Trainer module sources"
+  tmp="$(mktemp -d "$CACHE_ROOT/$KUBERNETES_VERSION/.reference.XXXXXX")"
+  mkdir -p "$tmp/kubeflow-training-operator-$TRAINING_OPERATOR_VERSION" "$tmp/kubeflow-trainer-$TRAINER_VERSION"
+  cp "$op_dir/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" "$tmp/kubeflow-training-operator-$TRAINING_OPERATOR_VERSION/"
+  cp "$trainer_dir"/manifests/base/crds/trainer.kubeflow.org_{trainjobs,clustertrainingruntimes}.yaml \
+     "$trainer_dir/manifests/base/runtimes/torch_distributed.yaml" "$tmp/kubeflow-trainer-$TRAINER_VERSION/"
+  chmod -R u+w "$tmp"
+  rm -rf "$REFERENCE_DIR" && mv "$tmp" "$REFERENCE_DIR"
+  log "reference: upstream CRDs copied to $REFERENCE_DIR"
 }
 
 post_trainer_done() { [[ -f "$MANIFESTS_DIR/jobset/jobset.x-k8s.io_jobsets.yaml" && -f "$MANIFESTS_DIR/trainer/torch_distributed.yaml" ]]; }
@@ -137,6 +172,8 @@ main() {
   local total_start comp
   total_start=$(date +%s)
   for comp in "${ORDER[@]}"; do build "$comp"; done
+  copy_reference
+  [[ "${KUBETRAIN_TESTENV_NODE:-1}" == 0 ]] || bash "$HERE/prepare-node.sh"
   log "binaries ready in $BIN_DIR ($(( $(date +%s) - total_start ))s)"
   echo "$BIN_DIR"
 }

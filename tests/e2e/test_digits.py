@@ -1,0 +1,64 @@
+"""Scenarios on the real node, driven through the CLI: the digits example as a PyTorchJob (issue 9 a, e)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kubetrain.metrics import parse_metrics_line
+from tests.testenv import node as real
+
+from .conftest import Cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+ACCURACY = 0.97
+
+
+def _metrics(text: str, kind: str) -> list[dict[str, object]]:
+    records = (parse_metrics_line(line) for line in text.splitlines())
+    return [r for r in records if r is not None and r.get("kind") == kind]
+
+
+def test_submit_follow_trains_digits_on_the_real_node(cli: Cli, image: str, project: Path, namespace: str,
+                                                     claim: Path) -> None:
+    """a: submit --follow of the 2-node gloo job, then status, logs, events and delete on the same job."""
+    spec = str(project / "kubetrain.yaml")
+    run = cli("submit", "-f", spec, "-n", namespace, "--image", image, "--follow", "--timeout", "900", timeout=960)
+    assert "Succeeded" in run.stderr.splitlines()[-1], run.stderr[-2000:]
+    evals = _metrics(run.stdout, "eval")
+    assert evals, run.stdout[-2000:]
+    assert float(str(evals[-1]["eval_accuracy"])) >= ACCURACY, evals[-1]
+    # Both replicas joined (rank 0 reports for the group; the worker prints nothing of its own).
+    assert [r["world_size"] for r in _metrics(run.stdout, "start")] == [2], run.stdout[:2000]
+    checkpoints = sorted(p.name for p in (claim / "digits").iterdir())
+    assert checkpoints, f"no checkpoint in the claim's directory {claim}"
+
+    status = cli("status", "digits-ddp", "-n", namespace)
+    assert f"{namespace}/digits-ddp: Succeeded" in status.stdout, status.stdout
+    assert status.stdout.count(real.NODE_NAME) == 2, status.stdout  # both pods ran on the real node
+    logs = cli("logs", "digits-ddp", "-n", namespace)
+    assert _metrics(logs.stdout, "end"), logs.stdout[-2000:]
+    events = cli("events", "digits-ddp", "-n", namespace)
+    assert "digits-ddp" in events.stdout + events.stderr
+    cli("delete", "digits-ddp", "-n", namespace, "--wait", "--timeout", "120")
+    gone = cli("status", "digits-ddp", "-n", namespace, check=False)
+    assert gone.returncode != 0
+
+
+def test_plain_script_job_runs_code_from_the_configmap(cli: Cli, image: str, project: Path, namespace: str,
+                                                       claim: Path) -> None:
+    """e: `command: [python, train_ddp.py]`, the script coming from the code ConfigMap, not the image."""
+    # The image was built from the unchanged script; this line exists only in the ConfigMap's copy.
+    script = project / "train_ddp.py"
+    original = script.read_text()
+    script.write_text(original + '\nprint("served from the code ConfigMap", flush=True)\n')
+    try:
+        spec = str(project / "kubetrain-script.yaml")
+        run = cli("submit", "-f", spec, "-n", namespace, "--image", image, "--follow", "--timeout", "900",
+                  timeout=960)
+    finally:
+        script.write_text(original)
+    assert "Succeeded" in run.stderr.splitlines()[-1], run.stderr[-2000:]
+    assert run.stdout.count("served from the code ConfigMap") == 2, run.stdout[-2000:]  # one per pod
+    assert (claim / "digits-script" / "model.pt").is_file()

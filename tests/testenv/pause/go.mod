@@ -1,0 +1,3 @@
+module kubetrain.test/testenv/pause
+
+go 1.26.0
