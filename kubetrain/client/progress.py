@@ -59,6 +59,10 @@ class ProgressTracker:
             return True
         if kind in ("end", "resume", "checkpoint", "eval"):
             self.status = _status(record)
+            if kind == "end" and self.last is not None and _number(record, "step") is not None:
+                # Train records come every logEvery steps, so the last one is short of the total (97 %);
+                # the end record carries the final step.
+                self.last = {**self.last, "step": record["step"]}
             return True
         return False
 

@@ -76,6 +76,7 @@ def test_progress_line_with_eta():
     assert tracker.line() == ("step 20/120 (17%) · epoch 1 · loss 0.5000 · 1,234 samples/s · lr 3.0e-04 · "
                               "gpu 12.3 GiB · ETA 1m40s")
     tracker.feed(format_metrics("end", status="completed", step=120, epoch=1, rank=0))
+    assert tracker.line().startswith("step 120/120 (100%) · epoch 1")
     assert tracker.line().endswith("· training completed")
     assert format_duration(3 * 3600 + 125) == "3h02m"
 
