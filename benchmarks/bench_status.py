@@ -8,7 +8,8 @@ processes, median of --runs, warm (page cache and .pyc hot; one untimed run firs
 * `kubetrain status NAME`, `kubetrain list`, `kubetrain logs NAME --tail 5` (to its first line and to exit);
 * the same with kubectl (`describe pytorchjob`, `get pytorchjobs`, `logs --tail 5`), when --kubectl (or
   $KUBECTL) names a kubectl binary, ideally built from the harness's Kubernetes version:
-  `cd tests/testenv/gomod/kubernetes && go build -o /tmp/kubectl-bench/ k8s.io/kubernetes/cmd/kubectl`;
+  `cd tests/testenv/gomod/kubernetes && go build -trimpath -ldflags='-s -w' -o /tmp/kubectl-1.36/ \\
+  k8s.io/kubernetes/cmd/kubectl` (a private dir, never committed);
 * the floor: `curl` doing status's REST requests (no Python at all), and `python -c pass`;
 * the library: job_status() on a warm connection, and how many HTTP requests it makes.
 
@@ -84,13 +85,23 @@ def curl_floor(cp: Any, namespace: str, name: str) -> list[str]:
 
 
 def make_events(cp: Any, namespace: str, count: int) -> None:
+    """Create `count` unrelated Events with 16 concurrent POSTs (25,000 one by one take minutes)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import kubernetes
 
     core = kubernetes.client.CoreV1Api(cp.api_client())
-    for i in range(count):
+    core.api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = 16
+
+    def create(i: int) -> None:
         core.create_namespaced_event(namespace, {
             "metadata": {"name": f"noise-{i}"}, "type": "Normal", "reason": "Noise", "message": f"event {i}",
             "involvedObject": {"kind": "Pod", "name": f"other-{i}", "namespace": namespace}})
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(create, range(count)))
+    print(f"created {count} events in {time.perf_counter() - start:.1f} s", file=sys.stderr)
 
 
 def main() -> None:
@@ -143,8 +154,11 @@ def main() -> None:
         first = first_line_ms([*KUBETRAIN, "logs", "bench", "--tail", "5"], env, args.runs)
         rows.append(("`kubetrain logs --tail 5` to its first line", f"{first:.0f} ms", ""))
         rss = max_rss_mb([*KUBETRAIN, "status", "bench"], env)
+        theirs_rss = ""
+        if kubectl:
+            theirs_rss = f"describe: {max_rss_mb([kubectl, 'describe', 'pytorchjob', 'bench'], env):.0f} MB"
         rows.append((f"`kubetrain status` max RSS ({args.events} other events in the namespace)", f"{rss:.0f} MB",
-                     ""))
+                     theirs_rss))
         if shutil.which("curl"):
             floor = median_ms(lambda: run(curl_floor(cp, ns, "bench"), env), args.runs)
             rows.append(("floor: status's 4 REST calls with one curl process", f"{floor:.0f} ms", ""))
