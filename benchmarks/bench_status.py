@@ -8,8 +8,7 @@ processes, median of --runs, warm (page cache and .pyc hot; one untimed run firs
 * `kubetrain status NAME`, `kubetrain list`, `kubetrain logs NAME --tail 5` (to its first line and to exit);
 * the same with kubectl (`describe pytorchjob`, `get pytorchjobs`, `logs --tail 5`), when --kubectl (or
   $KUBECTL) names a kubectl binary, ideally built from the harness's Kubernetes version:
-  `cd tests/testenv/gomod/kubernetes && go build -trimpath -ldflags='-s -w' -o /tmp/kubectl-1.36/ \\
-  k8s.io/kubernetes/cmd/kubectl` (a private dir, never committed);
+  see docs/performance.md for building one into a private dir (never committed);
 * the floor: `curl` doing status's REST requests (no Python at all), and `python -c pass`;
 * the library: job_status() on a warm connection, and how many HTTP requests it makes.
 
