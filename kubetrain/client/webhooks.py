@@ -8,11 +8,15 @@ looks:
   endpoint (EndpointSlices), else it is a failure when its failurePolicy is Fail;
 * a probe: a server-side dry-run create of a minimal PyTorchJob in the namespace (nothing is stored;
   webhooks run on dry runs when they declare no side effects), which shows the failure the user would
-  get, whatever the backend (a Service or a URL).
+  get, whatever the backend (a Service or a URL);
+* recent failures: Warning Events of the last hour in the namespace whose message says a webhook call
+  failed (controllers record FailedCreate with the API server's "failed calling webhook" text when a
+  webhook refuses their pods or jobs), read with a server-side `type=Warning` field selector.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,11 +103,49 @@ def probe(rest: Rest, namespace: str, target: Target = PYTORCHJOB) -> WebhookChe
     return None
 
 
+RECENT = dt.timedelta(hours=1)
+
+
+def _when(event: dict[str, Any]) -> dt.datetime | None:
+    stamp = event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
+        "creationTimestamp")
+    try:
+        return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+    except ValueError:
+        return None
+
+
+def recent_failures(events: list[dict[str, Any]], now: dt.datetime) -> WebhookCheck | None:
+    """Warn on webhook-call failures recorded as Events in the last hour (pure: the verdict)."""
+    hits = [e for e in events if "failed calling webhook" in str(e.get("message", ""))
+            and (when := _when(e)) is not None and now - when <= RECENT]
+    if not hits:
+        return None
+    last = max(hits, key=lambda e: _when(e) or now)
+    obj = last.get("involvedObject") or {}
+    count = sum(int(e.get("count") or 1) for e in hits)
+    return WebhookCheck("warn", f"{count} webhook failure(s) in the last hour, latest on "
+                        f"{obj.get('kind')}/{obj.get('name')}: {last.get('reason')}: {last.get('message')}",
+                        "kubectl get events --field-selector type=Warning; check the webhook's operator")
+
+
+def recent_failure_check(rest: Rest, namespace: str) -> WebhookCheck | None:
+    try:
+        body = rest.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector="type=Warning")
+    except Exception as exc:
+        if is_api_error(exc) and getattr(exc, "status", None) in (403, 404):
+            return None
+        raise
+    return recent_failures(body.get("items") or [], dt.datetime.now(dt.UTC))
+
+
 def webhook_checks(rest: Rest, namespace: str, installed: list[Target]) -> list[WebhookCheck]:
     hooks = training_webhooks(rest)
     checks = [c for _, hook in hooks if (c := backend_check(rest, hook)) is not None]
     if PYTORCHJOB in installed and (failed := probe(rest, namespace)) is not None:
         checks.append(failed)
+    if (recent := recent_failure_check(rest, namespace)) is not None:
+        checks.append(recent)
     if not checks:
         names = ", ".join(str(h.get("name")) for _, h in hooks) or "none"
         checks.append(WebhookCheck("ok", f"admission webhooks for the training APIs answer ({names})"))

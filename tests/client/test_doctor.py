@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from kubetrain.client.cloud import detect_cloud, gpu_groups
 from kubetrain.client.connection import connect
 from kubetrain.client.doctor import FAIL, OK, WARN, Forbidden, device_plugin_checks, gpu_checks, run_doctor
+from kubetrain.client.webhooks import recent_failures
 from tests.integration.helpers import wait_for
 from tests.testenv import kwok
 
@@ -176,3 +178,31 @@ def test_training_checks_without_the_cluster():
                                       "0/1 ready")
     assert checks[2].message == "TrainJob is installed but JobSet (jobset.x-k8s.io) is not"
     assert training_checks([PYTORCHJOB], False, lambda _t: Forbidden("no"))[0].status == WARN
+
+
+def _warning(message: str, stamp: str, name: str = "job-1") -> dict[str, Any]:
+    return {"type": "Warning", "reason": "FailedCreate", "message": message, "lastTimestamp": stamp, "count": 2,
+            "involvedObject": {"kind": "PyTorchJob", "name": name}}
+
+
+def test_recent_webhook_failures_verdict():
+    now = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
+    failed = 'Internal error occurred: failed calling webhook "v.example": connection refused'
+    assert recent_failures([_warning(failed, "2026-01-01T10:00:00Z")], now) is None  # older than an hour
+    assert recent_failures([_warning("Error creating: quota exceeded", "2026-01-01T11:50:00Z")], now) is None
+    check = recent_failures([_warning(failed, "2026-01-01T11:50:00Z"), _warning(failed, "bad stamp", "x")], now)
+    assert check is not None and check.status == WARN
+    assert check.message == f"2 webhook failure(s) in the last hour, latest on PyTorchJob/job-1: FailedCreate: {failed}"
+
+
+@pytest.mark.controlplane
+def test_report_shows_recent_webhook_failures(controlplane, namespace):
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    message = 'Error creating: Internal error occurred: failed calling webhook "mutate.pods.example": EOF'
+    kubernetes.client.CoreV1Api(controlplane.api_client()).create_namespaced_event(namespace, {
+        "metadata": {"name": f"failed-{uuid.uuid4().hex[:6]}"}, "type": "Warning", "reason": "FailedCreate",
+        "message": message, "lastTimestamp": now, "firstTimestamp": now, "count": 1,
+        "involvedObject": {"kind": "PyTorchJob", "name": "broken", "namespace": namespace}})
+    report = run_doctor(connect(None, str(controlplane.kubeconfig)), namespace)
+    assert [(c.status, c.message) for c in report.checks if c.topic == "webhooks"] == [
+        (WARN, f"1 webhook failure(s) in the last hour, latest on PyTorchJob/broken: FailedCreate: {message}")]
