@@ -279,3 +279,22 @@ def test_entry_point_fast_paths_skip_click() -> None:
     narrow = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, timeout=60,
                             env={"COLUMNS": "60", "PATH": "/usr/bin:/bin"}, check=True)
     assert "CLICK=True" in narrow.stderr  # narrow terminals get click's own wrapping
+
+
+def test_submit_and_run_print_render_warnings_through_the_shared_helper(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kubetrain.cli import run_cmd, submit_cmd
+    from kubetrain.cli.common import load, warn_render
+
+    spec = tmp_path / "kubetrain.yaml"
+    spec.write_text("apiVersion: kubetrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: w}\n"
+                    "spec:\n  image: repo/x:1\n  command: [torchrun, --nnodes=3, train.py]\n"
+                    "  placement: {cloud: auto}\n")
+    warn_render(load(str(spec)))
+    err = capsys.readouterr().err
+    assert "--nnodes=3" in err and "spec.placement.cloud: auto" in err
+    warn_render(load(str(spec)), cloud="gke")  # what submit passes once it resolved the cloud
+    err = capsys.readouterr().err
+    assert "--nnodes=3" in err and "placement.cloud" not in err
+    for module in (submit_cmd, run_cmd):  # both verbs call it (submit needs a cluster to reach it)
+        assert "warn_render(loaded" in Path(module.__file__).read_text()
