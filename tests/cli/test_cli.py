@@ -298,3 +298,18 @@ def test_submit_and_run_print_render_warnings_through_the_shared_helper(
     assert "--nnodes=3" in err and "placement.cloud" not in err
     for module in (submit_cmd, run_cmd):  # both verbs call it (submit needs a cluster to reach it)
         assert "warn_render(loaded" in Path(module.__file__).read_text()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a read-only tmpfs needs root")
+def test_render_out_into_a_read_only_filesystem_is_one_line(tmp_path: Path) -> None:
+    target = tmp_path / "ro"
+    target.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(target)], check=True)
+    try:  # EROFS on the write, and on the temp file's clean-up
+        result = CliRunner().invoke(cli, ["render", "-f", str(SPECS / "trainjob-aks.yaml"), "--out", str(target)])
+        assert result.exit_code != 0 and (result.exception is None or isinstance(result.exception, SystemExit))
+        assert "Traceback" not in result.output
+        assert "Read-only file system" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        assert list(target.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
