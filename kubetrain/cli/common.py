@@ -15,7 +15,8 @@ from kubetrain.spec.checks import spec_problems
 from kubetrain.spec.load import DEFAULT_SPEC, LoadedSpec, load_spec
 
 F = TypeVar("F", bound=Callable[..., Any])
-__all__ = ["load", "namespace_option", "render_loaded", "spec_file_option", "write_atomically"]
+__all__ = ["load", "namespace_option", "render_loaded", "spec_file_option", "warn_render",
+           "write_atomically"]
 
 
 def spec_file_option(func: F) -> F:
@@ -42,6 +43,15 @@ def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: s
         code = collect_code(code_dir, loaded.job.spec.code.exclude, include=loaded.job.spec.code.include)
     options = RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace)
     return render_job(loaded.job, options, target=target)
+
+
+def warn_render(loaded: LoadedSpec, cloud: str | None = None) -> None:
+    """Print what rendering does that the spec may not expect (stderr); shared by render, submit and run."""
+    from kubetrain.cli.output import warn
+    from kubetrain.render import RenderOptions, render_warnings
+
+    for message in render_warnings(loaded.job, RenderOptions(cloud=cloud)):
+        warn(message)
 
 
 def check_target(loaded: LoadedSpec, target: str) -> None:

@@ -8,10 +8,9 @@ from typing import Any
 
 import click
 
-from kubetrain.cli.common import load, namespace_option, render_loaded, spec_file_option, write_atomically
-from kubetrain.cli.output import handle_errors, info, warn
+from kubetrain.cli.common import load, namespace_option, render_loaded, spec_file_option, warn_render, write_atomically
+from kubetrain.cli.output import handle_errors, info
 from kubetrain.errors import OutputError, UsageError
-from kubetrain.render import render_warnings
 from kubetrain.render.yamlout import dump_json, dump_yaml
 
 
@@ -40,8 +39,7 @@ def render(filename: str, output: str, out_dir: Path | None, target: str | None,
     """
     loaded = load(filename)
     objects = render_loaded(loaded, target=target, namespace=namespace, image=image)
-    for message in render_warnings(loaded.job):
-        warn(message)
+    warn_render(loaded)
     if out_dir is None:
         emit(dump_yaml(objects) if output == "yaml" else dump_json(objects))
         return

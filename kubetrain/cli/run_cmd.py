@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from kubetrain.cli.common import load, spec_file_option
+from kubetrain.cli.common import load, spec_file_option, warn_render
 from kubetrain.cli.output import handle_errors, info
 
 
@@ -49,6 +49,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     loaded = load(filename)
     secrets = parse_env_file(env_file) if env_file else {}
     plan = build_plan(loaded, RunOptions(secrets, list(volumes), nodes, procs_per_node, port, log_dir))
+    warn_render(loaded, cloud="local")  # placement does not apply to a local run: only launcher warnings
     if dry_run:
         click.echo("\n".join(plan.describe()))
         return

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from
-from kubetrain.cli.common import load, render_loaded, spec_file_option
+from kubetrain.cli.common import load, render_loaded, spec_file_option, warn_render
 from kubetrain.cli.output import handle_errors, info, warn
 from kubetrain.errors import ClusterError, Problem, SpecError, UsageError
 from kubetrain.render.yamlout import dump_json, dump_yaml
@@ -80,6 +80,7 @@ def submit(filename: str, context: str | None, kubeconfig: str | None, namespace
         image = _build(loaded)
     cloud = _resolve_cloud(connection) if loaded.job.spec.placement.cloud == "auto" else None
     objects = render_loaded(loaded, target=chosen.name, namespace=ns, image=image, cloud=cloud)
+    warn_render(loaded, cloud)
     validate_rendered(connection, chosen, objects)
     if not skip_preflight and not (not replace and _unchanged(connection, chosen, objects)):
         run_preflight(connection, chosen, objects, ns, skip_fit)

@@ -279,3 +279,34 @@ def test_entry_point_fast_paths_skip_click() -> None:
     narrow = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True, timeout=60,
                             env={"COLUMNS": "60", "PATH": "/usr/bin:/bin"}, check=True)
     assert "CLICK=True" in narrow.stderr  # narrow terminals get click's own wrapping
+
+
+def test_render_warnings_helper_drops_the_cloud_warning_once_resolved(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kubetrain.cli.common import load, warn_render
+
+    spec = tmp_path / "kubetrain.yaml"
+    spec.write_text("apiVersion: kubetrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: w}\n"
+                    "spec:\n  image: repo/x:1\n  command: [torchrun, --nnodes=3, train.py]\n"
+                    "  placement: {cloud: auto}\n")
+    warn_render(load(str(spec)))
+    err = capsys.readouterr().err
+    assert "--nnodes=3" in err and "spec.placement.cloud: auto" in err
+    warn_render(load(str(spec)), cloud="gke")  # what submit passes once it resolved the cloud
+    err = capsys.readouterr().err
+    assert "--nnodes=3" in err and "placement.cloud" not in err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a read-only tmpfs needs root")
+def test_render_out_into_a_read_only_filesystem_is_one_line(tmp_path: Path) -> None:
+    target = tmp_path / "ro"
+    target.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(target)], check=True)
+    try:  # EROFS on the write, and on the temp file's clean-up
+        result = CliRunner().invoke(cli, ["render", "-f", str(SPECS / "trainjob-aks.yaml"), "--out", str(target)])
+        assert result.exit_code != 0 and (result.exception is None or isinstance(result.exception, SystemExit))
+        assert "Traceback" not in result.output
+        assert "Read-only file system" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        assert list(target.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(target)], check=True)

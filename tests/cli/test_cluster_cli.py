@@ -122,6 +122,13 @@ def test_dry_runs_write_nothing(controlplane: Any, kt: Any, namespace: str, tmp_
     assert not custom.list_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs")["items"]
 
 
+def test_submit_prints_the_launcher_warnings(kt: Any, namespace: str, tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path, "launch", nodes=2, command=["torchrun", "--nnodes=3", "train.py"]))
+    result = kt("submit", "-f", spec, "-n", namespace, "--dry-run=client", "-o", "name")
+    assert result.exit_code == 0, result.stderr
+    assert "--nnodes=3" in result.stderr and "--nnodes=3" not in result.stdout
+
+
 def test_preflight_failures_block_the_submit(kt: Any, namespace: str, tmp_path: Path) -> None:
     spec = str(write_spec(tmp_path, "refs", nodes=4, secretEnv=[{"name": "T", "secret": "hf", "key": "t"}]))
     result = kt("submit", "-f", spec, "-n", namespace)

@@ -148,3 +148,11 @@ def test_cli_paths_that_must_stay_light_do_not_import_torch() -> None:
     result = subprocess.run([sys.executable, "-c", code, str(EXAMPLE / "kubetrain.yaml")], capture_output=True,
                             text=True, cwd=REPO, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_run_prints_the_render_warnings_on_stderr(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "job.yaml", command=["torchrun", "--nproc-per-node=4", "train.py"])
+    result = _cli("run", "-f", str(spec), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "spec.command: --nproc-per-node=4 overrides the spec's 1 process(es) per pod" in result.stderr
+    assert "overrides" not in result.stdout
