@@ -122,6 +122,36 @@ def test_dry_runs_write_nothing(controlplane: Any, kt: Any, namespace: str, tmp_
     assert not custom.list_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs")["items"]
 
 
+def test_wait_for_capacity_waits_for_busy_gpus_but_never_for_a_job_that_cannot_fit(
+        controlplane: Any, kt: Any, namespace: str, tmp_path: Path) -> None:
+    never = str(write_spec(tmp_path, "huge", nodes=2, gpus=16))  # 16 GPUs a pod: no node has more than 8
+    refused = kt("submit", "-f", never, "-n", namespace, "--wait-for-capacity", "--timeout", "600")
+    assert refused.exit_code == 1 and "preflight failed" in refused.stderr, refused.stderr
+    assert "huge" not in refused.stdout
+    hog = kt("submit", "-f", str(write_spec(tmp_path, "hog", nodes=3)), "-n", namespace, "--skip-fit")
+    assert hog.exit_code == 0, hog.stderr
+    hog_pods = pods_of(controlplane, namespace, "hog", 3)  # all 24 schedulable GPUs are now in use
+    outcome: dict[str, Result] = {}
+    second = str(write_spec(tmp_path, "second", nodes=1))
+    waiter = threading.Thread(target=lambda: outcome.setdefault(
+        "r", kt("submit", "-f", second, "-n", namespace, "--wait-for-capacity", "--timeout", "120")), daemon=True)
+    waiter.start()
+    waiter.join(8)
+    assert waiter.is_alive(), outcome["r"].stderr  # still waiting for GPUs...
+    custom = kubernetes.client.CustomObjectsApi(controlplane.api_client())
+    names = [j["metadata"]["name"] for j in custom.list_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "pytorchjobs")["items"]]
+    assert names == ["hog"]  # ...and applied nothing yet
+    for pod in hog_pods:
+        controlplane.set_pod_phase(namespace, pod["metadata"]["name"], "Succeeded")
+    waiter.join(60)
+    assert not waiter.is_alive(), "submit --wait-for-capacity did not proceed once the GPUs were free"
+    result = outcome["r"]
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "second\n"
+    assert "--wait-for-capacity: waiting" in result.stderr and "GPUs held by" in result.stderr
+
+
 def test_submit_prints_the_launcher_warnings(kt: Any, namespace: str, tmp_path: Path) -> None:
     spec = str(write_spec(tmp_path, "launch", nodes=2, command=["torchrun", "--nnodes=3", "train.py"]))
     result = kt("submit", "-f", spec, "-n", namespace, "--dry-run=client", "-o", "name")
