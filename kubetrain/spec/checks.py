@@ -6,9 +6,9 @@ from collections import Counter
 
 from kubetrain.spec.gputypes import gpu_type_error
 from kubetrain.spec.model import TrainingJob
+from kubetrain.spec.network import GPUDIRECT_VOLUMES
 
 RESERVED_VOLUMES = {"dshm", "code", "tmp"}
-GPUDIRECT_VOLUMES = {"nvidia-libs", "sys", "proc-sys", "tcpx-socket", "aperture-devices"}
 TRAINJOB_RUN_POLICY = {"activeDeadlineSeconds"}  # what trainjob.yaml.j2 maps; any other field set is refused
 
 

@@ -26,6 +26,8 @@ FABRICS: dict[str, tuple[str, dict[str, str]]] = {
     "efa": ("vpc.amazonaws.com/efa", {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}),
     "infiniband": ("rdma/ib", {"NCCL_IB_DISABLE": "0"}),
 }
+# The pod volumes kubetrain/render/gpudirect.py adds; a user volume must not take these names.
+GPUDIRECT_VOLUMES = frozenset({"nvidia-libs", "sys", "proc-sys", "tcpx-socket", "aperture-devices"})
 GPUDIRECT_NICS = {"gpudirect-tcpx": 4, "gpudirect-tcpxo": 8}  # GPU NICs per A3 High / A3 Mega node
 
 

@@ -10,7 +10,9 @@ from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
 from kubetrain.errors import SpecError
+from kubetrain.render.gpudirect import gpudirect_volumes
 from kubetrain.render.yamlout import dump_yaml
+from kubetrain.spec.network import GPUDIRECT_VOLUMES
 from tests.render.test_rules import env, job, pod, pytorchjob
 
 TCPX = {"fabric": "gpudirect-tcpx", "networks": ["vpc1", "vpc2", "vpc3", "vpc4"],
@@ -75,3 +77,9 @@ def test_trainjob_target_refuses_gpudirect_with_one_line(tmp_path: Any) -> None:
     result = CliRunner().invoke(cli, ["render", "-f", str(path)])
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert "spec.network.fabric: not supported with target trainjob" in result.output
+
+
+def test_every_gpudirect_volume_name_is_reserved() -> None:
+    for network in (TCPX, TCPXO):
+        volumes, _ = gpudirect_volumes(job(network=network, **A3).spec.network)  # type: ignore[arg-type]
+        assert {v["name"] for v in volumes} <= GPUDIRECT_VOLUMES
