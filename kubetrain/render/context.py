@@ -9,9 +9,11 @@ from decimal import Decimal
 from typing import Any
 
 from kubetrain.render.code import CodeBundle, configmap_payload
+from kubetrain.render.gpudirect import gpudirect_annotations, gpudirect_env, gpudirect_sidecar, gpudirect_volumes
 from kubetrain.render.launch import torchrun_args
 from kubetrain.render.placement import GPU_RESOURCE, placement_for
 from kubetrain.spec.model import JobSpec, TrainingJob
+from kubetrain.spec.network import FABRICS
 from kubetrain.spec.quantity import format_bytes, parse_quantity
 
 MASTER_PORT = 23456  # the operator's default, named pytorchjob-port
@@ -72,7 +74,7 @@ def resources(spec: JobSpec) -> dict[str, dict[str, str]]:
         requests["ephemeral-storage"] = limits["ephemeral-storage"] = spec.resources.ephemeralStorage
     if spec.gpusPerNode:
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(spec.gpusPerNode)
-    if spec.network:
+    if spec.network and spec.network.resource_name:
         requests[spec.network.resource_name] = limits[spec.network.resource_name] = str(spec.network.devices)
     if spec.resources.guaranteed:
         # Guaranteed QoS: every container's requests equal its limits for both cpu and memory.
@@ -90,7 +92,7 @@ def env(job: TrainingJob) -> list[dict[str, Any]]:
     if spec.elastic:
         values.update(ELASTIC_ENV)
     if spec.network:
-        values.update(spec.network.env)
+        values.update(gpudirect_env(spec.network) if spec.network.gpudirect else FABRICS[spec.network.fabric][1])
     if spec.debug:
         values.update(DEBUG_ENV)
     if spec.code:
@@ -119,12 +121,13 @@ def _runtime_config(spec: JobSpec) -> str | None:
 
 def security_context(spec: JobSpec) -> dict[str, Any]:
     non_root = spec.security.runAsNonRoot
+    rdma = spec.network is not None and not spec.network.gpudirect
     if non_root is None:
         non_root = spec.build is not None  # kubetrain's images run as uid 1000
     context: dict[str, Any] = {
         "allowPrivilegeEscalation": False,
         # RDMA fabrics pin (mlock) communication buffers, which needs IPC_LOCK.
-        "capabilities": {"drop": ["ALL"], **({"add": ["IPC_LOCK"]} if spec.network else {})},
+        "capabilities": {"drop": ["ALL"], **({"add": ["IPC_LOCK"]} if rdma else {})},
         "seccompProfile": {"type": "RuntimeDefault"},
         "runAsNonRoot": non_root,
     }
@@ -149,6 +152,10 @@ def volumes_and_mounts(job: TrainingJob, options: RenderOptions) -> tuple[list[A
         # A read-only root breaks everything that writes temp files (torch.compile, DataLoader, pip caches).
         volumes.append({"name": "tmp", "emptyDir": {}})
         mounts.append({"name": "tmp", "mountPath": "/tmp"})
+    if spec.network and spec.network.gpudirect:
+        extra_volumes, extra_mounts = gpudirect_volumes(spec.network)
+        volumes += extra_volumes
+        mounts += extra_mounts
     if spec.code and options.code is not None:
         _, _, items = configmap_payload(options.code)
         volumes.append({"name": "code", "configMap": {"name": code_configmap_name(job, options.code),
@@ -172,7 +179,9 @@ def labels(job: TrainingJob) -> dict[str, str]:
 
 def pod_annotations(job: TrainingJob) -> dict[str, str]:
     base = GPU_POD_ANNOTATIONS if job.spec.gpusPerNode else {}
-    return {**base, **job.metadata.annotations}
+    network = job.spec.network
+    fabric = gpudirect_annotations(network, job.spec.gpusPerNode or 0) if network and network.gpudirect else {}
+    return {**base, **fabric, **job.metadata.annotations}
 
 
 def template_context(job: TrainingJob, options: RenderOptions) -> dict[str, Any]:
@@ -195,6 +204,7 @@ def template_context(job: TrainingJob, options: RenderOptions) -> dict[str, Any]
         "volumes": volumes,
         "mounts": mounts,
         "placement": placement_for(spec, options.cloud),
+        "sidecars": [gpudirect_sidecar(spec.network)] if spec.network and spec.network.gpudirect else [],
         "port": MASTER_PORT,
         "procs_per_node": spec.procs_per_node,
     }

@@ -6,6 +6,7 @@ from collections import Counter
 
 from kubetrain.spec.gputypes import gpu_type_error
 from kubetrain.spec.model import TrainingJob
+from kubetrain.spec.network import GPUDIRECT_VOLUMES
 
 RESERVED_VOLUMES = {"dshm", "code", "tmp"}
 TRAINJOB_RUN_POLICY = {"activeDeadlineSeconds"}  # what trainjob.yaml.j2 maps; any other field set is refused
@@ -28,6 +29,7 @@ def spec_problems(job: TrainingJob, target: str | None = None) -> list[tuple[str
         problems.append(("spec.nodes", f"{spec.nodes} must be between elastic.minNodes "
                          f"({spec.elastic.minNodes}) and elastic.maxNodes ({spec.elastic.maxNodes})"))
     problems += _placement_problems(job)
+    problems += _network_problems(job)
     if spec.resources.guaranteed and not (spec.resources.cpu and spec.resources.memory):
         problems.append(("spec.resources.guaranteed", "needs resources.cpu and resources.memory (Guaranteed QoS "
                          "sets limits equal to requests for both)"))
@@ -50,6 +52,9 @@ def _trainjob_problems(job: TrainingJob) -> list[tuple[str, str]]:
          "use a content-hash tag (`kubetrain build`) so IfNotPresent is right"),
         ("spec.placement.cloud", spec.placement.cloud == "kind" and spec.gpusPerNode > 0, "a TrainJob cannot set "
          "runtimeClassName: nvidia, which kind GPU nodes need; use target pytorchjob"),
+        ("spec.network.fabric", spec.network is not None and spec.network.gpudirect, "Trainer v2's runtimePatches "
+         "cannot add the GPUDirect daemon sidecar (initContainers take only name, env and volumeMounts); put it "
+         "in the ClusterTrainingRuntime or use target pytorchjob"),
     ]
     for name in sorted(spec.runPolicy.model_fields_set - TRAINJOB_RUN_POLICY):
         unsupported.append((f"spec.runPolicy.{name}", True, "a TrainJob has no such setting (Trainer v2.3 maps only "
@@ -67,6 +72,24 @@ def _placement_problems(job: TrainingJob) -> list[tuple[str, str]]:
     if placement.gpuType and (error := gpu_type_error(placement.cloud, placement.gpuType)):
         return [("spec.placement.gpuType", error)]
     return []
+
+
+def _network_problems(job: TrainingJob) -> list[tuple[str, str]]:
+    """GPUDirect-TCPX/TCPXO exist only on GKE's 8-GPU A3 nodes and add volumes of their own."""
+    spec = job.spec
+    if spec.network is None or not spec.network.gpudirect:
+        return []
+    problems = []
+    if spec.gpusPerNode != 8:
+        problems.append(("spec.gpusPerNode", f"fabric {spec.network.fabric} runs on 8-GPU A3 nodes; "
+                         f"set gpusPerNode: 8 (got {spec.gpusPerNode})"))
+    if spec.placement.cloud not in {"gke", "auto"}:
+        problems.append(("spec.placement.cloud", f"fabric {spec.network.fabric} is GKE-only; set cloud: gke"))
+    for i, volume in enumerate(spec.volumes):
+        if volume.name in GPUDIRECT_VOLUMES:
+            problems.append((f"spec.volumes[{i}].name", f"{volume.name!r} is used by the {spec.network.fabric} "
+                             "fabric; rename the volume"))
+    return problems
 
 
 def _mount_problems(job: TrainingJob) -> list[tuple[str, str]]:

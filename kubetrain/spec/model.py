@@ -97,7 +97,7 @@ class JobSpec(Section):
     code: Code | None = None
     """Local code shipped as a ConfigMap with the job."""
     network: Network | None = None
-    """Inter-node GPU fabric (EFA, InfiniBand): its devices, IPC_LOCK and NCCL settings."""
+    """Inter-node GPU fabric (EFA, InfiniBand, GKE GPUDirect-TCPX/TCPXO): devices, sidecar, NCCL settings."""
     placement: Placement = Field(default_factory=Placement)
     """Node selection: cloud profile, GPU type, extra selectors and tolerations."""
     elastic: Elastic | None = None
