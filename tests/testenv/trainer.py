@@ -248,14 +248,21 @@ class TrainerStack:
 
     def _manager(self, name: str, namespace: str, prefix: str, argv: list[str], env: dict[str, str]) -> None:
         core = kubernetes.client.CoreV1Api(self.cp.api_client())
-        core.create_namespace({"metadata": {"name": namespace}})
+        coord = kubernetes.client.CoordinationV1Api(self.cp.api_client())
+        try:
+            core.create_namespace({"metadata": {"name": namespace}})
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 409:
+                raise
+            # An earlier test module's stack (stop() keeps the namespace): drop its leader Lease, or the
+            # wait below would see the stale one while the new manager still waits for it to expire.
+            coord.delete_collection_namespaced_lease(namespace)
         child = self.cp.sup.start(
             name, argv, env={"KUBECONFIG": str(self.cp.workdir / "operator.kubeconfig"), **env}, cwd=self.cp.workdir
         )
         self.children.append(child)
         probe = f"http://127.0.0.1:{self.ports[prefix + '_probe']}/readyz"
         wait_until(lambda: http_get(probe) == "ok", f"{name} /readyz", 60, child)
-        coord = kubernetes.client.CoordinationV1Api(self.cp.api_client())
         wait_until(lambda: bool(coord.list_namespaced_lease(namespace).items), f"{name} leader election", 60, child)
 
     def _component_ports(self, prefix: str) -> dict[str, int]:
