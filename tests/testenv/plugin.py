@@ -10,6 +10,7 @@ Enable with ``pytest_plugins = ["tests.testenv.plugin"]`` in tests/conftest.py.
 * ``trainer`` (module): Kubeflow Trainer v2 + JobSet added for one module.
 * ``real_node`` (session): a real kubelet node (containerd, runc, CNI, CoreDNS)
   joined to the control plane; see node.py. Tests using it are marked ``e2e``.
+* ``s3_server`` (session): a real S3-compatible server (moto's, own process); see s3.py.
 
 Missing binaries: with CI=true the fixture fails (a CI run must never silently
 skip the integration tests); locally it skips and says to run `make testenv`.
@@ -31,6 +32,7 @@ import pytest
 from .binaries import PREPARE_HINT, MissingBinaries
 from .controlplane import ControlPlane
 from .node import RealNode
+from .s3 import S3Server, S3Unavailable
 from .trainer import TrainerStack
 
 MARKER = "controlplane"
@@ -97,6 +99,21 @@ def _running(make: Callable[[], Any]) -> Iterator[Any]:
 def real_node(controlplane: ControlPlane) -> Iterator[RealNode]:
     """The real kubelet node, for the whole session (started on first use, stopped before the control plane)."""
     yield from _running(lambda: RealNode(controlplane))
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    server = S3Server(tmp_path_factory.mktemp("s3"))
+    try:
+        server.start()
+    except S3Unavailable as exc:
+        if in_ci():
+            pytest.fail(f"CI=true and the S3 test server is unavailable: {exc}", pytrace=False)
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")
