@@ -17,13 +17,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
-from kubetrain.client.errors import api_error_types, is_api_error
-
-T = TypeVar("T")
 NOT_RETRIED_5XX = {501, 505}  # Not Implemented / HTTP Version Not Supported never get better
 
 
@@ -83,14 +80,6 @@ def permanent_500(status: int | None, body: bytes | str | None) -> bool:
     return status == 500 and "failed to create typed patch object" in text
 
 
-def should_retry(exc: BaseException) -> tuple[bool, float | None]:
-    """(retry?, Retry-After seconds) for an exception raised by an API call."""
-    if is_api_error(exc):
-        status, body = getattr(exc, "status", None), getattr(exc, "body", None)
-        return retryable_status(status) and not permanent_500(status, body), retry_after(getattr(exc, "headers", None))
-    return is_connection_reset(exc), None
-
-
 def delay_for(attempt: int, policy: RetryPolicy = DEFAULT_POLICY, *, exc: BaseException | None = None,
               status: int | None = None, body: bytes | str | None = None,
               headers: Mapping[str, str] | None = None) -> float | None:
@@ -103,23 +92,6 @@ def delay_for(attempt: int, policy: RetryPolicy = DEFAULT_POLICY, *, exc: BaseEx
     if retryable_status(status) and not permanent_500(status, body):
         return backoff(attempt, policy, retry_after(headers))
     return None
-
-
-def call(fn: Callable[[], T], policy: RetryPolicy = DEFAULT_POLICY,
-         sleep: Callable[[float], None] = time.sleep) -> T:
-    """fn(), retried on 429/5xx ApiExceptions and dropped connections; the last failure propagates."""
-    for attempt in range(1, policy.attempts + 1):
-        try:
-            return fn()
-        except Exception as exc:
-            if not isinstance(exc, (*api_error_types(), ProtocolError, MaxRetryError, OSError,
-                                    http.client.HTTPException)):
-                raise
-            again, after = should_retry(exc)
-            if not again or attempt == policy.attempts:
-                raise
-            sleep(backoff(attempt, policy, after))
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def __getattr__(name: str) -> Any:

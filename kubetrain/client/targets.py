@@ -49,7 +49,6 @@ TRAININGJOB = Target(
     "trainingjob", "kubetrain.dev", "v1alpha1", "trainingjobs", "TrainingJob", "kubetrain.dev/job",
     (("kubetrain-system", "kubetrain-controller"),), "kubetrain controller")
 TARGETS = {t.name: t for t in (PYTORCHJOB, TRAINJOB)}
-BY_KIND = {t.kind: t for t in (PYTORCHJOB, TRAINJOB)}
 # When both are installed, auto prefers PyTorchJob: it is what `kubetrain render` produces for auto offline,
 # so `render` and `submit` of the same spec agree.
 AUTO_ORDER = (PYTORCHJOB, TRAINJOB)

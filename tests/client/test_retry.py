@@ -13,8 +13,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import NewConnectionError, ProtocolError
 
-from kubetrain.client import retry
-from kubetrain.client.retry import RetryingApiClient, RetryPolicy, backoff, retry_after
+from kubetrain.client.retry import RetryingApiClient, RetryPolicy, backoff, delay_for, retry_after
 from kubetrain.errors import ClusterError
 
 NAMESPACES = {"apiVersion": "v1", "kind": "NamespaceList", "metadata": {"resourceVersion": "7"},
@@ -108,21 +107,15 @@ def test_connection_refused_is_one_clusterError_naming_the_server() -> None:
     assert sleeps == []  # refused is not retried: the cluster is down
 
 
-def test_call_retries_any_callable() -> None:
-    answers: list[BaseException | str] = [ApiException(status=429), ProtocolError("reset", ConnectionResetError()),
-                                          "ok"]
-    sleeps: list[float] = []
-
-    def flaky() -> str:
-        answer = answers.pop(0)
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
-
-    assert retry.call(flaky, RetryPolicy(base=0.5, jitter=0), sleeps.append) == "ok"
-    assert sleeps == [0.5, 1.0]
-    with pytest.raises(NewConnectionError):
-        retry.call(lambda: (_ for _ in ()).throw(NewConnectionError(None, "refused")), sleep=sleeps.append)
+def test_delay_for_is_the_one_retry_rule() -> None:
+    policy = RetryPolicy(base=0.5, jitter=0, attempts=3)
+    assert delay_for(1, policy, status=429, headers={"Retry-After": "1"}) == 1.0
+    assert delay_for(2, policy, status=503) == 1.0
+    assert delay_for(3, policy, status=503) is None  # out of attempts
+    assert delay_for(1, policy, status=500, body=b"failed to create typed patch object") is None
+    assert delay_for(1, policy, status=403) is None
+    assert delay_for(1, policy, exc=ProtocolError("reset", ConnectionResetError())) == 0.5
+    assert delay_for(1, policy, exc=NewConnectionError(None, "refused")) is None  # the cluster is down
 
 
 def test_backoff_is_exponential_jittered_and_capped() -> None:

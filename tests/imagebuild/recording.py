@@ -3,7 +3,9 @@
 Each fake is a tiny Python script in a directory that becomes the whole PATH. Every call appends one JSON line
 {argv, env, cwd, stdin} to a log; what it prints and its exit code come from rules the test sets:
 the first rule whose argv prefix matches answers, with a list of responses consumed in order (the last one
-repeats). Unmatched calls print nothing and exit 0. A `build` call also snapshots the context it was given.
+repeats). An unmatched call of a subcommand the real tool has prints nothing and exits 0; any other call
+fails loudly, as the real tool would (exit 1, "unknown command"), so a misspelt command line kubetrain
+builds can't pass a test. A `build` call also snapshots the context it was given.
 """
 
 from __future__ import annotations
@@ -15,6 +17,23 @@ from pathlib import Path
 from typing import Any
 
 RECORDED_ENV = ("KUBECONFIG", "DOCKER_BUILDKIT", "KIND_EXPERIMENTAL_PROVIDER", "HOME")
+
+# The top-level subcommands of each real tool (from their --help), or flags for tools without any.
+_CONTAINER_CLI = ["build", "buildx", "image", "images", "inspect", "load", "manifest", "pull", "push", "rmi",
+                  "save", "tag", "version", "info", "run", "exec", "ps", "rm", "login", "system"]
+KNOWN_COMMANDS: dict[str, list[str]] = {
+    "docker": _CONTAINER_CLI,
+    "podman": _CONTAINER_CLI,
+    "nerdctl": [*_CONTAINER_CLI, "namespace"],
+    "kind": ["build", "create", "delete", "export", "get", "load", "version", "completion"],
+    "kubectl": ["apply", "create", "delete", "get", "describe", "wait", "rollout", "label", "patch",
+                "version", "cluster-info", "config", "logs", "exec", "auth", "api-resources"],
+    "helm": ["repo", "install", "upgrade", "uninstall", "list", "status", "version", "template", "dependency"],
+    "nvidia-ctk": ["runtime", "cdi", "config", "system", "--version"],
+    "nvidia-smi": ["-L", "--query-gpu", "--list-gpus"],
+    "ctr": ["--address", "-a", "--namespace", "-n", "images", "image", "i", "version", "containers", "tasks"],
+    "skopeo": ["copy", "inspect", "list-tags", "--version"],
+}
 
 SCRIPT = r'''#!{python}
 import json, os, sys
@@ -52,6 +71,11 @@ for index, rule in enumerate(control["rules"]):
         sys.stdout.write(response.get("stdout", ""))
         sys.stderr.write(response.get("stderr", ""))
         sys.exit(response.get("exit", 0))
+known = control["known"].get(name)
+# Flags may come first (`kubectl --context X apply`): any word of the tool's vocabulary will do.
+if known is not None and argv[1:] and not any(a.split("=")[0] in known for a in argv[1:]):
+    sys.stderr.write(f"{{name}}: unknown command {{argv[1:]!r}} (recording fake: add a rule in the test)\n")
+    sys.exit(1)
 '''
 
 
@@ -104,7 +128,8 @@ class FakeBin:
         Path(str(self.control) + ".state").unlink(missing_ok=True)
 
     def _save(self) -> None:
-        self.control.write_text(json.dumps({"rules": self.rules, "env_keys": list(RECORDED_ENV)}))
+        self.control.write_text(json.dumps({"rules": self.rules, "env_keys": list(RECORDED_ENV),
+                                                "known": KNOWN_COMMANDS}))
 
 
 def activate(fakebin: FakeBin, monkeypatch: Any) -> None:
