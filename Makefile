@@ -40,6 +40,7 @@ test-fast: install
 lint: install
 	$(BIN)/ruff check kubetrain tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_shell_scripts.py
 
 bench: install
 	$(BIN)/python benchmarks/bench_cli.py
