@@ -59,11 +59,12 @@ def test_every_listed_command_exists() -> None:
                                   ["validate", str(VALIDATE_FIXTURES / "simple.yaml"), "--ignore-missing-schemas"]])
 def test_light_commands_import_neither_torch_nor_kubernetes(argv: list[str]) -> None:
     code = ("import sys; from kubetrain.cli.main import main\n"
-            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "code = 0\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n    code = exc.code or 0\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'kubernetes'})\n"
-            "print('HEAVY=' + ','.join(heavy), file=sys.stderr)")
+            "print(f'EXIT={code}', file=sys.stderr)\nprint('HEAVY=' + ','.join(heavy), file=sys.stderr)")
     result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60,
                             cwd=REPO, check=False)
+    assert "EXIT=0\n" in result.stderr, result.stderr[-2000:]  # the command itself worked
     assert "HEAVY=\n" in result.stderr or result.stderr.rstrip().endswith("HEAVY="), result.stderr[-2000:]
 
 
