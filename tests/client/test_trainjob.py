@@ -1,62 +1,45 @@
-"""TrainJob (Trainer v2) paths with its CRD installed for this module. The harness runs no Trainer/JobSet
-controller, so nothing turns a TrainJob into pods: apply, status (no pods, conditions set by hand),
-list, delete and target resolution are covered; a TrainJob's pods are not (see docs/cluster.md)."""
+"""kubetrain's own TrainJob, through the real Kubeflow Trainer v2 controller and JobSet (the `trainer`
+fixture): submit, status, logs and gpu from the pods JobSet really creates (kwok runs them on the GPU
+nodes), then Succeeded when the pods finish, list and delete."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
+import json
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
-import yaml
+from click.testing import CliRunner
 
+from kubetrain.cli.main import cli
 from kubetrain.client import apply, jobs, preflight, status, targets
 from kubetrain.client.connection import Connection, connect
 from kubetrain.client.targets import PYTORCHJOB, TRAINJOB
 from tests.client.specs import render, write_spec
-from tests.conftest import TRAINER_DIR
+from tests.integration.helpers import wait_for
 
-CRD = TRAINER_DIR / "trainer.kubeflow.org_trainjobs.yaml"
-
-
-@pytest.fixture(scope="module")
-def trainjob_crd(controlplane: Any, reference_dir: Path) -> Iterator[None]:
-    # reference_dir fails under CI=true (skips locally) when `make testenv` has not copied the upstream CRDs.
-    ext = kubernetes.client.ApiextensionsV1Api(controlplane.api_client())
-    crd = yaml.safe_load(CRD.read_text())
-    try:
-        ext.create_custom_resource_definition(crd)
-        ours = True
-    except kubernetes.client.exceptions.ApiException as exc:
-        if exc.status != 409:  # 409: the harness's `trainer` stack already installed it; leave it be
-            raise
-        ours = False
-    wait(lambda: any(c.type == "Established" and c.status == "True"
-                     for c in ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or []))
-    conn = connect(kubeconfig=str(controlplane.kubeconfig))
-    wait(lambda: targets.served(conn.api, TRAINJOB))
-    yield
-    if ours:
-        ext.delete_custom_resource_definition(crd["metadata"]["name"])
-        wait(lambda: not targets.served(conn.api, TRAINJOB))
-
-
-def wait(check: Any, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
+pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 
 
 @pytest.fixture
-def conn(controlplane: Any, trainjob_crd: None) -> Connection:
+def conn(controlplane: Any, trainer: Any) -> Connection:
     return connect(kubeconfig=str(controlplane.kubeconfig))
 
 
-def test_trainjob_apply_status_list_delete(conn: Connection, namespace: str, tmp_path: Path) -> None:
+def _running_pods(conn: Connection, namespace: str, name: str, count: int) -> list[str]:
+    core = kubernetes.client.CoreV1Api(conn.api)
+
+    def running() -> list[str] | None:
+        items = core.list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
+        names = sorted(p.metadata.name for p in items if p.status.phase == "Running")
+        return names if len(names) == count else None
+
+    return wait_for(running, f"{count} Running pods of TrainJob {name}", timeout=120)
+
+
+def test_trainjob_submit_status_logs_gpu_list_delete(controlplane: Any, conn: Connection, namespace: str,
+                                                     tmp_path: Path) -> None:
     assert targets.installed(conn.api) == [PYTORCHJOB, TRAINJOB]
     assert targets.resolve(conn.api, "auto") is PYTORCHJOB  # both installed: what `render` picks for auto
     objects = render(write_spec(tmp_path, "tj", nodes=2, gpus=8, code=True), namespace, target="trainjob")
@@ -64,28 +47,38 @@ def test_trainjob_apply_status_list_delete(conn: Connection, namespace: str, tmp
     checks = {r.name: r for r in preflight.run(conn.api, TRAINJOB, objects, namespace)}
     assert checks["CRD"].status == preflight.OK and checks["fit"].status == preflight.OK
     assert checks["fit"].message.startswith("2 pod(s) × 8 nvidia.com/gpu fit")
-
     assert apply.submit(conn.api, TRAINJOB, objects).action == apply.CREATED
     assert apply.submit(conn.api, TRAINJOB, objects).action == apply.UNCHANGED
-    report = status.job_status(conn.api, [PYTORCHJOB, TRAINJOB], namespace, "tj")
-    assert (report.job.target, report.job.state, report.job.pods, report.job.gpus_per_pod) == ("trainjob", "Pending",
-                                                                                                2, 8)
-    assert report.pods == []
 
-    # What the Trainer controller would write: Complete → Succeeded.
-    custom = kubernetes.client.CustomObjectsApi(conn.api)
-    condition = {"type": "Complete", "status": "True", "reason": "JobsCompleted", "message": "done",
-                 "lastTransitionTime": "2025-01-01T00:00:00Z"}
-    custom.patch_namespaced_custom_object_status("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", "tj",
-                                                 {"status": {"conditions": [condition]}},
-                                                 _content_type="application/merge-patch+json")
-    assert jobs.wait_finished(conn.api, TRAINJOB, namespace, "tj", timeout=30) == "Succeeded"
-    listed = jobs.list_jobs(conn.api, [PYTORCHJOB, TRAINJOB], namespace)
-    assert [(s.name, s.target, s.state) for s in listed] == [("tj", "trainjob", "Succeeded")]
+    pods = _running_pods(conn, namespace, "tj", 2)  # Trainer → JobSet → Jobs → pods, all real controllers
+    kt = ["-n", namespace, "--kubeconfig", str(controlplane.kubeconfig)]
+    report = wait_for(lambda: (r := status.job_status(conn.api, [PYTORCHJOB, TRAINJOB], namespace, "tj"))
+                      .job.state == "Running" and r, "TrainJob Running", timeout=60)
+    assert (report.job.target, report.job.pods, report.job.gpus_per_pod) == ("trainjob", 2, 8)
+    assert sorted(p.name for p in report.pods) == pods
 
+    for index, pod in enumerate(pods):
+        controlplane.set_pod_logs(namespace, pod, [f"rank {index} step {step}" for step in range(3)])
+    logs = wait_for(lambda: (out := CliRunner().invoke(cli, ["logs", "tj", *kt])).exit_code == 0
+                    and out.stdout.count("step 2") == 2 and out, "logs of both pods", timeout=60)
+    assert sum("rank 0 step" in line for line in logs.stdout.splitlines()) == 3
+
+    gpu = CliRunner().invoke(cli, ["gpu", "tj", "-o", "json", *kt])
+    assert gpu.exit_code == 0, gpu.output
+    # nvidia-smi ran in each pod (kwok exec)
+    assert [len(pod["gpus"]) for pod in json.loads(gpu.stdout)["pods"]] == [8, 8]
+
+    for pod in pods:
+        controlplane.set_pod_phase(namespace, pod, "Succeeded")
+    assert jobs.wait_finished(conn.api, TRAINJOB, namespace, "tj", timeout=120) == "Succeeded"
+    listed = CliRunner().invoke(cli, ["list", "-o", "json", *kt])
+    assert listed.exit_code == 0, listed.output
+    assert [(j["name"], j["target"], j["state"]) for j in json.loads(listed.stdout)] == [("tj", "trainjob",
+                                                                                           "Succeeded")]
     cm = kubernetes.client.CoreV1Api(conn.api).read_namespaced_config_map(objects[0]["metadata"]["name"], namespace)
     assert cm.metadata.owner_references[0].kind == "TrainJob"
-    assert jobs.delete(conn.api, TRAINJOB, namespace, "tj")
+    deleted = CliRunner().invoke(cli, ["delete", "tj", "--wait", *kt])
+    assert deleted.exit_code == 0, deleted.output
     jobs.wait_gone(conn.api, TRAINJOB, namespace, "tj", timeout=30)
 
 

@@ -320,10 +320,11 @@ class TrainerStack:
         for child in reversed(self.children):
             self.cp.sup.stop_child(child)
         ext = kubernetes.client.ApiextensionsV1Api(client)
-        for path in self.crd_files():
-            name = yaml.safe_load(path.read_text())["metadata"]["name"]
+        names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in self.crd_files()]
+        for name in names:  # all at once: the apiserver cleans each CRD's storage up in the background
             with contextlib.suppress(kubernetes.client.ApiException):
                 ext.delete_custom_resource_definition(name)
+        for name in names:
             wait_until(lambda n=name: not _crd_exists(ext, n), f"CRD {name} deleted", 60)
 
 
