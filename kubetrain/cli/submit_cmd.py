@@ -121,13 +121,14 @@ def _build(loaded: LoadedSpec) -> str:
 
 def validate_rendered(connection: Connection, target: Target, objects: list[dict[str, Any]]) -> None:
     """Offline schema + semantic checks, with the cluster's own CRD when we may read it."""
+    from kubetrain.client.crds import crd_if_readable
     from kubetrain.validate import SchemaStore
     from kubetrain.validate.engine import validate_document
     from kubetrain.validate.schemas import cached_crds
     from kubetrain.yamlsrc import ParsedDoc
 
     store = SchemaStore()
-    for crd, source in [*_cluster_crd(connection, target), *cached_crds()]:
+    for crd, source in [*crd_if_readable(connection, target.resource), *cached_crds()]:
         store.add_crd(crd, source)
     if store.validator(target.api_version, target.kind) is None:
         info(f"validate: no local schema for {target.kind}; the API server validates it on apply")
@@ -140,19 +141,6 @@ def validate_rendered(connection: Connection, target: Target, objects: list[dict
     errors = [Problem("", issue.text()) for issue in issues if issue.severity == "error"]
     if errors:
         raise SpecError(errors)
-
-
-def _cluster_crd(connection: Connection, target: Target) -> list[tuple[dict[str, Any], str]]:
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
-    try:
-        crd = client.ApiextensionsV1Api(connection.api).read_custom_resource_definition(target.resource)
-    except (ApiException, HTTPError, OSError):
-        return []  # forbidden, not installed or unreachable: preflight (or apply) says which
-    as_dict = connection.api.sanitize_for_serialization(crd)  # type: ignore[no-untyped-call]
-    return [(as_dict, f"cluster {connection.context or 'in-cluster'}")]
 
 
 def _unchanged(connection: Connection, target: Target, objects: list[dict[str, Any]]) -> bool:

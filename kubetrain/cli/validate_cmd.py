@@ -23,7 +23,9 @@ MANIFEST_SUFFIXES = {".yaml", ".yml", ".json"}
 @click.option("--schema", "schemas", multiple=True, metavar="PATH|URL",
               help="A CRD file, a directory of CRDs, or a URL (repeatable). Takes precedence over the cache.")
 @click.option("--from-cluster", is_flag=True, help="Read the CRDs from the current cluster first.")
-@click.option("--context", default=None, help="kubeconfig context for --from-cluster.")
+@click.option("--context", default=None, metavar="NAME", help="kubeconfig context for --from-cluster.")
+@click.option("--kubeconfig", default=None, metavar="FILE",
+              help="kubeconfig file for --from-cluster (default: $KUBECONFIG, then ~/.kube/config).")
 @click.option("--strict", is_flag=True, help="Fail on warnings too.")
 @click.option("--ignore-missing-schemas", is_flag=True, help="Warn instead of fail for kinds without a schema.")
 @click.option("--kubernetes-version", default=DEFAULT_KUBERNETES_VERSION, show_default=True,
@@ -34,7 +36,7 @@ MANIFEST_SUFFIXES = {".yaml", ".yml", ".json"}
                    "without objects, as the pre-commit hook does.")
 @handle_errors
 def validate(paths: tuple[str, ...], schemas: tuple[str, ...], from_cluster: bool, context: str | None,
-             strict: bool, ignore_missing_schemas: bool, kubernetes_version: str, output: str,
+             kubeconfig: str | None, strict: bool, ignore_missing_schemas: bool, kubernetes_version: str, output: str,
              skip_non_kubernetes: bool) -> None:
     """Check manifests offline against the CRD and core schemas.
 
@@ -48,7 +50,9 @@ def validate(paths: tuple[str, ...], schemas: tuple[str, ...], from_cluster: boo
       kubetrain render | kubetrain validate -
       kubetrain validate --schema crds/ --strict -o json job.yaml
     """
-    store = build_store(schemas, from_cluster, context, kubernetes_version)
+    if (context or kubeconfig) and not from_cluster:
+        raise UsageError("--context and --kubeconfig only apply with --from-cluster")
+    store = build_store(schemas, from_cluster, context, kubernetes_version, kubeconfig=kubeconfig)
     report = validate_sources(read_sources(paths or ("-",)), store, ignore_missing_schemas, skip_non_kubernetes)
     print_report(report, output, strict)
     if report.documents == 0 and not skip_non_kubernetes:
@@ -58,13 +62,15 @@ def validate(paths: tuple[str, ...], schemas: tuple[str, ...], from_cluster: boo
         sys.exit(1)
 
 
-def build_store(schemas: tuple[str, ...], from_cluster: bool, context: str | None,
-                kubernetes_version: str) -> SchemaStore:
+def build_store(schemas: tuple[str, ...], from_cluster: bool, context: str | None, kubernetes_version: str,
+                kubeconfig: str | None = None) -> SchemaStore:
+    """Schemas in precedence order: the cluster's CRDs, --schema, then the cache."""
     store = SchemaStore(kubernetes_version=kubernetes_version)
     if from_cluster:
-        from kubetrain.client.crds import cluster_crds  # imports the kubernetes client only here
+        from kubetrain.client.connection import connect
+        from kubetrain.client.crds import training_crds
 
-        for crd, source in cluster_crds(context):
+        for crd, source in training_crds(connect(context, kubeconfig)):
             store.add_crd(crd, source)
     for location in schemas:
         for crd, source in load_crd_source(location):
