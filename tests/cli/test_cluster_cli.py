@@ -247,3 +247,21 @@ def test_submit_resolves_cloud_auto_from_the_nodes(kt: Any, namespace: str, tmp_
     job = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "PyTorchJob")
     pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     assert pod["nodeSelector"] == {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}
+
+
+def test_an_elastic_job_passes_the_real_webhook_and_runs_workers_only(controlplane: Any, kt: Any, namespace: str,
+                                                                      tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path, "elastic", nodes=2, code=True,
+                          elastic={"minNodes": 1, "maxNodes": 3, "maxRestarts": 2}))
+    server = kt("submit", "-f", spec, "-n", namespace, "--dry-run=server", "-o", "json")
+    assert server.exit_code == 0, server.stderr  # the training-operator's validating webhook said yes
+    assert kt("submit", "-f", spec, "-n", namespace).exit_code == 0
+    pods = pods_of(controlplane, namespace, "elastic", 2)
+    assert {p["metadata"]["labels"]["training.kubeflow.org/replica-type"] for p in pods} == {"worker"}
+    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert env["PET_NNODES"] == "1:3"  # the operator's elastic env, from the elasticPolicy kubetrain rendered
+    for pod in pods:
+        controlplane.set_pod_phase(namespace, pod["metadata"]["name"], "Succeeded")
+    done = kt("status", "elastic", "-n", namespace, "-o", "json")
+    assert done.exit_code == 0, done.stderr
+    assert json.loads(done.stdout)["target"] == "pytorchjob"
