@@ -54,6 +54,12 @@ def cluster_options(func: F) -> F:
     return click.option("--context", default=None, metavar="NAME", help="kubeconfig context to use.")(func)
 
 
+def target_option(func: F) -> F:
+    """--target for commands that look a job up by name (when a PyTorchJob and a TrainJob share it)."""
+    return click.option("--target", type=click.Choice(["pytorchjob", "trainjob"]), default=None,
+                        help="The job's kind (default: look among the installed ones).")(func)
+
+
 def connect_from(context: str | None, kubeconfig: str | None, request_timeout: float | None = None) -> Connection:
     from kubetrain.client.connection import connect
 

@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kubetrain.cli.cluster_opts import age, cluster_options, connect_from, print_table
+from kubetrain.cli.cluster_opts import age, cluster_options, connect_from, print_table, target_option
 from kubetrain.cli.output import handle_errors, info
-from kubetrain.errors import ClusterError
 
 if TYPE_CHECKING:
     from kubetrain.client.connection import Connection
@@ -19,14 +18,11 @@ if TYPE_CHECKING:
 OUTPUT = click.Choice(["text", "json", "yaml"])
 
 
-def installed_targets(connection: Connection) -> list[Target]:
-    from kubetrain.client.errors import CRD_HINT
-    from kubetrain.client.targets import installed
+def installed_targets(connection: Connection, target: str | None = None) -> list[Target]:
+    """The kinds to look a job up among: --target's, else every installed one."""
+    from kubetrain.client.targets import TARGETS, installed_or_fail
 
-    found = installed(connection.rest)
-    if not found:
-        raise ClusterError(f"neither PyTorchJob nor TrainJob is installed in this cluster: {CRD_HINT}")
-    return found
+    return [TARGETS[target]] if target else installed_or_fail(connection.rest)
 
 
 @click.command()
@@ -35,9 +31,10 @@ def installed_targets(connection: Connection) -> list[Target]:
 @click.option("-o", "--output", type=OUTPUT, default="text", show_default=True)
 @click.option("--events", "recent", type=click.IntRange(min=0), default=10, show_default=True,
               help="How many recent Events to show.")
+@target_option
 @handle_errors
 def status(name: str, context: str | None, kubeconfig: str | None, namespace: str | None,
-           request_timeout: float | None, output: str, recent: int) -> None:
+           request_timeout: float | None, output: str, recent: int, target: str | None) -> None:
     """Show a job's conditions, pods, recent Events and what they mean.
 
     \b
@@ -49,7 +46,7 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    result = job_status(connection.rest, installed_targets(connection), ns, name, recent)
+    result = job_status(connection.rest, installed_targets(connection, target), ns, name, recent)
     if output == "json":
         click.echo(json.dumps(result.as_dict(), indent=2))
     elif output == "yaml":
@@ -132,9 +129,10 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, re
 @click.argument("name")
 @cluster_options
 @click.option("-o", "--output", type=OUTPUT, default="text", show_default=True)
+@target_option
 @handle_errors
 def events(name: str, context: str | None, kubeconfig: str | None, namespace: str | None,
-           request_timeout: float | None, output: str) -> None:
+           request_timeout: float | None, output: str, target: str | None) -> None:
     """Show the Events of a job and its pods, each with a hint when there is one.
 
     \b
@@ -149,12 +147,12 @@ def events(name: str, context: str | None, kubeconfig: str | None, namespace: st
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    target, obj = jobs.find(connection.rest, installed_targets(connection), ns, name)
-    rows = job_events(connection.rest, target, ns, obj, pods.list_pods(connection.rest, target, ns, name))
+    found, obj = jobs.find(connection.rest, installed_targets(connection, target), ns, name)
+    rows = job_events(connection.rest, found, ns, obj, pods.list_pods(connection.rest, found, ns, name))
     if output != "text":
         items = [asdict(e) for e in rows]
         click.echo(json.dumps(items, indent=2) if output == "json" else dump_yaml(items), nl=output == "json")
     elif rows:
         _print_events(rows)
     else:
-        info(f"no events for {target.kind} {ns}/{name}")
+        info(f"no events for {found.kind} {ns}/{name}")

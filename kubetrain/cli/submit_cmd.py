@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from
-from kubetrain.cli.common import load, render_loaded, spec_file_option, warn_render
+from kubetrain.cli.common import load, spec_file_option
 from kubetrain.cli.output import handle_errors, info, warn
-from kubetrain.errors import ClusterError, Problem, SpecError, UsageError
+from kubetrain.errors import UsageError
 from kubetrain.render.yamlout import dump_json, dump_yaml
 from kubetrain.spec.load import LoadedSpec
 
 if TYPE_CHECKING:
     from kubetrain.client.connection import Connection
     from kubetrain.client.preflight import CheckResult
+    from kubetrain.client.submit import Submitted
     from kubetrain.client.targets import Target
 
 
@@ -75,42 +76,42 @@ def submit(filename: str, context: str | None, kubeconfig: str | None, namespace
 
         submit_to_controller(connection, loaded, ns, dry_run, output)
         return
-    chosen = _resolve_target(connection, target or loaded.job.spec.target)
+    from kubetrain.client.submit import SubmitOptions
+    from kubetrain.client.submit import submit as run_submit
+
     if build_image:
         image = _build(loaded)
-    cloud = _resolve_cloud(connection) if loaded.job.spec.placement.cloud == "auto" else None
-    objects = render_loaded(loaded, target=chosen.name, namespace=ns, image=image, cloud=cloud)
-    warn_render(loaded, cloud)
-    validate_rendered(connection, chosen, objects)
-    if not skip_preflight and not (not replace and _unchanged(connection, chosen, objects)):
-        run_preflight(connection, chosen, objects, ns, skip_fit)
-        if wait_capacity and not skip_fit and dry_run == "none":
-            _wait_for_capacity(connection, chosen, objects, ns, timeout)
-    name = _apply(connection, chosen, objects, dry_run, replace, timeout, output)
+    options = SubmitOptions(target, image, dry_run, replace, not skip_preflight, skip_fit, wait_capacity, timeout)
+    submitted = run_submit(connection, loaded, ns, options, _CliReporter())
+    _print_result(submitted, output)
     if follow:
-        _follow(connection, chosen, ns, name, timeout)
+        _follow(connection, submitted.target, ns, submitted.name, timeout)
     if wait:
-        _wait(connection, chosen, ns, name, timeout)
+        _wait(connection, submitted.target, ns, submitted.name, timeout)
 
 
-def _resolve_target(connection: Connection, wanted: str) -> Target:
-    from kubetrain.client.targets import resolve
+class _CliReporter:
+    """Pipeline messages on stderr; preflight check marks coloured on a terminal."""
 
-    return resolve(connection.api, wanted)
+    def info(self, message: str) -> None:
+        info(message)
+
+    def warn(self, message: str) -> None:
+        warn(message)
+
+    def check(self, result: CheckResult) -> None:
+        info(_styled(result))
 
 
-def _resolve_cloud(connection: Connection) -> str:
-    """`placement.cloud: auto`: the profile the cluster's (GPU) nodes look like, as `kubetrain doctor` shows."""
-    from kubetrain.client.cloud import detect_cloud
-    from kubetrain.client.doctor import list_node_dicts
-
-    nodes = list_node_dicts(connection)
-    if nodes is None:
-        warn("placement.cloud auto: may not list nodes, using no cloud profile (set placement.cloud)")
-        return "none"
-    profile = detect_cloud(nodes) or "none"
-    info(f"placement.cloud auto: this cluster looks like {profile}")
-    return profile
+def _print_result(submitted: Submitted, output: str | None) -> None:
+    if output == "yaml":
+        click.echo(dump_yaml(submitted.objects), nl=False)
+    elif output == "json":
+        click.echo(dump_json(submitted.objects), nl=False)
+    elif output == "name":
+        click.echo(f"{submitted.target.kind.lower()}.{submitted.target.group}/{submitted.name}")
+    else:
+        click.echo(submitted.name)
 
 
 def _build(loaded: LoadedSpec) -> str:
@@ -119,109 +120,12 @@ def _build(loaded: LoadedSpec) -> str:
     return build_image(loaded, push=True)
 
 
-def validate_rendered(connection: Connection, target: Target, objects: list[dict[str, Any]]) -> None:
-    """Offline schema + semantic checks, with the cluster's own CRD when we may read it."""
-    from kubetrain.client.crds import crd_if_readable
-    from kubetrain.validate import SchemaStore
-    from kubetrain.validate.engine import validate_document
-    from kubetrain.validate.schemas import cached_crds
-    from kubetrain.yamlsrc import ParsedDoc
-
-    store = SchemaStore()
-    for crd, source in [*crd_if_readable(connection, target.resource), *cached_crds()]:
-        store.add_crd(crd, source)
-    if store.validator(target.api_version, target.kind) is None:
-        info(f"validate: no local schema for {target.kind}; the API server validates it on apply")
-    issues = [issue for index, obj in enumerate(objects, 1)
-              for issue in validate_document(ParsedDoc(obj), "<rendered>", index, store, True)
-              if not issue.message.startswith("no schema for")]
-    for issue in issues:
-        if issue.severity != "error":
-            warn(issue.text())
-    errors = [Problem("", issue.text()) for issue in issues if issue.severity == "error"]
-    if errors:
-        raise SpecError(errors)
-
-
-def _unchanged(connection: Connection, target: Target, objects: list[dict[str, Any]]) -> bool:
-    """Is this very spec already submitted? Then there is nothing to check: re-submitting is a no-op even
-    on a full cluster (its own pods hold the GPUs the fit check would miss)."""
-    from kubetrain.client import apply, jobs
-
-    job = objects[-1]
-    try:
-        existing = jobs.get(connection.rest, target, job["metadata"]["namespace"], job["metadata"]["name"])
-    except ClusterError:
-        return False  # forbidden, no namespace, no CRD...: preflight explains it, check by check
-    same = existing is not None and bool(apply.spec_hash(job)) and apply.spec_hash(existing) == apply.spec_hash(job)
-    if same:
-        info("preflight: skipped, the same spec is already submitted")
-    return same
-
-
-def run_preflight(connection: Connection, target: Target, objects: list[dict[str, Any]], namespace: str,
-                  skip_fit: bool = False) -> None:
-    from kubetrain.client import preflight
-
-    results = preflight.run(connection.api, target, objects, namespace, connection.server, skip_fit)
-    for result in results:
-        info(_styled(result))
-    failures = preflight.failed(results)
-    if failures:
-        fit_only = all(f.name == "fit" for f in failures)
-        raise ClusterError(f"preflight failed ({len(failures)} check(s) marked ✗): fix them, "
-                           f"or {'--skip-fit' if fit_only else '--skip-preflight'} to submit anyway")
-
-
-def _wait_for_capacity(connection: Connection, target: Target, objects: list[dict[str, Any]], namespace: str,
-                       timeout: float | None, every: float = 5.0) -> None:
-    """Poll the fit check until the job fits the free GPUs (a never-fit job was refused before this)."""
-    import time
-
-    from kubetrain.client import preflight
-    from kubetrain.client.watch import WaitTimeout
-
-    job = objects[-1]
-    deadline = None if timeout is None else time.monotonic() + timeout
-    said = False
-    while (result := preflight.check_fit(connection.api, job, target, namespace,
-                                         job["metadata"]["name"])).status != preflight.OK:
-        if deadline is not None and time.monotonic() > deadline:
-            raise WaitTimeout(f"timed out after {timeout:g}s waiting for GPU capacity: {result.message}")
-        if not said:
-            info("--wait-for-capacity: waiting until the job fits the free GPUs")
-            said = True
-        time.sleep(every)
-    if said:
-        info(f"capacity: {result.message}")
-
-
 def _styled(result: CheckResult) -> str:
     line = result.line()
     if not sys.stderr.isatty():
         return line
     colour = {"ok": "green", "fail": "red", "warn": "yellow"}[result.status]
     return click.style(line[0], fg=colour) + line[1:]
-
-
-def _apply(connection: Connection, target: Target, objects: list[dict[str, Any]], dry_run: str, replace: bool,
-           timeout: float | None, output: str | None) -> str:
-    from kubetrain.client import apply
-
-    job = objects[-1]
-    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
-    if replace and dry_run == "none":
-        info(f"replacing {target.kind} {namespace}/{name} if it exists (deleting it and its pods first)")
-    result = apply.submit(connection.api, target, objects, dry_run=None if dry_run == "none" else dry_run,
-                          replace=replace, timeout=300 if timeout is None else timeout)
-    info(result.message(target, name, namespace))
-    if output == "yaml":
-        click.echo(dump_yaml(result.objects), nl=False)
-    elif output == "json":
-        click.echo(dump_json(result.objects), nl=False)
-    else:
-        click.echo(f"{target.kind.lower()}.{target.group}/{name}" if output == "name" else name)
-    return str(name)
 
 
 def _wait(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from kubetrain.client import jobs, targets, watch
 from kubetrain.client.connection import Connection
-from kubetrain.client.errors import CRD_HINT, api_message, cluster_errors, is_api_error
+from kubetrain.client.errors import api_message, cluster_errors, is_api_error
 from kubetrain.client.logmerge import LineAssembler, Prefixer, merge
 from kubetrain.client.logstream import PodFollower
 from kubetrain.client.pending import PendingReporter
@@ -40,7 +40,7 @@ from kubetrain.client.pods import (
 )
 from kubetrain.client.progress import ProgressTracker
 from kubetrain.client.targets import Target
-from kubetrain.errors import ClusterError, UsageError
+from kubetrain.errors import UsageError
 
 Sink = Callable[[str], None]
 Notice = Callable[[str], None]
@@ -70,13 +70,12 @@ class FollowResult:
 
 def find_job(api: Any, namespace: str, name: str,
              target: str | Target | None) -> tuple[Target, dict[str, Any]]:
-    """The job and its kind; `target` None or "auto" looks among the installed kinds."""
+    """The job and its kind; `target` None or "auto" looks among the installed kinds. The one job lookup of
+    every command (status, events, logs, gpu, delete) and of kubetrain.api."""
     if isinstance(target, Target):
         candidates = [target]
     else:
-        candidates = [targets.TARGETS[target]] if target and target != "auto" else targets.installed(api)
-    if not candidates:
-        raise ClusterError(f"neither PyTorchJob nor TrainJob is installed on this cluster: {CRD_HINT}")
+        candidates = [targets.TARGETS[target]] if target and target != "auto" else targets.installed_or_fail(api)
     return jobs.find(api, candidates, namespace, name)
 
 
