@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.client import targets, watch
+from kubetrain.client.access import can_i
 from kubetrain.client.cloud import allocatable_gpus, detect_cloud, gpu_groups, has_gpu_labels, is_gpu_node
 from kubetrain.client.connection import Connection
 from kubetrain.client.errors import CRD_HINT, api_message, cluster_errors
@@ -68,7 +69,7 @@ def run_doctor(conn: Connection, namespace: str) -> Report:
     report.checks.append(Check(OK, "server", f"Kubernetes {version.git_version} at {report.server}"))
     with cluster_errors("discover the cluster's APIs", report.server):
         installed = [t for t in targets.AUTO_ORDER if targets.served(api, t)]
-        report.checks += training_checks(installed, _served(api, JOBSET[0], JOBSET[1], JOBSET[2]),
+        report.checks += training_checks(installed, targets.serves(api, *JOBSET[:3]),
                                          lambda t: find_operator(api, t.operators))
         nodes = _list(api, client.CoreV1Api(api).list_node)
         daemonsets = _list(api, client.AppsV1Api(api).list_daemon_set_for_all_namespaces)
@@ -97,16 +98,6 @@ def _list(api: client.ApiClient, list_fn: Callable[..., Any]) -> list[dict[str, 
             return Forbidden(api_message(exc))
         raise
     return items
-
-
-def _served(api: client.ApiClient, group: str, version: str, plural: str) -> bool:
-    try:
-        resources = client.CustomObjectsApi(api).get_api_resources(group, version)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return any(r.name == plural for r in resources.resources or [])
 
 
 # ---- training APIs and their operators ------------------------------------------------------------------
@@ -281,7 +272,7 @@ def cloud_profile(nodes: list[dict[str, Any]] | Forbidden) -> tuple[str | None, 
 
 # ---- queues and access ----------------------------------------------------------------------------------------
 def queue_checks(api: client.ApiClient) -> list[Check]:
-    found = [name for name, group, version, plural in QUEUES if _served(api, group, version, plural)]
+    found = [name for name, group, version, plural in QUEUES if targets.serves(api, group, version, plural)]
     if not found:
         return [Check(OK, "queue", "no Kueue or Volcano: jobs start as soon as their pods fit")]
     hint = "set spec.scheduling.queue to a LocalQueue (kubectl get localqueues -n <ns>)" if "Kueue" in found else ""
@@ -301,7 +292,7 @@ def rbac_checks(api: client.ApiClient, namespace: str, installed: list[Target]) 
     optional = [((g, r, v, None if r == "nodes" else namespace), use) for g, r, verbs, use in OPTIONAL_NEEDS
                 for v in verbs]
     with ThreadPoolExecutor(8) as pool:
-        allowed = list(pool.map(lambda a: can_i(api, *a), asks + [a for a, _ in optional]))
+        allowed = list(pool.map(lambda a: can_i(api, a[2], a[0], a[1], a[3])[0], asks + [a for a, _ in optional]))
     missing = [_show(a) for a, ok in zip(asks, allowed, strict=False) if not ok]
     missing_optional = [f"{_show(a)} (for {use})" for (a, use), ok in zip(optional, allowed[len(asks):], strict=True)
                         if not ok]
@@ -323,10 +314,3 @@ def _show(ask: tuple[str, str, str, str | None]) -> str:
     return f"{verb} {resource}{'.' + group if group else ''}"
 
 
-def can_i(api: client.ApiClient, group: str, resource: str, verb: str, namespace: str | None) -> bool:
-    resource, _, subresource = resource.partition("/")
-    attributes = client.V1ResourceAttributes(group=group, resource=resource, verb=verb,
-                                             subresource=subresource or None, namespace=namespace)
-    body = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes))
-    review = client.AuthorizationV1Api(api).create_self_subject_access_review(body)
-    return bool(review.status and review.status.allowed)

@@ -10,6 +10,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.client import fit as fitting
+from kubetrain.client.access import can_i
 from kubetrain.client.errors import CRD_HINT, api_message, translate
 from kubetrain.client.jobs import pod_specs
 from kubetrain.client.targets import Target, served
@@ -72,14 +73,6 @@ def check_reachable(api: client.ApiClient, server: str) -> CheckResult:
     return CheckResult("API server", OK, f"{server or 'reachable'} (Kubernetes {version.major}.{version.minor})")
 
 
-def can_i(api: client.ApiClient, verb: str, group: str, resource: str, namespace: str) -> tuple[bool, str]:
-    attributes = client.V1ResourceAttributes(verb=verb, group=group, resource=resource, namespace=namespace)
-    review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
-        resource_attributes=attributes))
-    status = client.AuthorizationV1Api(api).create_self_subject_access_review(review).status
-    return (bool(status.allowed), str(status.reason or "")) if status else (False, "no status")
-
-
 def check_access(api: client.ApiClient, target: Target, namespace: str, with_configmap: bool) -> CheckResult:
     wanted = [("create", target.group, target.plural), ("get", target.group, target.plural)]
     if with_configmap:
@@ -109,24 +102,23 @@ def check_crd(api: client.ApiClient, target: Target) -> CheckResult:
 
 
 def check_operator(api: client.ApiClient, target: Target) -> CheckResult:
-    """The operator's Deployment, if it is in one of the usual places (it may run elsewhere: then a note)."""
-    apps = client.AppsV1Api(api)
-    for namespace, name in target.operators:
-        try:
-            deployment = apps.read_namespaced_deployment(name, namespace)
-        except ApiException as exc:
-            if exc.status in (403, 404):
-                continue
-            raise
-        want = deployment.spec.replicas or 1 if deployment.spec else 1
-        ready = (deployment.status.available_replicas or 0) if deployment.status else 0
-        if ready >= 1:
-            return CheckResult("operator", OK, f"Deployment {namespace}/{name} ready ({ready}/{want})")
-        return CheckResult("operator", FAIL, f"Deployment {namespace}/{name} is not ready ({ready}/{want} available)",
-                           f"jobs will not start until it is: kubectl -n {namespace} describe deployment {name}")
-    places = ", ".join(f"{ns}/{n}" for ns, n in target.operators)
-    return CheckResult("operator", WARN, f"no {target.operator_name} Deployment at {places}; assuming it runs "
-                       "elsewhere")
+    """The operator's Deployment (the same lookup and verdict as `kubetrain doctor`); it may run elsewhere,
+    or we may not read Deployments: then a note."""
+    from kubetrain.client.doctor import Forbidden, deployment_health, find_operator
+
+    deployment = find_operator(api, target.operators)
+    if isinstance(deployment, Forbidden):
+        return CheckResult("operator", WARN, f"cannot check the {target.operator_name} Deployment: {deployment}")
+    if deployment is None:
+        places = ", ".join(f"{ns}/{n}" for ns, n in target.operators)
+        return CheckResult("operator", WARN, f"no {target.operator_name} Deployment at {places}; assuming it "
+                           "runs elsewhere")
+    healthy, text = deployment_health(deployment)
+    if healthy:
+        return CheckResult("operator", OK, text)
+    namespace, name = deployment["metadata"]["namespace"], deployment["metadata"]["name"]
+    return CheckResult("operator", FAIL, f"{text}: not ready",
+                       f"jobs will not start until it is: kubectl -n {namespace} describe deployment {name}")
 
 
 def check_namespace(api: client.ApiClient, namespace: str) -> CheckResult:

@@ -56,13 +56,18 @@ AUTO_ORDER = (PYTORCHJOB, TRAINJOB)
 
 def served(api: Any, target: Target) -> bool:
     """Does the API server serve the target's resource? Uses discovery, which every user may read."""
+    return serves(api, target.group, target.version, target.plural)
+
+
+def serves(api: Any, group: str, version: str, plural: str) -> bool:
+    """Is group/version/plural served (discovery; a 404 means the group/version is not)?"""
     try:
-        resources = rest_of(api).get(f"/apis/{target.group}/{target.version}")
+        resources = rest_of(api).get(f"/apis/{group}/{version}")
     except Exception as exc:
         if is_api_error(exc) and getattr(exc, "status", None) == 404:
             return False
         raise
-    return any(r.get("name") == target.plural for r in resources.get("resources") or [])
+    return any(r.get("name") == plural for r in resources.get("resources") or [])
 
 
 def installed(api: Any) -> list[Target]:
