@@ -71,18 +71,19 @@ class ObjectCheckpointStore(StoreBase):
         return self.root + url[len(self.url):]
 
     def _steps(self) -> dict[int, bool]:
-        """step -> has a manifest, for every step-<N>/ prefix."""
+        """step -> has a manifest, for every step-<N>/ prefix (one recursive listing)."""
         self.fs.invalidate_cache()  # listings are cached per process; other processes write here
         try:
-            entries = self.fs.ls(self.root, detail=False)
+            objects = self.fs.find(self.root)
         except FileNotFoundError:
             return {}
         found: dict[int, bool] = {}
-        for entry in entries:
-            match = NAME_RE.match(str(entry).rstrip("/").rsplit("/", 1)[-1])
+        for name in objects:
+            prefix, _, leaf = str(name)[len(self.root) + 1:].partition("/")
+            match = NAME_RE.match(prefix)
             if match and not match.group(2):
                 step = int(match.group(1))
-                found[step] = self.fs.exists(f"{self.root}/step-{step:010d}/{MANIFEST}")
+                found[step] = found.get(step, False) or leaf == MANIFEST
         return found
 
     # --- the CheckpointStore interface ----------------------------------------------------------------
