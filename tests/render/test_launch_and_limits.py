@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.render.launch import container_command
 from kubetrain.errors import RenderError, SpecError
 from kubetrain.render import RenderOptions, render_job
 from kubetrain.render.code import collect_code
-from kubetrain.render.launch import launcher_warnings
+from kubetrain.render.launch import container_command, launcher_warnings
 from tests.render.test_rules import job, pod, pytorchjob
 
 

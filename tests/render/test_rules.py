@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from kubetrain.render.launch import container_command
 from kubetrain.errors import RenderError
 from kubetrain.render import RenderOptions, render_job
 from kubetrain.render.code import collect_code
+from kubetrain.render.launch import container_command
 from kubetrain.render.yamlout import dump_yaml
 from kubetrain.spec.load import validate_data
 from kubetrain.spec.model import TrainingJob
