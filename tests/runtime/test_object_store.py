@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import signal
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.runtime.helpers import Run, ft_train, quiet_env, records, run_sync, worker_pid, write_spec
+from tests.runtime.helpers import Run, ft_train, kill_9_after, quiet_env, records, run_sync, write_spec
 from tests.runtime.torchmod import require_torch
 from tests.testenv.s3 import S3Server
 
@@ -48,39 +46,34 @@ def test_s3_checkpoints_survive_kill_9_bit_identical_with_retention_and_partial_
         tmp_path: Path, s3_server: S3Server) -> None:
     bucket, fs = s3_server.bucket("ckpt"), s3_server.filesystem()
     elastic = {"minNodes": 2, "maxNodes": 2, "maxRestarts": 2}
-    reference = write_spec(tmp_path / "ref.yaml", train=ft_train(epochs=2),
+    reference = write_spec(tmp_path / "ref.yaml", train=ft_train(epochs=1),
                            checkpoint={"dir": f"{bucket}/ref", "everySteps": 4, "keep": 2}, elastic=elastic)
-    spec = write_spec(tmp_path / "job.yaml", train=ft_train(epochs=2),
+    spec = write_spec(tmp_path / "job.yaml", train=ft_train(epochs=1),
                       checkpoint={"dir": f"{bucket}/killed", "everySteps": 4, "keep": 2}, elastic=elastic)
     # a checkpoint whose writer died before the manifest: never loaded, reported and removed on start
-    fs.pipe_file(f"{bucket.removeprefix('s3://')}/killed/{STEP.format(30)}/state.pt", b"half a checkpoint")
+    fs.pipe_file(f"{bucket.removeprefix('s3://')}/killed/{STEP.format(14)}/state.pt", b"half a checkpoint")
     ref = run_sync(["-f", str(reference)], quiet_env(**s3_server.env()))
     assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
 
     marker = uuid.uuid4().hex
-    run = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker, FT_SLEEP="0.004", **s3_server.env()))
-    try:
-        run.wait_for(lambda r: r["kind"] == "checkpoint" and r["step"] >= 8)
-        os.kill(worker_pid(marker, rank=1), signal.SIGKILL)
-        code, out, err = run.finish()
-    finally:
-        run.kill()
+    run = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker, FT_SLEEP="0.01", **s3_server.env()))
+    code, out, err = kill_9_after(run, marker, lambda r: r["kind"] == "checkpoint" and r["step"] >= 4)
     assert code == 0, out[-4000:] + err[-4000:]
     killed_url = f"{bucket}/killed"
-    assert f"removed partial checkpoint {killed_url}/{STEP.format(30)} (a write that did not finish)" in out
+    assert f"removed partial checkpoint {killed_url}/{STEP.format(14)} (a write that did not finish)" in out
     resumes = records(out, "resume")
-    assert len(resumes) == 1 and 8 <= resumes[0]["step"] < 32 and resumes[0]["path"].startswith(killed_url)
+    assert len(resumes) == 1 and 4 <= resumes[0]["step"] < 16 and resumes[0]["path"].startswith(killed_url)
     # retention: keep 2, every kept checkpoint complete (its objects, then the manifest)
     for url in (f"{bucket}/ref", killed_url):
-        assert listing(fs, url) == {STEP.format(n): [MANIFEST, "state.pt"] for n in (28, 32)}
-    expected, actual = s3_state(fs, f"{bucket}/ref", 32), s3_state(fs, killed_url, 32)
-    assert expected["step"] == actual["step"] == 32
+        assert listing(fs, url) == {STEP.format(n): [MANIFEST, "state.pt"] for n in (12, 16)}
+    expected, actual = s3_state(fs, f"{bucket}/ref", 16), s3_state(fs, killed_url, 16)
+    assert expected["step"] == actual["step"] == 16
     for key, value in expected["model"].items():
         assert torch.equal(value, actual["model"][key]) if torch.is_tensor(value) else value == actual["model"][key]
     for index, state in expected["optimizer"]["state"].items():
         assert torch.equal(state["momentum_buffer"], actual["optimizer"]["state"][index]["momentum_buffer"])
-    manifest = json.loads(fs.cat_file(f"{killed_url.removeprefix('s3://')}/{STEP.format(32)}/{MANIFEST}"))
-    assert manifest["objects"]["state.pt"] == fs.size(f"{killed_url.removeprefix('s3://')}/{STEP.format(32)}/state.pt")
+    manifest = json.loads(fs.cat_file(f"{killed_url.removeprefix('s3://')}/{STEP.format(16)}/{MANIFEST}"))
+    assert manifest["objects"]["state.pt"] == fs.size(f"{killed_url.removeprefix('s3://')}/{STEP.format(16)}/state.pt")
 
 
 @pytest.mark.torch
