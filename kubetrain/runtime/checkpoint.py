@@ -74,6 +74,12 @@ class StoreBase:
     def is_sharded(self, path: Any) -> bool:
         raise NotImplementedError
 
+    def save(self, state: dict[str, Any], step: int) -> Any:
+        raise NotImplementedError
+
+    def clean_partial(self) -> list[Any]:
+        raise NotImplementedError
+
     def remove(self, path: Any) -> None:
         raise NotImplementedError
 
@@ -183,7 +189,7 @@ class CheckpointStore(StoreBase):
         return FileSystemReader(str(path))
 
 
-def open_store(directory: str, keep: int) -> CheckpointStore | Any:
+def open_store(directory: str, keep: int) -> StoreBase:
     """The store for `checkpoint.dir`: a local directory, or an object store for s3://, gs://, az://."""
     from kubetrain.runtime.objstore import ObjectCheckpointStore, object_store_url
 

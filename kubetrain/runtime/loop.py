@@ -70,7 +70,7 @@ class Loop:
     eval_loader: DataLoader[Any] | None
     batches: int
     total_steps: int
-    store: Any  # a CheckpointStore or an ObjectCheckpointStore (StoreBase), or None
+    store: StoreBase | None  # a CheckpointStore (a directory) or an ObjectCheckpointStore (s3://, ...)
     resume: bool
     every_steps: int | None
     stop: StopSignal
@@ -326,7 +326,7 @@ class Loop:
 
     def _newest(self) -> tuple[Any, dict[str, Any] | None] | None:
         """Rank 0: the newest complete checkpoint of this strategy's kind (a file, or a sharded directory)."""
-        assert isinstance(self.store, StoreBase)
+        assert self.store is not None
         newest = self.store.complete()
         sharded = bool(newest) and self.store.is_sharded(newest[0][1])
         if newest and sharded != (self.sharded is not None):
