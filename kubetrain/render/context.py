@@ -10,7 +10,7 @@ from typing import Any
 
 from kubetrain.render.code import CodeBundle, configmap_payload
 from kubetrain.render.gpudirect import gpudirect_annotations, gpudirect_env, gpudirect_sidecar, gpudirect_volumes
-from kubetrain.render.launch import torchrun_args
+from kubetrain.render.launch import container_command, torchrun_args
 from kubetrain.render.placement import GPU_RESOURCE, placement_for
 from kubetrain.spec.model import JobSpec, TrainingJob
 from kubetrain.spec.network import FABRICS
@@ -196,6 +196,7 @@ def template_context(job: TrainingJob, options: RenderOptions) -> dict[str, Any]
         "pod_annotations": pod_annotations(job),
         "spec": spec,
         "image": options.image or spec.image,
+        "command": container_command(),
         "args": torchrun_args(spec, workdir),
         "workdir": workdir,
         "env": env(job),

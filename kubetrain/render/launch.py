@@ -6,6 +6,8 @@ Most PyTorchJobs in the wild already start with a launcher (`torchrun ...`, `pyt
 PET_* variables the operator sets (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR...), so
 flags that disagree with the spec, or pin a rank or address, are warned about. `accelerate launch` and
 `deepspeed` are refused by the spec checks (`launcher_problem`): both start their own multi-node launcher.
+
+The container's main process is a POSIX-sh wrapper around torchrun (`container_command`, see STOP_WRAPPER).
 """
 
 from __future__ import annotations
@@ -27,6 +29,32 @@ _REFUSED = {
 }
 _SWITCHES = {"--standalone", "--no-python", "--run-path", "--module", "--m"}  # torchrun flags without a value
 _PINNED = ("--node-rank", "--master-addr", "--master-port", "--rdzv-endpoint", "--rdzv-id")
+
+# The pod's main process. torchrun exits 1 when it is stopped by SIGTERM (its workers have written their stop
+# checkpoint and exited 143), so `restartPolicy: ExitCode` would treat every preemption as a permanent
+# failure. The kubelet signals only the container's main process, so this sh runs torchrun as a child,
+# forwards SIGTERM/SIGINT to it, waits for it to finish (the workers' stop checkpoint) and then exits
+# 128 + signal (143 for SIGTERM); without a signal it exits with torchrun's own code. POSIX sh only, so it
+# works in any image that has torch, kubetrain installed or not. `wait` returns early (>128) when a trapped
+# signal arrives, hence the loop until torchrun is really gone. Kubernetes appends `args` to `command`:
+# they become "$@" ($0 is the name after the script).
+STOP_WRAPPER = (
+    'stop=0; child=""; '
+    'trap \'stop=143; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null\' TERM; '
+    'trap \'stop=130; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null\' INT; '
+    'torchrun "$@" & child=$!; '
+    '[ "$stop" = 0 ] || kill -TERM "$child" 2>/dev/null; '
+    'wait "$child"; code=$?; '
+    'while kill -0 "$child" 2>/dev/null; do wait "$child"; code=$?; done; '
+    'if [ "$stop" != 0 ]; then '
+    'echo "kubetrain: stopped by a signal; torchrun exited $code; exit code $stop" >&2; exit "$stop"; fi; '
+    'exit "$code"'
+)
+
+
+def container_command() -> list[str]:
+    """The container's `command`; torchrun's arguments (`torchrun_args`) are its `args`."""
+    return ["sh", "-c", STOP_WRAPPER, "torchrun"]
 
 
 def launcher(command: list[str] | None) -> tuple[str, list[str]] | None:

@@ -25,6 +25,7 @@ import torch
 NAME_RE = re.compile(r"^step-(\d{10})(\.pt)?$")  # a file (.pt) or a sharded directory
 TMP_PREFIX = ".tmp-"
 FORMAT_VERSION = 1
+SHARDED_META = "meta.pt"  # position, scheduler and RNG states in a sharded checkpoint (rank 0 writes it)
 
 
 def checkpoint_name(step: int) -> str:
@@ -58,7 +59,50 @@ def publish(tmp: Path, final: Path) -> None:
     _fsync_dir(final.parent)
 
 
-class CheckpointStore:
+class StoreBase:
+    """What a local directory and an object store (kubetrain.runtime.objstore) share: retention and
+    the newest-loadable lookup, in terms of complete(), load() and remove()."""
+
+    keep: int
+
+    def complete(self) -> list[tuple[int, Any]]:
+        raise NotImplementedError
+
+    def load(self, path: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def is_sharded(self, path: Any) -> bool:
+        raise NotImplementedError
+
+    def save(self, state: dict[str, Any], step: int) -> Any:
+        raise NotImplementedError
+
+    def clean_partial(self) -> list[Any]:
+        raise NotImplementedError
+
+    def remove(self, path: Any) -> None:
+        raise NotImplementedError
+
+    def prune(self) -> list[Any]:
+        """Delete all but the newest `keep` complete checkpoints; returns what was deleted."""
+        removed = [path for _, path in self.complete()[self.keep:]]
+        for path in removed:
+            self.remove(path)
+        return removed
+
+    def load_newest(self) -> tuple[Any, dict[str, Any]] | None:
+        """The newest checkpoint that loads; damaged ones are reported on stderr and skipped."""
+        for _, path in self.complete():
+            started = time.monotonic()
+            try:
+                return path, self.load(path)
+            except Exception as exc:  # a damaged file must not stop the job: fall back to an older one
+                print(f"kubetrain.runtime: warning: skipping unreadable checkpoint {path} "
+                      f"({type(exc).__name__}: {exc}; {time.monotonic() - started:.1f}s)", file=sys.stderr)
+        return None
+
+
+class CheckpointStore(StoreBase):
     """A directory of checkpoints. Only rank 0 writes; every rank may read."""
 
     def __init__(self, directory: str | Path, keep: int = 3) -> None:
@@ -76,6 +120,9 @@ class CheckpointStore:
                 found.append((int(match.group(1)), path))
         return sorted(found, reverse=True)
 
+    def is_sharded(self, path: str | Path) -> bool:
+        return Path(path).is_dir()
+
     def save(self, state: dict[str, Any], step: int) -> Path:
         """Write atomically: temp file, flush + fsync, rename, fsync the directory."""
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -92,12 +139,8 @@ class CheckpointStore:
             raise
         return final
 
-    def prune(self) -> list[Path]:
-        """Delete all but the newest `keep` complete checkpoints; returns what was deleted."""
-        removed = [path for _, path in self.complete()[self.keep:]]
-        for path in removed:
-            remove(path)
-        return removed
+    def remove(self, path: str | Path) -> None:
+        remove(Path(path))
 
     def clean_partial(self) -> list[Path]:
         """Remove temp files left by a writer that died mid-write (call only when nobody is writing)."""
@@ -108,20 +151,46 @@ class CheckpointStore:
             remove(path)
         return partial
 
-    def load(self, path: Path) -> dict[str, Any]:
+    def load(self, path: str | Path) -> dict[str, Any]:
         """Load one checkpoint onto the CPU (tensors, numbers and strings only: weights_only)."""
         state = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
             raise ValueError(f"{path}: not a kubetrain checkpoint (format {FORMAT_VERSION})")
         return state
 
-    def load_newest(self) -> tuple[Path, dict[str, Any]] | None:
-        """The newest checkpoint that loads; damaged ones are reported on stderr and skipped."""
-        for _, path in self.complete():
-            started = time.monotonic()
-            try:
-                return path, self.load(path)
-            except Exception as exc:  # a damaged file must not stop the job: fall back to an older one
-                print(f"kubetrain.runtime: warning: skipping unreadable checkpoint {path} "
-                      f"({type(exc).__name__}: {exc}; {time.monotonic() - started:.1f}s)", file=sys.stderr)
-        return None
+    # --- sharded (DCP) checkpoints: kubetrain.runtime.sharded -----------------------------------------
+    def sharded_target(self, step: int) -> tuple[Path, Path]:
+        """(where DCP writes, where the checkpoint is published)."""
+        final = self.directory / f"step-{step:010d}"
+        return self.directory / f"{TMP_PREFIX}{final.name}", final
+
+    def write_meta(self, tmp: str | Path, meta: dict[str, Any]) -> None:
+        Path(tmp).mkdir(parents=True, exist_ok=True)
+        with open(Path(tmp) / SHARDED_META, "wb") as handle:
+            torch.save(meta, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def read_meta(self, path: str | Path) -> dict[str, Any]:
+        meta: dict[str, Any] = torch.load(Path(path) / SHARDED_META, map_location="cpu", weights_only=True)
+        return meta
+
+    def publish_sharded(self, tmp: str | Path, final: str | Path) -> None:
+        publish(Path(tmp), Path(final))
+
+    def dcp_writer(self, tmp: str | Path) -> Any:
+        from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+        return FileSystemWriter(str(tmp))
+
+    def dcp_reader(self, path: str | Path) -> Any:
+        from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+        return FileSystemReader(str(path))
+
+
+def open_store(directory: str, keep: int) -> StoreBase:
+    """The store for `checkpoint.dir`: a local directory, or an object store for s3://, gs://, az://."""
+    from kubetrain.runtime.objstore import ObjectCheckpointStore, object_store_url
+
+    return ObjectCheckpointStore(directory, keep) if object_store_url(directory) else CheckpointStore(directory, keep)

@@ -7,14 +7,13 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from kubetrain.runtime.checkpoint import CheckpointStore
+from kubetrain.runtime.checkpoint import StoreBase
 from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.data import ResumableSampler, batch_size_of, to_device
 from kubetrain.runtime.distributed import DistEnv
@@ -71,7 +70,7 @@ class Loop:
     eval_loader: DataLoader[Any] | None
     batches: int
     total_steps: int
-    store: CheckpointStore | None
+    store: StoreBase | None  # a CheckpointStore (a directory) or an ObjectCheckpointStore (s3://, ...)
     resume: bool
     every_steps: int | None
     stop: StopSignal
@@ -296,7 +295,7 @@ class Loop:
         for done in published:
             self._report_checkpoint(done.step, done.path, done.reason, done.seconds, done.epoch)
 
-    def _report_checkpoint(self, step: int, path: Path, reason: str, seconds: float,
+    def _report_checkpoint(self, step: int, path: Any, reason: str, seconds: float,
                            epoch: int | None = None) -> None:
         self.reporter.emit("checkpoint", step=step, epoch=self.epoch if epoch is None else epoch, path=str(path),
                            reason=reason, seconds=round(seconds, 3))
@@ -306,7 +305,7 @@ class Loop:
         """Rank 0 picks the newest complete checkpoint; every rank loads that one."""
         if self.store is None or not self.resume:
             return
-        chosen: tuple[Path, dict[str, Any] | None] | None = None
+        chosen: tuple[Any, dict[str, Any] | None] | None = None
         if self.env.is_main:
             for partial in self.store.clean_partial():
                 print(f"kubetrain.runtime: removed partial checkpoint {partial} (a write that did not finish)",
@@ -316,21 +315,22 @@ class Loop:
         if path is None:
             return
         if self.sharded is not None:
-            state = self.sharded.load(Path(path), self.wrapped.module, self.optimizer)
+            state = self.sharded.load(path, self.wrapped.module, self.optimizer)
         else:
-            state = chosen[1] if chosen and chosen[1] is not None else self.store.load(Path(path))
+            state = chosen[1] if chosen and chosen[1] is not None else self.store.load(path)
         self._apply(state)
         self.resumed_from = self.last_checkpoint = path
         self.saved_step = self.step
         self.reporter.emit("resume", step=self.step, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
                            path=path)
 
-    def _newest(self) -> tuple[Path, dict[str, Any] | None] | None:
+    def _newest(self) -> tuple[Any, dict[str, Any] | None] | None:
         """Rank 0: the newest complete checkpoint of this strategy's kind (a file, or a sharded directory)."""
         assert self.store is not None
         newest = self.store.complete()
-        if newest and newest[0][1].is_dir() != (self.sharded is not None):
-            writer = "fsdp" if newest[0][1].is_dir() else "ddp or dp"
+        sharded = bool(newest) and self.store.is_sharded(newest[0][1])
+        if newest and sharded != (self.sharded is not None):
+            writer = "fsdp" if sharded else "ddp or dp"
             raise RuntimeConfigError(f"spec.train.strategy: {self.train.strategy} cannot resume from "
                                      f"{newest[0][1]} (written by {writer}); use another checkpoint.dir or "
                                      "the strategy that wrote it")

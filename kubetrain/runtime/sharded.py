@@ -8,6 +8,9 @@ rank has finished, so resume never sees half a checkpoint (kubetrain.runtime.che
 Loading uses the current model's sharding as the template: DCP reads whichever saved shards overlap each
 rank's new shards, so a checkpoint written by 2 ranks resumes on 1 (or 1 on 2, or 4 on 3).
 
+On an object store (kubetrain.runtime.objstore) DCP writes in place through FsspecWriter and rank 0
+publishes by writing the manifest last; the rest is the same.
+
 asyncCheckpoint: `dcp.async_save` copies the state to host memory and writes in a background thread,
 using its own gloo process group (collectives of two threads must not share one group). The checkpoint
 is published when it is done: at the next save, at the end of training, or on SIGTERM.
@@ -15,10 +18,8 @@ is published when it is done: at the next save, at the end of training, or on SI
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,10 +28,7 @@ from torch import nn
 from torch.distributed.checkpoint import state_dict_loader, state_dict_saver
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from kubetrain.runtime.checkpoint import TMP_PREFIX, CheckpointStore, checkpoint_name, publish
 from kubetrain.runtime.distributed import DistEnv
-
-META = "meta.pt"
 
 
 @dataclass
@@ -38,7 +36,7 @@ class Published:
     """A checkpoint that just became visible: for the `checkpoint` metrics line."""
 
     step: int
-    path: Path
+    path: str
     reason: str
     seconds: float
     epoch: int
@@ -47,8 +45,8 @@ class Published:
 @dataclass
 class _Pending:
     future: Any
-    tmp: Path
-    final: Path
+    tmp: Any
+    final: Any
     step: int
     reason: str
     started: float
@@ -58,7 +56,7 @@ class _Pending:
 class ShardedCheckpoints:
     """Save/load an FSDP2 model and its optimizer as DCP directories in a CheckpointStore."""
 
-    def __init__(self, store: CheckpointStore, env: DistEnv, async_save: bool) -> None:
+    def __init__(self, store: Any, env: DistEnv, async_save: bool) -> None:
         self.store = store
         self.env = env
         # a separate group: the background writer's collectives must not interleave with training's
@@ -70,22 +68,18 @@ class ShardedCheckpoints:
              reason: str) -> list[Published]:
         """Write a checkpoint (a collective); returns what got published (the previous async one too)."""
         done = self.flush()
-        final = self.store.directory / checkpoint_name(step).removesuffix(".pt")
-        tmp = self.store.directory / f"{TMP_PREFIX}{final.name}"
+        tmp, final = self.store.sharded_target(step)
         started = time.perf_counter()
         if self.env.is_main:
-            tmp.mkdir(parents=True, exist_ok=True)
-            with open(tmp / META, "wb") as handle:
-                torch.save(meta, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
+            self.store.write_meta(tmp, meta)
         model_state, optim_state = get_state_dict(model, optimizer)
         state = {"model": model_state, "optimizer": optim_state}
         if self.async_save:
-            future = state_dict_saver.async_save(state, checkpoint_id=str(tmp), process_group=self.async_group)
+            future = state_dict_saver.async_save(state, storage_writer=self.store.dcp_writer(tmp),
+                                                 process_group=self.async_group)
             self.pending = _Pending(future, tmp, final, step, reason, started, meta["epoch"])
             return done
-        state_dict_saver.save(state, checkpoint_id=str(tmp))
+        state_dict_saver.save(state, storage_writer=self.store.dcp_writer(tmp))
         self.pending = _Pending(None, tmp, final, step, reason, started, meta["epoch"])
         return [*done, *self.flush()]
 
@@ -99,18 +93,18 @@ class ShardedCheckpoints:
         if self.env.world_size > 1:
             dist.barrier()  # every rank's shards are on storage
         if self.env.is_main:
-            publish(pending.tmp, pending.final)
+            self.store.publish_sharded(pending.tmp, pending.final)
             self.store.prune()
         if self.env.world_size > 1:
             dist.barrier()  # published before anyone reads or exits
-        return [Published(pending.step, pending.final, pending.reason, time.perf_counter() - pending.started,
+        return [Published(pending.step, str(pending.final), pending.reason, time.perf_counter() - pending.started,
                           pending.epoch)]
 
-    def load(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def load(self, path: str, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """Load into the current sharding (resharding as needed); returns rank 0's meta."""
         model_state, optim_state = get_state_dict(model, optimizer)  # templates, also initialises Adam state
         state = {"model": model_state, "optimizer": optim_state}
-        state_dict_loader.load(state, checkpoint_id=str(path))
+        state_dict_loader.load(state, storage_reader=self.store.dcp_reader(path))
         set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
-        meta: dict[str, Any] = torch.load(path / META, map_location="cpu", weights_only=True)
+        meta: dict[str, Any] = self.store.read_meta(path)
         return meta

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
-from kubetrain.runtime.checkpoint import CheckpointStore
+from kubetrain.runtime.checkpoint import open_store
 from kubetrain.runtime.config import RuntimeConfigError, resolve_ref
 from kubetrain.runtime.data import ResumableSampler, ShardSampler, make_loader, split_datasets
 from kubetrain.runtime.distributed import DistEnv, distributed
@@ -129,7 +129,7 @@ class Trainer:
         batches = len(loader)
         total_steps = train.epochs * math.ceil(batches / train.gradAccumSteps)
         scheduler = factories.scheduler(optimizer, total_steps) if factories.scheduler else None
-        store = CheckpointStore(self.checkpoint.dir, self.checkpoint.keep) if self.checkpoint.dir else None
+        store = open_store(self.checkpoint.dir, self.checkpoint.keep) if self.checkpoint.dir else None
         reporter = Reporter(env, self.stream)
         sharded = (ShardedCheckpoints(store, env, train.fsdp.asyncCheckpoint)
                    if store is not None and train.strategy == "fsdp" else None)

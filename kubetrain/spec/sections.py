@@ -253,11 +253,30 @@ class Security(Section):
     """Mount the image's filesystem read-only."""
 
 
+# checkpoint.dir URL scheme -> (fsspec backend package, kubetrain extra that installs it)
+OBJECT_STORE_BACKENDS = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
+                         "az": ("adlfs", "azure"), "abfs": ("adlfs", "azure")}
+
+
+def _checkpoint_dir(value: str | None) -> str | None:
+    scheme, sep, rest = (value or "").partition("://")
+    if not sep:
+        return value
+    if scheme not in OBJECT_STORE_BACKENDS:
+        raise ValueError(f"{scheme}:// is not a supported store; use a path or one of "
+                         + ", ".join(f"{name}://" for name in OBJECT_STORE_BACKENDS))
+    if not rest.split("/", 1)[0]:
+        raise ValueError(f"{value!r} names no bucket: use {scheme}://BUCKET/PREFIX")
+    return value
+
+
 class Checkpoint(Section):
     """Checkpointing for the kubetrain runtime (the Trainer API, and scripts that use kubetrain.runtime)."""
 
-    dir: str | None = None
-    """Directory for checkpoints, typically a volume's mountPath. Unset disables checkpointing."""
+    dir: Annotated[str | None, AfterValidator(_checkpoint_dir)] = None
+    """Where checkpoints go: a directory, typically a volume's mountPath, or an object store URL
+    (s3://BUCKET/PREFIX, gs://, az://; needs `kubetrain[s3]`, `[gcs]` or `[azure]` in the image). Unset
+    disables checkpointing."""
     everySteps: Annotated[int, Field(ge=1)] | None = None
     """Write a checkpoint every N optimizer steps (besides every epoch end and on SIGTERM)."""
     keep: Annotated[int, Field(ge=1)] = 3

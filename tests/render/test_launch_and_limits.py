@@ -9,7 +9,7 @@ import pytest
 from kubetrain.errors import RenderError, SpecError
 from kubetrain.render import RenderOptions, render_job
 from kubetrain.render.code import collect_code
-from kubetrain.render.launch import launcher_warnings
+from kubetrain.render.launch import container_command, launcher_warnings
 from tests.render.test_rules import job, pod, pytorchjob
 
 
@@ -24,7 +24,7 @@ def container(obj: dict[str, object]) -> dict[str, object]:
 ])
 def test_a_torchrun_command_is_passed_through_not_wrapped(command: list[str]) -> None:
     obj = pytorchjob(command=command, gpusPerNode=8, args=["--epochs", "2"])
-    assert container(obj)["command"] == ["torchrun"]
+    assert container(obj)["command"] == container_command()
     assert container(obj)["args"] == ["--nproc-per-node=8", "train.py", "--lr", "0.1", "--epochs", "2"]
 
 

@@ -10,6 +10,7 @@ import pytest
 from kubetrain.errors import RenderError
 from kubetrain.render import RenderOptions, render_job
 from kubetrain.render.code import collect_code
+from kubetrain.render.launch import container_command
 from kubetrain.render.yamlout import dump_yaml
 from kubetrain.spec.load import validate_data
 from kubetrain.spec.model import TrainingJob
@@ -56,7 +57,7 @@ def test_elastic_job_is_worker_only_with_policy() -> None:
 def test_container_launches_through_torchrun() -> None:
     container = pod(pytorchjob(args=["--lr", "0.1"]))["containers"][0]
     assert container["name"] == "pytorch"
-    assert container["command"] == ["torchrun"]
+    assert container["command"] == container_command()
     assert container["args"] == ["-m", "train", "--lr", "0.1"]
     assert container["ports"] == [{"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"}]
     script = pod(pytorchjob(command=["python3", "train.py", "--x"], code={"path": "."}))["containers"][0]

@@ -142,6 +142,17 @@ def worker_pid(marker: str, rank: int, timeout: float = 30) -> int:
     raise AssertionError(f"no worker with RANK={rank} found")
 
 
+def kill_9_after(run: Run, marker: str, predicate: Callable[[dict[str, Any]], bool],
+                 rank: int = 1) -> tuple[int, str, str]:
+    """SIGKILL the worker of `rank` once a metrics record satisfies `predicate`; then the run's outcome."""
+    try:
+        run.wait_for(predicate)
+        os.kill(worker_pid(marker, rank), signal.SIGKILL)
+        return run.finish()
+    finally:
+        run.kill()
+
+
 def final_state(ckpt_dir: Path) -> dict[str, Any]:
     import torch
 

@@ -21,6 +21,7 @@ from tests.runtime.helpers import (
     Run,
     final_state,
     ft_train,
+    kill_9_after,
     pids_with_env,
     quiet_env,
     records,
@@ -85,12 +86,7 @@ def test_kill_9_of_a_worker_resumes_bit_identical(tmp_path: Path) -> None:
     marker = uuid.uuid4().hex
     run = Run(["-f", str(spec), "--volume", f"ckpt={tmp_path / 'killed'}"],
               quiet_env(TEST_MARKER=marker, FT_SLEEP="0.004"))
-    try:
-        run.wait_for(lambda r: r["kind"] == "checkpoint" and r["step"] >= 12)
-        os.kill(worker_pid(marker, rank=1), signal.SIGKILL)
-        code, out, err = run.finish()
-    finally:
-        run.kill()
+    code, out, err = kill_9_after(run, marker, lambda r: r["kind"] == "checkpoint" and r["step"] >= 12)
     assert code == 0, out[-4000:] + err
     resumes = records(out, "resume")
     assert len(resumes) == 1 and 12 <= resumes[0]["step"] < 48, resumes

@@ -33,12 +33,22 @@ pytestmark = [pytest.mark.torch]
 sys.path.insert(0, str(JOBS))
 import numerics_task  # noqa: E402
 
+FSDP_PROBE = {"model": "numerics_task:Probe", "dataset": "numerics_task:data", "optimizer": "numerics_task:sgd",
+              "lr": 0.1, "seed": 3, "logEvery": 1, "batchSize": 16, "strategy": "fsdp", "backend": "gloo"}
+
 
 @pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
-    """jobs/numerics_task.py under torchrun with 2 workers (one launch for all the two-process checks)."""
+def two_ranks(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> tuple[Path, list[dict[str, Any]]]:
+    """jobs/numerics_task.py under torchrun with 2 workers (one launch for all the two-process checks); before
+    it, a one-process fsdp run writes OUT/one for the 1 -> 2 resharded resume; NUMERICS_S3_URL for S3."""
     out = tmp_path_factory.mktemp("numerics")
-    env = quiet_env(PYTHONPATH=os.pathsep.join([str(REPO), str(JOBS)]), KUBETRAIN_LOG_ALL_RANKS="1")
+    stream = io.StringIO()
+    Trainer(Train(**FSDP_PROBE, epochs=1), Checkpoint(dir=str(out / "one")), stream=stream).fit()
+    one = [r for r in map(parse_metrics_line, stream.getvalue().splitlines()) if r and r["kind"] == "eval"]
+    (out / "one-eval.json").write_text(json.dumps(one[-1]["eval_loss"]))
+    (out / "s3-url").write_text(f"{s3_server.bucket('dcp')}/fsdp")
+    env = quiet_env(PYTHONPATH=os.pathsep.join([str(REPO), str(JOBS)]), KUBETRAIN_LOG_ALL_RANKS="1",
+                    NUMERICS_S3_URL=(out / "s3-url").read_text(), **s3_server.env())
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                              str(JOBS / "numerics_task.py"), str(out)], env=env, cwd=JOBS, capture_output=True,
                             text=True, timeout=600, check=False)
@@ -88,13 +98,70 @@ def test_fsdp_matches_ddp_and_resumes_resharded_on_one_process(two_ranks: Any) -
     assert sorted(p.name for p in (out / "ckpt" / "step-0000000007").iterdir()) == [
         ".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
     # written by 2 ranks, loaded by 1: the finished run is evaluated again with the resharded weights
-    train = Train(model="numerics_task:Probe", dataset="numerics_task:data", optimizer="numerics_task:sgd",
-                  lr=0.1, seed=3, logEvery=1, batchSize=16, strategy="fsdp", backend="gloo")
+    train = Train(**FSDP_PROBE)
     stream = io.StringIO()
     result = Trainer(train, Checkpoint(dir=str(out / "ckpt")), stream=stream).fit()
     records = [r for r in map(parse_metrics_line, stream.getvalue().splitlines()) if r]
     assert result.resumed_from and result.resumed_from.endswith("step-0000000007")
     assert [r["eval_loss"] for r in records if r["kind"] == "eval"] == pytest.approx(fsdp["eval_loss"], rel=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_fsdp_resumes_resharded_from_one_process_onto_two(two_ranks: Any) -> None:
+    """Written by 1 process (the fixture), resumed by 2: each rank loads its half of every parameter; the
+    finished run is evaluated again with identical held-out loss."""
+    out, ranks = two_ranks
+    expected = json.loads((out / "one-eval.json").read_text())
+    for result in ranks:
+        reshard = result["reshard"]
+        assert reshard["resumed"] and reshard["resumed"][0]["path"].endswith("step-0000000014")  # 216 samples / 16
+        assert reshard["eval_loss"] == pytest.approx([expected], rel=1e-6)
+        assert reshard["losses"] == []  # nothing left to train: only the resharded weights were used
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_profiler_on_two_ranks_traces_only_the_selected_rank(two_ranks: Any) -> None:
+    out, ranks = two_ranks
+    assert ranks[0]["profile"]["profiles"] == []  # rank 0 not selected: no records, no traces
+    assert not (out / "prof" / "rank-0").exists()
+    records = ranks[1]["profile"]["profiles"]
+    assert [r["step"] for r in records] == [4] and records[0]["rank"] == 1
+    assert records[0]["top"] and {"op", "self_ms", "self_mem_mb"} <= set(records[0]["top"][0])
+    traces = list((out / "prof" / "rank-1").glob("*.pt.trace.json"))
+    assert len(traces) == 1
+    events = json.loads(traces[0].read_text())["traceEvents"]
+    assert any(event.get("name") == "gloo:all_reduce" or "all_reduce" in str(event.get("name")) for event in events)
+    assert "Self CPU" in Path(records[0]["summary"]).read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_fsdp_sharded_checkpoints_on_s3_resume_resharded(two_ranks: Any, s3_server: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """DCP through FsspecWriter on S3, async: every kept checkpoint has its shards, .metadata, meta.pt and then
+    the manifest (sharded: true); retention keeps 3; one process resumes it (2 -> 1) as from a directory."""
+    from kubetrain.runtime.objstore import MANIFEST, ObjectCheckpointStore
+
+    out, ranks = two_ranks
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    s3_url = (out / "s3-url").read_text()
+    store = ObjectCheckpointStore(s3_url, keep=3)
+    assert [step for step, _ in store.complete()] == [7, 6, 3]
+    fs = s3_server.filesystem()
+    for _, ckpt in store.complete():
+        names = sorted(path.rsplit("/", 1)[-1] for path in fs.find(ckpt.removeprefix("s3://")))
+        assert names == [".metadata", MANIFEST, "__0_0.distcp", "__1_0.distcp", "meta.pt"]
+        assert store.manifest(ckpt)["sharded"] is True
+    stream = io.StringIO()
+    result = Trainer(Train(**FSDP_PROBE), Checkpoint(dir=s3_url), stream=stream).fit()
+    lines = map(parse_metrics_line, stream.getvalue().splitlines())
+    evals = [r["eval_loss"] for r in lines if r and r["kind"] == "eval"]
+    assert result.resumed_from == f"{s3_url}/step-0000000007"
+    assert evals == pytest.approx(ranks[0]["fsdp_s3"]["eval_loss"], rel=1e-6)
+    assert ranks[0]["fsdp_s3"]["losses"] == pytest.approx(ranks[0]["fsdp"]["losses"], rel=1e-6)
 
 
 def test_dp_strategy_trains_in_one_process_and_refuses_a_world() -> None:

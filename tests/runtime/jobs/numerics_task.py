@@ -9,7 +9,11 @@ Each rank runs several Trainer configurations in turn and writes what it observe
   group of `k2` a full and a short micro-batch (8 + 4), the same samples as `k1`'s short last batch (12).
 * `bf16` under ddp and fsdp: the dtype a Linear layer produced inside the training forward;
 * `fsdp` (fp32, same seed and data as `k1`): losses to compare with DDP's, and sharded checkpoints (async
-  writes) in OUT_DIR/ckpt for the test's resharded resume on one process.
+  writes) in OUT_DIR/ckpt for the test's resharded resume on one process;
+* `reshard` (when OUT_DIR/one exists: a finished fsdp run of one process, written by the test): resumed by
+  2 ranks (1 -> 2 resharding), the held-out loss of the resharded weights;
+* `profile`: the profiler on rank 1 only (traces under OUT_DIR/prof/rank-1), its `profile` records;
+* `fsdp_s3` (when NUMERICS_S3_URL is set): sharded async checkpoints on S3 (FsspecWriter, manifest last).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from torch.utils.data import TensorDataset
 from kubetrain.metrics import parse_metrics_line
 from kubetrain.runtime import Factories, Trainer
 from kubetrain.runtime.distributed import distributed, exit_process, init_distributed
-from kubetrain.spec.sections import FSDP, Checkpoint, Train
+from kubetrain.spec.sections import FSDP, Checkpoint, Profile, Train
 
 SAMPLES = 216  # 108 per rank
 HELD_OUT = 33
@@ -93,7 +97,9 @@ def run(train: Train, hook: bool = False, checkpoint: Checkpoint | None = None) 
     records = [r for r in map(parse_metrics_line, stream.getvalue().splitlines()) if r]
     return {"losses": [r["loss"] for r in records if r["kind"] == "train"],
             "params": [p.flatten().tolist() for p in params], "reductions": calls[0],
-            "dtypes": sorted(models[0].seen), "eval_loss": [r["eval_loss"] for r in records if r["kind"] == "eval"]}
+            "dtypes": sorted(models[0].seen), "eval_loss": [r["eval_loss"] for r in records if r["kind"] == "eval"],
+            "profiles": [r for r in records if r["kind"] == "profile"],
+            "resumed": [r for r in records if r["kind"] == "resume"]}
 
 
 def main() -> None:
@@ -106,7 +112,17 @@ def main() -> None:
 def runs(out: Path) -> dict[str, Any]:
     common = {"model": "numerics_task:Probe", "dataset": "numerics_task:data", "lr": 0.1, "seed": 3,
               "logEvery": 1, "backend": "gloo"}
+    extra: dict[str, Any] = {}
+    if (out / "one").is_dir():
+        extra["reshard"] = run(Train(**common, batchSize=16, epochs=1, strategy="fsdp"),
+                               checkpoint=Checkpoint(dir=str(out / "one")))
+    if os.environ.get("NUMERICS_S3_URL"):
+        extra["fsdp_s3"] = run(Train(**common, batchSize=16, strategy="fsdp", fsdp=FSDP(asyncCheckpoint=True)),
+                               checkpoint=Checkpoint(dir=os.environ["NUMERICS_S3_URL"], everySteps=3))
+    profile = Profile(dir=str(out / "prof"), wait=1, warmup=1, active=2, repeat=1, ranks=[1])
     return {
+        **extra,
+        "profile": run(Train(**common, batchSize=16, epochs=1, profile=profile)),
         "k1": run(Train(**common, batchSize=16), hook=True),
         "k2": run(Train(**common, batchSize=8, gradAccumSteps=2), hook=True),
         "bf16_ddp": run(Train(**common, batchSize=16, precision="bf16")),
