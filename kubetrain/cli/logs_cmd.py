@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from
 from kubetrain.cli.output import fail, handle_errors
 from kubetrain.errors import UsageError
+
+if TYPE_CHECKING:
+    from kubetrain.observe.render import Renderer
 
 _DURATION = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -36,44 +39,20 @@ def use_color(choice: str, stream: TextIO) -> bool:
 
 
 class Terminal:
-    """Log lines on stdout, notices on stderr and, on a terminal, a live progress line at the bottom of stderr."""
-
-    def __init__(self, follow: bool) -> None:
-        self.follow = follow
-        self.live = follow and sys.stderr.isatty()
-        self.status = ""
+    """`kubetrain logs` without -f: log lines on stdout, notices on stderr, as they are."""
 
     def line(self, text: str) -> None:
-        self._clear()
         sys.stdout.write(text + "\n")
-        if self.follow:
-            sys.stdout.flush()
-        self._draw()
 
     def notice(self, text: str) -> None:
-        self._clear()
         click.echo(text, err=True)
-        self._draw()
 
-    def progress(self, text: str) -> None:
-        if self.live:
-            self.status = text
-            self._clear()
-            self._draw()
 
-    def close(self) -> None:
-        self._clear()
-        self.status = ""
+def follow_renderer(raw: bool = False) -> Renderer:
+    """`logs -f` and `submit --follow`: the same view as `kubetrain run` (kubetrain.observe.render)."""
+    from kubetrain.observe.render import Renderer
 
-    def _clear(self) -> None:
-        if self.status:
-            sys.stderr.write("\r\x1b[2K")
-
-    def _draw(self) -> None:
-        if self.status:
-            width = os.get_terminal_size(sys.stderr.fileno()).columns if self.live else 200
-            sys.stderr.write("\x1b[2m" + self.status[: max(10, width - 1)] + "\x1b[0m")
-            sys.stderr.flush()
+    return Renderer(sys.stdout, sys.stderr, raw=raw)
 
 
 @click.command()
@@ -91,6 +70,8 @@ class Terminal:
 @click.option("--timestamps", is_flag=True, help="Show each line's RFC 3339 timestamp after the prefix.")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
               help="Colour the replica prefixes (auto: only on a terminal, and not with NO_COLOR).")
+@click.option("--raw", is_flag=True,
+              help="With -f: keep the KUBETRAIN_METRICS {json} lines on stdout (without -f they always are).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="With -f: give up after this long (exit 4). A lost API server is retried until then "
                    "(without --timeout: for 5 minutes, then exit 3).")
@@ -99,12 +80,13 @@ class Terminal:
 @cluster_options
 @handle_errors
 def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | None, previous: bool,
-         timestamps: bool, color: str, timeout: float | None, target: str | None, context: str | None,
+         timestamps: bool, color: str, raw: bool, timeout: float | None, target: str | None, context: str | None,
          kubeconfig: str | None, namespace: str | None, request_timeout: float | None) -> None:
     """Merged logs of every replica of a job.
 
     Each line is prefixed with its replica ([master-0], [worker-1], [node-2]); without -f, lines of all
     replicas are merged in time order. Log lines go to stdout; waiting messages and events to stderr.
+    With -f, metrics lines become a live progress line and a final summary, as in `kubetrain run`.
 
     \b
     Examples:
@@ -125,15 +107,16 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
                                      color=use_color(color, sys.stdout))
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    terminal = Terminal(follow)
     if not follow:
+        terminal = Terminal()
         client_logs.print_logs(connection, ns, name, target, options, terminal.line, terminal.notice)
         return
+    renderer = follow_renderer(raw)
     try:
-        result = client_logs.follow_job_logs(connection, ns, name, target, options, terminal.line, terminal.notice,
-                                             terminal.progress, timeout=timeout)
+        result = client_logs.follow_job_logs(connection, ns, name, target, options, renderer.line, renderer.notice,
+                                             None, timeout=timeout)
     finally:
-        terminal.close()
+        renderer.close()
     if not result.ok:
         fail([f"{name} {result.state.lower()}" + (f": {result.message}" if result.message else "")], 1)
     click.echo(f"{name} {result.state.lower()}" + (f": {result.message}" if result.message else ""), err=True)

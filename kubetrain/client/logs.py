@@ -38,9 +38,9 @@ from kubetrain.client.pods import (
     select,
     sort_key,
 )
-from kubetrain.client.progress import ProgressTracker
 from kubetrain.client.targets import Target
 from kubetrain.errors import ClusterError, UsageError
+from kubetrain.observe.progress import ProgressTracker
 
 Sink = Callable[[str], None]
 Notice = Callable[[str], None]

@@ -1,4 +1,7 @@
-"""The live progress line of a followed job, from the runtime's metrics lines (kubetrain.metrics). Pure.
+"""The progress of a job from the runtime's metrics lines (kubetrain.metrics). Pure, torch- and rich-free.
+
+One tracker serves the controller (status.progress), the terminal renderer (`kubetrain run`, `logs -f`,
+`submit --follow`) and its final summary:
 
     step 40/480 (8%) · epoch 2 · loss 0.4100 · 1,234 samples/s · lr 3e-04 · gpu 12.3 GiB · ETA 12m03s
 """
@@ -6,11 +9,12 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 from kubetrain.metrics import parse_metrics_line
 
 WINDOW = 8  # train records used for the step rate behind the ETA
+SMOOTHING = 0.3  # weight of the newest loss in the smoothed loss (an exponential moving average)
 
 
 def format_duration(seconds: float) -> str:
@@ -24,9 +28,12 @@ def format_duration(seconds: float) -> str:
     return f"{secs}s"
 
 
+_NUMBERS = frozenset((int, float))  # not bool: True is no step count
+
+
 def _number(record: dict[str, Any], key: str) -> float | None:
     value = record.get(key)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return cast(float, value) + 0.0 if value.__class__ in _NUMBERS else None
 
 
 class ProgressTracker:
@@ -36,6 +43,13 @@ class ProgressTracker:
         self.last: dict[str, Any] | None = None
         self.status: str | None = None
         self._points: deque[tuple[float, float]] = deque(maxlen=WINDOW)  # (time, step) of train records
+        self.smoothed_loss: float | None = None
+        self.eval: dict[str, Any] | None = None  # the last eval record
+        self.best_eval: dict[str, Any] | None = None  # highest accuracy (else lowest eval loss)
+        self.restarts = 0  # start records after the first: the worker group was restarted
+        self.checkpoint: str | None = None  # path of the last committed checkpoint
+        self.times: dict[str, float] = {}  # first start, first train and end record times (Unix seconds)
+        self._rates: list[float] = []  # samples/s of every train record, for the mean throughput
 
     def feed(self, line: str) -> bool:
         """True if the line was a metrics line that changed the progress."""
@@ -48,6 +62,7 @@ class ProgressTracker:
 
     def update(self, record: dict[str, Any]) -> bool:
         kind = record.get("kind")
+        self._note(kind, record)
         if kind == "train":
             step, when = _number(record, "step"), _number(record, "time")
             if step is not None and when is not None:
@@ -65,6 +80,49 @@ class ProgressTracker:
                 self.last = {**self.last, "step": record["step"]}
             return True
         return False
+
+    def _note(self, kind: Any, record: dict[str, Any]) -> None:
+        """The history behind the live line's extras and the final summary."""
+        when = _number(record, "time")
+        if kind in ("start", "train", "end") and when is not None:
+            self.times.setdefault(str(kind), when)
+            if kind == "end":
+                self.times["end"] = when
+        if kind == "start" and "start" in self.times and when != self.times["start"]:
+            self.restarts += 1
+        elif kind == "train":
+            loss = _number(record, "loss")
+            if loss is not None:
+                old = self.smoothed_loss
+                self.smoothed_loss = loss if old is None else SMOOTHING * loss + (1 - SMOOTHING) * old
+            if (rate := _number(record, "samples_per_s")) is not None:
+                self._rates.append(rate)
+        elif kind == "eval":
+            self.eval = record
+            if _better(record, self.best_eval):
+                self.best_eval = record
+        elif kind == "checkpoint" and isinstance(record.get("path"), str):
+            self.checkpoint = record["path"]
+
+    def mean_samples_per_second(self) -> float | None:
+        return sum(self._rates) / len(self._rates) if self._rates else None
+
+    def live_line(self) -> str | None:
+        """The terminal's live line: progress with the smoothed loss, last held-out accuracy, restarts."""
+        if self.last is None:
+            return self.status
+        record = dict(self.last)
+        if self.smoothed_loss is not None:
+            record["loss"] = self.smoothed_loss
+        parts = [format_progress(record, self.steps_per_second())]
+        accuracy = _number(self.eval or {}, "eval_accuracy")
+        if accuracy is not None:
+            parts.append(f"eval acc {accuracy:.4f}")
+        if self.restarts:
+            parts.append(f"{self.restarts} restart{'s' if self.restarts > 1 else ''}")
+        if self.status and not self.status.startswith("eval"):
+            parts.append(self.status)
+        return " · ".join(parts)
 
     def steps_per_second(self) -> float | None:
         if len(self._points) < 2:
@@ -101,6 +159,17 @@ def format_progress(record: dict[str, Any], steps_per_second: float | None = Non
     if steps_per_second and step is not None and total and total > step:
         parts.append(f"ETA {format_duration((total - step) / steps_per_second)}")
     return " · ".join(parts)
+
+
+def _better(record: dict[str, Any], best: dict[str, Any] | None) -> bool:
+    """Is this eval better than the best so far: higher accuracy, or lower loss without accuracies."""
+    if best is None:
+        return True
+    accuracy, best_accuracy = _number(record, "eval_accuracy"), _number(best, "eval_accuracy")
+    if accuracy is not None and best_accuracy is not None:
+        return accuracy > best_accuracy
+    loss, best_loss = _number(record, "eval_loss"), _number(best, "eval_loss")
+    return loss is not None and (best_loss is None or loss < best_loss)
 
 
 def _status(record: dict[str, Any]) -> str:
