@@ -16,7 +16,12 @@ PHASES = ("submitted", "admitted", "scheduled", "image pulled", "started", "firs
 
 def format_timeline(moments: dict[str, float | None]) -> str:
     """`submitted → scheduled +1s → first step +12s → done +3m02s (total 3m15s)`; "" with fewer than 2."""
-    seen = [(phase, moments[phase]) for phase in PHASES if moments.get(phase) is not None]
+    seen: list[tuple[str, float | None]] = []
+    for phase in PHASES:
+        when = moments.get(phase)
+        # clocks of different machines (API server, node, this one) may disagree: never show time running back
+        if when is not None and (not seen or when >= (seen[-1][1] or 0.0)):
+            seen.append((phase, when))
     if len(seen) < 2:
         return ""
     parts, previous = [seen[0][0]], seen[0][1]
