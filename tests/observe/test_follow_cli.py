@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -42,6 +43,8 @@ def test_follow_renders_progress_and_summary(controlplane, namespace, k8s, tmp_p
     wait_for(lambda: "loading data" in run("logs", "obs", *kc).stdout, "kwok serving the logs", interval=0.1)
     raw = run("logs", "obs", *kc)
     assert raw.stdout.count("KUBETRAIN_METRICS") == 12  # without -f: the log as it is (data)
+    history = json.loads(run("metrics", "obs", "-o", "json", *kc).stdout)
+    assert [r["kind"] for r in history["records"]] == ["train"] * 10 + ["eval", "end"]
 
     outcome: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: outcome.update(result=run("logs", "obs", "-f", "--timeout", "90", *kc)),
