@@ -56,6 +56,16 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
         click.echo(dump_yaml([result.as_dict()]), nl=False)
     else:
         _print_status(result)
+        _print_timeline(connection, ns, name)
+
+
+def _print_timeline(connection: Connection, namespace: str, name: str) -> None:
+    """Where the time went (kubetrain.client.timing); nothing when fewer than two moments are known."""
+    from kubetrain.client.timing import job_timeline
+
+    timeline = job_timeline(connection.rest, installed_targets(connection), namespace, name)
+    if timeline:
+        click.echo(f"\nTimeline: {timeline}")
 
 
 def dump_yaml(items: list[dict[str, Any]]) -> str:

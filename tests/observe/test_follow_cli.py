@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 import kubernetes
@@ -23,9 +24,10 @@ def run(*argv: str) -> Any:
 
 
 def metrics_log() -> list[str]:
-    lines = ["loading data"]
+    later = time.time() + 30  # the job is created after this log is written: its training starts later
+    lines = ["loading data", format_metrics("start", rank=0, world_size=1, total_steps=40, time=later)]
     lines += [format_metrics("train", rank=0, step=step, total_steps=40, epoch=1 + step // 20, loss=2.0 / step,
-                             samples_per_s=512.0, lr=0.01) for step in range(4, 44, 4)]
+                             samples_per_s=512.0, lr=0.01, time=later + step) for step in range(4, 44, 4)]
     lines.append(format_metrics("eval", rank=0, step=40, epoch=2, eval_loss=0.25, eval_accuracy=0.93, samples=100))
     lines.append(format_metrics("end", rank=0, status="completed", step=40, epoch=2))
     return lines
@@ -42,9 +44,9 @@ def test_follow_renders_progress_and_summary(controlplane, namespace, k8s, tmp_p
     kc = ("--kubeconfig", str(controlplane.kubeconfig), "-n", namespace)
     wait_for(lambda: "loading data" in run("logs", "obs", *kc).stdout, "kwok serving the logs", interval=0.1)
     raw = run("logs", "obs", *kc)
-    assert raw.stdout.count("KUBETRAIN_METRICS") == 12  # without -f: the log as it is (data)
+    assert raw.stdout.count("KUBETRAIN_METRICS") == 13  # without -f: the log as it is (data)
     history = json.loads(run("metrics", "obs", "-o", "json", *kc).stdout)
-    assert [r["kind"] for r in history["records"]] == ["train"] * 10 + ["eval", "end"]
+    assert [r["kind"] for r in history["records"]] == ["start"] + ["train"] * 10 + ["eval", "end"]
 
     outcome: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: outcome.update(result=run("logs", "obs", "-f", "--timeout", "90", *kc)),
@@ -61,3 +63,7 @@ def test_follow_renders_progress_and_summary(controlplane, namespace, k8s, tmp_p
     assert progress[-1].startswith("progress: step 40/40 (100%) · epoch 3 · loss ")
     assert "eval acc 0.9300" in progress[-1] and "training completed" in progress[-1]
     assert "training summary" in followed.stderr and "accuracy 0.9300" in followed.stderr
+    status = run("status", "obs", *kc)
+    timeline = status.stdout.split("Timeline: ", 1)[1]
+    assert timeline.startswith("submitted → scheduled +") and " → started +" in timeline, timeline
+    assert " → first step +4.0s" in timeline  # the first train record, 4 s after the start record
