@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
@@ -48,6 +49,32 @@ class Terminal:
         click.echo(text, err=True)
 
 
+def archive_option(func: Any) -> Any:
+    return click.option("--archive", metavar="URL", default=None,
+                        help="The job's spec.archive: read it when the job or its pods are gone.")(func)
+
+
+def with_archive(archive: str | None, name: str, sink: Callable[[str], None], read: Callable[[], int]) -> None:
+    """Run `read` (the cluster's logs, returning the lines written); with an archive, fall back to it when
+    the job is gone (a ClusterError) or has no pods left, and say so."""
+    from kubetrain.errors import ClusterError
+
+    try:
+        if read() or archive is None:
+            return
+        why = "its pods are gone"
+    except ClusterError as exc:
+        if archive is None:
+            raise
+        why = str(exc)
+    from kubetrain.observe.archive import archived_lines
+
+    lines = archived_lines(archive, name)
+    click.echo(f"{name}: {why}; reading its archive {archive}", err=True)
+    for line in lines:
+        sink(line)
+
+
 def follow_renderer(raw: bool = False) -> Renderer:
     """`logs -f` and `submit --follow`: the same view as `kubetrain run` (kubetrain.observe.render)."""
     from kubetrain.observe.render import Renderer
@@ -77,10 +104,12 @@ def follow_renderer(raw: bool = False) -> Renderer:
                    "(without --timeout: for 5 minutes, then exit 3).")
 @click.option("--target", type=click.Choice(["pytorchjob", "trainjob"]), default=None,
               help="The job's kind (default: look among the installed ones).")
+@archive_option
 @cluster_options
 @handle_errors
 def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | None, previous: bool,
-         timestamps: bool, color: str, raw: bool, timeout: float | None, target: str | None, context: str | None,
+         timestamps: bool, color: str, raw: bool, timeout: float | None, target: str | None, archive: str | None,
+         context: str | None,
          kubeconfig: str | None, namespace: str | None, request_timeout: float | None) -> None:
     """Merged logs of every replica of a job.
 
@@ -109,7 +138,8 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
     ns = connection.namespace(namespace)
     if not follow:
         terminal = Terminal()
-        client_logs.print_logs(connection, ns, name, target, options, terminal.line, terminal.notice)
+        with_archive(archive, name, terminal.line, lambda: client_logs.print_logs(
+            connection, ns, name, target, options, terminal.line, terminal.notice))
         return
     renderer = follow_renderer(raw)
     try:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from
+from kubetrain.cli.logs_cmd import archive_option, with_archive
 from kubetrain.cli.output import handle_errors, info
 from kubetrain.errors import UsageError
 
@@ -29,10 +30,11 @@ if TYPE_CHECKING:
 @click.option("--no-plots", is_flag=True, help="With -o table: the table only.")
 @click.option("--target", type=click.Choice(["pytorchjob", "trainjob"]), default=None,
               help="The job's kind (default: look among the installed ones).")
+@archive_option
 @cluster_options
 @handle_errors
 def metrics(name: str | None, local: Path | None, output: str, compare: str | None, html_path: Path | None,
-            no_plots: bool, target: str | None, context: str | None, kubeconfig: str | None,
+            no_plots: bool, target: str | None, archive: str | None, context: str | None, kubeconfig: str | None,
             namespace: str | None, request_timeout: float | None) -> None:
     """Metrics history of a job: table, plots, CSV/JSON, HTML report.
 
@@ -53,7 +55,7 @@ def metrics(name: str | None, local: Path | None, output: str, compare: str | No
             from kubetrain.observe.history import from_local
 
             return from_local(Path(source))
-        return _from_job(str(source), target, context, kubeconfig, namespace, request_timeout)
+        return _from_job(str(source), target, archive, (context, kubeconfig, namespace, request_timeout))
 
     histories = [load(local if local is not None else str(name))]
     if compare:
@@ -100,14 +102,20 @@ def _csv(history: History, with_run: bool, first: bool) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def _from_job(name: str, target: str | None, context: str | None, kubeconfig: str | None, namespace: str | None,
-              request_timeout: float | None) -> History:
-    """The job's logs, as `kubetrain logs NAME` reads them (every replica; rank 0 prints the metrics)."""
+def _from_job(name: str, target: str | None, archive: str | None,
+              cluster: tuple[str | None, str | None, str | None, float | None]) -> History:
+    """The job's logs, as `kubetrain logs NAME` reads them (every replica; rank 0 prints the metrics), or
+    its archive when the job or its pods are gone."""
     from kubetrain.client import logs as client_logs
     from kubetrain.observe.history import from_lines
 
-    connection = connect_from(context, kubeconfig, request_timeout)
+    context, kubeconfig, namespace, request_timeout = cluster
     lines: list[str] = []
-    client_logs.print_logs(connection, connection.namespace(namespace), name, target, client_logs.LogOptions(),
-                           lines.append, info)
+
+    def read() -> int:
+        connection = connect_from(context, kubeconfig, request_timeout)
+        return client_logs.print_logs(connection, connection.namespace(namespace), name, target,
+                                      client_logs.LogOptions(), lines.append, info)
+
+    with_archive(archive, name, lines.append, read)
     return from_lines(name, lines)

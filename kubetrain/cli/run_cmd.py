@@ -63,7 +63,8 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     mapping = ", ".join(f"{mount} -> {local}" for mount, local in plan.path_map.mounts)
     info(f"kubetrain run: {plan.job_name}: {len(plan.nodes)} node(s) x {plan.procs_per_node} process(es)"
          + (f"; {mapping}" if mapping else ""))
-    code = _supervise(plan, raw)
+    archive = plan.path_map.rewrite(loaded.job.spec.archive) if loaded.job.spec.archive else None
+    code = _supervise(plan, raw, archive)
     info(f"kubetrain run: {plan.job_name} " + ("succeeded" if code == 0 else f"exited with {code}"))
     profile = loaded.job.spec.train.profile if loaded.job.spec.train else None
     if profile is not None:
@@ -75,13 +76,20 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
 
 
 
-def _supervise(plan: Any, raw: bool) -> int:
-    """Run the plan with its output through the progress renderer (kubetrain.observe.render)."""
+def _supervise(plan: Any, raw: bool, archive: str | None) -> int:
+    """Run the plan with its output through the progress renderer (kubetrain.observe.render) and, with
+    spec.archive, into the archive (one log per node, as a cluster keeps one per pod)."""
     from kubetrain.local import Supervisor
-    from kubetrain.observe.render import Renderer
+    from kubetrain.observe.archive import NodeArchive
+    from kubetrain.observe.render import LineStream, Renderer
 
     renderer = Renderer(sys.stdout, sys.stderr, raw=raw)
+    kept = NodeArchive(archive, plan.job_name, renderer.line) if archive else None
+    out = LineStream(kept.line) if kept else renderer.stdout
     try:
-        return Supervisor(plan, out=renderer.stdout, err=renderer.stderr).run()  # type: ignore[arg-type]
+        return Supervisor(plan, out=out, err=renderer.stderr).run()  # type: ignore[arg-type]
     finally:
         renderer.close()
+        if kept:
+            kept.close()
+            renderer.notice(f"kubetrain run: logs archived in {archive}/{plan.job_name}/logs/")
