@@ -142,7 +142,8 @@ def read_logs(url: str, job: str) -> list[tuple[str, list[str]]]:
         return []
     found = []
     for replica_dir in sorted(str(p) for p in fs.ls(base, detail=False)):
-        lines = [line for part in _parts(fs, replica_dir) for line in fs.cat_file(part).decode("utf-8", "replace").splitlines()]
+        parts = _parts(fs, replica_dir)
+        lines = [line for part in parts for line in fs.cat_file(part).decode("utf-8", "replace").splitlines()]
         found.append((replica_dir.rsplit("/", 1)[-1], lines))
     return found
 
