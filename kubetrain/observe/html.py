@@ -38,7 +38,7 @@ body {{ font-family: sans-serif; margin: 1.5em; color: #222; }}
     document.getElementById("charts").appendChild(box);
     const series = [{{label: "step"}}].concat(chart.names.map((name, i) => (
       {{label: name, stroke: colours[i % colours.length], width: 2, spanGaps: true, points: {{show: true}}}})));
-    const opts = {{title: chart.title, width: 560, height: 300, series: series,
+    const opts = {{title: chart.title, width: 520, height: 280, series: series,
                   scales: {{x: {{time: false}}}}, axes: [{{label: "step"}}, {{label: chart.title}}]}};
     const plot = new uPlot(opts, chart.data, box);
     drawn[chart.title] = chart.data.slice(1).map(ys => ys.filter(y => y !== null).length)
