@@ -180,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kubetrain.observe.archive", description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="the archive: a directory or an fsspec URL")
     parser.add_argument("--job", required=True, help="the job's name")
-    parser.add_argument("--replica", default=os.environ.get("HOSTNAME") or socket.gethostname(),
-                        help="this replica's name (default: the host name, i.e. the pod's name)")
+    parser.add_argument("--replica", default=None,
+                        help="this replica's name (default: the pod's name without the job's: master-0, worker-1)")
     parser.add_argument("--flush-seconds", type=float, default=FLUSH_SECONDS,
                         help="write a part at least this often while the command runs")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- and the command to run")
@@ -189,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command to run (put it after --)")
+    # a pod's host name is its name: <job>-master-0 -> master-0, as `kubetrain logs` labels replicas
+    replica = args.replica or (os.environ.get("HOSTNAME") or socket.gethostname()).removeprefix(f"{args.job}-")
     try:
-        writer = ArchiveWriter(args.url, args.job, args.replica, flush_seconds=args.flush_seconds)
+        writer = ArchiveWriter(args.url, args.job, replica, flush_seconds=args.flush_seconds)
     except (UsageError, OSError) as exc:
         print(f"error: archive {args.url}: {exc}", file=sys.stderr)
         return 2
