@@ -144,7 +144,7 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
     renderer = follow_renderer(raw)
     try:
         result = client_logs.follow_job_logs(connection, ns, name, target, options, renderer.line, renderer.notice,
-                                             None, timeout=timeout)
+                                             timeout=timeout)
     finally:
         renderer.close()
     if not result.ok:

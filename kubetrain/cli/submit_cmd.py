@@ -255,7 +255,7 @@ def _follow(connection: Connection, target: Target, namespace: str, name: str, t
     options = logs.LogOptions(color=use_color("auto", sys.stdout))
     try:
         result = logs.follow_job_logs(connection, namespace, name, target, options, renderer.line, renderer.notice,
-                                      None, timeout=timeout)
+                                      timeout=timeout)
     finally:
         renderer.close()
     info(f"{target.kind} {namespace}/{name} {result.state}" + (f": {result.message}" if result.message else ""))

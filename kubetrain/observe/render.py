@@ -91,9 +91,6 @@ class Renderer:
                 self.err.write(text + "\n")
                 self.err.flush()
 
-    def progress(self, _text: str) -> None:
-        """Progress texts computed elsewhere are not needed: the renderer tracks the metrics itself."""
-
     # --- output ---------------------------------------------------------------------------------------
     def _write_out(self, text: str) -> None:
         if self._view is not None and _isatty(self.out):
