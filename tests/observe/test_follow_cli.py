@@ -64,6 +64,7 @@ def test_follow_renders_progress_and_summary(controlplane, namespace, k8s, tmp_p
     assert "eval acc 0.9300" in progress[-1] and "training completed" in progress[-1]
     assert "training summary" in followed.stderr and "accuracy 0.9300" in followed.stderr
     status = run("status", "obs", *kc)
+    print(status.stdout)  # shown with pytest -s (docs/observability.md quotes it)
     timeline = status.stdout.split("Timeline: ", 1)[1]
     assert timeline.startswith("submitted → scheduled +") and " → started +" in timeline, timeline
     assert " → first step +4.0s" in timeline  # the first train record, 4 s after the start record
