@@ -24,6 +24,7 @@ demo: install
 ## Build (first time) or reuse (cached) the Kubernetes control plane binaries for the tests.
 testenv: install
 	bash tests/testenv/prepare.sh
+	bash tests/testenv/prepare-browser.sh
 
 ## The whole suite: renderer, CLI, runtime (real DDP), and the real control plane.
 test: install testenv

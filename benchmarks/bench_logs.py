@@ -8,13 +8,14 @@ synthetic ones (training chatter plus a KUBETRAIN_METRICS line every 20 lines) t
 No cluster: this measures kubetrain's own per-line cost, i.e. how fast a terminal or pipe can be fed.
 
 * merge:  `kubetrain logs` without -f: 64 KiB chunks → lines → heap-merge by time → prefix (plain and colour).
-* follow: `kubetrain logs -f`: per line timestamp → dedup → prefix → locked sink → progress-line tracker.
+* follow: `kubetrain logs -f`: per line timestamp → dedup → prefix → locked sink → the progress renderer.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import io
 import statistics
 import sys
 import time
@@ -27,6 +28,7 @@ sys.path.insert(0, str(REPO))
 from kubetrain.client.logmerge import Dedup, LineAssembler, Prefixer, merge, split_timestamp  # noqa: E402
 from kubetrain.client.logs import LogOptions, _Output  # noqa: E402
 from kubetrain.metrics import format_metrics  # noqa: E402
+from kubetrain.observe.render import Renderer  # noqa: E402
 
 CHUNK = 65536
 
@@ -71,7 +73,8 @@ def run_merge(recorded: dict[str, bytes], color: bool) -> int:
 
 
 def run_follow(recorded: dict[str, bytes], color: bool) -> int:
-    output = _Output(lambda _line: None, LogOptions(color=color), lambda _text: None)
+    renderer = Renderer(io.StringIO(), io.StringIO(), live=False)  # what `logs -f` hands each line to
+    output = _Output(renderer.line, LogOptions(color=color))
     for label, data in recorded.items():
         dedup = Dedup()
         for line in chunked_lines(data):

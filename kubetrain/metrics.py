@@ -17,6 +17,7 @@ import math
 import time
 from typing import Any
 
+_DECODER = json.JSONDecoder()
 PREFIX = "KUBETRAIN_METRICS "
 """The marker that starts the JSON part of a metrics line."""
 
@@ -48,9 +49,11 @@ def parse_metrics_line(line: str) -> dict[str, Any] | None:
     index = line.find(PREFIX)
     if index < 0:
         return None
-    try:
-        record = json.loads(line[index + len(PREFIX):])
+    try:  # the decoder without json.loads' per-call set-up: the renderer parses up to 100k lines/s
+        record, end = _DECODER.raw_decode(line, index + len(PREFIX))
     except ValueError:
+        return None
+    if line[end:].strip():
         return None
     if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
         return None

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "events": ("kubetrain.cli.status_cmd:events", "Show a job's Events, each with a one-line hint."),
     "delete": ("kubetrain.cli.delete_cmd:delete", "Delete a job and its code ConfigMap (--wait for its pods)."),
     "logs": ("kubetrain.cli.logs_cmd:logs", "Merged logs of every replica of a job."),
+    "metrics": ("kubetrain.cli.metrics_cmd:metrics", "Metrics history of a job: table, plots, CSV/JSON, HTML report."),
     "gpu": ("kubetrain.cli.gpu_cmd:gpu", "nvidia-smi from every pod of a job."),
     "doctor": ("kubetrain.cli.doctor_cmd:doctor", "Check a cluster's readiness for GPU training."),
     "controller": ("kubetrain.cli.controller_cmd:controller", "Run or install the TrainingJob operator."),

@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from
 from kubetrain.cli.output import fail, handle_errors
 from kubetrain.errors import UsageError
+
+if TYPE_CHECKING:
+    from kubetrain.observe.render import Renderer
 
 _DURATION = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -36,44 +40,46 @@ def use_color(choice: str, stream: TextIO) -> bool:
 
 
 class Terminal:
-    """Log lines on stdout, notices on stderr and, on a terminal, a live progress line at the bottom of stderr."""
-
-    def __init__(self, follow: bool) -> None:
-        self.follow = follow
-        self.live = follow and sys.stderr.isatty()
-        self.status = ""
+    """`kubetrain logs` without -f: log lines on stdout, notices on stderr, as they are."""
 
     def line(self, text: str) -> None:
-        self._clear()
         sys.stdout.write(text + "\n")
-        if self.follow:
-            sys.stdout.flush()
-        self._draw()
 
     def notice(self, text: str) -> None:
-        self._clear()
         click.echo(text, err=True)
-        self._draw()
 
-    def progress(self, text: str) -> None:
-        if self.live:
-            self.status = text
-            self._clear()
-            self._draw()
 
-    def close(self) -> None:
-        self._clear()
-        self.status = ""
+def archive_option(func: Any) -> Any:
+    return click.option("--archive", metavar="URL", default=None,
+                        help="The job's spec.archive: read it when the job or its pods are gone.")(func)
 
-    def _clear(self) -> None:
-        if self.status:
-            sys.stderr.write("\r\x1b[2K")
 
-    def _draw(self) -> None:
-        if self.status:
-            width = os.get_terminal_size(sys.stderr.fileno()).columns if self.live else 200
-            sys.stderr.write("\x1b[2m" + self.status[: max(10, width - 1)] + "\x1b[0m")
-            sys.stderr.flush()
+def with_archive(archive: str | None, name: str, sink: Callable[[str], None], read: Callable[[], int]) -> None:
+    """Run `read` (the cluster's logs, returning the lines written); with an archive, fall back to it when
+    the job is gone (a ClusterError) or has no pods left, and say so."""
+    from kubetrain.errors import ClusterError
+
+    try:
+        if read() or archive is None:
+            return
+        why = "its pods are gone"
+    except ClusterError as exc:
+        if archive is None:
+            raise
+        why = str(exc)
+    from kubetrain.observe.archive import archived_lines
+
+    lines = archived_lines(archive, name)
+    click.echo(f"{name}: {why}; reading its archive {archive}", err=True)
+    for line in lines:
+        sink(line)
+
+
+def follow_renderer(raw: bool = False) -> Renderer:
+    """`logs -f` and `submit --follow`: the same view as `kubetrain run` (kubetrain.observe.render)."""
+    from kubetrain.observe.render import Renderer
+
+    return Renderer(sys.stdout, sys.stderr, raw=raw)
 
 
 @click.command()
@@ -91,20 +97,25 @@ class Terminal:
 @click.option("--timestamps", is_flag=True, help="Show each line's RFC 3339 timestamp after the prefix.")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
               help="Colour the replica prefixes (auto: only on a terminal, and not with NO_COLOR).")
+@click.option("--raw", is_flag=True,
+              help="With -f: keep the KUBETRAIN_METRICS {json} lines on stdout (without -f they always are).")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="With -f: give up after this long (exit 4). A lost API server is retried until then "
                    "(without --timeout: for 5 minutes, then exit 3).")
 @click.option("--target", type=click.Choice(["pytorchjob", "trainjob"]), default=None,
               help="The job's kind (default: look among the installed ones).")
+@archive_option
 @cluster_options
 @handle_errors
 def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | None, previous: bool,
-         timestamps: bool, color: str, timeout: float | None, target: str | None, context: str | None,
+         timestamps: bool, color: str, raw: bool, timeout: float | None, target: str | None, archive: str | None,
+         context: str | None,
          kubeconfig: str | None, namespace: str | None, request_timeout: float | None) -> None:
     """Merged logs of every replica of a job.
 
     Each line is prefixed with its replica ([master-0], [worker-1], [node-2]); without -f, lines of all
     replicas are merged in time order. Log lines go to stdout; waiting messages and events to stderr.
+    With -f, metrics lines become a live progress line and a final summary, as in `kubetrain run`.
 
     \b
     Examples:
@@ -125,15 +136,17 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
                                      color=use_color(color, sys.stdout))
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    terminal = Terminal(follow)
     if not follow:
-        client_logs.print_logs(connection, ns, name, target, options, terminal.line, terminal.notice)
+        terminal = Terminal()
+        with_archive(archive, name, terminal.line, lambda: client_logs.print_logs(
+            connection, ns, name, target, options, terminal.line, terminal.notice))
         return
+    renderer = follow_renderer(raw)
     try:
-        result = client_logs.follow_job_logs(connection, ns, name, target, options, terminal.line, terminal.notice,
-                                             terminal.progress, timeout=timeout)
+        result = client_logs.follow_job_logs(connection, ns, name, target, options, renderer.line, renderer.notice,
+                                             timeout=timeout)
     finally:
-        terminal.close()
+        renderer.close()
     if not result.ok:
         fail([f"{name} {result.state.lower()}" + (f": {result.message}" if result.message else "")], 1)
     click.echo(f"{name} {result.state.lower()}" + (f": {result.message}" if result.message else ""), err=True)

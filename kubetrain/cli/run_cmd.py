@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -26,15 +27,18 @@ from kubetrain.cli.output import handle_errors, info
               help="Also keep each rank's stdout/stderr in files under DIR (torchrun --log-dir).")
 @click.option("--dry-run", is_flag=True,
               help="Print the commands and environment (secrets redacted); run nothing.")
+@click.option("--raw", is_flag=True, help="Also print the KUBETRAIN_METRICS {json} lines on stdout.")
 @handle_errors
 def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes: int | None,
-        procs_per_node: int | None, port: int, log_dir: Path | None, dry_run: bool) -> None:
+        procs_per_node: int | None, port: int, log_dir: Path | None, dry_run: bool, raw: bool) -> None:
     """Run the job on this machine with torchrun (no cluster).
 
     Starts one torchrun agent per node (nodes x procsPerNode processes, c10d rendezvous on
     127.0.0.1), each running exactly what the cluster manifests run. Volumes become local
     directories, secretEnv values come from --env-file or the environment (never printed).
-    The job's merged logs go to stdout as `[node-N rank-R] ...`; the exit status is the job's
+    The job's merged logs go to stdout as `[node-N rank-R] ...`; its metrics become a live progress
+    line on a terminal (else a progress line every 10 s on stderr) and a summary table at the end
+    (the JSON metrics lines only with --raw, or in --log-dir's files). The exit status is the job's
     (128+signal if stopped by Ctrl-C/SIGTERM, after the runtime's checkpoint).
 
     \b
@@ -43,7 +47,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
       kubetrain run --env-file .env --volume ckpt=/tmp/ckpt
       kubetrain run --nodes 1 --dry-run
     """
-    from kubetrain.local import RunOptions, Supervisor, build_plan, parse_env_file
+    from kubetrain.local import RunOptions, build_plan, parse_env_file
     from kubetrain.local.preflight import check_refs, check_script, require_torch
 
     loaded = load(filename)
@@ -59,7 +63,8 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     mapping = ", ".join(f"{mount} -> {local}" for mount, local in plan.path_map.mounts)
     info(f"kubetrain run: {plan.job_name}: {len(plan.nodes)} node(s) x {plan.procs_per_node} process(es)"
          + (f"; {mapping}" if mapping else ""))
-    code = Supervisor(plan).run()
+    archive = plan.path_map.rewrite(loaded.job.spec.archive) if loaded.job.spec.archive else None
+    code = _supervise(plan, raw, archive)
     info(f"kubetrain run: {plan.job_name} " + ("succeeded" if code == 0 else f"exited with {code}"))
     profile = loaded.job.spec.train.profile if loaded.job.spec.train else None
     if profile is not None:
@@ -69,3 +74,22 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     if code:
         sys.exit(code)
 
+
+
+def _supervise(plan: Any, raw: bool, archive: str | None) -> int:
+    """Run the plan with its output through the progress renderer (kubetrain.observe.render) and, with
+    spec.archive, into the archive (one log per node, as a cluster keeps one per pod)."""
+    from kubetrain.local import Supervisor
+    from kubetrain.observe.archive import NodeArchive
+    from kubetrain.observe.render import LineStream, Renderer
+
+    renderer = Renderer(sys.stdout, sys.stderr, raw=raw)
+    kept = NodeArchive(archive, plan.job_name, renderer.line) if archive else None
+    out = LineStream(kept.line) if kept else renderer.stdout
+    try:
+        return Supervisor(plan, out=out, err=renderer.stderr).run()  # type: ignore[arg-type]
+    finally:
+        renderer.close()
+        if kept:
+            kept.close()
+            renderer.notice(f"kubetrain run: logs archived in {archive}/{plan.job_name}/logs/")

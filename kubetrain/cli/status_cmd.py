@@ -53,6 +53,17 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
         click.echo(dump_yaml([result.as_dict()]), nl=False)
     else:
         _print_status(result)
+        _print_timeline(connection, ns, name, result.job.target)
+
+
+def _print_timeline(connection: Connection, namespace: str, name: str, kind: str) -> None:
+    """Where the time went (kubetrain.client.timing); nothing when fewer than two moments are known."""
+    from kubetrain.client.targets import TARGETS
+    from kubetrain.client.timing import job_timeline
+
+    timeline = job_timeline(connection.rest, [TARGETS[kind]], namespace, name)
+    if timeline:
+        click.echo(f"\nTimeline: {timeline}")
 
 
 def dump_yaml(items: list[dict[str, Any]]) -> str:

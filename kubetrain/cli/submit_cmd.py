@@ -140,16 +140,16 @@ def _wait(connection: Connection, target: Target, namespace: str, name: str, tim
 
 def _follow(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None) -> None:
     """`kubetrain logs -f` (merged logs, live progress line from the metrics); exit 1 if the job fails."""
-    from kubetrain.cli.logs_cmd import Terminal, use_color
+    from kubetrain.cli.logs_cmd import follow_renderer, use_color
     from kubetrain.client import logs
 
-    terminal = Terminal(follow=True)
+    renderer = follow_renderer()
     options = logs.LogOptions(color=use_color("auto", sys.stdout))
     try:
-        result = logs.follow_job_logs(connection, namespace, name, target, options, terminal.line, terminal.notice,
-                                      terminal.progress, timeout=timeout)
+        result = logs.follow_job_logs(connection, namespace, name, target, options, renderer.line, renderer.notice,
+                                      timeout=timeout)
     finally:
-        terminal.close()
+        renderer.close()
     info(f"{target.kind} {namespace}/{name} {result.state}" + (f": {result.message}" if result.message else ""))
     if not result.ok:
         sys.exit(1)

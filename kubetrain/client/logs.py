@@ -2,13 +2,13 @@
 
 * ``print_logs(conn, namespace, name, target, options, sink, notice) -> int``: the logs so far, merged in
   time order; returns the number of lines written.
-* ``follow_job_logs(conn, namespace, name, target, options, sink, notice, progress) -> FollowResult``: waits
+* ``follow_job_logs(conn, namespace, name, target, options, sink, notice) -> FollowResult``: waits
   through Pending (scheduling events go to `notice`), follows every pod across restarts, returns when the
   job has Succeeded, Failed or was deleted. `submit --follow` calls this.
 
 `sink` gets each output line (prefixed, no newline) from one thread at a time, so lines never interleave;
-`notice` gets human messages (stderr material); `progress` gets the live progress text (kubetrain.progress)
-whenever a metrics line changes it.
+`notice` gets human messages (stderr material). The CLI passes the lines through the progress renderer
+(kubetrain.observe.render), which turns metrics lines into a progress line.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from kubetrain.client.pods import (
     select,
     sort_key,
 )
-from kubetrain.client.progress import ProgressTracker
 from kubetrain.client.targets import Target
 from kubetrain.errors import UsageError
 
@@ -80,12 +79,11 @@ def find_job(api: Any, namespace: str, name: str,
 
 
 class _Output:
-    """Formats and writes lines from many threads, one whole line at a time; feeds the progress line."""
+    """Formats and writes lines from many threads, one whole line at a time."""
 
-    def __init__(self, sink: Sink, options: LogOptions, progress: Callable[[str], None] | None) -> None:
+    def __init__(self, sink: Sink, options: LogOptions) -> None:
         self.sink, self.timestamps = sink, options.timestamps
         self.prefixer = Prefixer(options.color)
-        self.progress, self.tracker = progress, ProgressTracker()
         self.lines = 0
         self._lock = threading.Lock()
         self.closed = False  # once the command is over, threads still winding down write nothing
@@ -97,8 +95,6 @@ class _Output:
                 return
             self.sink(line)
             self.lines += 1
-            if self.progress and self.tracker.feed(text) and (current := self.tracker.line()):
-                self.progress(current)
 
     def notice_gate(self, notice: Notice) -> Notice:
         """`notice`, silenced once closed: a thread writing to stderr while the interpreter shuts down
@@ -125,7 +121,7 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
         notice(f"{found.kind} {name} has no pods yet (state: {jobs.state(obj)}); use -f to wait for them")
         return 0
     readable = [r for r in replicas if _readable(r, options.previous, notice)]
-    output = _Output(sink, options, None)
+    output = _Output(sink, options)
     with ThreadPoolExecutor(min(PARALLEL_READS, max(1, len(readable)))) as pool:
         opened = list(pool.map(lambda r: _open(conn.rest, namespace, r, options, notice), readable))
         sources = [(r.label, _lines(resp)) for r, resp in zip(readable, opened, strict=True) if resp is not None]
@@ -249,7 +245,7 @@ class _Feed:
 
 def follow_job_logs(conn: Connection, namespace: str, name: str, target: str | Target | None = None,
                     options: LogOptions | None = None, sink: Sink = print, notice: Notice = lambda _: None,
-                    progress: Callable[[str], None] | None = None, poll: float = 0.25,
+                    poll: float = 0.25,
                     timeout: float | None = None) -> FollowResult:
     """Follow every selected replica until the job ends (or `timeout`: WaitTimeout); see the module docstring.
     A lost API server is retried until `timeout` (without one, for watch.RECONNECT_WINDOW)."""
@@ -258,7 +254,7 @@ def follow_job_logs(conn: Connection, namespace: str, name: str, target: str | T
         raise UsageError("--previous reads a finished container; it cannot be combined with -f")
     wanted = check_replica_filter(options.replica)
     found, _ = find_job(conn.rest, namespace, name, target)
-    output = _Output(sink, options, progress)
+    output = _Output(sink, options)
     follow = _Follow(conn.rest, found, namespace, name, wanted, options, output, output.notice_gate(notice))
     try:
         with cluster_errors(f"watch {found.resource} {name} and its pods in namespace {namespace}"):

@@ -12,10 +12,10 @@ from typing import Any
 from kubernetes import client
 
 from kubetrain.client import pods, targets
-from kubetrain.client.progress import ProgressTracker, format_duration
 from kubetrain.controller import kube
 from kubetrain.controller.informer import Informer
 from kubetrain.controller.reconcile import now
+from kubetrain.observe.progress import ProgressTracker, format_duration
 
 log = logging.getLogger("kubetrain.controller")
 LIMIT_BYTES = 256 * 1024
@@ -24,11 +24,10 @@ LIMIT_BYTES = 256 * 1024
 def progress_of(lines: list[str]) -> dict[str, Any] | None:
     """status.progress from log lines (None when they hold no metrics)."""
     tracker = ProgressTracker()
-    accuracy = None
     for line in lines:
         tracker.feed(line)
-        if tracker.status and tracker.status.startswith("eval"):
-            accuracy = _eval_accuracy(line) if _eval_accuracy(line) is not None else accuracy
+    value = (tracker.eval or {}).get("eval_accuracy")
+    accuracy = float(value) if isinstance(value, int | float) else None
     record = tracker.last
     if record is None:
         return None
@@ -45,14 +44,6 @@ def progress_of(lines: list[str]) -> dict[str, Any] | None:
     if accuracy is not None:
         out["evalAccuracy"] = accuracy
     return {k: v for k, v in out.items() if v is not None}
-
-
-def _eval_accuracy(line: str) -> float | None:
-    from kubetrain.metrics import parse_metrics_line
-
-    record = parse_metrics_line(line) or {}
-    value = record.get("eval_accuracy") if record.get("kind") == "eval" else None
-    return float(value) if isinstance(value, int | float) else None
 
 
 def read_tail(api: client.ApiClient, target: targets.Target, namespace: str, name: str, tail: int) -> list[str]:

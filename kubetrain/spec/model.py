@@ -118,6 +118,10 @@ class JobSpec(Section):
     """Time between SIGTERM and SIGKILL: enough for the runtime's checkpoint on SIGTERM."""
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     """Checkpoint settings used by the kubetrain runtime."""
+    archive: Text | None = None
+    """Where every replica's log (with rank 0's metrics lines) is kept while the job runs, so `kubetrain logs`
+    and `kubetrain metrics` still work when the pods are gone: a directory (a volume's mountPath) or an
+    fsspec URL (s3://bucket/prefix with the `s3` extra). `kubetrain run` writes it locally."""
     trainingRuntime: Subdomain = "torch-distributed"
     """The ClusterTrainingRuntime a TrainJob (target trainjob) runs on."""
     train: Train | None = None

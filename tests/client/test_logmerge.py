@@ -15,9 +15,9 @@ from urllib3.exceptions import ProtocolError
 from kubetrain.client.logmerge import NO_TIME, Dedup, LineAssembler, Prefixer, merge, split_timestamp, style_for
 from kubetrain.client.logstream import PodFollower
 from kubetrain.client.pods import replica_of
-from kubetrain.client.progress import ProgressTracker, format_duration
 from kubetrain.client.targets import PYTORCHJOB
 from kubetrain.metrics import format_metrics
+from kubetrain.observe.progress import ProgressTracker, format_duration
 
 
 def test_timestamps_of_any_precision_and_zone_order_correctly():

@@ -26,11 +26,14 @@ def test_submit_follow_trains_digits_on_the_real_node(cli: Cli, image: str, proj
     spec = str(project / "kubetrain.yaml")
     run = cli("submit", "-f", spec, "-n", namespace, "--image", image, "--follow", "--timeout", "900", timeout=960)
     assert "Succeeded" in run.stderr.splitlines()[-1], run.stderr[-2000:]
-    evals = _metrics(run.stdout, "eval")
-    assert evals, run.stdout[-2000:]
+    # --follow renders the metrics (progress lines and a summary on stderr); `logs` keeps them (data)
+    assert "KUBETRAIN_METRICS" not in run.stdout and "training summary" in run.stderr, run.stderr[-2000:]
+    logged = cli("logs", "digits-ddp", "-n", namespace).stdout
+    evals = _metrics(logged, "eval")
+    assert evals, logged[-2000:]
     assert float(str(evals[-1]["eval_accuracy"])) >= ACCURACY, evals[-1]
     # Both replicas joined (rank 0 reports for the group; the worker prints nothing of its own).
-    assert [r["world_size"] for r in _metrics(run.stdout, "start")] == [2], run.stdout[:2000]
+    assert [r["world_size"] for r in _metrics(logged, "start")] == [2], logged[:2000]
     checkpoints = sorted(p.name for p in (claim / "digits").iterdir())
     assert checkpoints, f"no checkpoint in the claim's directory {claim}"
 

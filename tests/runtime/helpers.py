@@ -61,7 +61,7 @@ class Run:
     """`kubetrain run` in the background, its stdout collected line by line."""
 
     def __init__(self, args: list[str], env: dict[str, str], cwd: Path = REPO) -> None:
-        self.proc = subprocess.Popen([*KUBETRAIN, "run", *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([*KUBETRAIN, "run", "--raw", *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.lines: list[str] = []
 
@@ -99,7 +99,7 @@ class Run:
 
 
 def run_sync(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*KUBETRAIN, "run", *args], env=env, cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([*KUBETRAIN, "run", "--raw", *args], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, check=False)
 
 

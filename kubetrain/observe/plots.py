@@ -1,0 +1,37 @@
+"""Terminal plots of a metrics history (plotext: maintained, pure Python, no native dependencies).
+
+One small chart per series (loss, eval loss, eval accuracy, samples/s, learning rate) against steps;
+with a second history (`--compare`) both runs are drawn on the same axes, labelled by name.
+plotext 6 draws on one module-level figure: each chart clears it, registers its signals and builds.
+"""
+
+from __future__ import annotations
+
+from kubetrain.observe.history import SERIES, History
+
+WIDTH, HEIGHT = 100, 14
+
+
+def plot_text(histories: list[History], width: int = WIDTH, height: int = HEIGHT, color: bool = False) -> str:
+    """The charts as text (ANSI colours only with `color`); series no history has are left out."""
+    import plotext
+
+    figure = plotext.figure
+    charts = []
+    for title in SERIES:
+        data = [(h.name, *h.series(title)) for h in histories]
+        if not any(xs for _, xs, _ in data):
+            continue
+        figure.clear()
+        figure.plot_size(width, height)
+        figure.title(f"{title} / step")
+        for name, xs, ys in data:
+            if xs:
+                signal = figure.signal(xs, ys)
+                signal.lines()
+                if len(histories) > 1:
+                    signal.label(name)
+                figure.draw(signal)
+        charts.append(figure.build().string(colorless=not color))
+    figure.clear()
+    return "\n".join(charts)

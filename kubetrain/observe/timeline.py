@@ -1,0 +1,97 @@
+"""Where the time of a job went: submitted → admitted → scheduled → image pulled → started → first step → done.
+
+Pure: the callers collect the moments (Unix seconds) from what they have: `kubetrain run` from its own clock
+and the metrics lines, `kubetrain status` from the job, its pods' conditions and Events, and the metrics in
+rank 0's log. A phase nobody saw is left out; each shown phase carries the time since the previous one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubetrain.observe.progress import ProgressTracker, format_duration
+
+PHASES = ("submitted", "admitted", "scheduled", "image pulled", "started", "first step", "done")
+
+
+def format_timeline(moments: dict[str, float | None]) -> str:
+    """`submitted → scheduled +1s → first step +12s → done +3m02s (total 3m15s)`; "" with fewer than 2."""
+    seen: list[tuple[str, float | None]] = []
+    for phase in PHASES:
+        when = moments.get(phase)
+        # clocks of different machines (API server, node, this one) may disagree: never show time running back
+        if when is not None and (not seen or when >= (seen[-1][1] or 0.0)):
+            seen.append((phase, when))
+    if len(seen) < 2:
+        return ""
+    parts, previous = [seen[0][0]], seen[0][1]
+    for phase, when in seen[1:]:
+        assert when is not None and previous is not None
+        parts.append(f"{phase} +{_short(when - previous)}")
+        previous = when
+    first, last = seen[0][1], seen[-1][1]
+    assert first is not None and last is not None
+    return " → ".join(parts) + f" (total {_short(last - first)})"
+
+
+def _short(seconds: float) -> str:
+    """Sub-minute times with a decimal (local runs take seconds), longer ones as 3m02s."""
+    return f"{max(0.0, seconds):.1f}s" if seconds < 60 else format_duration(seconds)
+
+
+def metrics_moments(tracker: ProgressTracker) -> dict[str, float | None]:
+    """started (the runtime's start record), first step (first train record) and done (end record)."""
+    times = tracker.times
+    return {"started": times.get("start"), "first step": times.get("train"), "done": times.get("end")}
+
+
+def local_moments(tracker: ProgressTracker, submitted: float, ended: float | None) -> dict[str, float | None]:
+    """`kubetrain run`: its own start, the metrics' moments, and its own end if the job printed none."""
+    moments: dict[str, float | None] = {"submitted": submitted, **metrics_moments(tracker)}
+    if moments["done"] is None:
+        moments["done"] = ended
+    return moments
+
+
+def cluster_moments(job: dict[str, Any], pods: list[dict[str, Any]], events: list[dict[str, Any]],
+                    tracker: ProgressTracker) -> dict[str, float | None]:
+    """A job on a cluster: creation, Kueue admission, the first pod scheduled, the last image pulled, the
+    metrics' moments; done is the job's Succeeded/Failed condition when there is no end record."""
+    moments: dict[str, float | None] = {"submitted": _when((job.get("metadata") or {}).get("creationTimestamp"))}
+    moments["admitted"] = _first(_when(e.get("lastTimestamp") or e.get("eventTime")) for e in events
+                                 if e.get("reason") == "Admitted")
+    moments["scheduled"] = _first(_condition_time(p, "PodScheduled") for p in pods)
+    pulled = [_when(e.get("lastTimestamp") or e.get("eventTime")) for e in events if e.get("reason") == "Pulled"]
+    moments["image pulled"] = max((t for t in pulled if t is not None), default=None)
+    moments.update({k: v for k, v in metrics_moments(tracker).items() if v is not None})
+    if moments.get("done") is None:
+        conditions = (job.get("status") or {}).get("conditions") or []
+        moments["done"] = _first(_when(c.get("lastTransitionTime")) for c in conditions
+                                 if c.get("type") in ("Succeeded", "Complete", "Failed") and c.get("status") == "True")
+    return moments
+
+
+def _condition_time(pod: dict[str, Any], kind: str) -> float | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind and condition.get("status") == "True":
+            return _when(condition.get("lastTransitionTime"))
+    return None
+
+
+def _first(values: Any) -> float | None:
+    found = [v for v in values if v is not None]
+    return min(found) if found else None
+
+
+def _when(stamp: Any) -> float | None:
+    """An RFC 3339 timestamp (as the API serves it, or a datetime from the kubernetes client) → Unix seconds."""
+    from datetime import datetime
+
+    if isinstance(stamp, datetime):
+        return stamp.timestamp()
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
