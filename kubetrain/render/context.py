@@ -196,7 +196,7 @@ def template_context(job: TrainingJob, options: RenderOptions) -> dict[str, Any]
         "pod_annotations": pod_annotations(job),
         "spec": spec,
         "image": options.image or spec.image,
-        "command": container_command(),
+        "command": container_command(spec.archive, job.metadata.name),
         "args": torchrun_args(spec, workdir),
         "workdir": workdir,
         "env": env(job),

@@ -52,9 +52,14 @@ STOP_WRAPPER = (
 )
 
 
-def container_command() -> list[str]:
-    """The container's `command`; torchrun's arguments (`torchrun_args`) are its `args`."""
-    return ["sh", "-c", STOP_WRAPPER, "torchrun"]
+def container_command(archive: str | None = None, job: str | None = None) -> list[str]:
+    """The container's `command`; torchrun's arguments (`torchrun_args`) are its `args`. With `spec.archive`,
+    kubetrain's archive wrapper (kubetrain.observe.archive; needs kubetrain in the image) runs it all and
+    copies the output to the archive as it is written."""
+    command = ["sh", "-c", STOP_WRAPPER, "torchrun"]
+    if archive:
+        return ["python", "-m", "kubetrain.observe.archive", "--url", archive, "--job", str(job), "--", *command]
+    return command
 
 
 def launcher(command: list[str] | None) -> tuple[str, list[str]] | None:

@@ -44,7 +44,7 @@ def filesystem(url: str) -> tuple[Any, str]:
     scheme = url.split("://", 1)[0]
     package, extra = OBJECT_STORE_BACKENDS[scheme]
     try:
-        import fsspec  # type: ignore[import-untyped]
+        import fsspec
 
         fs, path = fsspec.core.url_to_fs(url)
     except ImportError as exc:

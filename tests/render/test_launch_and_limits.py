@@ -169,3 +169,16 @@ def test_guaranteed_qos_sets_requests_equal_to_limits() -> None:
     assert resources["requests"]["memory"] == resources["limits"]["memory"] == "72Gi"
     with pytest.raises(SpecError, match=r"spec.resources.guaranteed: needs resources.cpu and resources.memory"):
         job(resources={"cpu": "16", "guaranteed": True})
+
+
+@pytest.mark.parametrize("target", ["pytorchjob", "trainjob"])
+def test_spec_archive_runs_the_pod_command_under_the_archive_wrapper(target: str) -> None:
+    rendered = render_job(job(archive="s3://runs/team-a", nodes=2), target=target)[-1]
+    spec = (pod(rendered) if target == "pytorchjob"
+            else rendered["spec"]["podTemplateOverrides"][0]["spec"] if "podTemplateOverrides" in rendered["spec"]
+            else rendered["spec"]["trainer"])
+    command = spec["containers"][0]["command"] if "containers" in spec else spec["command"]
+    assert command == ["python", "-m", "kubetrain.observe.archive", "--url", "s3://runs/team-a", "--job", "j", "--",
+                       *container_command()]
+    plain = render_job(job(nodes=2), target=target)[-1]
+    assert "kubetrain.observe.archive" not in str(plain)
