@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from kubetrain.client import hints, jobs, pods
+from kubetrain.client import hints, jobs, pods, queues
 from kubetrain.client.events import list_events
 from kubetrain.client.targets import PYTORCHJOB, Target
 
@@ -142,6 +142,7 @@ def job_status(api: Any, targets: list[Target], namespace: str, name: str,
     events = event_rows(event_dicts)[-recent:] if recent else []
     recreated = [f"pod {r.name} was re-created {r.recreated} time(s) by the operator (its restart count "
                  f"starts again each time): see why with `kubetrain events {name}`" for r in rows if r.recreated]
-    all_hints = hints.unique(recreated + [h for r in rows for h in r.hints] +
+    queued = [line] if (line := queues.job_hint(api, obj)) else []  # Kueue: pending/admitted/evicted, one line
+    all_hints = hints.unique(queued + recreated + [h for r in rows for h in r.hints] +
                              [h for e in events if e.type == "Warning" for h in e.hints])
     return JobStatus(jobs.summary(obj, target), jobs.conditions(obj), rows, events, all_hints)

@@ -33,9 +33,9 @@ import pytest
 
 from .binaries import PREPARE_HINT, MissingBinaries
 from .controlplane import ControlPlane
+from .kueue import Kueue
 from .node import RealNode
 from .s3 import S3Server, S3Unavailable
-from .kueue import Kueue
 from .trainer import TrainerStack
 
 MARKER = "controlplane"
