@@ -82,3 +82,41 @@ def test_kill_9_during_submit_then_rerun_repairs(controlplane: Any, namespace: s
     assert third.wait() == 0, third.stderr  # and again: a no-op
     assert custom.list_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs")["items"][0][
         "metadata"]["uid"] == jobs[0]["metadata"]["uid"]
+
+
+def test_a_stopped_training_operator_is_named_by_status(controlplane: Any, namespace: str, k8s: Any,
+                                                        tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kubetrain.cli.main import cli
+    from kubetrain.client.status import UNRECONCILED_AFTER
+
+    # Stopped, with its validating webhook gone too (else the create itself fails, naming the webhook:
+    # tests/client/test_faults.py): the operator is installed but not reconciling (scaled to 0, or stuck
+    # without its leader Lease), and jobs get created but never a status.
+    from tests.testenv import operator
+
+    admission = kubernetes.client.AdmissionregistrationV1Api(k8s)
+    hook = k8s.sanitize_for_serialization(
+        admission.read_validating_webhook_configuration(operator.WEBHOOK_CONFIG_NAME))
+    admission.delete_validating_webhook_configuration(operator.WEBHOOK_CONFIG_NAME)
+    controlplane.sup.stop_child(controlplane._procs["training-operator"], timeout=5)
+    try:
+        spec = write_spec(tmp_path, "orphan", nodes=1)
+        runner = CliRunner()
+        argv = ["-n", namespace, "--kubeconfig", str(controlplane.kubeconfig)]
+        assert runner.invoke(cli, ["submit", "-f", str(spec), "--skip-preflight", *argv]).exit_code == 0
+        fresh = runner.invoke(cli, ["status", "orphan", *argv]).stdout
+        assert "no status from the Kubeflow training-operator" not in fresh  # not before it could have acted
+        wait_for(lambda: "→ no status from the Kubeflow training-operator after" in
+                 runner.invoke(cli, ["status", "orphan", *argv]).stdout, "the operator hint",
+                 timeout=UNRECONCILED_AFTER + 30, interval=1)
+        out = runner.invoke(cli, ["status", "orphan", *argv]).stdout
+        assert "kubectl -n kubeflow get deployment training-operator" in out
+    finally:
+        hook["metadata"] = {"name": operator.WEBHOOK_CONFIG_NAME}
+        admission.create_validating_webhook_configuration(hook)
+        controlplane._restart_operator()
+    # Back: the operator reconciles the job, and the hint goes away.
+    wait_for(lambda: "no status from" not in CliRunner().invoke(cli, ["status", "orphan", *argv]).stdout,
+             "the operator reconciling again", timeout=60, interval=1)
