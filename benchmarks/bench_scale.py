@@ -23,19 +23,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-KUBETRAIN = [sys.executable, "-m", "kubetrain"]
+from bench_status import KUBETRAIN, median_ms  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
 
 
 def requests_of(argv: list[str], kubeconfig: Path) -> tuple[int, str]:
@@ -48,16 +46,6 @@ def requests_of(argv: list[str], kubeconfig: Path) -> tuple[int, str]:
     with counting() as seen:
         result = CliRunner().invoke(cli, [*argv, "--kubeconfig", str(kubeconfig)])
     return len(seen), f"exit {result.exit_code}"
-
-
-def median_ms(fn: Callable[[], Any], runs: int) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
 
 
 def process(argv: list[str], env: dict[str, str]) -> None:

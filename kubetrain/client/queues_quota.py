@@ -10,7 +10,7 @@ nominal quota). So:
   usage leave less than the demand free: it waits in the queue (Kueue says why once it is there);
 * now: there is room.
 
-Approximations, said in docs/cluster.md: one flavor for the whole job (Kueue may give the pod sets of a
+Approximations, said in docs/queues.md: one flavor for the whole job (Kueue may give the pod sets of a
 job different flavors), and only the GPU resource is checked.
 """
 

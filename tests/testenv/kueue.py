@@ -29,7 +29,7 @@ import yaml
 from . import binaries, kwok
 from .controlplane import established, http_get
 from .processes import Child, free_port, wait_until
-from .trainer import serving_pki, write_certs
+from .trainer import create_admission, delete_admission, serving_pki, write_certs
 
 if TYPE_CHECKING:
     from .controlplane import ControlPlane
@@ -184,13 +184,8 @@ class Kueue:
         wait_until(lambda: http_get(probe) == "ok", "kueue /readyz", 90, self.child)
 
     def _admission(self) -> None:
-        api = kubernetes.client.AdmissionregistrationV1Api(self._api())
-        for obj in webhook_configurations(self.ports["webhook"], self.cp.ca.cert_pem):
-            if obj["kind"] == "MutatingWebhookConfiguration":
-                api.create_mutating_webhook_configuration(obj)
-            else:
-                api.create_validating_webhook_configuration(obj)
-            self.admission.append(obj)
+        self.admission += create_admission(self._api(), webhook_configurations(self.ports["webhook"],
+                                                                                self.cp.ca.cert_pem))
 
     def log(self) -> str:
         return self.child.log_tail(200) if self.child else ""
@@ -200,15 +195,7 @@ class Kueue:
         client = self._api()
         with contextlib.suppress(kubernetes.client.ApiException):
             self.queues.delete()
-        api = kubernetes.client.AdmissionregistrationV1Api(client)
-        for obj in self.admission:
-            delete = (
-                api.delete_mutating_webhook_configuration
-                if obj["kind"].startswith("Mutating")
-                else api.delete_validating_webhook_configuration
-            )
-            with contextlib.suppress(kubernetes.client.ApiException):
-                delete(obj["metadata"]["name"])
+        delete_admission(client, self.admission)
         if self.child is not None:
             self.cp.sup.stop_child(self.child)
         ext = kubernetes.client.ApiextensionsV1Api(client)
