@@ -126,6 +126,18 @@ def crds(port: int, ca_pem: bytes) -> list[dict[str, Any]]:
     return out
 
 
+METRICS_CERT_DIR = "/etc/kueue/metrics/certs"
+
+
+def metrics_cert_mount(cert_dir: Path) -> list[str]:
+    """A prefix for Kueue's argv: with internal cert management off, Kueue v0.19 reads its metrics serving
+    cert from the hard-coded /etc/kueue/metrics/certs (cmd/kueue/main.go). Rather than write certs there,
+    Kueue runs in a private mount namespace where our cert dir is bind-mounted on that path; only the empty
+    mount point is created on the host (root, as the harness's real node already needs)."""
+    script = f'mkdir -p {METRICS_CERT_DIR} && mount --bind "$0" {METRICS_CERT_DIR} && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(cert_dir)]
+
+
 class Kueue:
     """The Kueue manager with its CRDs and webhooks on a running ControlPlane, plus a queue set-up."""
 
@@ -178,7 +190,7 @@ class Kueue:
         cfg = self.cp.workdir / "kueue-config.yaml"
         cfg.write_text(config(self.ports, certs))
         kubeconfig = self.cp.workdir / "operator.kubeconfig"
-        argv = [str(self.bin), f"--config={cfg}", f"--kubeconfig={kubeconfig}"]
+        argv = [*metrics_cert_mount(certs), str(self.bin), f"--config={cfg}", f"--kubeconfig={kubeconfig}"]
         self.child = self.cp.sup.start("kueue", argv, env={"KUBECONFIG": str(kubeconfig)}, cwd=self.cp.workdir)
         probe = f"http://127.0.0.1:{self.ports['probe']}/readyz"
         wait_until(lambda: http_get(probe) == "ok", "kueue /readyz", 90, self.child)
