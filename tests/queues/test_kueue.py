@@ -138,7 +138,8 @@ def test_gang_not_ready_in_time_is_evicted_and_requeued(controlplane: Any, kt: A
                                                         tmp_path: Path) -> None:
     # Both pods are held in ContainerCreating (never Ready): after waitForPodsReady's timeout Kueue evicts the
     # whole job (reason PodsReadyTimeout), suspends it again and requeues it.
-    spec = write_spec(tmp_path, "gang", nodes=2, scheduling={"queue": "team-a"})
+    # team-b, 2 × 4 GPUs: within its nominal quota whatever earlier tests' TrainJobs still hold of team-a's.
+    spec = write_spec(tmp_path, "gang", nodes=2, gpus=4, scheduling={"queue": "team-b"})
     spec.write_text(spec.read_text().replace("metadata:\n  name: gang", "metadata:\n  annotations:\n"
                                              "    kubetrain.test/phase: Pending\n  name: gang"))
     result = kt("submit", "-f", str(spec), "-n", queued)

@@ -78,7 +78,19 @@ stamp_of() {
   local dir="${SPEC[$1]%%|*}" f files=()
   files=("$HERE/gomod/$dir/go.mod" "$HERE/gomod/$dir/go.sum")
   for f in "$HERE/gomod/$dir"/*.go; do [[ -f "$f" ]] && files+=("$f"); done
-  cat "${files[@]}" | sha256sum | cut -c1-16
+  { cat "${files[@]}"; if [[ $1 == kubernetes ]]; then ldflags_of "$1"; fi; } | sha256sum | cut -c1-16
+}
+
+# Kubernetes' own build (hack/lib/version.sh) stamps its version into k8s.io/component-base/version. Without
+# it the apiserver's /version says "v0.0.0-master+$Format:%H$", which Kueue cannot parse (it exits at start).
+# Part of the kubernetes stamp, so a cache built without it is relinked (the compiled packages are reused).
+ldflags_of() {
+  local flags='-s -w' v="${KUBERNETES_VERSION#v}" p=k8s.io/component-base/version
+  if [[ $1 == kubernetes ]]; then
+    flags+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=${v%%.*} -X $p.gitMinor=$(cut -d. -f2 <<<"$v")"
+    flags+=" -X $p.gitTreeState=clean"
+  fi
+  printf '%s' "$flags"
 }
 
 # Prints the directory that already provides binary $1 from the user, if any.
@@ -175,7 +187,7 @@ build() {
   trap 'rm -rf "$tmp"' EXIT
   # shellcheck disable=SC2086  # pkgs is a list
   if ! (cd "$HERE/gomod/$dir" && GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-        go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$tmp/" $pkgs); then
+        go build -trimpath -buildvcs=false -ldflags="$(ldflags_of "$comp")" -o "$tmp/" $pkgs); then
     rm -rf "$tmp"
     die "$comp: go build failed (see output above); the module proxy must be reachable for a cold build"
   fi
