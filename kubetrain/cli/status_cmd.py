@@ -118,11 +118,12 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, re
       kubetrain list
       kubetrain list -A -o json
     """
+    from kubetrain.client import queues
     from kubetrain.client.jobs import list_jobs
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = None if all_namespaces else connection.namespace(namespace)
-    found = list_jobs(connection.rest, installed_targets(connection), ns)
+    found = queues.annotate(connection.rest, list_jobs(connection.rest, installed_targets(connection), ns), ns)
     if output != "text":
         items = [s.as_dict() for s in found]
         click.echo(json.dumps(items, indent=2) if output == "json" else dump_yaml(items), nl=output == "json")
@@ -131,9 +132,13 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, re
         info(f"no jobs in {'any namespace' if ns is None else 'namespace ' + ns}")
         return
     headers = (["NAMESPACE"] if ns is None else []) + ["NAME", "TARGET", "STATE", "NODES×GPUS", "AGE"]
-    rows = [([s.namespace] if ns is None else []) + [s.name, s.target, s.state, f"{s.pods}×{s.gpus_per_pod}",
-                                                      age(s.created)] for s in found]
+    rows = [([s.namespace] if ns is None else []) + [s.name, s.target, s.state + _kueue(s.kueue),
+                                                      f"{s.pods}×{s.gpus_per_pod}", age(s.created)] for s in found]
     print_table(headers, rows)
+
+
+def _kueue(state: str) -> str:
+    return f" (Kueue: {state})" if state else ""
 
 
 @click.command()

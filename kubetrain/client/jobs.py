@@ -28,10 +28,14 @@ class JobSummary:
     pods: int
     gpus_per_pod: int
     created: str  # RFC 3339, as the API gives it
+    uid: str = ""
+    queue: str = ""  # Kueue LocalQueue (the kueue.x-k8s.io/queue-name label), if any
+    kueue: str = ""  # its Workload's state (kubetrain.client.queues.annotate), if any
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "namespace": self.namespace, "target": self.target, "state": self.state,
-                "nodes": self.pods, "gpusPerNode": self.gpus_per_pod, "created": self.created}
+        out = {"name": self.name, "namespace": self.namespace, "target": self.target, "state": self.state,
+               "nodes": self.pods, "gpusPerNode": self.gpus_per_pod, "created": self.created}
+        return out | ({"queue": self.queue, "kueue": self.kueue} if self.queue else {})
 
 
 def conditions(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -96,8 +100,9 @@ def shape(obj: dict[str, Any]) -> tuple[int, int]:
 def summary(obj: dict[str, Any], target: Target) -> JobSummary:
     meta = obj.get("metadata") or {}
     pods, gpus = shape(obj)
+    queue = str((meta.get("labels") or {}).get("kueue.x-k8s.io/queue-name") or "")
     return JobSummary(meta.get("name", ""), meta.get("namespace", ""), target.name, state(obj), pods, gpus,
-                      meta.get("creationTimestamp", ""))
+                      meta.get("creationTimestamp", ""), str(meta.get("uid") or ""), queue)
 
 
 def _path(target: Target, namespace: str | None, name: str | None = None) -> str:

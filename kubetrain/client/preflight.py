@@ -11,8 +11,9 @@ from kubernetes.client.exceptions import ApiException
 
 from kubetrain.client import fit as fitting
 from kubetrain.client.access import can_i
-from kubetrain.client.errors import CRD_HINT, api_message, translate
+from kubetrain.client.errors import CRD_HINT, ApiError, api_message, translate
 from kubetrain.client.jobs import pod_specs
+from kubetrain.client.queues import queue_of
 from kubetrain.client.targets import Target, served
 from kubetrain.errors import ClusterError
 
@@ -61,6 +62,8 @@ def run(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], na
         results.append(CheckResult("fit", WARN, "not checked (--skip-fit)"))
     else:
         results.append(check_fit(api, job, target, namespace, name))
+    if (queue := queue_of(job)) and ns.status != FAIL:
+        results.append(check_queue(api, job, namespace, queue))
     return results
 
 
@@ -276,3 +279,18 @@ def check_fit(api: client.ApiClient, job: dict[str, Any], target: Target, namesp
 def _owned(pod: dict[str, Any], target: Target, namespace: str, name: str) -> bool:
     meta = pod.get("metadata") or {}
     return bool(meta.get("namespace") == namespace and (meta.get("labels") or {}).get(target.pod_label) == name)
+
+
+def check_queue(api: client.ApiClient, job: dict[str, Any], namespace: str, queue: str) -> CheckResult:
+    """Kueue: the LocalQueue exists, which ClusterQueue it feeds, and whether its GPU quota can ever (or now)
+    hold the job: never → refusal, not now → a warning (the job waits in the queue)."""
+    from kubetrain.client import queues_quota as quota
+
+    request = fit_request(job)
+    try:
+        verdict = quota.quota_verdict(api, namespace, queue, request.pods * request.gpus_per_pod, request.resource)
+    except (ClusterError, ApiError) as exc:
+        reason = api_message(exc) if isinstance(exc, ApiError) else str(exc)
+        return CheckResult("queue", WARN, f"cannot check LocalQueue {queue}: {reason}")
+    status = {quota.NOW: OK, quota.NOT_NOW: WARN, quota.NEVER: FAIL}.get(verdict.verdict, WARN)
+    return CheckResult("queue", FAIL if verdict.missing else status, verdict.message, verdict.hint)

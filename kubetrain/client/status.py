@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from kubetrain.client import hints, jobs, pods
+from kubetrain.client import hints, jobs, pods, queues
 from kubetrain.client.events import list_events
 from kubetrain.client.targets import PYTORCHJOB, Target
 
@@ -142,6 +142,29 @@ def job_status(api: Any, targets: list[Target], namespace: str, name: str,
     events = event_rows(event_dicts)[-recent:] if recent else []
     recreated = [f"pod {r.name} was re-created {r.recreated} time(s) by the operator (its restart count "
                  f"starts again each time): see why with `kubetrain events {name}`" for r in rows if r.recreated]
-    all_hints = hints.unique(recreated + [h for r in rows for h in r.hints] +
+    queued = [line] if (line := queues.job_hint(api, obj)) else []  # Kueue: pending/admitted/evicted, one line
+    queued += [line] if (line := operator_hint(obj, target)) else []
+    all_hints = hints.unique(queued + recreated + [h for r in rows for h in r.hints] +
                              [h for e in events if e.type == "Warning" for h in e.hints])
     return JobStatus(jobs.summary(obj, target), jobs.conditions(obj), rows, events, all_hints)
+
+
+UNRECONCILED_AFTER = 15  # seconds: the operator sets a first condition within a second or two of a create
+
+
+def operator_hint(obj: dict[str, Any], target: Target, now: dt.datetime | None = None) -> str | None:
+    """A job that nobody has given a status in UNRECONCILED_AFTER seconds: its operator is not running
+    (stopped, crash-looping, or without its leader Lease). Named, with where to look."""
+    if (obj.get("status") or {}).get("conditions"):
+        return None
+    created = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+    try:
+        born = dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    waited = ((now or dt.datetime.now(dt.UTC)) - born).total_seconds()
+    if waited < UNRECONCILED_AFTER:
+        return None
+    where = ", ".join(f"kubectl -n {ns} get deployment {name}" for ns, name in target.operators[:1])
+    return (f"no status from the {target.operator_name} after {int(waited)} s: it is not reconciling this job "
+            f"(stopped or not the leader?): check it{': ' + where if where else ''}")

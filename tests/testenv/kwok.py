@@ -142,6 +142,33 @@ def nodes() -> list[dict[str, Any]]:
     return out
 
 
+# The scale profile (benchmarks/bench_scale.py, tests/queues/test_scale.py): four GKE GPU types, as the
+# cloud profiles label and taint them (GKE taints GPU node pools nvidia.com/gpu=present:NoSchedule).
+SCALE_GPU_TYPES = (
+    ("nvidia-h100-80gb", "a3-highgpu-8g"),
+    ("nvidia-h200-141gb", "a3-ultragpu-8g"),
+    ("nvidia-a100-80gb", "a2-ultragpu-8g"),
+    ("nvidia-l4", "g2-standard-96"),
+)
+
+
+def scale_nodes(count: int = 200, gpus: int = GPUS_PER_NODE, prefix: str = "scale") -> list[dict[str, Any]]:
+    """`count` tainted GPU nodes, spread round-robin over the four SCALE_GPU_TYPES (one node pool each)."""
+    out = []
+    for i in range(count):
+        product, machine = SCALE_GPU_TYPES[i % len(SCALE_GPU_TYPES)]
+        labels = {
+            "cloud.google.com/gke-accelerator": product,
+            "cloud.google.com/gke-nodepool": f"{product}-pool",
+            "node.kubernetes.io/instance-type": machine,
+            "topology.kubernetes.io/zone": "us-central1-a",
+        }
+        alloc = {"cpu": "208", "memory": "1870Gi", "pods": "110", "ephemeral-storage": "100Gi",
+                 GPU_RESOURCE: str(gpus)}
+        out.append(_node(f"{prefix}-{product.removeprefix('nvidia-')}-{i}", labels, alloc, [gpu_taint()]))
+    return out
+
+
 def logs_object(namespace: str, pod: str, logs_file: Path, container: str | None) -> dict[str, Any]:
     """A kwok Logs CR (name = pod name) serving `logs_file` for that pod."""
     entry: dict[str, Any] = {"logsFile": str(logs_file), "previousLogsFile": str(logs_file)}

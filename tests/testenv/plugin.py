@@ -8,6 +8,8 @@ Enable with ``pytest_plugins = ["tests.testenv.plugin"]`` in tests/conftest.py.
 * ``namespace`` (function): a fresh namespace per test, deleted afterwards.
 * ``k8s`` (function): an admin ApiClient.
 * ``trainer`` (module): Kubeflow Trainer v2 + JobSet added for one module.
+* ``kueue`` (module): Kueue (with Trainer v2 + JobSet, for its TrainJob integration), flavors and
+  ClusterQueues; see kueue.py.
 * ``real_node`` (session): a real kubelet node (containerd, runc, CNI, CoreDNS)
   joined to the control plane; see node.py. Tests using it are marked ``e2e``.
 * ``s3_server`` (session): a real S3-compatible server (moto's, own process); see s3.py.
@@ -31,12 +33,13 @@ import pytest
 
 from .binaries import PREPARE_HINT, MissingBinaries
 from .controlplane import ControlPlane
+from .kueue import Kueue
 from .node import RealNode
 from .s3 import S3Server, S3Unavailable
 from .trainer import TrainerStack
 
 MARKER = "controlplane"
-FIXTURES = {"controlplane", "namespace", "k8s", "trainer", "real_node"}
+FIXTURES = {"controlplane", "namespace", "k8s", "trainer", "real_node", "kueue"}
 E2E_MARKER = "e2e"
 
 
@@ -121,6 +124,13 @@ def trainer(controlplane: ControlPlane) -> Iterator[TrainerStack]:
     """Kubeflow Trainer v2 + JobSet on the session's control plane, for one test
     module: its CRDs, webhooks and controllers are removed again afterwards."""
     yield from _running(lambda: TrainerStack(controlplane))
+
+
+@pytest.fixture(scope="module")
+def kueue(controlplane: ControlPlane, trainer: TrainerStack) -> Iterator[Kueue]:
+    """Kueue on the session's control plane for one test module, after Trainer v2 + JobSet (its TrainJob
+    and JobSet integrations need their CRDs at start); removed again afterwards."""
+    yield from _running(lambda: Kueue(controlplane))
 
 
 @pytest.fixture

@@ -40,10 +40,14 @@ declare -A SPEC=(
   # the few plugins it needs (gomod/coredns/main.go).
   [kubelet]="kubelet|k8s.io/kubernetes/cmd/kubelet|kubelet"
   [coredns]="coredns|.|coredns"
+  # Kueue (tests/testenv/kueue.py): the manager binary only.
+  [kueue]="kueue|sigs.k8s.io/kueue/cmd/kueue|kueue"
 )
 ORDER=(etcd kwok training-operator kubernetes trainer)
 # Set KUBETRAIN_TESTENV_TRAINER=0 to skip the optional Trainer v2 + JobSet build.
 [[ "${KUBETRAIN_TESTENV_TRAINER:-1}" == 0 ]] && ORDER=(etcd kwok training-operator kubernetes)
+# Set KUBETRAIN_TESTENV_KUEUE=0 to skip the Kueue build (tests/queues then skip, or fail under CI).
+[[ "${KUBETRAIN_TESTENV_KUEUE:-1}" == 0 ]] || ORDER+=(kueue)
 # Set KUBETRAIN_TESTENV_NODE=0 to skip the real node (kubelet, CoreDNS, containerd, images).
 [[ "${KUBETRAIN_TESTENV_NODE:-1}" == 0 ]] || ORDER+=(kubelet coredns)
 MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/manifests"
@@ -64,6 +68,7 @@ check_pins() {
   grep -q "github.com/kubeflow/training-operator $TRAINING_OPERATOR_VERSION" "$HERE/gomod/training-operator/go.mod" || die "gomod/training-operator/go.mod does not pin $TRAINING_OPERATOR_VERSION"
   grep -q "github.com/kubeflow/trainer/v2 $TRAINER_VERSION" "$HERE/gomod/trainer/go.mod" || die "gomod/trainer/go.mod does not pin $TRAINER_VERSION"
   grep -q "sigs.k8s.io/jobset $JOBSET_VERSION" "$HERE/gomod/trainer/go.mod" || die "gomod/trainer/go.mod does not pin $JOBSET_VERSION"
+  grep -q "sigs.k8s.io/kueue $KUEUE_VERSION" "$HERE/gomod/kueue/go.mod" || die "gomod/kueue/go.mod does not pin $KUEUE_VERSION"
 }
 
 # A component is rebuilt when its pinned go.mod/go.sum change (check_pins ties
@@ -73,7 +78,19 @@ stamp_of() {
   local dir="${SPEC[$1]%%|*}" f files=()
   files=("$HERE/gomod/$dir/go.mod" "$HERE/gomod/$dir/go.sum")
   for f in "$HERE/gomod/$dir"/*.go; do [[ -f "$f" ]] && files+=("$f"); done
-  cat "${files[@]}" | sha256sum | cut -c1-16
+  { cat "${files[@]}"; if [[ $1 == kubernetes ]]; then ldflags_of "$1"; fi; } | sha256sum | cut -c1-16
+}
+
+# Kubernetes' own build (hack/lib/version.sh) stamps its version into k8s.io/component-base/version. Without
+# it the apiserver's /version says "v0.0.0-master+$Format:%H$", which Kueue cannot parse (it exits at start).
+# Part of the kubernetes stamp, so a cache built without it is relinked (the compiled packages are reused).
+ldflags_of() {
+  local flags='-s -w' v="${KUBERNETES_VERSION#v}" p=k8s.io/component-base/version
+  if [[ $1 == kubernetes ]]; then
+    flags+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=${v%%.*} -X $p.gitMinor=$(cut -d. -f2 <<<"$v")"
+    flags+=" -X $p.gitTreeState=clean"
+  fi
+  printf '%s' "$flags"
 }
 
 # Prints the directory that already provides binary $1 from the user, if any.
@@ -125,6 +142,22 @@ copy_reference() {
   log "reference: upstream CRDs copied to $REFERENCE_DIR"
 }
 
+# Kueue's CRDs and webhook configurations (config/components) from the same pinned module, beside (not in)
+# $MANIFESTS_DIR, which post_trainer replaces whole.
+KUEUE_MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/kueue-manifests"
+post_kueue() {
+  check_go
+  local kueue_dir tmp
+  kueue_dir="$(module_dir kueue sigs.k8s.io/kueue)"
+  [[ -d "$kueue_dir" ]] || die "kueue: could not get the module source of Kueue"
+  tmp="$(mktemp -d "$CACHE_ROOT/$KUBERNETES_VERSION/.kueue-manifests.XXXXXX")"
+  cp "$kueue_dir"/config/components/crd/bases/kueue.x-k8s.io_*.yaml "$kueue_dir"/config/components/webhook/manifests.yaml "$tmp/"
+  chmod -R u+w "$tmp"
+  rm -rf "$KUEUE_MANIFESTS_DIR" && mv "$tmp" "$KUEUE_MANIFESTS_DIR"
+  log "kueue: CRDs and webhook manifests copied to $KUEUE_MANIFESTS_DIR"
+}
+post_kueue_done() { [[ -f "$KUEUE_MANIFESTS_DIR/manifests.yaml" ]]; }
+
 post_trainer_done() { [[ -f "$MANIFESTS_DIR/jobset/jobset.x-k8s.io_jobsets.yaml" && -f "$MANIFESTS_DIR/trainer/torch_distributed.yaml" ]]; }
 
 is_fresh() {
@@ -154,7 +187,7 @@ build() {
   trap 'rm -rf "$tmp"' EXIT
   # shellcheck disable=SC2086  # pkgs is a list
   if ! (cd "$HERE/gomod/$dir" && GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-        go build -trimpath -buildvcs=false -ldflags='-s -w' -o "$tmp/" $pkgs); then
+        go build -trimpath -buildvcs=false -ldflags="$(ldflags_of "$comp")" -o "$tmp/" $pkgs); then
     rm -rf "$tmp"
     die "$comp: go build failed (see output above); the module proxy must be reachable for a cold build"
   fi

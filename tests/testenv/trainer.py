@@ -73,6 +73,31 @@ def _config(kind: str, name: str, hooks: list[dict[str, Any]]) -> dict[str, Any]
     }
 
 
+def create_admission(client: kubernetes.client.ApiClient, objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Create Mutating/ValidatingWebhookConfigurations; returns those created (for delete_admission)."""
+    api = kubernetes.client.AdmissionregistrationV1Api(client)
+    done = []
+    for obj in objs:
+        if obj["kind"] == "MutatingWebhookConfiguration":
+            api.create_mutating_webhook_configuration(obj)
+        else:
+            api.create_validating_webhook_configuration(obj)
+        done.append(obj)
+    return done
+
+
+def delete_admission(client: kubernetes.client.ApiClient, objs: list[dict[str, Any]]) -> None:
+    api = kubernetes.client.AdmissionregistrationV1Api(client)
+    for obj in objs:
+        delete = (
+            api.delete_mutating_webhook_configuration
+            if obj["kind"].startswith("Mutating")
+            else api.delete_validating_webhook_configuration
+        )
+        with contextlib.suppress(kubernetes.client.ApiException):
+            delete(obj["metadata"]["name"])
+
+
 def jobset_webhooks(port: int, ca: pki.KeyPair) -> list[dict[str, Any]]:
     jobsets = (*JOBSET_GROUP, "jobsets")
     pods = ("", "v1", "pods", ["CREATE"])
@@ -238,13 +263,7 @@ class TrainerStack:
             wait_until(lambda n=name: established(ext.read_custom_resource_definition(n)), f"CRD {name}", 30)
 
     def _admission(self, objs: list[dict[str, Any]]) -> None:
-        api = kubernetes.client.AdmissionregistrationV1Api(self.cp.api_client())
-        for obj in objs:
-            if obj["kind"] == "MutatingWebhookConfiguration":
-                api.create_mutating_webhook_configuration(obj)
-            else:
-                api.create_validating_webhook_configuration(obj)
-            self.admission.append(obj)
+        self.admission += create_admission(self.cp.api_client(), objs)
 
     def _manager(self, name: str, namespace: str, prefix: str, argv: list[str], env: dict[str, str]) -> None:
         core = kubernetes.client.CoreV1Api(self.cp.api_client())
@@ -308,15 +327,7 @@ class TrainerStack:
             for ns in kubernetes.client.CoreV1Api(client).list_namespace().items:
                 custom.delete_collection_namespaced_custom_object(*TRAINER_GROUP, ns.metadata.name, "trainjobs")
             custom.delete_collection_cluster_custom_object(*TRAINER_GROUP, "clustertrainingruntimes")
-        api = kubernetes.client.AdmissionregistrationV1Api(client)
-        for obj in self.admission:
-            delete = (
-                api.delete_mutating_webhook_configuration
-                if obj["kind"].startswith("Mutating")
-                else api.delete_validating_webhook_configuration
-            )
-            with contextlib.suppress(kubernetes.client.ApiException):
-                delete(obj["metadata"]["name"])
+        delete_admission(client, self.admission)
         for child in reversed(self.children):
             self.cp.sup.stop_child(child)
         ext = kubernetes.client.ApiextensionsV1Api(client)

@@ -1,0 +1,154 @@
+"""kubetrain under a real Kueue (v0.19.2, tests/testenv/kueue.py): admission of PyTorchJobs and TrainJobs,
+a job over quota left pending, preflight's quota verdicts, and gang admission with waitForPodsReady.
+
+The queues (tests/testenv/kueue.py): ClusterQueues team-a (8 GPUs, may borrow 8) and team-b (8 GPUs, never
+borrows, lends all 8) in cohort `gpus`, one ResourceFlavor `h100` for the kwok nodes' accelerator label,
+and a LocalQueue per ClusterQueue (same names) in each test's namespace.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+from click.testing import CliRunner, Result
+
+from kubetrain.cli.main import cli
+from tests.client.specs import watch_until, write_spec
+from tests.testenv import kueue as harness
+
+pytestmark = pytest.mark.controlplane
+KUEUE = (harness.GROUP, harness.VERSION)
+
+
+@pytest.fixture(autouse=True)
+def empty_schema_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBETRAIN_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def queued(kueue: harness.Kueue, namespace: str) -> str:
+    """The test's namespace, with LocalQueues team-a and team-b."""
+    kueue.queues.add_local_queues(namespace)
+    return namespace
+
+
+@pytest.fixture
+def kt(controlplane: Any) -> Any:
+    def run(*args: str) -> Result:
+        return CliRunner().invoke(cli, [*args, "--kubeconfig", str(controlplane.kubeconfig)], catch_exceptions=False)
+
+    return run
+
+
+def workload(controlplane: Any, namespace: str, job_uid: str) -> dict[str, Any] | None:
+    custom = kubernetes.client.CustomObjectsApi(controlplane.api_client())
+    items = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads",
+                                                 label_selector=f"kueue.x-k8s.io/job-uid={job_uid}")["items"]
+    return items[0] if items else None
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind:
+            return dict(cond)
+    return None
+
+
+def pytorchjob(controlplane: Any, namespace: str, name: str) -> dict[str, Any]:
+    custom = kubernetes.client.CustomObjectsApi(controlplane.api_client())
+    return dict(custom.get_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", name))
+
+
+def admitted(controlplane: Any, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
+    uid = job["metadata"]["uid"]
+    return dict(watch_until(lambda: (wl := workload(controlplane, namespace, uid)) and
+                            (condition(wl, "Admitted") or {}).get("status") == "True" and wl, 60))
+
+
+def test_pytorchjob_admitted_then_one_over_quota_stays_pending(controlplane: Any, kt: Any, queued: str,
+                                                                tmp_path: Path) -> None:
+    first = kt("submit", "-f", str(write_spec(tmp_path, "first", nodes=1, scheduling={"queue": "team-b"})),
+               "-n", queued)
+    assert first.exit_code == 0, first.stderr
+    assert "✓ queue: LocalQueue team-b → ClusterQueue team-b: quota for 8 nvidia.com/gpu free now" in first.stderr
+    job = pytorchjob(controlplane, queued, "first")
+    wl = admitted(controlplane, queued, job)
+    assert wl["status"]["admission"]["clusterQueue"] == "team-b"
+    # Kueue unsuspended it (its webhook had suspended it at create), and put the flavor's node labels in.
+    watch_until(lambda: not pytorchjob(controlplane, queued, "first")["spec"]["runPolicy"].get("suspend"), 30)
+    status = kt("status", "first", "-n", queued)
+    assert "→ Kueue: admitted by ClusterQueue team-b (LocalQueue team-b)" in status.stdout
+
+    # team-b never borrows: a second 8-GPU job waits. Preflight says so (a warning, not a refusal).
+    second = kt("submit", "-f", str(write_spec(tmp_path, "second", nodes=1, scheduling={"queue": "team-b"})),
+                "-n", queued)
+    assert second.exit_code == 0, second.stderr
+    assert "! queue: will wait in LocalQueue team-b → ClusterQueue team-b: needs 8 nvidia.com/gpu, 0 free now" \
+        in second.stderr
+    uid = pytorchjob(controlplane, queued, "second")["metadata"]["uid"]
+    pending = watch_until(lambda: (c := condition(workload(controlplane, queued, uid), "QuotaReserved"))
+                          and c["status"] == "False" and "insufficient" in c["message"] and c, 30)
+    assert pytorchjob(controlplane, queued, "second")["spec"]["runPolicy"]["suspend"] is True
+    status = kt("status", "second", "-n", queued)
+    assert f"→ Kueue: pending in LocalQueue team-b, position 1: {pending['message']}" in status.stdout
+    listing = {j["name"]: j for j in json.loads(kt("list", "-n", queued, "-o", "json").stdout)}
+    assert (listing["first"]["kueue"], listing["second"]["kueue"]) == ("admitted", "pending #1")
+    assert "Suspended (Kueue: pending #1)" in kt("list", "-n", queued).stdout or \
+        "Pending (Kueue: pending #1)" in kt("list", "-n", queued).stdout
+
+
+def test_never_fits_the_quota_or_no_such_queue_is_refused(controlplane: Any, kt: Any, queued: str,
+                                                           tmp_path: Path) -> None:
+    # 3 × 8 GPUs: team-b can get at most 8, team-a 16 (8 nominal + 8 borrowing limit).
+    for queue, most in (("team-b", "8"), ("team-a", "16")):
+        result = kt("submit", "-f", str(write_spec(tmp_path, f"big-{queue}", nodes=3, scheduling={"queue": queue})),
+                    "-n", queued)
+        assert result.exit_code != 0
+        assert (f"✗ queue: needs 24 nvidia.com/gpu but LocalQueue {queue} → ClusterQueue {queue} can get at most "
+                f"{most} (flavor h100: 8 nominal + {int(most) - 8} borrowable") in result.stderr
+        assert "Traceback" not in result.stderr
+    missing = kt("submit", "-f", str(write_spec(tmp_path, "lost", nodes=1, scheduling={"queue": "nope"})),
+                 "-n", queued)
+    assert missing.exit_code != 0
+    assert f"✗ queue: LocalQueue nope not found in namespace {queued}" in missing.stderr
+    custom = kubernetes.client.CustomObjectsApi(controlplane.api_client())
+    assert custom.list_namespaced_custom_object("kubeflow.org", "v1", queued, "pytorchjobs")["items"] == []
+
+
+def test_trainjob_admitted(controlplane: Any, kt: Any, queued: str, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, "tj", nodes=1, target="trainjob", scheduling={"queue": "team-a"})
+    result = kt("submit", "-f", str(spec), "-n", queued)
+    assert result.exit_code == 0, result.stderr
+    custom = kubernetes.client.CustomObjectsApi(controlplane.api_client())
+
+    def trainjob() -> dict[str, Any]:
+        return dict(custom.get_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", queued, "trainjobs", "tj"))
+
+    wl = admitted(controlplane, queued, trainjob())
+    assert wl["status"]["admission"]["clusterQueue"] == "team-a"
+    watch_until(lambda: trainjob()["spec"].get("suspend") is False, 30)
+    assert "→ Kueue: admitted by ClusterQueue team-a (LocalQueue team-a)" in kt("status", "tj", "-n", queued).stdout
+
+
+def test_gang_not_ready_in_time_is_evicted_and_requeued(controlplane: Any, kt: Any, queued: str,
+                                                        tmp_path: Path) -> None:
+    # Both pods are held in ContainerCreating (never Ready): after waitForPodsReady's timeout Kueue evicts the
+    # whole job (reason PodsReadyTimeout), suspends it again and requeues it.
+    # team-b, 2 × 4 GPUs: within its nominal quota whatever earlier tests' TrainJobs still hold of team-a's.
+    spec = write_spec(tmp_path, "gang", nodes=2, gpus=4, scheduling={"queue": "team-b"})
+    spec.write_text(spec.read_text().replace("metadata:\n  name: gang", "metadata:\n  annotations:\n"
+                                             "    kubetrain.test/phase: Pending\n  name: gang"))
+    result = kt("submit", "-f", str(spec), "-n", queued)
+    assert result.exit_code == 0, result.stderr
+    uid = pytorchjob(controlplane, queued, "gang")["metadata"]["uid"]
+    evicted = watch_until(lambda: (c := condition(workload(controlplane, queued, uid), "Evicted"))
+                          and c["status"] == "True" and c, harness.PODS_READY_TIMEOUT_S + 60)
+    assert evicted["reason"] == "PodsReadyTimeout"
+    watch_until(lambda: ((workload(controlplane, queued, uid) or {}).get("status", {}).get("requeueState") or {})
+                .get("count"), 60)
+    status = watch_until(lambda: "PodsReadyTimeout" in (out := kt("status", "gang", "-n", queued).stdout) and out, 30)
+    assert "→ Kueue: " in status and ("requeued" in status or "eviction" in status or "evicted" in status)
