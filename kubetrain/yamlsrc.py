@@ -89,9 +89,9 @@ def _fast_loader() -> type | None:
                             yaml.resolver.Resolver):
         def __init__(self, stream: str) -> None:
             CParser.__init__(self, stream)
-            yaml.composer.Composer.__init__(self)  # type: ignore[no-untyped-call]
-            yaml.constructor.SafeConstructor.__init__(self)  # type: ignore[no-untyped-call]
-            yaml.resolver.Resolver.__init__(self)  # type: ignore[no-untyped-call]
+            yaml.composer.Composer.__init__(self)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
 
     return FastBoundedLoader
 
