@@ -1,5 +1,6 @@
 """CEL `messageExpression`: the offline message equals the API server's, including its fallbacks to
-`message` (an evaluation error, a blank string). The probe CRD (manifests/celprobe-crd.yaml) is installed
+`message` (an evaluation error, a blank string). The probe CRD (celprobe-crd.yaml, next to this file and
+not under manifests/, which other tests read as a whole) is installed
 on the real control plane; each case is created with dryRun=All."""
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -15,9 +17,8 @@ import yaml
 
 from kubetrain.validate import SchemaStore, validate_sources
 from tests.testenv.controlplane import ControlPlane, established
-from tests.validate.corpus import MANIFESTS
 
-CRD = yaml.safe_load((MANIFESTS / "celprobe-crd.yaml").read_text())
+CRD = yaml.safe_load((Path(__file__).parent / "celprobe-crd.yaml").read_text())
 GROUP, PLURAL = CRD["spec"]["group"], CRD["spec"]["names"]["plural"]
 # spec -> the message both sides must give (None: valid)
 CASES = [
