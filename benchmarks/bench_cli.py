@@ -94,15 +94,16 @@ def bench_bulk(count: int, schemas: list[str]) -> float:
     return elapsed
 
 
-def bench_limits(runs: int) -> tuple[float, float, float]:
+def bench_limits(runs: int) -> tuple[float, float, float, float]:
     """The input limits on a normal file: composing the rendered manifests with the bounded loader against
-    PyYAML's SafeLoader, and the whole parse_documents (limits, line index, construction)."""
+    PyYAML's SafeLoader, the same limits over libyaml's events (what parse_documents uses), and the whole
+    parse_documents (limits, line index, construction)."""
     import yaml
 
     from kubetrain.cli.common import render_loaded
     from kubetrain.render.yamlout import dump_yaml
     from kubetrain.spec.load import load_spec
-    from kubetrain.yamlsrc import _BoundedLoader, parse_documents
+    from kubetrain.yamlsrc import _FAST_LOADER, _BoundedLoader, parse_documents
 
     text = dump_yaml(render_loaded(load_spec(str(SPEC))))
 
@@ -112,13 +113,14 @@ def bench_limits(runs: int) -> tuple[float, float, float]:
         return time.perf_counter() - start
 
     # Interleaved and best-of, so other load on the machine hits both sides alike.
-    samples: dict[str, list[float]] = {"plain": [], "bounded": [], "whole": []}
+    samples: dict[str, list[float]] = {"plain": [], "bounded": [], "fast": [], "whole": []}
     for _ in range(runs):
         samples["plain"].append(timed(lambda: list(yaml.compose_all(text, Loader=yaml.SafeLoader))))
         samples["bounded"].append(timed(lambda: list(yaml.compose_all(text, Loader=_BoundedLoader))))
+        samples["fast"].append(timed(lambda: list(yaml.compose_all(text, Loader=_FAST_LOADER or _BoundedLoader))))
         samples["whole"].append(timed(lambda: parse_documents(text, "bench")))
-    plain, bounded, whole = (min(samples[k]) for k in ("plain", "bounded", "whole"))
-    return plain, bounded, whole
+    plain, bounded, fast, whole = (min(samples[k]) for k in ("plain", "bounded", "fast", "whole"))
+    return plain, bounded, fast, whole
 
 
 def main() -> None:
@@ -131,7 +133,7 @@ def main() -> None:
     baseline, help_time = bench_cold_start(args.runs)
     cli_pipeline, one_process = bench_render_validate(max(5, args.runs // 3), schemas)
     bulk = bench_bulk(args.jobs, schemas)
-    plain, bounded, whole = bench_limits(args.runs)
+    plain, bounded, fast, whole = bench_limits(args.runs)
     print("| measurement | result | target |")
     print("|---|---|---|")
     print(f"| `python -c 'import sys'` (median of {args.runs}) | {baseline * 1000:.0f} ms | |")
@@ -143,6 +145,7 @@ def main() -> None:
     print(f"| compose the rendered job, PyYAML SafeLoader (best of {args.runs}) | {plain * 1000:.2f} ms | |")
     print(f"| compose it with the input limits (best of {args.runs}) | {bounded * 1000:.2f} ms "
           f"({(bounded / plain - 1) * 100:+.0f}%) | ~0 |")
+    print(f"| compose it with the limits over libyaml's events (best of {args.runs}) | {fast * 1000:.2f} ms | |")
     print(f"| parse_documents: limits + line index + objects (best of {args.runs}) | {whole * 1000:.2f} ms | |")
 
 

@@ -36,28 +36,27 @@ class _LimitExceeded(yaml.MarkedYAMLError):
     pass
 
 
-class _BoundedLoader(yaml.SafeLoader):
-    """SafeLoader whose composer refuses nesting deeper than MAX_DEPTH and more than MAX_ALIASES aliases."""
+class _Limits:
+    """Composer hooks that refuse nesting deeper than MAX_DEPTH and more than MAX_ALIASES aliases. Hooks on
+    the rare paths only (an alias, a collection), so normal files pay almost nothing."""
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-        self._aliases = 0
+    _depth = 0
+    _aliases = 0
 
-    # Hooks on the rare paths only (an alias token, a collection), so normal files pay almost nothing.
-    def fetch_alias(self) -> None:
-        self._aliases += 1
-        if self._aliases > MAX_ALIASES:
-            raise _LimitExceeded(None, None, f"more than {MAX_ALIASES} aliases (*name)", self.get_mark())
-        super().fetch_alias()
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):  # type: ignore[attr-defined]
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise _LimitExceeded(None, None, f"more than {MAX_ALIASES} aliases (*name)", self._mark())
+        return super().compose_node(parent, index)  # type: ignore[misc]
 
     def compose_sequence_node(self, anchor: Any) -> yaml.SequenceNode:
         with self._nested():
-            return super().compose_sequence_node(anchor)
+            return super().compose_sequence_node(anchor)  # type: ignore[misc,no-any-return]
 
     def compose_mapping_node(self, anchor: Any) -> yaml.MappingNode:
         with self._nested():
-            return super().compose_mapping_node(anchor)
+            return super().compose_mapping_node(anchor)  # type: ignore[misc,no-any-return]
 
     @contextlib.contextmanager
     def _nested(self) -> Iterator[None]:
@@ -70,7 +69,34 @@ class _BoundedLoader(yaml.SafeLoader):
             self._depth -= 1
 
     def _mark(self) -> Any:
-        return self.peek_event().start_mark  # type: ignore[no-untyped-call]
+        return self.peek_event().start_mark  # type: ignore[attr-defined]
+
+
+class _BoundedLoader(_Limits, yaml.SafeLoader):
+    """PyYAML's pure-Python SafeLoader with the limits: the reference, and what reports every YAML error."""
+
+
+def _fast_loader() -> type | None:
+    """The same composer, constructor and limits over libyaml's parser events (PyYAML's C extension), ~10x
+    faster than the pure-Python scanner and parser. Not yaml.CSafeLoader: that one composes in C, where the
+    limits cannot hook in (a nine-level alias bomb is fine to compose, but must not be walked or built)."""
+    try:
+        from yaml._yaml import CParser
+    except ImportError:  # PyYAML built without libyaml
+        return None
+
+    class FastBoundedLoader(_Limits, yaml.composer.Composer, CParser, yaml.constructor.SafeConstructor,
+                            yaml.resolver.Resolver):
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            yaml.composer.Composer.__init__(self)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+
+    return FastBoundedLoader
+
+
+_FAST_LOADER = _fast_loader()
 
 
 @dataclass(frozen=True)
@@ -88,12 +114,27 @@ class ParsedDoc:
 
 
 def parse_documents(text: str, source: str) -> list[ParsedDoc]:
-    """Every document in `text`. A syntax error or a duplicate key raises SpecError with file:line."""
+    """Every document in `text`. A syntax error or a duplicate key raises SpecError with file:line.
+
+    libyaml's parser reads it; when it finds the YAML invalid, PyYAML's pure-Python parser reads it again, so
+    that every message (and the set of accepted inputs' errors) is PyYAML's own."""
+    if _FAST_LOADER is not None:
+        try:
+            return _parse_documents(text, source, _FAST_LOADER)
+        except SpecError as exc:
+            if any(not p.message.startswith("invalid YAML") for p in exc.problems):
+                raise  # a limit or a duplicate key: the same either way
+        except ValueError:  # e.g. a lone surrogate, which libyaml's UTF-8 input cannot carry
+            pass
+    return _parse_documents(text, source, _BoundedLoader)
+
+
+def _parse_documents(text: str, source: str, loader_class: Any) -> list[ParsedDoc]:
     docs: list[ParsedDoc] = []
     problems: list[Problem] = []
-    loader: _BoundedLoader | None = None
+    loader: Any = None
     try:
-        loader = _BoundedLoader(text)  # the reader already vets the first characters here
+        loader = loader_class(text)  # the reader already vets the first characters here
         while loader.check_node():
             start = loader._mark()
             node = loader.get_node()
@@ -118,7 +159,7 @@ def parse_documents(text: str, source: str) -> list[ParsedDoc]:
     except yaml.YAMLError as exc:
         raise SpecError([Problem("", "invalid YAML: " + " ".join(str(exc).split()), source)]) from None
     finally:
-        if loader is not None:
+        if loader is not None and hasattr(loader, "dispose"):
             loader.dispose()
     if problems:
         raise SpecError(problems)
@@ -161,7 +202,7 @@ class _Index:
         elif isinstance(node, yaml.SequenceNode):
             for index, item in enumerate(node.value):
                 self.walk(item, (*path, index))
-        elif isinstance(node, yaml.ScalarNode) and node.style is None and node.tag != _STR_TAG:
+        elif isinstance(node, yaml.ScalarNode) and not node.style and node.tag != _STR_TAG:  # plain: None or ""
             self.plain[path] = node.value
 
 

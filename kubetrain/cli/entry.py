@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+
+# No `typing` import here: it costs more than the rest of `kubetrain --help` (it pulls in re and collections).
 
 
-def main() -> Any:
+def main() -> int | None:
     args = sys.argv[1:]
     from kubetrain.cli.commands import FAST_HELP_MIN_WIDTH, fast_help
 
@@ -25,7 +26,8 @@ def main() -> Any:
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     from kubetrain.cli.main import main as click_main
 
-    return click_main()
+    code: int | None = click_main()
+    return code
 
 
 def _terminal_width() -> int:

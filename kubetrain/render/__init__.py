@@ -109,6 +109,7 @@ def _render_configmap(job: TrainingJob, options: RenderOptions, context: dict[st
 
 def _render_template(name: str, context: dict[str, Any]) -> dict[str, Any]:
     text = _environment().get_template(name).render(context)
-    loaded = yaml.safe_load(text)
+    # Our own template's output: libyaml's loader (same resolver as SafeLoader) is ~10x faster than PyYAML's.
+    loaded = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     assert isinstance(loaded, dict), f"template {name} did not produce a mapping"
     return loaded

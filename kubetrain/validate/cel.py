@@ -22,6 +22,7 @@ from kubetrain.validate.findings import Finding
 from kubetrain.yamlsrc import PathKey
 
 RULES = "x-kubernetes-validations"
+MAX_MESSAGE_BYTES = 5 * 1024  # celconfig.MaxEvaluatedMessageExpressionSizeBytes
 
 
 def cel_findings(schema: dict[str, Any], obj: Any) -> list[Finding]:
@@ -81,16 +82,49 @@ def _applicable(schema: dict[str, Any], value: Any, path: PathKey) -> Iterator[t
 def _check(rule: dict[str, Any], value: Any, path: PathKey) -> Finding | None:
     text = str(rule.get("rule", ""))
     try:
-        result = _compiled(text).eval(data={"self": value}).value()
-    except Exception as exc:
-        return Finding(path, f"CEL rule {text!r} could not be evaluated: {' '.join(str(exc).split())}")
+        result = _evaluate(text, value)
+    except _EvalError as exc:
+        return Finding(path, f"CEL rule {text!r} could not be evaluated: {exc}")
     if result is True:
         return None
-    message = rule.get("message") or f"failed rule: {text}"
     field = rule.get("fieldPath")
     if isinstance(field, str) and field.startswith(".") and "[" not in field:  # e.g. fieldPath: .spec.x
         path = (*path, *field[1:].split("."))
-    return Finding(path, str(message))
+    return Finding(path, message_for(rule, value))
+
+
+def message_for(rule: dict[str, Any], value: Any) -> str:
+    """The apiserver's message for a failed rule: `messageExpression`'s string when it evaluates to a usable
+    one, else `message`, else "failed rule: RULE" (apiextensions-apiserver's evalMessageExpression and
+    ruleMessageOrDefault). Unusable: an evaluation error, not a string, empty or blank, a line break, or more
+    than 5 KiB after trimming; the apiserver then logs the reason and falls back, as here."""
+    expression = rule.get("messageExpression")
+    if isinstance(expression, str) and expression.strip():
+        try:
+            message = _evaluate(expression, value)
+        except _EvalError:
+            message = None
+        if isinstance(message, str) and (trimmed := message.strip()) and "\n" not in trimmed \
+                and len(trimmed.encode()) <= MAX_MESSAGE_BYTES:
+            return trimmed
+    fallback = str(rule.get("message") or "").strip()
+    return fallback or f"failed rule: {str(rule.get('rule', '')).strip()}"
+
+
+class _EvalError(Exception):
+    """A CEL expression failed to compile or to evaluate (no such key, division by zero, ...)."""
+
+
+def _evaluate(expression: str, value: Any) -> Any:
+    """The plain Python value of `expression` with `self` bound to `value`. cel-expr-python returns a runtime
+    error as a value of type ERROR (whose .value() is its text), not as an exception."""
+    try:
+        result = _compiled(expression).eval(data={"self": value})
+    except Exception as exc:  # compile errors (RuntimeError), unsupported values (TypeError)
+        raise _EvalError(" ".join(str(exc).split())) from None
+    if result.type() == _environment_types().ERROR:
+        raise _EvalError(" ".join(str(result.value()).split()))
+    return result.value()
 
 
 @cache
@@ -98,6 +132,13 @@ def _environment() -> Any:
     from cel_expr_python import cel  # imported only when an object has CEL rules to check
 
     return cel.NewEnv(variables={"self": cel.Type.DYN})
+
+
+@cache
+def _environment_types() -> Any:
+    from cel_expr_python import cel
+
+    return cel.Type
 
 
 @cache

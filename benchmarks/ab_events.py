@@ -1,0 +1,94 @@
+"""Events A/B on one test control plane with N unrelated Events: `status` (library, warm connection) with
+the per-object event lists in parallel (now) against one after the other (before), then fresh `kubetrain
+status` processes of another tree and of this one, and `kubectl describe`. Interleaved, medians.
+
+    python benchmarks/ab_events.py --base /tmp/base --events 25000 [--runs 7] [--kubectl PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Sequential:
+    """Stands in for ThreadPoolExecutor: the lists one after the other, as before."""
+
+    def __init__(self, workers: int) -> None:
+        del workers
+
+    def __enter__(self) -> Sequential:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]:
+        return [fn(item) for item in items]
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--base", required=True)
+    parser.add_argument("--events", type=int, default=25000)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--kubectl", default=os.environ.get("KUBECTL", "/tmp/kubectl-1.36/kubectl"))
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO))
+    from benchmarks.bench_status import make_events
+    from kubetrain.client import apply, status, targets, watch
+    from kubetrain.client.connection import connect
+    from kubetrain.client.targets import PYTORCHJOB
+    from tests.client.specs import render, write_spec
+    from tests.testenv.controlplane import ControlPlane
+
+    with ControlPlane() as cp, tempfile.TemporaryDirectory() as tmp:
+        conn = connect(kubeconfig=str(cp.kubeconfig))
+        apply.submit(conn.api, PYTORCHJOB, render(write_spec(Path(tmp), "bench", nodes=2), "default"))
+        watch.wait_for(watch.rest_list(conn.rest, "/api/v1/namespaces/default/pods"),
+                       lambda c: len([p for p in c.values() if p["status"].get("phase") == "Running"]) == 2,
+                       timeout=120, what="2 Running pods", label_selector=PYTORCHJOB.pod_selector("bench"))
+        make_events(cp, "default", args.events)
+        installed = targets.installed(conn.rest)
+        real = concurrent.futures.ThreadPoolExecutor
+        library: dict[str, list[float]] = {"parallel": [], "sequential": []}
+        for _ in range(args.runs):
+            for mode, samples in library.items():
+                concurrent.futures.ThreadPoolExecutor = real if mode == "parallel" else Sequential  # type: ignore[misc]
+                samples.append(timed(lambda: status.job_status(conn.rest, installed, "default", "bench")))
+        concurrent.futures.ThreadPoolExecutor = real  # type: ignore[misc]
+        env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig)}
+        status_argv = [sys.executable, "-m", "kubetrain", "status", "bench"]
+        processes: dict[str, tuple[list[str], str, list[float]]] = {
+            "base": (status_argv, args.base, []), "branch": (status_argv, str(REPO), []),
+            "kubectl describe": ([args.kubectl, "describe", "pytorchjob", "bench"], str(REPO), [])}
+        for _ in range(args.runs):
+            for argv, tree, samples in processes.values():
+                samples.append(timed(lambda a=argv, t=tree: subprocess.run(
+                    a, env={**env, "PYTHONPATH": t}, capture_output=True, check=True, cwd=tempfile.gettempdir())))
+    print(f"{args.events} other events; load average {os.getloadavg()[0]:.1f}; medians of {args.runs}")
+    for mode, samples in library.items():
+        print(f"status, library, warm connection, event lists {mode}: {statistics.median(samples):.0f} ms")
+    for label, (_, _, samples) in processes.items():
+        print(f"{label} (fresh process): {statistics.median(samples):.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
