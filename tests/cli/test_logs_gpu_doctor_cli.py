@@ -17,7 +17,7 @@ from kubetrain.cli.logs_cmd import parse_duration
 from kubetrain.cli.main import cli
 from kubetrain.errors import UsageError
 from tests.client.logfixtures import cri, now_stamp, serve_logs
-from tests.integration.helpers import pytorchjob, server_side_apply, wait_for
+from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
 
 
 def run(*argv: str) -> Any:

@@ -15,7 +15,7 @@ from kubetrain.client.cloud import detect_cloud, gpu_groups
 from kubetrain.client.connection import connect
 from kubetrain.client.doctor import FAIL, OK, WARN, Forbidden, device_plugin_checks, gpu_checks, run_doctor
 from kubetrain.client.webhooks import recent_failures
-from tests.integration.helpers import wait_for
+from tests.harness.helpers import wait_for
 from tests.testenv import kwok
 
 

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from kubetrain.cli.main import cli
 from tests.client.logfixtures import cri, now_stamp, serve_logs
 from tests.client.specs import write_spec
-from tests.integration.helpers import wait_for
+from tests.harness.helpers import wait_for
 
 pytestmark = pytest.mark.controlplane
 

@@ -12,7 +12,7 @@ from kubetrain.client.connection import connect
 from kubetrain.client.gpu import ExecResult, Gpu, _result, job_gpus, parse_query, table_rows, verdict
 from kubetrain.client.pods import replica_of
 from kubetrain.client.targets import PYTORCHJOB
-from tests.integration.helpers import pytorchjob, server_side_apply, wait_for
+from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
 
 GPU0 = Gpu(0, "NVIDIA H100 80GB HBM3", 87.0, 30000.0, 81559.0, 52.0, 512.37)
 

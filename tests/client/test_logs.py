@@ -16,7 +16,7 @@ from kubetrain.client.pods import job_replicas
 from kubetrain.client.targets import PYTORCHJOB, TRAINJOB
 from kubetrain.errors import ClusterError, UsageError
 from tests.client.logfixtures import cri, finish_pod, now_stamp, restart_container, serve_logs, stamp
-from tests.integration.helpers import pytorchjob, server_side_apply, wait_for
+from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
 
 pytestmark = pytest.mark.controlplane
 

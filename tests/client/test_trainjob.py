@@ -17,7 +17,7 @@ from kubetrain.client import apply, jobs, preflight, status, targets
 from kubetrain.client.connection import Connection, connect
 from kubetrain.client.targets import PYTORCHJOB, TRAINJOB
 from tests.client.specs import render, write_spec
-from tests.integration.helpers import wait_for
+from tests.harness.helpers import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 

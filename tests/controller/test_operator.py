@@ -28,7 +28,7 @@ from tests.controller.operator_env import (
     tj,
     training_job,
 )
-from tests.integration.helpers import wait_for
+from tests.harness.helpers import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ import kubernetes
 import pytest
 
 from tests.controller.operator_env import cond, create, get, phase_is, training_job
-from tests.integration.helpers import wait_for
+from tests.harness.helpers import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 

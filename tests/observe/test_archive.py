@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from kubetrain.cli.main import cli
 from kubetrain.metrics import format_metrics
 from kubetrain.observe.archive import NodeArchive, read_logs
-from tests.integration.helpers import wait_for
+from tests.harness.helpers import wait_for
 
 PROGRAM = f"""
 import signal, sys, time

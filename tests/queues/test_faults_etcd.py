@@ -15,7 +15,7 @@ import pytest
 from tests.client.logfixtures import cri, now_stamp, serve_logs
 from tests.client.specs import write_spec
 from tests.client.test_faults import Proc, _running
-from tests.integration.helpers import wait_for
+from tests.harness.helpers import wait_for
 
 pytestmark = pytest.mark.controlplane
 LINES = 40  # per pod, before and after the crash

@@ -17,7 +17,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from tests.integration.helpers import GROUP, PLURAL, VERSION, pytorchjob, server_side_apply
+from tests.harness.helpers import GROUP, PLURAL, VERSION, pytorchjob, server_side_apply
 
 pytestmark = pytest.mark.controlplane
 

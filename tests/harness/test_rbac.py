@@ -7,7 +7,7 @@ import json
 import kubernetes
 import pytest
 
-from tests.integration.helpers import GROUP, PLURAL, VERSION, pytorchjob, server_side_apply
+from tests.harness.helpers import GROUP, PLURAL, VERSION, pytorchjob, server_side_apply
 
 pytestmark = pytest.mark.controlplane
 USER = "restricted-researcher"

@@ -13,7 +13,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from tests.integration.helpers import GPU, GPU_TOLERATION, condition, server_side_apply, wait_for
+from tests.harness.helpers import GPU, GPU_TOLERATION, condition, server_side_apply, wait_for
 
 pytestmark = pytest.mark.controlplane
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"

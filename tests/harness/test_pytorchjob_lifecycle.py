@@ -12,7 +12,7 @@ import time
 import kubernetes
 import pytest
 
-from tests.integration.helpers import (
+from tests.harness.helpers import (
     GPU,
     JOB_NAME_LABEL,
     condition,

@@ -8,7 +8,7 @@ import time
 import kubernetes
 import pytest
 
-from tests.integration.helpers import GPU, events_about, job_pods, pytorchjob, server_side_apply, wait_for
+from tests.harness.helpers import GPU, events_about, job_pods, pytorchjob, server_side_apply, wait_for
 
 pytestmark = pytest.mark.controlplane
 

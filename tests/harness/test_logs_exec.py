@@ -7,7 +7,7 @@ import kubernetes
 import pytest
 from kubernetes.stream import stream
 
-from tests.integration.helpers import pytorchjob, server_side_apply, wait_for
+from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
 
 pytestmark = pytest.mark.controlplane
 QUERY = [

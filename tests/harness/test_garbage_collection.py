@@ -6,7 +6,7 @@ from __future__ import annotations
 import kubernetes
 import pytest
 
-from tests.integration.helpers import (
+from tests.harness.helpers import (
     GROUP,
     JOB_NAME_LABEL,
     PLURAL,
