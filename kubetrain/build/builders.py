@@ -13,8 +13,8 @@ from kubetrain.errors import BuildError
 BUILDERS = ("docker", "podman", "nerdctl", "buildah")  # detection order
 INSTALL_HINT = "install docker or podman (or nerdctl, buildah), or pick one with --builder"
 DAEMON_BUILDERS = {"docker", "nerdctl"}  # need a running daemon (podman and buildah are daemonless)
-# Builders on containers/image: `push REF oci:DIR:TAG` skips every blob DIR already has (see containerd.py).
-OCI_PUSHERS = {"podman", "buildah"}
+# Builders on containers/image: `push REF oci:DIR:TAG` skips every blob DIR already has (containerd.py).
+DIR_PUSHERS = {"podman", "buildah"}
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Builder:
             argv.append("--progress=plain")
         if self.name == "buildah":
             argv.append("--layers")  # cache layers like the others do by default
-        if self.name in OCI_PUSHERS:
+        if self.name in DIR_PUSHERS:
             # podman/buildah default to the OCI image format, whose config has no SHELL: a Dockerfile's
             # `SHELL [...]` would be dropped (with a warning) for every RUN of images built FROM this one.
             argv += ["--format", "docker"]
@@ -76,10 +76,18 @@ class Builder:
         return [self.name, "save", "-o", str(archive), ref]
 
     def push_oci(self, ref: str, layout: Path, tag: str) -> list[str] | None:
-        """Copy `ref` into the OCI layout directory `layout` as `tag`; None when this builder cannot."""
-        if self.name not in OCI_PUSHERS:
+        """Copy `ref` into the OCI layout directory `layout` as `tag` (new layers gzip-compressed); None
+        when this builder cannot."""
+        if self.name not in DIR_PUSHERS:
             return None
         return [self.name, "push", "--format", "oci", ref, f"oci:{layout}:{tag}"]
+
+    def push_dir(self, ref: str, directory: Path) -> list[str] | None:
+        """Copy `ref` into `directory` (containers/image's dir: layout, manifest unchanged, layers as stored,
+        files named by digest); None when this builder cannot."""
+        if self.name not in DIR_PUSHERS:
+            return None
+        return [self.name, "push", ref, f"dir:{directory}"]
 
     def daemon_check(self) -> list[str] | None:
         if self.name in DAEMON_BUILDERS:
