@@ -56,9 +56,12 @@ def test_plain_script_job_runs_code_from_the_configmap(cli: Cli, image: str, pro
     script = project / "train_ddp.py"
     original = script.read_text()
     script.write_text(original + '\nprint("served from the code ConfigMap", flush=True)\n')
+    spec = yaml.safe_load((project / "kubetrain-script.yaml").read_text())
+    spec["spec"]["args"] = ["--epochs", "3", "--out", "/ckpt/digits-script/model.pt"]  # what is checked: the code
+    path = project / "kubetrain-script-short.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
     try:
-        spec = str(project / "kubetrain-script.yaml")
-        run = cli("submit", "-f", spec, "-n", namespace, "--image", image, "--follow", "--timeout", "900",
+        run = cli("submit", "-f", str(path), "-n", namespace, "--image", image, "--follow", "--timeout", "900",
                   timeout=960)
     finally:
         script.write_text(original)

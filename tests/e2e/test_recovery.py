@@ -40,6 +40,10 @@ def _spec(project: Path, name: str) -> Path:
     spec["spec"]["checkpoint"] = {"dir": f"/ckpt/{name}", "everySteps": 10, "keep": 2}
     spec["spec"]["train"]["epochs"] = 4
     spec["spec"]["security"] = {"readOnlyRootFilesystem": True}  # g: TMPDIR=/tmp on an emptyDir
+    # One kill -9 costs several restarts, counted over all pods: the killed worker's, the master's when its
+    # collective fails, and a worker instance that met the dying master's store. The default budget (3)
+    # is often used up by that one failure (seen here: worker restarts 1, 2, 3 → BackoffLimitExceeded).
+    spec["spec"]["runPolicy"] = {"backoffLimit": 10}
     path = project / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
