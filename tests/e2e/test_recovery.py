@@ -125,19 +125,7 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
     assert resumed and int(str(resumed[-1]["start_step"])) > 0, _starts(stdout)
     assert _model_hash(claim / "digits-kill") == _model_hash(claim / "digits-ref")
 
-    # logs -f across the restart: said so on stderr, and per pod exactly the lines the kubelet kept.
-    assert "restart" in stderr.lower(), stderr[-2000:]
-    # Every metrics line carries its time: none may appear twice.
-    metrics = [line for line in stdout.splitlines() if "KUBETRAIN_METRICS" in line]
-    assert len(metrics) == len(set(metrics)), "logs -f repeated lines"
-    for pod, label in ((worker, "worker-0"), ("digits-kill-master-0", "master-0")):
-        shown = [line.split("] ", 1)[1] for line in stdout.splitlines() if line.startswith(f"[{label}] ")]
-        previous, current = _instances(core, namespace, pod)
-        kept = (previous or []) + current
-        assert shown[len(shown) - len(kept):] == kept, (pod, len(shown), len(previous or []), len(current))
-        if previous is not None or not core.read_namespaced_pod(pod, namespace).status.container_statuses[0] \
-                .restart_count:
-            assert len(shown) == len(kept), (pod, len(shown), len(kept))  # nothing lost, nothing repeated
+    _check_follow_log(core, namespace, stdout, stderr)
 
 
 def _check_pod_shape(cli: Cli, core: kubernetes.client.CoreV1Api, namespace: str, pod: str) -> None:
@@ -151,3 +139,19 @@ def _check_pod_shape(cli: Cli, core: kubernetes.client.CoreV1Api, namespace: str
     assert gpu.returncode == 0, gpu.stderr
     row = gpu.stdout.splitlines()[-1]
     assert row.startswith("worker-0") and "no GPU: the pod requests no nvidia.com/gpu" in row, gpu.stdout
+
+
+def _check_follow_log(core: kubernetes.client.CoreV1Api, namespace: str, stdout: str, stderr: str) -> None:
+    """`logs -f` across the restarts: said so on stderr, and per pod the lines the kubelet kept."""
+    assert "restart" in stderr.lower(), stderr[-2000:]
+    # Every metrics line carries its time: none may appear twice.
+    metrics = [line for line in stdout.splitlines() if "KUBETRAIN_METRICS" in line]
+    assert len(metrics) == len(set(metrics)), "logs -f repeated lines"
+    for pod, label in (("digits-kill-worker-0", "worker-0"), ("digits-kill-master-0", "master-0")):
+        shown = [line.split("] ", 1)[1] for line in stdout.splitlines() if line.startswith(f"[{label}] ")]
+        previous, current = _instances(core, namespace, pod)
+        kept = (previous or []) + current
+        assert shown[len(shown) - len(kept):] == kept, (pod, len(shown), len(previous or []), len(current))
+        if previous is not None or not core.read_namespaced_pod(pod, namespace).status.container_statuses[0] \
+                .restart_count:
+            assert len(shown) == len(kept), (pod, len(shown), len(kept))  # nothing lost, nothing repeated
