@@ -13,6 +13,8 @@ from kubetrain.errors import BuildError
 BUILDERS = ("docker", "podman", "nerdctl", "buildah")  # detection order
 INSTALL_HINT = "install docker or podman (or nerdctl, buildah), or pick one with --builder"
 DAEMON_BUILDERS = {"docker", "nerdctl"}  # need a running daemon (podman and buildah are daemonless)
+# Builders on containers/image: `push REF oci:DIR:TAG` skips every blob DIR already has (containerd.py).
+DIR_PUSHERS = {"podman", "buildah"}
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,10 @@ class Builder:
             argv.append("--progress=plain")
         if self.name == "buildah":
             argv.append("--layers")  # cache layers like the others do by default
+        if self.name in DIR_PUSHERS:
+            # podman/buildah default to the OCI image format, whose config has no SHELL: a Dockerfile's
+            # `SHELL [...]` would be dropped (with a warning) for every RUN of images built FROM this one.
+            argv += ["--format", "docker"]
         argv += ["-f", str(dockerfile), "-t", ref]
         if platform:
             argv += ["--platform", platform]
@@ -42,6 +48,13 @@ class Builder:
             "nerdctl": ["nerdctl", "image", "inspect", ref],
             "buildah": ["buildah", "inspect", "--type", "image", ref],
         }[self.name]
+
+    def image_id(self, ref: str) -> list[str]:
+        """Prints the local image's ID (the digest of its config), or exits non-zero when it is not local."""
+        if self.name == "buildah":
+            return ["buildah", "inspect", "--type", "image", "--format", "{{.FromImageID}}", ref]
+        field = "{{.ID}}" if self.name == "nerdctl" else "{{.Id}}"
+        return [self.name, "image", "inspect", "--format", field, ref]
 
     def remote_exists(self, ref: str, which: Callable[[str], str | None] = shutil.which) -> list[str] | None:
         """A command that exits 0 when the registry has `ref`; None when this builder cannot tell."""
@@ -61,6 +74,20 @@ class Builder:
         if self.name == "buildah":
             return ["buildah", "push", ref, f"docker-archive:{archive}:{ref}"]
         return [self.name, "save", "-o", str(archive), ref]
+
+    def push_oci(self, ref: str, layout: Path, tag: str) -> list[str] | None:
+        """Copy `ref` into the OCI layout directory `layout` as `tag` (new layers gzip-compressed); None
+        when this builder cannot."""
+        if self.name not in DIR_PUSHERS:
+            return None
+        return [self.name, "push", "--format", "oci", ref, f"oci:{layout}:{tag}"]
+
+    def push_dir(self, ref: str, directory: Path) -> list[str] | None:
+        """Copy `ref` into `directory` (containers/image's dir: layout, manifest unchanged, layers as stored,
+        files named by digest); None when this builder cannot."""
+        if self.name not in DIR_PUSHERS:
+            return None
+        return [self.name, "push", ref, f"dir:{directory}"]
 
     def daemon_check(self) -> list[str] | None:
         if self.name in DAEMON_BUILDERS:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubetrain.build.builders import Builder, detect
+from kubetrain.build.containerd import load as containerd_load
 from kubetrain.build.context import STATE_DIR
 from kubetrain.build.plan import Assembled, BuildPlan, assemble, plan_build
 from kubetrain.build.process import (
@@ -27,8 +28,6 @@ from kubetrain.spec.load import LoadedSpec
 
 KIND_HINT = "install kind (https://kind.sigs.k8s.io) or drop --kind"
 CTR_HINT = "install containerd's ctr (apt: containerd) or drop --containerd"
-# The containerd namespace the kubelet's CRI plugin reads images from.
-CRI_NAMESPACE = "k8s.io"
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ def build(loaded: LoadedSpec, *, push: bool = False, kind_cluster: str | None = 
         _require_containerd(containerd)
     with staging_dir(plan.context) as staging:
         echo(f"kubetrain: assembling the build context from {plan.context}")
-        assembled = assemble(plan, staging)
+        assembled = assemble(plan, staging, _local_id(engine, plan.base_image))
         ref = assembled.ref
         echo(f"kubetrain: {assembled.files} files, content hash {assembled.digest[:16]} → {ref}")
         in_registry = push and _remote_exists(engine, ref)
@@ -83,7 +82,7 @@ def build(loaded: LoadedSpec, *, push: bool = False, kind_cluster: str | None = 
         if kind_cluster is not None:
             _kind_load(engine, ref, kind_cluster, staging, echo)
         if containerd is not None:
-            _containerd_load(engine, ref, containerd, staging, echo)
+            containerd_load(engine, ref, containerd, staging, echo)
     return BuildResult(ref, built, push and not in_registry, kind_cluster is not None, containerd is not None)
 
 
@@ -96,6 +95,16 @@ def _run_build(engine: Builder, plan: BuildPlan, assembled: Assembled, echo: Ech
     if code != 0:
         where = f" at step {tracker.step}" if tracker.step else ""
         raise CommandFailed(f"{engine.name} build failed{where} (exit code {code}); its last lines:", tail)
+
+
+def _local_id(engine: Builder, image: str | None) -> str | None:
+    """The ID (config digest) of a local base image, so that rebuilding the base under the same name changes
+    the tag; None when it is not local (the builder will pull it: its name is all there is to hash)."""
+    if not image:
+        return None
+    result = run_captured(engine.image_id(image))
+    lines = result.stdout.split()
+    return lines[0] if result.code == 0 and lines else None
 
 
 def _exists(argv: list[str]) -> bool:
@@ -136,20 +145,6 @@ def _require_containerd(address: str) -> None:
     if result.code != 0:
         last = (result.stderr.strip() or result.stdout.strip()).splitlines()[-1:]
         raise CommandFailed(f"--containerd {address}: containerd is not reachable there", last)
-
-
-def _containerd_load(engine: Builder, ref: str, address: str, staging: Path, echo: Echo) -> None:
-    """The same path as `kind load image-archive`: a docker-archive tarball, imported with ctr (unless that
-    containerd has the reference already: tags are content hashes, so the same tag is the same image)."""
-    listed = run_captured(["ctr", "--address", address, "--namespace", CRI_NAMESPACE, "images", "ls", "-q",
-                           f"name=={ref}"])
-    if listed.code == 0 and ref in listed.stdout.split():
-        echo(f"kubetrain: {ref} is already in containerd at {address}; not loading")
-        return
-    archive = staging / "image.tar"
-    check_streamed(engine.save(ref, archive), f"saving {ref} to {archive.name}", echo=echo)
-    check_streamed(["ctr", "--address", address, "--namespace", CRI_NAMESPACE, "images", "import",
-                    str(archive)], f"loading {ref} into containerd at {address}", echo=echo)
 
 
 @contextmanager

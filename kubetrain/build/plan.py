@@ -106,8 +106,9 @@ def _field_error(loaded: LoadedSpec, name: str, message: str) -> BuildError:
     return BuildError(f"{loaded.source}: spec.build.{name}: {message}")
 
 
-def assemble(plan: BuildPlan, staging: Path) -> Assembled:
-    """Stage the context under `staging/context` (+ `staging/Dockerfile`) and compute the tag."""
+def assemble(plan: BuildPlan, staging: Path, base_id: str | None = None) -> Assembled:
+    """Stage the context under `staging/context` (+ `staging/Dockerfile`) and compute the tag. `base_id` is
+    the base image's local ID when known: a base rebuilt under the same name then changes the tag."""
     context_dir = staging / "context"
     context_dir.mkdir(parents=True)
     if plan.own_dockerfile:
@@ -121,7 +122,7 @@ def assemble(plan: BuildPlan, staging: Path) -> Assembled:
     digest = content_hash(entries, [
         ("dockerfile", dockerfile_bytes),
         ("build-args", json.dumps(plan.build_args, sort_keys=True).encode()),
-        ("base-image", (plan.base_image or "").encode()),
+        ("base-image", f"{plan.base_image or ''}@{base_id or ''}".encode()),
         ("platform", (plan.platform or "").encode()),
     ])
     return Assembled(context_dir, dockerfile, digest, f"{plan.repository}:{hash_tag(digest)}", len(entries))

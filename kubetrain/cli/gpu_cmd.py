@@ -39,7 +39,8 @@ def gpu(name: str, replica: str, watch: bool, interval: float, count: int | None
 
     Runs nvidia-smi --query-gpu in every running pod (kubectl exec; needs create on pods/exec) and shows
     one table: pod, GPU, name, utilization, memory used/total, temperature, power. A pod that is not
-    running, requests no GPU or has no nvidia-smi gets a one-line explanation; the others still show.
+    running, requests no GPU (asked anyway: "no GPU: ...") or has no nvidia-smi gets a one-line explanation;
+    the others still show.
 
     \b
     Examples:

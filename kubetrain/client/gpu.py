@@ -141,24 +141,36 @@ Exec = Callable[[client.CoreV1Api, str, str, str], ExecResult]
 
 
 def pod_gpus(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec = exec_nvidia_smi) -> PodGpus:
-    """One pod's row: skipped with a message when it is not running or asked for no GPU."""
+    """One pod's row: skipped with a message when it is not running. A pod that requests no GPU is asked too:
+    the answer is then said plainly ("no GPU"), and GPUs it sees anyway (an image's NVIDIA_VISIBLE_DEVICES=all
+    on a node whose default runtime is nvidia's) are shown with a warning."""
     base = PodGpus(replica.label, replica.pod, replica.node)
     if replica.phase != "Running" or replica.state != "running":
         return PodGpus(replica.label, replica.pod, replica.node,
                        message=f"not running ({replica.reason or replica.phase})")
+    gpus, message = verdict(_exec(core, namespace, replica, run))
     if replica.gpus == 0:
-        return PodGpus(replica.label, replica.pod, replica.node,
-                       message="requests no nvidia.com/gpu: nothing to show")
+        message = (f"requests no nvidia.com/gpu, yet sees {len(gpus)} GPU(s)" if gpus
+                   else f"no GPU: the pod requests no nvidia.com/gpu ({_no_gpu_reason(message)})")
+    return PodGpus(base.replica, base.pod, base.node, gpus, message)
+
+
+def _no_gpu_reason(message: str) -> str:
+    """What the container said, short: the long hints are for pods that asked for GPUs."""
+    if message.startswith("nvidia-smi not found"):
+        return "checked in the container: no nvidia-smi"
+    return f"checked in the container: {message}"
+
+
+def _exec(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec) -> ExecResult:
     try:
-        result = run(core, namespace, replica.pod, replica.container)
+        return run(core, namespace, replica.pod, replica.container)
     except ApiException as exc:
         if exc.status in (401, 403):
             raise translate(exc, f"exec into pod {replica.pod} in namespace {namespace} (pods/exec)") from None
-        result = ExecResult("", "", None, f"{exc.status} {exc.reason}")
+        return ExecResult("", "", None, f"{exc.status} {exc.reason}")
     except Exception as exc:  # one pod's broken exec must not hide the others
-        result = ExecResult("", "", None, f"{type(exc).__name__}: {exc}")
-    gpus, message = verdict(result)
-    return PodGpus(base.replica, base.pod, base.node, gpus, message)
+        return ExecResult("", "", None, f"{type(exc).__name__}: {exc}")
 
 
 def job_gpus(api: client.ApiClient, target: Target, namespace: str, name: str, replica: str = "all",

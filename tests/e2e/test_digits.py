@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kubetrain.metrics import parse_metrics_line
 from tests.testenv import node as real
@@ -58,12 +59,37 @@ def test_plain_script_job_runs_code_from_the_configmap(cli: Cli, image: str, pro
     script = project / "train_ddp.py"
     original = script.read_text()
     script.write_text(original + '\nprint("served from the code ConfigMap", flush=True)\n')
+    spec = yaml.safe_load((project / "kubetrain-script.yaml").read_text())
+    spec["spec"]["args"] = ["--epochs", "3", "--out", "/ckpt/digits-script/model.pt"]  # what is checked: the code
+    path = project / "kubetrain-script-short.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
     try:
-        spec = str(project / "kubetrain-script.yaml")
-        run = cli("submit", "-f", spec, "-n", namespace, "--image", image, "--follow", "--timeout", "900",
+        run = cli("submit", "-f", str(path), "-n", namespace, "--image", image, "--follow", "--timeout", "900",
                   timeout=960)
     finally:
         script.write_text(original)
     assert "Succeeded" in run.stderr.splitlines()[-1], run.stderr[-2000:]
     assert run.stdout.count("served from the code ConfigMap") == 2, run.stdout[-2000:]  # one per pod
     assert (claim / "digits-script" / "model.pt").is_file()
+
+
+def test_elastic_workers_only_job_trains_to_completion(cli: Cli, image: str, project: Path, namespace: str,
+                                                       claim: Path) -> None:
+    """c: `elastic` renders workers only with a c10d rendezvous (torchrun's own, at worker-0's Service)."""
+    spec = yaml.safe_load((project / "kubetrain.yaml").read_text())
+    spec["metadata"]["name"] = "digits-elastic"
+    spec["spec"]["elastic"] = {"minNodes": 1, "maxNodes": 2}
+    spec["spec"]["checkpoint"]["dir"] = "/ckpt/digits-elastic"
+    spec["spec"]["train"]["epochs"] = 4
+    path = project / "digits-elastic.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    run = cli("submit", "-f", str(path), "-n", namespace, "--image", image, "--follow", "--timeout", "600",
+              timeout=660)
+    assert "Succeeded" in run.stderr.splitlines()[-1], run.stderr[-2000:]
+    # Both pods joined the rendezvous (the second within torchrun's 30 s last call after the first).
+    assert [r["world_size"] for r in _metrics(run.stdout, "start")] == [2], run.stdout[:2000]
+    assert _metrics(run.stdout, "end"), run.stdout[-2000:]
+    status = cli("status", "digits-elastic", "-n", namespace)
+    pod_rows = [line for line in status.stdout.splitlines() if line.startswith(("master-", "worker-"))]
+    assert [row.split()[0] for row in pod_rows] == ["worker-0", "worker-1"], status.stdout
+    assert sorted(p.name for p in (claim / "digits-elastic").glob("step-*.pt")), "no checkpoint"

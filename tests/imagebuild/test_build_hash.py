@@ -17,11 +17,11 @@ from kubetrain.spec.load import load_spec
 Project = Callable[..., Path]
 
 
-def _assemble(spec: Path, staging: Path) -> Assembled:
+def _assemble(spec: Path, staging: Path, base_id: str | None = None) -> Assembled:
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
-    return assemble(plan_build(load_spec(str(spec))), staging)
+    return assemble(plan_build(load_spec(str(spec))), staging, base_id)
 
 
 def test_same_inputs_same_tag_and_the_ref_format(project: Project, tmp_path: Path) -> None:
@@ -70,6 +70,15 @@ def test_build_args_base_image_variant_platform_change_the_tag(project: Project,
                                                                build: str) -> None:
     plain = _assemble(project(), tmp_path / "s1").ref
     assert _assemble(project(build=build), tmp_path / "s2").ref != plain
+
+
+def test_a_base_rebuilt_under_the_same_name_changes_the_tag(project: Project, tmp_path: Path) -> None:
+    """The base image's local ID (what `kubetrain build` asks the builder for) is hashed, not only its name."""
+    spec = project(build="build:\n  baseImage: localhost/acme/base:1\n")
+    first = _assemble(spec, tmp_path / "s1", "sha256:" + "1" * 64).ref
+    assert _assemble(spec, tmp_path / "s2", "sha256:" + "1" * 64).ref == first
+    assert _assemble(spec, tmp_path / "s3", "sha256:" + "2" * 64).ref != first
+    assert _assemble(spec, tmp_path / "s4").ref != first  # not local: only the name is known
 
 
 def test_ignored_files_do_not_change_the_tag(project: Project, tmp_path: Path) -> None:

@@ -67,8 +67,10 @@ def test_layer_order_user_and_entrypoint(dockerfile: Path) -> None:
     lines = _instructions(dockerfile)
     copies = [line for line in lines if line.startswith("COPY")]
     sources = [line.split()[-2] for line in copies]
-    assert sources == ["kubetrain/ensure-torch.sh", "kubetrain/runtime-requirements.txt", "kubetrain/src/",
-                       "kubetrain/requirements.txt", "workspace/"]  # runtime → requirements → code last
+    # runtime deps → your requirements → the kubetrain package → your code: every install comes before
+    # both code layers, so a change to kubetrain or to your code rebuilds (and re-sends) only small layers.
+    assert sources == ["kubetrain/ensure-torch.sh", "kubetrain/runtime-requirements.txt",
+                       "kubetrain/requirements.txt", "kubetrain/src/", "workspace/"]
     assert lines.index(copies[-1]) > max(i for i, line in enumerate(lines) if line.startswith("RUN"))
     assert lines[-3] == "USER 1000:1000"  # numeric, so the kubelet can verify runAsNonRoot
     assert lines[-2] == 'ENTRYPOINT ["torchrun"]'

@@ -1,0 +1,163 @@
+"""`kubetrain build --containerd SOCKET`: load the image into a containerd, sending only the layers it lacks.
+
+A training image is gigabytes of base + torch under a few hundred kilobytes of kubetrain and user code.
+Saving the whole image to a tarball and importing it costs minutes for every code change, although
+containerd keeps blobs by digest and already has every unchanged layer. So, with podman or buildah:
+
+1. read which layer blobs this containerd has, and their sizes, from the manifests of its images;
+2. put a *sparse* placeholder of the right size for each into an empty directory;
+3. `podman push REF oci:DIR:TAG`: containers/image skips every blob the destination already has (it only
+   stats the file), so it writes the manifest, the config and the new layers (gzip-compressed);
+4. import an OCI-layout tarball of just those blobs (`ctr images import`): containerd's importer stores the
+   blobs it gets and finds the others in its content store by digest; unpacking skips every layer whose
+   snapshot exists.
+
+A containerd with no layer at all gets the whole image through `podman push REF dir:DIR` instead: the same
+blobs, uncompressed (gzip of gigabytes costs minutes), in one copy on disk. (`dir:` cannot take the
+placeholders: containers/image empties a non-empty `dir:` destination first.) docker and nerdctl go through
+`docker save`'s archive, as `kind load image-archive` does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+from typing import Any
+
+from kubetrain.build.builders import DIR_PUSHERS, Builder
+from kubetrain.build.process import CommandFailed, Echo, check_streamed, run_captured
+from kubetrain.build.reference import split_reference
+
+# The containerd namespace the kubelet's CRI plugin reads images from.
+CRI_NAMESPACE = "k8s.io"
+_MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
+                   "application/vnd.docker.distribution.manifest.v2+json")
+_REF_NAME = "org.opencontainers.image.ref.name"
+
+
+def load(engine: Builder, ref: str, address: str, staging: Path, echo: Echo) -> None:
+    """Make `ref` an image of the containerd at `address` (namespace k8s.io), unless it has it already:
+    tags are content hashes, so the same tag is the same image."""
+    ctr = Ctr(address)
+    what = f"loading {ref} into containerd at {address}"
+    if ref in ctr.output("images", "ls", "-q", f"name=={ref}").split():
+        echo(f"kubetrain: {ref} is already in containerd at {address}; not loading")
+        return
+    if engine.name not in DIR_PUSHERS:
+        archive = staging / "image.tar"
+        check_streamed(engine.save(ref, archive), f"saving {ref} to {archive.name}", echo=echo)
+        ctr.run(["images", "import", str(archive)], what, echo)
+        return
+    known = ctr.known_layers()
+    archive, sent = _new_blobs_archive(engine, ref, known, staging, echo)
+    echo(f"kubetrain: containerd has {len(known)} layer blob(s) already; sending {len(sent)} blob(s), "
+         f"{sum(sent) / 2**20:.1f} MiB")
+    ctr.run(["images", "import", "--base-name", split_reference(ref)[0], str(archive)], what, echo)
+
+
+class Ctr:
+    """`ctr --address A --namespace k8s.io ...`."""
+
+    def __init__(self, address: str) -> None:
+        self.prefix = ["ctr", "--address", address, "--namespace", CRI_NAMESPACE]
+
+    def output(self, *args: str) -> str:
+        result = run_captured([*self.prefix, *args])
+        return result.stdout if result.code == 0 else ""
+
+    def run(self, args: list[str], what: str, echo: Echo) -> None:
+        check_streamed([*self.prefix, *args], what, echo=echo)
+
+    def known_layers(self) -> dict[str, int]:
+        """digest → size of every layer blob in the content store that one of its images uses."""
+        present = set(self.output("content", "ls", "-q").split())
+        layers: dict[str, int] = {}
+        for line in self.output("images", "ls").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) >= 3 and fields[2] in present:
+                layers.update((d["digest"], int(d["size"])) for d in self._layers(fields[2]))
+        return {digest: size for digest, size in layers.items() if digest in present}
+
+    def _layers(self, digest: str, depth: int = 0) -> list[dict[str, Any]]:
+        """The layer descriptors of a manifest, or of every manifest of an index (one level deep)."""
+        try:
+            doc = json.loads(self.output("content", "get", digest) or "{}")
+        except ValueError:
+            return []
+        if "layers" in doc:
+            return list(doc["layers"])
+        if depth == 0:
+            return [layer for m in doc.get("manifests", []) if m.get("mediaType") in _MANIFEST_TYPES
+                    for layer in self._layers(m["digest"], 1)]
+        return []
+
+
+def _new_blobs_archive(engine: Builder, ref: str, known: dict[str, int], staging: Path,
+                       echo: Echo) -> tuple[Path, list[int]]:
+    """An OCI-layout tarball of `ref` with every blob but those in `known`; (its path, sizes of blobs sent)."""
+    tag = split_reference(ref)[1] or "latest"
+    archive = staging / "image-new-blobs.tar"
+    try:
+        if known:
+            blobs, index = _push_oci(engine, ref, tag, known, staging / "image-oci", echo)
+        else:
+            blobs, index = _push_dir(engine, ref, tag, staging / "image-dir", echo)
+        return archive, _write_layout(blobs, index, set(d.partition(":")[2] for d in known), archive)
+    except (OSError, KeyError, ValueError) as exc:
+        raise CommandFailed(f"writing {archive.name} from {engine.name}'s copy of {ref}: {exc}") from None
+
+
+def _push_oci(engine: Builder, ref: str, tag: str, known: dict[str, int], layout: Path,
+              echo: Echo) -> tuple[Path, bytes]:
+    """`push REF oci:LAYOUT:TAG` over sparse placeholders of the known blobs; (blobs dir, index.json)."""
+    blobs = layout / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    for digest, size in known.items():
+        algorithm, _, hexdigest = digest.partition(":")
+        if algorithm == "sha256" and len(hexdigest) == 64 and hexdigest.isalnum():
+            with (blobs / hexdigest).open("wb") as handle:
+                handle.truncate(size)  # sparse: no disk space, only the size containers/image records
+    argv = engine.push_oci(ref, layout, tag)
+    assert argv is not None  # load() checked the builder
+    check_streamed(argv, f"copying {ref} out of {engine.name}'s storage", echo=echo)
+    return blobs, (layout / "index.json").read_bytes()
+
+
+def _push_dir(engine: Builder, ref: str, tag: str, directory: Path, echo: Echo) -> tuple[Path, bytes]:
+    """`push REF dir:DIRECTORY` (a fresh containerd: every blob, uncompressed, no gzip of gigabytes);
+    (blobs dir, an index.json for its manifest)."""
+    argv = engine.push_dir(ref, directory)
+    assert argv is not None
+    check_streamed(argv, f"copying {ref} out of {engine.name}'s storage", echo=echo)
+    manifest = (directory / "manifest.json").read_bytes()
+    digest = hashlib.sha256(manifest).hexdigest()
+    (directory / digest).write_bytes(manifest)
+    index = {"schemaVersion": 2, "manifests": [{
+        "mediaType": json.loads(manifest).get("mediaType", _MANIFEST_TYPES[0]), "digest": f"sha256:{digest}",
+        "size": len(manifest), "annotations": {_REF_NAME: tag}}]}
+    return directory, json.dumps(index).encode()
+
+
+def _write_layout(blobs: Path, index: bytes, skip: set[str], archive: Path) -> list[int]:
+    """An OCI image layout tarball: index.json and every blob but those in `skip`. Each blob is deleted
+    once in the tarball, so a full image needs its size on disk once, not twice."""
+    sent = []
+    with tarfile.open(archive, "w") as tar:
+        _add_bytes(tar, "oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
+        _add_bytes(tar, "index.json", index)
+        for name in sorted(os.listdir(blobs)):
+            if len(name) == 64 and name not in skip:
+                tar.add(blobs / name, f"blobs/sha256/{name}")
+                sent.append((blobs / name).stat().st_size)
+                (blobs / name).unlink()
+    return sent
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, fileobj=io.BytesIO(data))

@@ -1,0 +1,157 @@
+"""Scenarios d, f, g on the real node: kill -9 inside a worker's container, and what the running pod looks like.
+
+Two copies of the digits job run side by side: a reference and one whose worker gets `kill -9` in its
+training process (through real exec) after the first checkpoint. While that job runs, the restricted
+securityContext is checked inside its container (g) and `kubetrain gpu` asks it for GPUs (f): cheap checks
+folded into a job that runs anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+from kubernetes.stream import stream
+
+from kubetrain.metrics import parse_metrics_line
+
+from .conftest import KUBETRAIN, Cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+# The training process, not torchrun (whose own command line also names kubetrain.runtime) nor a wrapper.
+KILL = ("import os, signal\n"
+        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try: argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
+        "    except OSError: continue\n"
+        "    if b'kubetrain.runtime' in argv and not any(b'torchrun' in a for a in argv):\n"
+        "        os.kill(int(pid), signal.SIGKILL); print(pid)\n")
+
+
+def _spec(project: Path, name: str) -> Path:
+    spec = yaml.safe_load((project / "kubetrain.yaml").read_text())
+    spec["metadata"]["name"] = name
+    spec["spec"]["resources"] = {"cpu": "250m", "memory": "1Gi"}  # two 2-pod jobs on a 2-CPU node
+    spec["spec"]["checkpoint"] = {"dir": f"/ckpt/{name}", "everySteps": 10, "keep": 2}
+    spec["spec"]["train"]["epochs"] = 4
+    spec["spec"]["security"] = {"readOnlyRootFilesystem": True}  # g: TMPDIR=/tmp on an emptyDir
+    # One kill -9 costs several restarts, counted over all pods: the killed worker's, the master's when its
+    # collective fails, and a worker instance that met the dying master's store. The default budget (3)
+    # is often used up by that one failure (seen here: worker restarts 1, 2, 3 → BackoffLimitExceeded).
+    spec["spec"]["runPolicy"] = {"backoffLimit": 10}
+    path = project / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _exec(core: kubernetes.client.CoreV1Api, namespace: str, pod: str, argv: list[str]) -> tuple[int, str]:
+    """Run argv in the pod's training container; (exit code, stdout + stderr)."""
+    ws = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=argv, container="pytorch",
+                stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+    ws.run_forever(timeout=60)
+    output = (ws.read_stdout(timeout=0) or "") + (ws.read_stderr(timeout=0) or "")
+    code = ws.returncode
+    ws.close()
+    return (code if code is not None else -1), output
+
+
+def _wait(check: Any, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(1)
+
+
+def _model_hash(checkpoint_dir: Path) -> tuple[str, str]:
+    """(newest checkpoint's name, sha256 over its model parameters in name order)."""
+    import torch
+
+    newest = sorted(checkpoint_dir.glob("step-*.pt"))[-1]
+    model = torch.load(newest, map_location="cpu", weights_only=False)["model"]
+    sha = hashlib.sha256()
+    for key in sorted(model):
+        sha.update(key.encode())
+        sha.update(model[key].contiguous().numpy().tobytes())
+    return newest.name, sha.hexdigest()
+
+
+def _starts(text: str) -> list[dict[str, Any]]:
+    records = (parse_metrics_line(line.split("] ", 1)[-1]) for line in text.splitlines())
+    return [r for r in records if r is not None and r.get("kind") == "start"]
+
+
+def _instances(core: kubernetes.client.CoreV1Api, namespace: str, pod: str) -> tuple[list[str] | None, list[str]]:
+    """The lines the kubelet kept: (the previous instance's, or None when it has none or no longer has them;
+    the current one's). The kubelet keeps one dead container per pod and container: once the pod has ended,
+    that is the last instance, and `previous` answers "unable to retrieve container logs for ..." instead."""
+    status = core.read_namespaced_pod(pod, namespace).status.container_statuses[0]
+    current = core.read_namespaced_pod_log(pod, namespace, container="pytorch").splitlines()
+    if not status.restart_count:
+        return None, current
+    previous = core.read_namespaced_pod_log(pod, namespace, container="pytorch", previous=True)
+    return (None if previous.startswith("unable to retrieve container logs") else previous.splitlines()), current
+
+
+def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str, project: Path, namespace: str,
+                                                           claim: Path, real_node: Any) -> None:
+    """d (+ f, g): kill -9 of the worker's training process; restart, resume, same final parameters."""
+    core = kubernetes.client.CoreV1Api(real_node.cp.api_client())
+    for name in ("digits-ref", "digits-kill"):
+        cli("submit", "-f", str(_spec(project, name)), "-n", namespace, "--image", image)
+    follow = subprocess.Popen([*KUBETRAIN, "logs", "digits-kill", "-n", namespace, "-f"], env=cli.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        worker = "digits-kill-worker-0"
+        _wait(lambda: any((claim / "digits-kill").glob("step-*.pt")), "the first checkpoint of digits-kill", 600)
+        _check_pod_shape(cli, core, namespace, worker)
+        code, killed = _exec(core, namespace, worker, ["python3", "-c", KILL])
+        assert code == 0 and killed.split(), f"no training process killed in {worker}: {killed}"
+        stdout, stderr = follow.communicate(timeout=900)
+    finally:
+        follow.kill()
+    assert follow.returncode == 0, stderr[-2000:]
+    for name in ("digits-ref", "digits-kill"):
+        _wait(lambda n=name: f"{namespace}/{n}: Succeeded" in cli("status", n, "-n", namespace).stdout,
+              f"{name} Succeeded", 900)
+
+    restarts = core.read_namespaced_pod(worker, namespace).status.container_statuses[0].restart_count
+    assert restarts >= 1, "the kubelet did not restart the killed worker's container"
+    resumed = [s for s in _starts(stdout) if s.get("resumed_from")]
+    assert resumed and int(str(resumed[-1]["start_step"])) > 0, _starts(stdout)
+    assert _model_hash(claim / "digits-kill") == _model_hash(claim / "digits-ref")
+
+    _check_follow_log(core, namespace, stdout, stderr)
+
+
+def _check_pod_shape(cli: Cli, core: kubernetes.client.CoreV1Api, namespace: str, pod: str) -> None:
+    """g: the real kubelet enforces the restricted securityContext; f: `kubetrain gpu` on a CPU pod."""
+    assert _exec(core, namespace, pod, ["id", "-u"]) == (0, "1000\n")
+    code, out = _exec(core, namespace, pod, ["sh", "-c", "echo x > /probe"])
+    assert code != 0 and "Read-only file system" in out, out
+    code, out = _exec(core, namespace, pod, ["sh", "-c", 'echo x > "$TMPDIR/probe" && echo "$TMPDIR"'])
+    assert (code, out) == (0, "/tmp\n"), out
+    gpu = cli("gpu", "digits-kill", "-n", namespace, "--replica", "worker-0", check=False)
+    assert gpu.returncode == 0, gpu.stderr
+    row = gpu.stdout.splitlines()[-1]
+    assert row.startswith("worker-0") and "no GPU: the pod requests no nvidia.com/gpu" in row, gpu.stdout
+
+
+def _check_follow_log(core: kubernetes.client.CoreV1Api, namespace: str, stdout: str, stderr: str) -> None:
+    """`logs -f` across the restarts: said so on stderr, and per pod the lines the kubelet kept."""
+    assert "restart" in stderr.lower(), stderr[-2000:]
+    # Every metrics line carries its time: none may appear twice.
+    metrics = [line for line in stdout.splitlines() if "KUBETRAIN_METRICS" in line]
+    assert len(metrics) == len(set(metrics)), "logs -f repeated lines"
+    for pod, label in (("digits-kill-worker-0", "worker-0"), ("digits-kill-master-0", "master-0")):
+        shown = [line.split("] ", 1)[1] for line in stdout.splitlines() if line.startswith(f"[{label}] ")]
+        previous, current = _instances(core, namespace, pod)
+        kept = (previous or []) + current
+        assert shown[len(shown) - len(kept):] == kept, (pod, len(shown), len(previous or []), len(current))
+        if previous is not None or not core.read_namespaced_pod(pod, namespace).status.container_statuses[0] \
+                .restart_count:
+            assert len(shown) == len(kept), (pod, len(shown), len(kept))  # nothing lost, nothing repeated
