@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kubetrain.build.image import staging_dir
-from kubetrain.build.plan import assemble, plan_build
+from kubetrain.imagebuild.image import staging_dir
+from kubetrain.imagebuild.plan import assemble, plan_build
 from kubetrain.spec.load import load_spec
 
 SPEC = """\

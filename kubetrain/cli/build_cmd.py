@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from kubetrain.build import build_image
-from kubetrain.build.builders import BUILDERS
 from kubetrain.cli.common import load, spec_file_option
 from kubetrain.cli.output import handle_errors
+from kubetrain.imagebuild import build_image
+from kubetrain.imagebuild.builders import BUILDERS
 
 
 @click.command()

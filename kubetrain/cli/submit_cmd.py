@@ -115,7 +115,7 @@ def _print_result(submitted: Submitted, output: str | None) -> None:
 
 
 def _build(loaded: LoadedSpec) -> str:
-    from kubetrain.build import build_image
+    from kubetrain.imagebuild import build_image
 
     return build_image(loaded, push=True)
 

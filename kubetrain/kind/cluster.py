@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.build.process import CommandFailed, Echo, echo_stderr, run_captured, run_streamed
 from kubetrain.errors import ClusterError, UsageError
+from kubetrain.imagebuild.process import CommandFailed, Echo, echo_stderr, run_captured, run_streamed
 from kubetrain.kind.config import DEVICES_DIR, render_config
 from kubetrain.kind.prereqs import Gpu, check_host
 from kubetrain.kind.steps import (

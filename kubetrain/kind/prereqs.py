@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.build.process import run_captured
 from kubetrain.errors import KubetrainError
+from kubetrain.imagebuild.process import run_captured
 
 TOOLKIT_URL = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html"
 VOLUME_MOUNTS_KEY = "accept-nvidia-visible-devices-as-volume-mounts"

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kubetrain.build.process import CommandFailed, Echo, command_line, run_captured, run_streamed
+from kubetrain.imagebuild.process import CommandFailed, Echo, command_line, run_captured, run_streamed
 
 DEVICE_PLUGIN_VERSION = "0.20.0"
 DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"

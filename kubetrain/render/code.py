@@ -118,7 +118,7 @@ def _optional_exclusions(root: Path) -> Callable[[str], bool]:
     """Whether a relative path is left out by the secret defaults, `.gitignore` or `.dockerignore`."""
     import pathspec
 
-    from kubetrain.build.dockerignore import PatternMatcher, parse_ignore_lines
+    from kubetrain.imagebuild.dockerignore import PatternMatcher, parse_ignore_lines
 
     gitignore = pathspec.GitIgnoreSpec.from_lines(_read_lines(root / ".gitignore"))
     dockerignore = PatternMatcher(parse_ignore_lines("\n".join(_read_lines(root / ".dockerignore"))))

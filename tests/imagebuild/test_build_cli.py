@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner, Result
 from recording import FakeBin
 
-from kubetrain.build import build_image
 from kubetrain.cli.main import cli
+from kubetrain.imagebuild import build_image
 from kubetrain.spec.load import load_spec
 
 Project = Callable[..., Path]
@@ -313,7 +313,7 @@ def test_help_does_not_import_build_kind_torch_or_kubernetes() -> None:
     code = ("import sys; from kubetrain.cli.main import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'kubernetes')\n"
-            "       or m.startswith(('kubetrain.build', 'kubetrain.kind'))]\n"
+            "       or m.startswith(('kubetrain.imagebuild', 'kubetrain.kind'))]\n"
             "assert not bad, bad\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.build.context import collect
-from kubetrain.build.dockerignore import PatternMatcher, go_clean, load_matcher, parse_ignore_lines
 from kubetrain.errors import BuildError
+from kubetrain.imagebuild.context import collect
+from kubetrain.imagebuild.dockerignore import PatternMatcher, go_clean, load_matcher, parse_ignore_lines
 
 # (pattern, path, excluded) — from moby/patternmatcher's TestMatches, paths without a trailing slash.
 DOCKER_CASES = [

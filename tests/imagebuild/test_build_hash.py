@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.build.plan import Assembled, assemble, plan_build
-from kubetrain.build.reference import repository_error, split_reference
 from kubetrain.errors import BuildError
+from kubetrain.imagebuild.plan import Assembled, assemble, plan_build
+from kubetrain.imagebuild.reference import repository_error, split_reference
 from kubetrain.spec.load import load_spec
 
 Project = Callable[..., Path]
@@ -102,7 +102,7 @@ def test_own_dockerfile_layout(project: Project, tmp_path: Path) -> None:
     assert (ctx / "workspace/kubetrain.yaml").exists()  # the spec sits in the context like any file
     assert (ctx / "kubetrain/requirements.txt").read_text() == "numpy\n"
     assert (ctx / "kubetrain/src/kubetrain/__init__.py").exists()
-    assert (ctx / "kubetrain/src/kubetrain/build/plan.py").exists()
+    assert (ctx / "kubetrain/src/kubetrain/imagebuild/plan.py").exists()
     assert not list((ctx / "kubetrain/src").rglob("__pycache__"))
     assert os.access(ctx / "kubetrain/ensure-torch.sh", os.X_OK)
     assert assembled.dockerfile.read_text().startswith("# syntax=docker/dockerfile:1")

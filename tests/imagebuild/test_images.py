@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.build.plan import DOCKERFILES, assemble, images_dir, plan_build
+from kubetrain.imagebuild.plan import DOCKERFILES, assemble, images_dir, plan_build
 from kubetrain.spec.load import load_spec
 from tests.conftest import in_ci
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kubetrain
-from kubetrain.build.context import Entry, collect, content_hash, stage, write_file
-from kubetrain.build.dockerignore import PatternMatcher, load_matcher
-from kubetrain.build.reference import hash_tag, repository_error, split_reference
 from kubetrain.errors import BuildError
+from kubetrain.imagebuild.context import Entry, collect, content_hash, stage, write_file
+from kubetrain.imagebuild.dockerignore import PatternMatcher, load_matcher
+from kubetrain.imagebuild.reference import hash_tag, repository_error, split_reference
 from kubetrain.spec.load import LoadedSpec
 from kubetrain.spec.sections import Build
 

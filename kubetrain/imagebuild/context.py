@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubetrain.build.dockerignore import PatternMatcher
 from kubetrain.errors import BuildError
+from kubetrain.imagebuild.dockerignore import PatternMatcher
 
 STATE_DIR = ".kubetrain"  # kubetrain's local state (volumes, staging) is never part of a build context
 _CHUNK = 1 << 20

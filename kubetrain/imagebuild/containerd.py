@@ -28,9 +28,9 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from kubetrain.build.builders import DIR_PUSHERS, Builder
-from kubetrain.build.process import CommandFailed, Echo, check_streamed, run_captured
-from kubetrain.build.reference import split_reference
+from kubetrain.imagebuild.builders import DIR_PUSHERS, Builder
+from kubetrain.imagebuild.process import CommandFailed, Echo, check_streamed, run_captured
+from kubetrain.imagebuild.reference import split_reference
 
 # The containerd namespace the kubelet's CRI plugin reads images from.
 CRI_NAMESPACE = "k8s.io"

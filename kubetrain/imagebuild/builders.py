@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubetrain.build.process import run_captured
 from kubetrain.errors import BuildError
+from kubetrain.imagebuild.process import run_captured
 
 BUILDERS = ("docker", "podman", "nerdctl", "buildah")  # detection order
 INSTALL_HINT = "install docker or podman (or nerdctl, buildah), or pick one with --builder"

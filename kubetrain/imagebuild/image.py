@@ -9,11 +9,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubetrain.build.builders import Builder, detect
-from kubetrain.build.containerd import load as containerd_load
-from kubetrain.build.context import STATE_DIR
-from kubetrain.build.plan import Assembled, BuildPlan, assemble, plan_build
-from kubetrain.build.process import (
+from kubetrain.imagebuild.builders import Builder, detect
+from kubetrain.imagebuild.containerd import load as containerd_load
+from kubetrain.imagebuild.context import STATE_DIR
+from kubetrain.imagebuild.plan import Assembled, BuildPlan, assemble, plan_build
+from kubetrain.imagebuild.process import (
     CommandFailed,
     Echo,
     StepTracker,
