@@ -46,24 +46,16 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    result = job_status(connection.rest, installed_targets(connection, target), ns, name, recent)
+    result = job_status(connection.rest, installed_targets(connection, target), ns, name, recent,
+                        timeline=output == "text")
     if output == "json":
         click.echo(json.dumps(result.as_dict(), indent=2))
     elif output == "yaml":
         click.echo(dump_yaml([result.as_dict()]), nl=False)
     else:
         _print_status(result)
-        _print_timeline(connection, ns, name, result.job.target)
-
-
-def _print_timeline(connection: Connection, namespace: str, name: str, kind: str) -> None:
-    """Where the time went (kubetrain.client.timing); nothing when fewer than two moments are known."""
-    from kubetrain.client.targets import TARGETS
-    from kubetrain.client.timing import job_timeline
-
-    timeline = job_timeline(connection.rest, [TARGETS[kind]], namespace, name)
-    if timeline:
-        click.echo(f"\nTimeline: {timeline}")
+        if result.timeline:  # where the time went; empty when fewer than two moments are known
+            click.echo(f"\nTimeline: {result.timeline}")
 
 
 def dump_yaml(items: list[dict[str, Any]]) -> str:

@@ -45,10 +45,12 @@ class JobStatus:
     pods: list[PodRow]
     events: list[EventRow]
     hints: list[str]
+    timeline: str = ""  # where the time went (kubetrain.client.timing), when asked for
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.job.as_dict(), "conditions": self.conditions, "pods": [asdict(p) for p in self.pods],
-                "events": [asdict(e) for e in self.events], "hints": self.hints}
+                "events": [asdict(e) for e in self.events], "hints": self.hints,
+                **({"timeline": self.timeline} if self.timeline else {})}
 
 
 def pod_rows(pod_list: list[dict[str, Any]], target: Target, job: str) -> list[PodRow]:
@@ -133,7 +135,7 @@ def event_rows(mine: list[dict[str, Any]]) -> list[EventRow]:
 
 
 def job_status(api: Any, targets: list[Target], namespace: str, name: str,
-               recent: int = 10) -> JobStatus:
+               recent: int = 10, timeline: bool = False) -> JobStatus:
     target, obj = jobs.find(api, targets, namespace, name)
     pod_list = pods.list_pods(api, target, namespace, name)
     event_dicts = job_event_dicts(api, target, namespace, obj, pod_list)
@@ -146,7 +148,12 @@ def job_status(api: Any, targets: list[Target], namespace: str, name: str,
     queued += [line] if (line := operator_hint(obj, target)) else []
     all_hints = hints.unique(queued + recreated + [h for r in rows for h in r.hints] +
                              [h for e in events if e.type == "Warning" for h in e.hints])
-    return JobStatus(jobs.summary(obj, target), jobs.conditions(obj), rows, events, all_hints)
+    when = ""
+    if timeline:
+        from kubetrain.client.timing import timeline_of  # reuses the job, pods and Events read above
+
+        when = timeline_of(api, target, namespace, name, obj, pod_list, event_dicts)
+    return JobStatus(jobs.summary(obj, target), jobs.conditions(obj), rows, events, all_hints, when)
 
 
 UNRECONCILED_AFTER = 15  # seconds: the operator sets a first condition within a second or two of a create

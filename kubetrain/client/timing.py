@@ -6,9 +6,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from kubetrain.client import jobs, pods
+from kubetrain.client import pods
 from kubetrain.client.logmerge import LineAssembler
-from kubetrain.client.status import job_event_dicts
 from kubetrain.client.targets import Target
 from kubetrain.observe.progress import ProgressTracker
 from kubetrain.observe.timeline import cluster_moments, format_timeline
@@ -16,11 +15,9 @@ from kubetrain.observe.timeline import cluster_moments, format_timeline
 HEAD_BYTES = 256 * 1024  # the start and first train records come within the first lines of rank 0's log
 
 
-def job_timeline(api: Any, targets: list[Target], namespace: str, name: str) -> str:
-    """`submitted → admitted +… → scheduled +… → image pulled +… → started +… → first step +… → done +…`."""
-    target, obj = jobs.find(api, targets, namespace, name)
-    pod_list = pods.list_pods(api, target, namespace, name)
-    events = job_event_dicts(api, target, namespace, obj, pod_list)
+def timeline_of(api: Any, target: Target, namespace: str, name: str, obj: dict[str, Any],
+                pod_list: list[dict[str, Any]], events: list[dict[str, Any]]) -> str:
+    """The timeline from what `status` already read (the job, its pods and Events) plus rank 0's log head."""
     tracker = ProgressTracker()
     for line in _rank0_head(api, target, namespace, name, pod_list):
         tracker.feed(line)

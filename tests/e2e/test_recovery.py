@@ -38,7 +38,9 @@ def _spec(project: Path, name: str) -> Path:
     spec["metadata"]["name"] = name
     spec["spec"]["resources"] = {"cpu": "250m", "memory": "1Gi"}  # two 2-pod jobs on a 2-CPU node
     spec["spec"]["checkpoint"] = {"dir": f"/ckpt/{name}", "everySteps": 10, "keep": 2}
-    spec["spec"]["train"]["epochs"] = 4
+    # Long enough that the worker still trains after the first checkpoint on an idle machine (4 epochs took
+    # 17 s there: the job could finish before the kill).
+    spec["spec"]["train"]["epochs"] = 16
     spec["spec"]["security"] = {"readOnlyRootFilesystem": True}  # g: TMPDIR=/tmp on an emptyDir
     # One kill -9 costs several restarts, counted over all pods: the killed worker's, the master's when its
     # collective fails, and a worker instance that met the dying master's store. The default budget (3)
@@ -103,14 +105,37 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
     core = kubernetes.client.CoreV1Api(real_node.cp.api_client())
     for name in ("digits-ref", "digits-kill"):
         cli("submit", "-f", str(_spec(project, name)), "-n", namespace, "--image", image)
-    follow = subprocess.Popen([*KUBETRAIN, "logs", "digits-kill", "-n", namespace, "-f"], env=cli.env,
+    follow = subprocess.Popen([*KUBETRAIN, "logs", "digits-kill", "-n", namespace, "-f", "--raw"], env=cli.env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         worker = "digits-kill-worker-0"
         _wait(lambda: any((claim / "digits-kill").glob("step-*.pt")), "the first checkpoint of digits-kill", 600)
-        _check_pod_shape(cli, core, namespace, worker)
-        code, killed = _exec(core, namespace, worker, ["python3", "-c", KILL])
-        assert code == 0 and killed.split(), f"no training process killed in {worker}: {killed}"
+        # The worker's training process may be between restarts of its rendezvous when we look: look again.
+        found: list[str] = []
+
+        def kill() -> bool:
+            try:
+                code, killed = _exec(core, namespace, worker, ["python3", "-c", KILL])
+            except kubernetes.client.exceptions.ApiException as exc:  # the container is restarting right now
+                pod = core.read_namespaced_pod(worker, namespace)
+                found[:] = [str(exc.reason)[-80:], str(pod.status.phase),
+                            str([(c.name, c.state, c.last_state, c.restart_count)
+                                 for c in pod.status.container_statuses or []])[:3000]]
+                return False
+            found[:] = [f"exit {code}: {killed!r}"]
+            return code == 0 and bool(killed.split())
+
+        try:
+            _wait(kill, f"a training process to kill in {worker}", 60)
+        except AssertionError:
+            raise AssertionError(f"no training process killed in {worker}: {found}") from None
+
+        def restarted_and_running() -> bool:
+            statuses = core.read_namespaced_pod(worker, namespace).status.container_statuses or []
+            return any(c.restart_count >= 1 and c.state.running for c in statuses)
+
+        _wait(restarted_and_running, f"{worker} to run again after the kill", 180)
+        _check_pod_shape(cli, core, namespace, worker)  # f, g: on the restarted worker, still training
         stdout, stderr = follow.communicate(timeout=900)
     finally:
         follow.kill()

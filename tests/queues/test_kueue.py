@@ -63,6 +63,14 @@ def pytorchjob(controlplane: Any, namespace: str, name: str) -> dict[str, Any]:
     return dict(custom.get_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", name))
 
 
+def _reserved_gpus(controlplane: Any, cluster_queue: str) -> int:
+    """nvidia.com/gpu reserved in the ClusterQueue's status (what preflight's "free now" is computed from)."""
+    cq = kubernetes.client.CustomObjectsApi(controlplane.api_client()).get_cluster_custom_object(
+        harness.GROUP, harness.VERSION, "clusterqueues", cluster_queue)
+    return sum(int(str(r.get("total", "0"))) for flavor in (cq.get("status") or {}).get("flavorsReservation") or []
+               for r in flavor.get("resources") or [] if r.get("name") == "nvidia.com/gpu")
+
+
 def admitted(controlplane: Any, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
     uid = job["metadata"]["uid"]
     return dict(watch_until(lambda: (wl := workload(controlplane, namespace, uid)) and
@@ -83,7 +91,9 @@ def test_pytorchjob_admitted_then_one_over_quota_stays_pending(controlplane: Any
     status = kt("status", "first", "-n", queued)
     assert "→ Kueue: admitted by ClusterQueue team-b (LocalQueue team-b)" in status.stdout
 
-    # team-b never borrows: a second 8-GPU job waits. Preflight says so (a warning, not a refusal).
+    # team-b never borrows: a second 8-GPU job waits. Preflight says so (a warning, not a refusal). Kueue
+    # updates the ClusterQueue's reservation a moment after it admits: wait for it, as preflight reads it.
+    watch_until(lambda: _reserved_gpus(controlplane, "team-b") >= 8, 30)
     second = kt("submit", "-f", str(write_spec(tmp_path, "second", nodes=1, scheduling={"queue": "team-b"})),
                 "-n", queued)
     assert second.exit_code == 0, second.stderr
