@@ -34,8 +34,11 @@ class Reporter:
     def emit(self, kind: str, *, force: bool = False, **fields: Any) -> None:
         """Print one metrics line (on rank 0, or every rank when asked; `force`: from this rank anyway)."""
         if self.enabled or force:
-            line = format_metrics(kind, rank=self.env.rank, **fields)
-            print(line, file=self.stream or sys.stdout, flush=True)
+            stream = self.stream or sys.stdout
+            # One write per line: with PYTHONUNBUFFERED (set in every pod) print() writes the text and the
+            # newline separately, and ranks sharing torchrun's stdout pipe then splice each other's lines.
+            stream.write(format_metrics(kind, rank=self.env.rank, **fields) + "\n")
+            stream.flush()
 
 
 class Window:
