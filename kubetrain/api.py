@@ -15,8 +15,6 @@ torch) are imported only by the functions that need them. See docs/api.md.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,29 +53,9 @@ def _loaded(spec: Spec) -> LoadedSpec:
 def render(spec: Spec, *, target: str | None = None, namespace: str | None = None, image: str | None = None,
            cloud: str | None = None) -> list[dict[str, Any]]:
     """The manifests `kubetrain render` prints: the code ConfigMap (if any), then the PyTorchJob or TrainJob."""
-    from kubetrain.render import RenderOptions, render_job
-    from kubetrain.render.code import collect_code
+    from kubetrain.render.loaded import render_loaded
 
-    loaded = _loaded(spec)
-    if target and target != loaded.job.spec.target:
-        check_target(loaded, target)
-    code = None
-    if loaded.job.spec.code:
-        code_dir = (loaded.base_dir / loaded.job.spec.code.path).resolve()
-        code = collect_code(code_dir, loaded.job.spec.code.exclude, include=loaded.job.spec.code.include)
-    return render_job(loaded.job, RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace),
-                      target=target)
-
-
-def check_target(loaded: LoadedSpec, target: str) -> None:
-    """Re-run the spec's cross-field checks for an overridden target (e.g. `--target trainjob`)."""
-    from kubetrain.errors import Problem
-    from kubetrain.spec.checks import spec_problems
-
-    problems = spec_problems(loaded.job, target)
-    if problems:
-        raise SpecError([Problem(name, f"{message} (--target {target})", loaded.source)
-                         for name, message in problems])
+    return render_loaded(_loaded(spec), target=target, namespace=namespace, image=image, cloud=cloud)
 
 
 def validate(objects: list[dict[str, Any]] | str | Path, *, schemas: tuple[str, ...] = (),
@@ -211,6 +189,9 @@ _DONE = object()
 
 def _followed(run: Any) -> Iterator[str]:
     """Lines from a follower that calls a sink from its threads, as an iterator (bounded buffering)."""
+    import queue
+    import threading
+
     lines: queue.Queue[Any] = queue.Queue(maxsize=10_000)
     outcome: list[Any] = []
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kubetrain.cli.cluster_opts import cluster_options, connect_from, print_table
+from kubetrain.cli.cluster_opts import cluster_options, connect_from, print_table, target_option
 from kubetrain.cli.output import handle_errors, info
 
 if TYPE_CHECKING:
@@ -28,8 +28,7 @@ if TYPE_CHECKING:
               help="With --watch, stop after N refreshes.")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="Output format (json: one document per refresh).")
-@click.option("--target", type=click.Choice(["pytorchjob", "trainjob"]), default=None,
-              help="The job's kind (default: look among the installed ones).")
+@target_option
 @cluster_options
 @handle_errors
 def gpu(name: str, replica: str, watch: bool, interval: float, count: int | None, output: str,

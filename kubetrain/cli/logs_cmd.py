@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from kubetrain.cli.cluster_opts import cluster_options, connect_from
+from kubetrain.cli.cluster_opts import cluster_options, connect_from, target_option
 from kubetrain.cli.output import fail, handle_errors
 from kubetrain.errors import UsageError
 
@@ -102,8 +102,7 @@ def follow_renderer(raw: bool = False) -> Renderer:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="With -f: give up after this long (exit 4). A lost API server is retried until then "
                    "(without --timeout: for 5 minutes, then exit 3).")
-@click.option("--target", type=click.Choice(["pytorchjob", "trainjob"]), default=None,
-              help="The job's kind (default: look among the installed ones).")
+@target_option
 @archive_option
 @cluster_options
 @handle_errors

@@ -150,12 +150,13 @@ def events(name: str, context: str | None, kubeconfig: str | None, namespace: st
     """
     from dataclasses import asdict
 
-    from kubetrain.client import jobs, pods
+    from kubetrain.client import pods
+    from kubetrain.client.logs import find_job
     from kubetrain.client.status import job_events
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    found, obj = jobs.find(connection.rest, installed_targets(connection, target), ns, name)
+    found, obj = find_job(connection.rest, ns, name, target)
     rows = job_events(connection.rest, found, ns, obj, pods.list_pods(connection.rest, found, ns, name))
     if output != "text":
         items = [asdict(e) for e in rows]

@@ -61,15 +61,15 @@ class Submitted:
 
 def submit(connection: Connection, loaded: LoadedSpec, namespace: str, options: SubmitOptions,
            report: Reporter) -> Submitted:
-    from kubetrain.api import render
     from kubetrain.client.targets import resolve
     from kubetrain.render import RenderOptions, render_warnings
+    from kubetrain.render.loaded import render_loaded
 
     if options.dry_run not in DRY_RUNS:
         raise ValueError(f"dry_run must be one of {DRY_RUNS}, not {options.dry_run!r}")
     target = resolve(connection.api, options.target or loaded.job.spec.target)
     cloud = resolve_cloud(connection, report) if loaded.job.spec.placement.cloud == "auto" else None
-    objects = render(loaded, target=target.name, namespace=namespace, image=options.image, cloud=cloud)
+    objects = render_loaded(loaded, target=target.name, namespace=namespace, image=options.image, cloud=cloud)
     for message in render_warnings(loaded.job, RenderOptions(cloud=cloud)):
         report.warn(message)
     validate_rendered(connection, target, objects, report)

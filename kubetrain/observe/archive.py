@@ -39,15 +39,14 @@ MAX_BUFFER = 8 << 20
 
 def filesystem(url: str) -> tuple[Any, str]:
     """(fsspec filesystem, root path) of an archive location."""
+    from kubetrain.objectstore import BackendMissing, url_filesystem
+
     try:
-        from fsspec.core import url_to_fs
-    except ImportError as exc:  # pragma: no cover - fsspec comes with kubetrain
-        raise UsageError("archive: fsspec is not installed (pip install 'kubetrain[s3]')") from exc
-    try:
-        fs, root = url_to_fs(url)
-    except (ImportError, ValueError) as exc:
+        return url_filesystem(url, "archive")
+    except BackendMissing as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:
         raise UsageError(f"archive {url}: {exc}") from exc
-    return fs, str(root).rstrip("/")
 
 
 class ArchiveWriter:

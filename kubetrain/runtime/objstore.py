@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
+from kubetrain.objectstore import OBJECT_STORE_BACKENDS, BackendMissing, url_filesystem
 from kubetrain.runtime.checkpoint import FORMAT_VERSION, NAME_RE, SHARDED_META, StoreBase
 from kubetrain.runtime.config import RuntimeConfigError
-from kubetrain.spec.sections import OBJECT_STORE_BACKENDS
 
 MANIFEST = "MANIFEST.json"
 STATE = "state.pt"
@@ -41,16 +41,10 @@ def object_store_url(directory: str | None) -> bool:
 
 def filesystem(url: str) -> tuple[Any, str]:
     """(fsspec filesystem, path without the scheme) for `url`; a missing backend is one clear line."""
-    scheme = url.split("://", 1)[0]
-    package, extra = OBJECT_STORE_BACKENDS[scheme]
     try:
-        import fsspec
-
-        fs, path = fsspec.core.url_to_fs(url)
-    except ImportError as exc:
-        raise RuntimeConfigError(f"spec.checkpoint.dir: {scheme}:// needs the {package} package "
-                                 f"(pip install 'kubetrain[{extra}]'): {exc}") from None
-    return fs, str(path).rstrip("/")
+        return url_filesystem(url, "spec.checkpoint.dir")
+    except BackendMissing as exc:
+        raise RuntimeConfigError(str(exc)) from None
 
 
 class ObjectCheckpointStore(StoreBase):

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from kubetrain.objectstore import OBJECT_STORE_BACKENDS
 from kubetrain.spec import names
 from kubetrain.spec.quantity import is_quantity, parse_quantity
 
@@ -251,11 +252,6 @@ class Security(Section):
     """The uid to run as."""
     readOnlyRootFilesystem: bool = False
     """Mount the image's filesystem read-only."""
-
-
-# checkpoint.dir URL scheme -> (fsspec backend package, kubetrain extra that installs it)
-OBJECT_STORE_BACKENDS = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
-                         "az": ("adlfs", "azure"), "abfs": ("adlfs", "azure")}
 
 
 def _checkpoint_dir(value: str | None) -> str | None:

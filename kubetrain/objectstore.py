@@ -1,0 +1,28 @@
+"""Object-store URLs (s3://, gs://, az://) as fsspec filesystems: the one place that opens them, for the
+runtime's checkpoints and the archive. Light to import (no torch, no pydantic)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# URL scheme -> (fsspec backend package, kubetrain extra that installs it)
+OBJECT_STORE_BACKENDS = {"s3": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
+                         "az": ("adlfs", "azure"), "abfs": ("adlfs", "azure")}
+
+
+class BackendMissing(Exception):
+    """The fsspec backend for a URL's scheme is not installed; str() names the field and what to install."""
+
+
+def url_filesystem(url: str, field: str) -> tuple[Any, str]:
+    """(fsspec filesystem, path without the scheme and trailing slash) for `url` (a local path works too)."""
+    scheme = url.partition("://")[0]
+    try:
+        from fsspec.core import url_to_fs
+
+        fs, path = url_to_fs(url)
+    except ImportError as exc:
+        package, extra = OBJECT_STORE_BACKENDS.get(scheme, ("fsspec", "s3"))
+        raise BackendMissing(f"{field}: {scheme}:// needs the {package} package "
+                             f"(pip install 'kubetrain[{extra}]'): {exc}") from None
+    return fs, str(path).rstrip("/")

@@ -1,0 +1,34 @@
+"""Render a loaded spec file: read its code directory (the only I/O), re-check an overridden target, render.
+
+The one implementation behind `kubetrain render`/`submit`/`run`, kubetrain.api.render and the submit pipeline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubetrain.errors import Problem, SpecError
+from kubetrain.render import RenderOptions, render_job
+from kubetrain.render.code import collect_code
+from kubetrain.spec.checks import spec_problems
+from kubetrain.spec.load import LoadedSpec
+
+
+def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: str | None = None,
+                  image: str | None = None, cloud: str | None = None) -> list[dict[str, Any]]:
+    if target and target != loaded.job.spec.target:
+        check_target(loaded, target)
+    code = None
+    if loaded.job.spec.code:
+        code_dir = (loaded.base_dir / loaded.job.spec.code.path).resolve()
+        code = collect_code(code_dir, loaded.job.spec.code.exclude, include=loaded.job.spec.code.include)
+    return render_job(loaded.job, RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace),
+                      target=target)
+
+
+def check_target(loaded: LoadedSpec, target: str) -> None:
+    """Re-run the spec's cross-field checks for an overridden target (e.g. `--target trainjob`)."""
+    problems = spec_problems(loaded.job, target)
+    if problems:
+        raise SpecError([Problem(field, f"{message} (--target {target})", loaded.source)
+                         for field, message in problems])
