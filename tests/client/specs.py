@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import yaml
 
 from kubetrain.cli.common import render_loaded
 from kubetrain.spec.load import load_spec
+from tests.testenv.polling import wait_for
 
 H100 = {"cloud": "gke", "gpuType": "nvidia-h100-80gb"}
 
@@ -36,10 +36,4 @@ def render(path: Path, namespace: str, target: str | None = None) -> list[dict[s
 
 def watch_until(fn: Any, timeout: float = 30) -> Any:
     """Poll `fn` every 0.2 s until it returns something truthy; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = fn()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError("timed out")
+    return wait_for(fn, getattr(fn, "__name__", "the condition"), timeout)

@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import kubernetes
 from kubernetes.dynamic import DynamicClient
 
-T = TypeVar("T")
+from tests.testenv.polling import wait_for  # noqa: F401  (re-exported for the harness tests)
+
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 GPU = "nvidia.com/gpu"
 GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 FIELD_MANAGER = "kubetrain-tests"
-
-
-def wait_for(fn: Callable[[], T | None], what: str, timeout: float = 60, interval: float = 0.25) -> T:
-    """Call `fn` until it returns something truthy; return that."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def replica(gpus: int, tolerate: bool, annotations: dict[str, str] | None) -> dict[str, Any]:

@@ -4,19 +4,20 @@ SIGKILL of it (children die with it through PR_SET_PDEATHSIG)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.testenv import binaries
 from tests.testenv.plugin import unavailable
+from tests.testenv.polling import TimedOut, wait_for
 
 pytestmark = pytest.mark.controlplane
 REPO = Path(__file__).resolve().parents[2]
@@ -90,12 +91,15 @@ def _run_inner(tmp_path: Path, mode: str) -> tuple[subprocess.Popen[bytes], dict
     ]
     log = (tmp_path / "inner.log").open("wb")
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 180
-    while not probe.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"inner pytest did not start a control plane:\n{(tmp_path / 'inner.log').read_text()}")
-        time.sleep(0.2)
+    def inner_running() -> None:
+        if proc.poll() is not None:
+            raise TimedOut(f"inner pytest exited with {proc.returncode}")
+
+    try:
+        wait_for(probe.exists, "the inner pytest to start a control plane", 180, guard=inner_running)
+    except TimedOut as exc:
+        proc.kill()
+        pytest.fail(f"{exc}:\n{(tmp_path / 'inner.log').read_text()}")
     return proc, json.loads(probe.read_text())
 
 
@@ -107,9 +111,8 @@ def test_no_process_left_behind(tmp_path, have_binaries, mode):
         proc.send_signal(getattr(signal, mode))
     proc.wait(timeout=90)
 
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(_alive(p) for p in info["pids"]):
-        time.sleep(0.2)
+    with contextlib.suppress(TimedOut):  # the assertion below names what is left
+        wait_for(lambda: not any(_alive(p) for p in info["pids"]), "the inner control plane to exit", 20)
     assert [p for p in info["pids"] if _alive(p)] == [], (tmp_path / "inner.log").read_text()
     assert _processes_mentioning(info["workdir"]) == []
     if mode == "SIGKILL":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -30,15 +31,15 @@ from tests.runtime.helpers import (
     write_spec,
 )
 from tests.runtime.torchmod import require_torch
+from tests.testenv.polling import TimedOut, wait_for
 
 torch = require_torch()
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def assert_no_processes_left(marker: str, within: float = 10) -> None:
-    deadline = time.monotonic() + within
-    while pids_with_env("TEST_MARKER", marker) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    with contextlib.suppress(TimedOut):  # the assertion below names what is left
+        wait_for(lambda: not pids_with_env("TEST_MARKER", marker), f"the processes of run {marker} to exit", within)
     assert pids_with_env("TEST_MARKER", marker) == []
 
 
@@ -110,9 +111,7 @@ def test_kill_9_during_a_checkpoint_write_loads_the_previous_one(tmp_path: Path)
     try:
         run.wait_for(lambda r: r["kind"] == "checkpoint" and r["step"] == 8)
         flag.touch()  # the next checkpoint's pickling now stalls after its temp file was opened
-        deadline = time.monotonic() + 60
-        while not Path(f"{flag}.writing").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(Path(f"{flag}.writing").exists, "the stalled checkpoint write to begin", 60, 0.05)
         partial = list(ckpt.glob(".tmp-step-*"))
         complete = sorted(ckpt.glob("step-*.pt"))
         assert len(partial) == 1, list(ckpt.iterdir())

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,6 +34,7 @@ from .binaries import PREPARE_HINT, MissingBinaries
 from .controlplane import ControlPlane
 from .kueue import Kueue
 from .node import RealNode
+from .polling import wait_for
 from .s3 import S3Server, S3Unavailable
 from .trainer import TrainerStack
 
@@ -154,15 +154,7 @@ def namespace(controlplane: ControlPlane, request: pytest.FixtureRequest) -> Ite
     )  # or the operator re-creates the pods
     core.delete_collection_namespaced_pod(name, grace_period_seconds=0)  # real-node pods: no 30 s grace
     core.delete_namespace(name, propagation_policy="Background")
-    _wait(lambda: not core.list_namespaced_pod(name).items, f"pods of namespace {name} to be deleted", 60)
-
-
-def _wait(check: Callable[[], bool], what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
+    wait_for(lambda: not core.list_namespaced_pod(name).items, f"pods of namespace {name} to be deleted", 60, 0.1)
 
 
 def _wait_default_service_account(core: kubernetes.client.CoreV1Api, namespace: str) -> None:
@@ -172,4 +164,4 @@ def _wait_default_service_account(core: kubernetes.client.CoreV1Api, namespace: 
         sas = core.list_namespaced_service_account(namespace, field_selector="metadata.name=default")
         return bool(sas.items)
 
-    _wait(exists, f"the default ServiceAccount in namespace {namespace}", 30)
+    wait_for(exists, f"the default ServiceAccount in namespace {namespace}", 30, 0.1)

@@ -22,11 +22,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .polling import TimedOut, wait_for
 
 PR_SET_PDEATHSIG = 1
 _LIVE: weakref.WeakSet[Supervisor] = weakref.WeakSet()
@@ -168,17 +169,14 @@ def wait_until(
     interval: float = 0.2,
 ) -> None:
     """Poll `check` until it returns True; fail fast if `child` has exited."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
+
+    def child_alive() -> None:
         if child is not None and not child.alive():
             code = child.popen.returncode
             raise NotReady(f"{child.name} exited with {code} while waiting for {what}:\n{child.log_tail()}")
-        try:
-            if check():
-                return
-        except Exception as exc:  # connection refused etc. while it starts
-            last_error = exc
-        time.sleep(interval)
-    tail = f"\n{child.name} log:\n{child.log_tail()}" if child else ""
-    raise NotReady(f"timed out after {timeout:.0f}s waiting for {what} (last error: {last_error}){tail}")
+
+    try:  # connection refused etc. while it starts means "not yet"
+        wait_for(check, what, timeout, interval, tolerate=(Exception,), guard=child_alive)
+    except TimedOut as exc:
+        tail = f"\n{child.name} log:\n{child.log_tail()}" if child else ""
+        raise NotReady(f"{exc}{tail}") from None

@@ -19,12 +19,13 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
+
+from .polling import TimedOut, wait_for
 
 ACCESS_KEY = "kubetrain-test"
 SECRET_KEY = "kubetrain-test-secret"
@@ -65,17 +66,20 @@ class S3Server:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def server_alive() -> None:
             if self._proc is not None and self._proc.poll() is not None:
                 raise S3Unavailable(f"moto server exited with {self._proc.returncode}; see {self._log}")
-            try:
-                with urllib.request.urlopen(f"{self.endpoint_url}/moto-api/", timeout=2):
-                    return
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.2)
-        self.stop()
-        raise S3Unavailable(f"moto server did not answer on {self.endpoint_url} within {timeout:.0f}s")
+
+        def answers() -> bool:
+            with urllib.request.urlopen(f"{self.endpoint_url}/moto-api/", timeout=2):
+                return True
+
+        try:
+            wait_for(answers, f"the moto server on {self.endpoint_url}", timeout,
+                     tolerate=(urllib.error.URLError, OSError), guard=server_alive)
+        except TimedOut:
+            self.stop()
+            raise S3Unavailable(f"moto server did not answer on {self.endpoint_url} within {timeout:.0f}s") from None
 
     def stop(self) -> None:
         if self._proc is None or self._proc.poll() is not None:
