@@ -20,8 +20,17 @@ class Section(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True,
-        validate_default=True, use_attribute_docstrings=True, coerce_numbers_to_str=True,
+        validate_default=True, coerce_numbers_to_str=True,
     )
+    # Field descriptions are the attribute docstrings, read on first need (kubetrain/spec/fielddocs.py), not
+    # by pydantic's use_attribute_docstrings at class creation, which was ~20 % of render's start-up.
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        from kubetrain.spec.fielddocs import document
+
+        document(cls)
+        return super().model_json_schema(*args, **kwargs)
 
     @field_validator("*", mode="before")
     @classmethod
