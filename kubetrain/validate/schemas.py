@@ -11,7 +11,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,6 +161,8 @@ def _yaml_docs(text: str, source: str) -> list[dict[str, Any]]:
 
 def download(url: str, timeout: float = 30.0, hint: str = "") -> bytes:
     """The body at `url`; any failure is a one-line SchemaError (with `hint` appended)."""
+    import urllib.request  # with http.client and ssl, ~25 ms: only for a URL
+
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             return bytes(response.read())
