@@ -14,7 +14,6 @@ from kubetrain.errors import UsageError
 from kubetrain.spec.load import DEFAULT_SPEC, LoadedSpec, load_spec
 
 
-
 def render_loaded(loaded: LoadedSpec, **options: str | None) -> list[dict[str, Any]]:
     """kubetrain.render.loaded.render_loaded, imported (with jinja2) by the verbs that render, not by every verb
     that loads a spec; and not through kubetrain.api, whose logging import render does not need."""

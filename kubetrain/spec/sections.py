@@ -1,6 +1,5 @@
 """The parts of a job spec. Every field documents itself; `docs/spec.md` is generated from these."""
 
-from __future__ import annotations
 
 import posixpath
 import types
@@ -203,7 +202,7 @@ class Placement(Section):
     """Extra tolerations, added to the profile's."""
 
     @model_validator(mode="after")
-    def _check_labels(self) -> Placement:
+    def _check_labels(self) -> "Placement":
         for key, value in self.nodeSelector.items():
             _check(names.qualified_name_error(key) or names.label_value_error(value), key)
         return self
@@ -220,7 +219,7 @@ class Elastic(Section):
     """How often torchrun restarts the worker group after a failure or membership change."""
 
     @model_validator(mode="after")
-    def _min_le_max(self) -> Elastic:
+    def _min_le_max(self) -> "Elastic":
         if self.minNodes > self.maxNodes:
             raise ValueError(f"minNodes ({self.minNodes}) must be <= maxNodes ({self.maxNodes})")
         return self

@@ -47,13 +47,13 @@ def compile_check(schema: dict[str, Any]) -> Check | None:
         return None
     try:
         validator = jsonschema_rs.Draft7Validator(schema, validate_formats=False, keywords={LIST_TYPE: _ListType})
-    except Exception:  # noqa: BLE001 - any compile failure only means "no fast path"
+    except Exception:  # any compile failure only means "no fast path"
         return None
 
     def check(instance: Any) -> bool:
         try:
             return bool(validator.is_valid(instance))
-        except Exception:  # noqa: BLE001 - a value Rust cannot represent: let jsonschema decide
+        except Exception:  # a value Rust cannot represent: let jsonschema decide
             return False
 
     return check
