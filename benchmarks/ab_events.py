@@ -67,7 +67,7 @@ def main() -> None:
         ensure_bytecode(Path(tree))
     replicas = args.replicas
     with ControlPlane() as cp, tempfile.TemporaryDirectory() as tmp:
-        conn = connect(kubeconfig=str(cp.kubeconfig))
+        conn = connect(kubeconfig=str(cp.kubeconfig), request_timeout=300)  # unbounded lists can take minutes here
         spec = write_spec(Path(tmp), "bench", nodes=replicas, gpus=8 if replicas <= 3 else 1)
         apply.submit(conn.api, PYTORCHJOB, render(spec, "default"))
         watch.wait_for(watch.rest_list(conn.rest, "/api/v1/namespaces/default/pods"),
