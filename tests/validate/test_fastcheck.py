@@ -100,3 +100,23 @@ def test_a_schema_rust_cannot_compile_has_no_fast_check(bad_pattern: str) -> Non
     assert compile_check({"type": "string", "pattern": bad_pattern}) is None
     check = compile_check({"type": "object", "properties": {"a": {"type": "string", "pattern": "^a+$"}}})
     assert check is not None and check({"a": "aa"}) and not check({"a": "b"})
+
+
+def test_validating_a_valid_job_does_not_import_jsonschema(schema_store: SchemaStore, tmp_path: Path) -> None:
+    """jsonschema is imported only to explain a failing document (the compiled check passes valid ones)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import PYTORCHJOB_CRD
+
+    valid, broken = tmp_path / "valid.yaml", tmp_path / "broken.yaml"
+    valid.write_text((MANIFESTS / "simple.yaml").read_text())
+    broken.write_text((MANIFESTS / "simple.yaml").read_text() + "unknownTopLevelField: 1\n")
+    code = ("import sys; from kubetrain.cli.main import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n    print(f'EXIT={exc.code}', file=sys.stderr)\n"
+            "print('JSONSCHEMA=' + str('jsonschema' in sys.modules), file=sys.stderr)")
+    for path, exit_code, imported in ((valid, "0", "False"), (broken, "1", "True")):
+        result = subprocess.run([sys.executable, "-c", code, "validate", "--schema", str(PYTORCHJOB_CRD), str(path)],
+                                capture_output=True, text=True, timeout=120, check=False)
+        assert f"EXIT={exit_code}\n" in result.stderr, result.stderr[-2000:]
+        assert f"JSONSCHEMA={imported}" in result.stderr, result.stderr[-2000:]
