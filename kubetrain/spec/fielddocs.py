@@ -23,7 +23,10 @@ _documented: set[type[BaseModel]] = set()
 def attribute_docstrings(cls: type) -> dict[str, str]:
     """{attribute: docstring} of a class defined at the top level of its module (pydantic's rule)."""
     module = sys.modules[cls.__module__]
-    tree = _module_tree(module.__name__, inspect.getsource(module))
+    try:
+        tree = _module_tree(module.__name__, inspect.getsource(module))
+    except (OSError, TypeError):  # no source (a .pyc-only install): no descriptions, as with pydantic's own
+        return {}
     node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__), None)
     docs: dict[str, str] = {}
     for previous, statement in itertools.pairwise(node.body if node else []):
