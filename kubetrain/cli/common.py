@@ -9,10 +9,18 @@ from typing import Any, TypeVar
 
 import click
 
-from kubetrain.api import render as render_loaded
 from kubetrain.cli.cluster_opts import namespace_option
 from kubetrain.errors import UsageError
 from kubetrain.spec.load import DEFAULT_SPEC, LoadedSpec, load_spec
+
+
+def render_loaded(loaded: LoadedSpec, **options: str | None) -> list[dict[str, Any]]:
+    """kubetrain.render.loaded.render_loaded, imported (with jinja2) by the verbs that render, not by every verb
+    that loads a spec; and not through kubetrain.api, whose logging import render does not need."""
+    from kubetrain.render.loaded import render_loaded as render
+
+    return render(loaded, **options)
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 __all__ = ["load", "namespace_option", "render_loaded", "spec_file_option", "warn_render",

@@ -86,18 +86,51 @@ def _expected_pods(obj: dict[str, Any], target: Target) -> list[str]:
             for i in range(int(spec.get("replicas", 1)))]
 
 
-def job_event_dicts(api: Any, target: Target, namespace: str, obj: dict[str, Any],
-                    pod_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Events of this incarnation of the job: by UID for the job and its current pods; by name (and not older
-    than the job) for pods already deleted and a TrainJob's JobSet. Oldest first."""
+STATUS_POD_EVENT_LISTS = 7  # + the job's own list: 8 lists, one round of events.PARALLEL
+
+
+@dataclass(frozen=True)
+class EventSubjects:
+    """Whose Events to list: UIDs (the job, its current pods) and (kind, name)s (deleted pods, a JobSet)."""
+
+    uids: set[str]
+    named: list[tuple[str, str]]
+    omitted: int = 0  # healthy pods whose Events were not listed (status's bound)
+
+
+def event_subjects(obj: dict[str, Any], target: Target, pod_list: list[dict[str, Any]],
+                   max_pods: int | None = None) -> EventSubjects:
+    """The job, and its pods with the ones that need explaining first: not Running-and-ready or restarted, then
+    deleted ones, then healthy ones; at most `max_pods` of them (the field selectors have no OR, so each pod
+    is one request: without a bound, a 64-replica job's status made 65 lists)."""
     meta = obj.get("metadata") or {}
-    uids = {str(meta.get("uid") or "")} | {str((p.get("metadata") or {}).get("uid") or "") for p in pod_list}
     present = {str((p.get("metadata") or {}).get("name") or "") for p in pod_list}
-    named = [("Pod", pod) for pod in _expected_pods(obj, target) if pod not in present]
+    deleted = [("Pod", pod) for pod in _expected_pods(obj, target) if pod not in present]
+    ranked = pods.replicas_of(pod_list, target, str(meta.get("name") or ""))  # master first
+    sick = [r.uid for r in ranked if not _healthy(r)]
+    healthy = [r.uid for r in ranked if _healthy(r)]
+    subjects: list[str | tuple[str, str]] = [*sick, *deleted, *healthy]
+    kept = subjects if max_pods is None else subjects[:max_pods]
+    named = [s for s in kept if isinstance(s, tuple)]
     if target is not PYTORCHJOB:
         named.append(("JobSet", str(meta.get("name") or "")))
-    items = list_events(api, namespace, uids - {""}, named)
-    return own_events(items, uids - {""}, str(meta.get("creationTimestamp") or ""))
+    uids = {str(meta.get("uid") or "")} | {s for s in kept if isinstance(s, str)}
+    return EventSubjects(uids - {""}, named, len(subjects) - len(kept))
+
+
+def _healthy(replica: pods.Replica) -> bool:
+    return replica.phase == "Succeeded" or (replica.phase == "Running" and replica.state == "running"
+                                             and not replica.restarts and not replica.deleting)
+
+
+def job_event_dicts(api: Any, target: Target, namespace: str, obj: dict[str, Any],
+                    pod_list: list[dict[str, Any]], subjects: EventSubjects | None = None) -> list[dict[str, Any]]:
+    """Events of this incarnation of the job: by UID for the job and its current pods; by name (and not older
+    than the job) for pods already deleted and a TrainJob's JobSet. Oldest first. All pods' unless
+    `subjects` (event_subjects) says whose."""
+    chosen = subjects or event_subjects(obj, target, pod_list)
+    items = list_events(api, namespace, chosen.uids, chosen.named)
+    return own_events(items, chosen.uids, str((obj.get("metadata") or {}).get("creationTimestamp") or ""))
 
 
 def own_events(items: list[dict[str, Any]], uids: set[str], created: str) -> list[dict[str, Any]]:
@@ -138,7 +171,8 @@ def job_status(api: Any, targets: list[Target], namespace: str, name: str,
                recent: int = 10, timeline: bool = False) -> JobStatus:
     target, obj = jobs.find(api, targets, namespace, name)
     pod_list = pods.list_pods(api, target, namespace, name)
-    event_dicts = job_event_dicts(api, target, namespace, obj, pod_list)
+    subjects = event_subjects(obj, target, pod_list, STATUS_POD_EVENT_LISTS)
+    event_dicts = job_event_dicts(api, target, namespace, obj, pod_list, subjects)
     again = recreations(event_dicts)
     rows = [replace(r, recreated=again.get(r.name, 0)) for r in pod_rows(pod_list, target, name)]
     events = event_rows(event_dicts)[-recent:] if recent else []
@@ -146,6 +180,9 @@ def job_status(api: Any, targets: list[Target], namespace: str, name: str,
                  f"starts again each time): see why with `kubetrain events {name}`" for r in rows if r.recreated]
     queued = [line] if (line := queues.job_hint(api, obj)) else []  # Kueue: pending/admitted/evicted, one line
     queued += [line] if (line := operator_hint(obj, target)) else []
+    if subjects.omitted:
+        queued.append(f"Events of {subjects.omitted} healthy pod(s) not read (status lists at most "
+                      f"{STATUS_POD_EVENT_LISTS} pods' Events, troubled ones first): `kubetrain events {name}`")
     all_hints = hints.unique(queued + recreated + [h for r in rows for h in r.hints] +
                              [h for e in events if e.type == "Warning" for h in e.hints])
     when = ""

@@ -1,6 +1,5 @@
 """The kubetrain job spec (`kubetrain.yaml`): one typed model, the single source of truth."""
 
-from __future__ import annotations
 
 from typing import Annotated, Literal
 

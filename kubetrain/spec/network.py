@@ -14,7 +14,6 @@ What each fabric needs in the pod, from the providers' documentation:
   live in kubetrain/render/gpudirect.py.
 """
 
-from __future__ import annotations
 
 from typing import Annotated, Literal
 
@@ -49,7 +48,7 @@ class Network(Section):
     us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.17."""
 
     @model_validator(mode="after")
-    def _fabric_fields(self) -> Network:
+    def _fabric_fields(self) -> "Network":
         nics = GPUDIRECT_NICS.get(self.fabric)
         if nics is None:
             if self.networks or self.daemonImage:

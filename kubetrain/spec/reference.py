@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from kubetrain.spec.fielddocs import document
 from kubetrain.spec.model import TrainingJob
 from kubetrain.spec.sections import models_in
 
@@ -63,12 +64,14 @@ def render_model(model: type[BaseModel], path: str, lines: list[str], seen: set[
 
 
 def reference_markdown() -> str:
+    document(TrainingJob)
     lines = [HEADER]
     render_model(TrainingJob, "", lines, {"TrainingJob"})
     return "\n".join(lines).replace("## ``\n", "## Top level\n") + "\n"
 
 
 def undocumented_fields() -> list[str]:
+    document(TrainingJob)
     missing = []
     stack: list[tuple[type[BaseModel], str]] = [(TrainingJob, "")]
     while stack:

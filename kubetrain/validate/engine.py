@@ -144,6 +144,9 @@ def size_findings(obj: dict[str, Any]) -> list[Finding]:
 
 
 def _schema_findings(obj: dict[str, Any], store: SchemaStore, ignore_missing: bool) -> list[Finding]:
+    crd = store.crds.get((obj["apiVersion"], obj["kind"]))
+    if store.passes(obj):  # the compiled check: no schema error, so jsonschema has nothing to explain
+        return cel_findings(crd.schema, obj) if crd is not None else []
     found = store.validator(obj["apiVersion"], obj["kind"])
     if found is None:
         message = f"no schema for {obj['apiVersion']} {obj['kind']}: {MISSING_HINT}"
@@ -153,7 +156,6 @@ def _schema_findings(obj: dict[str, Any], store: SchemaStore, ignore_missing: bo
     findings: list[Finding] = []
     for error in validator.iter_errors(obj):
         findings += [f for f in _humanize(error) if f.path not in misplaced]
-    crd = store.crds.get((obj["apiVersion"], obj["kind"]))
     if crd is not None and not findings:  # the apiserver runs CEL rules only on a schema-valid object
         findings += cel_findings(crd.schema, obj)
     return findings

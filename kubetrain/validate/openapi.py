@@ -12,6 +12,7 @@ The apiserver's rules, as they apply to creating an object:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -65,3 +66,25 @@ def _is_closed_object(node: dict[str, Any]) -> bool:
     return ("properties" in node and "additionalProperties" not in node
             and not node.get("x-kubernetes-preserve-unknown-fields")
             and not node.get("x-kubernetes-embedded-resource"))
+
+
+def list_type_problems(list_type: str, map_keys: list[str], instance: Any) -> Iterator[tuple[int, str]]:
+    """(index, message) of each duplicate in an `x-kubernetes-list-type: set|map` list; the one implementation
+    behind both validators (jsonschema's extension and the compiled check's keyword)."""
+    if not isinstance(instance, list):
+        return
+    if list_type == "set":
+        seen = [json.dumps(item, sort_keys=True) for item in instance]
+        for index, key in enumerate(seen):
+            if key in seen[:index]:
+                yield index, f"duplicate entry {instance[index]!r} in a set"
+    elif list_type == "map":
+        found: set[str] = set()
+        for index, item in enumerate(instance):
+            if not isinstance(item, dict):
+                continue
+            key = json.dumps([item.get(k) for k in map_keys])
+            if key in found:
+                shown = ", ".join(f"{k}={item.get(k)!r}" for k in map_keys)
+                yield index, f"duplicate entry with {shown}"
+            found.add(key)

@@ -11,7 +11,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 import yaml
 
 from kubetrain.errors import SchemaError
-from kubetrain.validate.jsonschema_ext import CoreValidator, KubernetesValidator
+from kubetrain.validate.fastcheck import Check, compile_check
 from kubetrain.validate.openapi import structural_json_schema
 
 DEFAULT_KUBERNETES_VERSION = "1.36"
@@ -54,11 +53,14 @@ class CrdVersion:
 
 @dataclass
 class SchemaStore:
-    """Validators by (apiVersion, kind), compiled on first use and then reused."""
+    """Validators by (apiVersion, kind), compiled on first use and then reused: a compiled check that passes
+    valid documents (`passes`), and jsonschema's validator that explains the others (`validator`)."""
 
     crds: dict[tuple[str, str], CrdVersion] = field(default_factory=dict)
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     _compiled: dict[tuple[str, str], Any] = field(default_factory=dict)
+    _checks: dict[tuple[str, str], Check | None] = field(default_factory=dict)
+    _structural: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def add_crd(self, crd: dict[str, Any], source: str) -> None:
         for version in crd_versions(crd, source):
@@ -71,10 +73,26 @@ class SchemaStore:
             self._compiled[key] = self._compile(api_version, kind)
         return self._compiled[key]  # type: ignore[no-any-return]
 
+    def passes(self, obj: dict[str, Any]) -> bool:
+        """True when the compiled check finds no schema error in `obj`. False means "not known valid": ask
+        `validator` (also when there is no compiled check, e.g. for built-in kinds)."""
+        key = (obj["apiVersion"], obj["kind"])
+        if key not in self._checks:
+            self._checks[key] = compile_check(self._structural_schema(key)) if key in self.crds else None
+        check = self._checks[key]
+        return check is not None and check(obj)
+
+    def _structural_schema(self, key: tuple[str, str]) -> dict[str, Any]:
+        if key not in self._structural:
+            self._structural[key] = structural_json_schema(self.crds[key].schema)
+        return self._structural[key]
+
     def _compile(self, api_version: str, kind: str) -> tuple[Any, str] | None:
         crd = self.crds.get((api_version, kind))
         if crd is not None:
-            return KubernetesValidator(structural_json_schema(crd.schema)), crd.source
+            from kubetrain.validate.jsonschema_ext import KubernetesValidator  # ~80 ms; only to explain errors
+
+            return KubernetesValidator(self._structural_schema((api_version, kind))), crd.source
         return core_validator(api_version, kind, self.kubernetes_version)
 
 
@@ -143,6 +161,8 @@ def _yaml_docs(text: str, source: str) -> list[dict[str, Any]]:
 
 def download(url: str, timeout: float = 30.0, hint: str = "") -> bytes:
     """The body at `url`; any failure is a one-line SchemaError (with `hint` appended)."""
+    import urllib.request  # with http.client and ssl, ~25 ms: only for a URL
+
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             return bytes(response.read())
@@ -172,6 +192,8 @@ def core_validator(api_version: str, kind: str, kubernetes_version: str) -> tupl
     if not path.is_file():
         return None
     from referencing import Registry, Resource
+
+    from kubetrain.validate.jsonschema_ext import CoreValidator
 
     schema = json.loads(path.read_text())
     registry: Registry[Any] = Resource.from_contents(schema) @ Registry()

@@ -26,3 +26,33 @@ def test_recreations_come_from_the_operators_create_events() -> None:
                event("job", "2026-01-01T12:00:00Z", "SuccessfulCreatePod", "Created pod: j-worker-0"),
                event("job", "2026-01-01T12:00:00Z", "SuccessfulCreateService", "Created service: j-master-0")]
     assert recreations(created) == {"j-master-0": 7}
+
+
+def pod(name: str, uid: str, phase: str = "Running", ready: bool = True, restarts: int = 0) -> dict[str, Any]:
+    role, index = name.split("-")[1:]
+    state = {"running": {}} if ready else {"waiting": {"reason": "ContainerCreating"}}
+    return {"metadata": {"name": name, "uid": uid, "labels": {"training.kubeflow.org/replica-type": role,
+                                                             "training.kubeflow.org/replica-index": index}},
+            "spec": {"containers": [{"name": "pytorch"}]},
+            "status": {"phase": phase, "containerStatuses": [{"name": "pytorch", "state": state,
+                                                              "restartCount": restarts}]}}
+
+
+def job(workers: int) -> dict[str, Any]:
+    return {"metadata": {"name": "j", "uid": "job-uid"},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}, "Worker": {"replicas": workers}}}}
+
+
+def test_event_lists_are_bounded_and_troubled_pods_come_first() -> None:
+    from kubetrain.client.status import event_subjects
+    from kubetrain.client.targets import PYTORCHJOB
+
+    special: dict[int, dict[str, Any]] = {3: {"restarts": 2}, 12: {"phase": "Pending", "ready": False}}
+    pods = [pod("j-master-0", "m0"), *(pod(f"j-worker-{i}", f"w{i}", **special.get(i, {}))
+                                       for i in range(15) if i != 9)]  # worker-9 was deleted
+    subjects = event_subjects(job(15), PYTORCHJOB, pods, max_pods=4)
+    # the job itself, then the restarted and the pending pod, the deleted worker-9 (by name), then master-0
+    assert subjects.uids == {"job-uid", "w3", "w12", "m0"} and subjects.named == [("Pod", "j-worker-9")]
+    assert subjects.omitted == 16 - 4  # 15 present pods (master + 14 workers) + 1 deleted, 4 listed
+    everything = event_subjects(job(15), PYTORCHJOB, pods)
+    assert len(everything.uids) == 1 + 15 and everything.named == [("Pod", "j-worker-9")] and not everything.omitted

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
-from kubetrain.client import apply, watch
+from kubetrain.client import apply, status, watch
 from kubetrain.client.connection import connect
 from kubetrain.client.targets import PYTORCHJOB
 from tests.client.specs import render, write_spec
@@ -63,10 +63,16 @@ def test_requests_do_not_grow_with_jobs_or_replicas(controlplane: Any, namespace
     running(conn, namespace, "wide", 6)
     assert requests(kc, "list", "-n", namespace) == base["list"]  # one list per kind, whatever the job count
     # status: constant, except the Events, listed per object by UID (kubetrain/client/events.py: field
-    # selectors have no OR), i.e. one list for the job and one per pod.
+    # selectors have no OR): one list for the job and one per pod, up to a bound
+    # (status.STATUS_POD_EVENT_LISTS; lowered here so that 6 pods exceed it).
     wide = requests(kc, "status", "wide", "-n", namespace)
     assert not_events(wide) == not_events(base["status"])
     assert len(wide) - len(not_events(wide)) == 1 + 6
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(status, "STATUS_POD_EVENT_LISTS", 4)
+        bounded = requests(kc, "status", "wide", "-n", namespace)
+    assert not_events(bounded) == not_events(base["status"])
+    assert len(bounded) - len(not_events(bounded)) == 1 + 4
     # logs and gpu: one pod list, then the per-pod work (one log stream / one exec each), nothing else per pod.
     for cmd in ("logs", "gpu"):
         seen = requests(kc, cmd, "wide", "-n", namespace)
