@@ -114,7 +114,8 @@ def main() -> None:
     from tests.queues.counting import counting
     from tests.testenv.controlplane import ControlPlane
 
-    rows: list[tuple[str, str, str]] = []
+    rows: list[tuple[str, float, str, str]] = []  # (what, ms, notes, target key)
+    started, load_before = time.monotonic(), os.getloadavg()
     with ControlPlane() as cp, tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         began = time.monotonic()
@@ -128,8 +129,8 @@ def main() -> None:
         fit_ms = median_ms(lambda: preflight.check_fit(conn.api, job, PYTORCHJOB, "default", "other"), args.runs)
         with counting() as seen:
             verdict = preflight.check_fit(conn.api, job, PYTORCHJOB, "default", "other")
-        rows.append((f"preflight fit over {args.nodes + 4} nodes (library, warm connection)", f"{fit_ms:.0f} ms",
-                     f"{len(seen)} requests; {verdict.status}: {verdict.message[:60]}"))
+        rows.append((f"preflight fit over {args.nodes + 4} nodes (library, warm connection)", fit_ms,
+                     f"{len(seen)} requests; {verdict.status}: {verdict.message[:60]}", "fit"))
         commands = [
             ("submit --dry-run=server (all preflight checks)", ["submit", "-f", other, "--dry-run=server"]),
             (f"list ({args.jobs} jobs)", ["list"]),
@@ -140,15 +141,30 @@ def main() -> None:
         for label, argv in commands:
             ms = median_ms(lambda a=argv: process(a, env), args.runs)
             count, code = requests_of(argv, kc)
-            rows.append((f"`kubetrain {label}` process", f"{ms:.0f} ms", f"{count} requests ({code})"))
+            rows.append((f"`kubetrain {label}` process", ms, f"{count} requests ({code})", argv[0]))
         first, rate, lines = first_line_and_rate(["logs", "big"], env)
-        rows.append(("`kubetrain logs big`: first merged line", f"{first:.0f} ms",
-                     f"{lines} lines, {rate:.0f} lines/s"))
+        rows.append(("`kubetrain logs big`: first merged line", first, f"{lines} lines, {rate:.0f} lines/s",
+                     "first line"))
+    report(args, rows, time.monotonic() - started, load_before)
+
+
+TARGETS_MS = {"fit": 200, "list": 1000, "status": 300, "first line": 2000}  # issue #14, warm, this machine
+
+
+def report(args: argparse.Namespace, rows: list[tuple[str, float, str, str]], wall: float,
+           load_before: tuple[float, float, float]) -> None:
+    """The table, each number next to its target (met / MISSED), then the run's wall time and load."""
     print(f"{args.nodes} scale nodes + 4, {args.jobs} jobs, big = {args.replicas} pods; median of {args.runs} "
           "fresh processes (after one warm-up run)")
-    print("| measurement | time | requests / notes |\n|---|---|---|")
-    for what, value, note in rows:
-        print(f"| {what} | {value} | {note} |")
+    print("| measurement | time | target | requests / notes |\n|---|---|---|---|")
+    for what, ms, note, key in rows:
+        limit = TARGETS_MS.get(key)
+        verdict = "" if limit is None else f"< {limit} ms: {'met' if ms < limit else 'MISSED'}"
+        print(f"| {what} | {ms:.0f} ms | {verdict} | {note} |")
+    load = " / ".join(f"{a:.1f}" for a in load_before)
+    after = " / ".join(f"{a:.1f}" for a in os.getloadavg())
+    print(f"wall time {wall:.0f} s (control plane start, populate, measurements); load average (1/5/15 min) "
+          f"before {load}, after {after} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":
