@@ -274,11 +274,12 @@ def check_fit(api: client.ApiClient, job: dict[str, Any], target: Target, namesp
                        result.hint)
 
 
-NOT_TERMINATED = "status.phase!=Succeeded,status.phase!=Failed"
+# Pods that hold a node's GPUs: bound to a node (an unscheduled Pending pod holds nothing) and not finished.
+HOLDING = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
 def fit_inputs(api: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every Node and every non-terminated Pod, as plain dicts: two requests, sent at once.
+    """Every Node and every Pod holding a node's resources, as plain dicts: two requests, sent at once.
 
     Plain JSON over the REST client, not the kubernetes package's models: turning 200 Nodes into V1Node
     objects and back into dicts was most of the fit check's time. `resourceVersion=0` lets the API server
@@ -290,7 +291,7 @@ def fit_inputs(api: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rest = rest_of(api)
     with ThreadPoolExecutor(1) as pool:
         nodes = pool.submit(rest.get, "/api/v1/nodes", resourceVersion="0")
-        pods = rest.get("/api/v1/pods", fieldSelector=NOT_TERMINATED, resourceVersion="0")
+        pods = rest.get("/api/v1/pods", fieldSelector=HOLDING, resourceVersion="0")
         return list(nodes.result().get("items") or []), list(pods.get("items") or [])
 
 
