@@ -124,15 +124,16 @@ class PodLogs:
 def start_controller(controlplane: Any, namespace: str, tmp_path: Path) -> Any:
     """`kubetrain controller run` as its own process under its ServiceAccount, watching `namespace`.
 
-    Its Lease lasts 60 s (renew deadline 40 s) so that it rides through a restart of a few seconds rather
-    than exiting for its Deployment to restart it (tests/controller covers the exit and the failover)."""
+    Its Lease lasts 120 s (renew deadline 80 s; an API server start on a loaded machine can take 30 s), so
+    it rides through a restart of a few seconds instead of exiting for its Deployment to restart it
+    (tests/controller covers a controller killed and replaced, and the failover)."""
     from tests.controller.operator_env import Operator, install, sa_kubeconfig
 
     admin = controlplane.api_client()
     install(admin)
     config = sa_kubeconfig(admin, controlplane.kubeconfig, tmp_path / "sa-kubeconfig")
     return Operator(config, tmp_path / "controller.log", "--watch-namespace", namespace, "--lease-name",
-                    f"lease-{namespace}", "--lease-duration", "60", "--progress-interval", "1", "--workers", "4")
+                    f"lease-{namespace}", "--lease-duration", "120", "--progress-interval", "1", "--workers", "4")
 
 
 def converged(k8s: Any, namespace: str, phases: dict[str, str]) -> bool:
