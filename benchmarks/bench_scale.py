@@ -1,6 +1,7 @@
 """The cluster commands at platform size: 200 GPU nodes, 1,000 jobs, one job with 64 replicas.
 
     .venv/bin/python benchmarks/bench_scale.py [--nodes 200] [--jobs 1000] [--replicas 64] [--runs 5]
+                                               [--gpu-runs 2]
 
 On the test control plane (tests/testenv) plus the kwok scale profile (`kwok.scale_nodes`: --nodes nodes
 × 8 GPUs, four GKE GPU types round-robin, each node tainted nvidia.com/gpu=present:NoSchedule), it
@@ -116,6 +117,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--replicas", type=int, default=64)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--gpu-runs", type=int, default=2,
+                        help="runs of `gpu big` (one exec per pod: about a minute each on a loaded machine)")
     args = parser.parse_args()
 
     from kubetrain.client import preflight
@@ -152,9 +155,11 @@ def main() -> None:
             (f"logs big ({args.replicas} replicas merged)", ["logs", "big"]),
         ]
         for label, argv in commands:
-            ms = median_ms(lambda a=argv: process(a, env), args.runs)
+            runs = args.gpu_runs if argv[0] == "gpu" else args.runs
+            ms = median_ms(lambda a=argv: process(a, env), runs)
             count, code = requests_of(argv, kc)
-            rows.append((f"`kubetrain {label}` process", ms, f"{count} requests ({code})", argv[0]))
+            note = f"{count} requests ({code})" + (f"; median of {runs}" if runs != args.runs else "")
+            rows.append((f"`kubetrain {label}` process", ms, note, argv[0]))
         first, rate, lines = first_line_and_rate(["logs", "big"], env)
         rows.append(("`kubetrain logs big`: first merged line", first, f"{lines} lines, {rate:.0f} lines/s",
                      "first line"))
