@@ -14,6 +14,7 @@ from kubetrain.client.access import can_i
 from kubetrain.client.errors import CRD_HINT, ApiError, api_message, translate
 from kubetrain.client.jobs import pod_specs
 from kubetrain.client.queues import queue_of
+from kubetrain.client.rest import rest_of
 from kubetrain.client.targets import Target, served
 from kubetrain.errors import ClusterError
 
@@ -256,12 +257,9 @@ def check_fit(api: client.ApiClient, job: dict[str, Any], target: Target, namesp
     request = fit_request(job)
     if request.gpus_per_pod == 0:
         return CheckResult("fit", OK, "CPU job: no GPUs needed")
-    core = client.CoreV1Api(api)
     try:
-        nodes = api.sanitize_for_serialization(core.list_node().items)
-        pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces(
-            field_selector="status.phase!=Succeeded,status.phase!=Failed").items)
-    except ApiException as exc:
+        nodes, pods = fit_inputs(api)
+    except ApiError as exc:
         return CheckResult("fit", WARN, f"cannot check GPU capacity: {api_message(exc)}")
     # A re-submitted job's own pods hold GPUs it will keep using: they are not competition.
     pods = [p for p in pods if not _owned(p, target, namespace, name)]
@@ -274,6 +272,27 @@ def check_fit(api: client.ApiClient, job: dict[str, Any], target: Target, namesp
     held = fitting.holders(pods, result.nodes, request.resource)
     return CheckResult("fit", WARN, f"not now: {result.message}" + (f"; GPUs held by {held}" if held else ""),
                        result.hint)
+
+
+# Pods that hold a node's GPUs: bound to a node (an unscheduled Pending pod holds nothing) and not finished.
+HOLDING = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+def fit_inputs(api: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every Node and every Pod holding a node's resources, as plain dicts: two requests, sent at once.
+
+    Plain JSON over the REST client, not the kubernetes package's models: turning 200 Nodes into V1Node
+    objects and back into dicts was most of the fit check's time. `resourceVersion=0` lets the API server
+    answer from its watch cache instead of a quorum read from etcd (kubectl get does the same for
+    informers; a preflight does not need the very latest write). The cache ignores `limit`, so this is
+    one page, which is what the fit needs anyway (all nodes, all GPU-holding pods)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rest = rest_of(api)
+    with ThreadPoolExecutor(1) as pool:
+        nodes = pool.submit(rest.get, "/api/v1/nodes", resourceVersion="0")
+        pods = rest.get("/api/v1/pods", fieldSelector=HOLDING, resourceVersion="0")
+        return list(nodes.result().get("items") or []), list(pods.get("items") or [])
 
 
 def _owned(pod: dict[str, Any], target: Target, namespace: str, name: str) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
-from kubetrain.client import apply, status, watch
+from kubetrain.client import apply, preflight, status, watch
 from kubetrain.client.connection import connect
 from kubetrain.client.targets import PYTORCHJOB
 from tests.client.specs import render, write_spec
@@ -79,6 +79,11 @@ def test_requests_do_not_grow_with_jobs_or_replicas(controlplane: Any, namespace
         per_pod = [r for r in seen if "/pods/" in r]
         assert len(per_pod) in (0, 6), seen  # exec goes over a WebSocket (not urllib3): 0 counted for gpu
         assert [r for r in seen if r not in per_pod] == [r for r in base[cmd] if "/pods/" not in r]
+    # preflight's fit: two lists (nodes, non-terminated pods), whatever the number of nodes, pods and jobs.
+    job = render(write_spec(tmp_path, "fits", nodes=6, gpus=1), namespace)[-1]
+    with counting() as seen:
+        verdict = preflight.check_fit(conn.api, job, PYTORCHJOB, namespace, "fits")
+    assert sorted(seen) == ["GET /api/v1/nodes", "GET /api/v1/pods"] and verdict.status != preflight.FAIL, verdict
 
 
 def not_events(seen: list[str]) -> list[str]:

@@ -1,6 +1,5 @@
-"""Fault drills beyond the API server restart of tests/client/test_faults.py: etcd crashes under `logs -f` and
-`submit --wait` (every pod line arrives exactly once), a kill -9 of `submit` that a re-run repairs, and a
-stopped training-operator named by `status`. docs/reliability.md lists each fault and its test."""
+"""Fault drills besides the restarts of tests/queues/test_restarts.py: a kill -9 of `submit` that a re-run
+repairs, and a stopped training-operator named by `status`. docs/reliability.md lists each fault and its test."""
 
 from __future__ import annotations
 
@@ -12,51 +11,11 @@ from typing import Any
 import kubernetes
 import pytest
 
-from tests.client.logfixtures import cri, now_stamp, serve_logs
 from tests.client.specs import write_spec
-from tests.client.test_faults import Proc, _running
 from tests.harness.helpers import wait_for
+from tests.queues.drills import Proc
 
 pytestmark = pytest.mark.controlplane
-LINES = 40  # per pod, before and after the crash
-
-
-def test_etcd_restart_under_logs_follow_and_submit_wait(controlplane: Any, namespace: str, k8s: Any,
-                                                         tmp_path: Path) -> None:
-    files, written = {}, []
-    for pod, replica in (("etcd-master-0", "master-0"), ("etcd-worker-0", "worker-0")):
-        files[pod] = (tmp_path / f"{pod}.log", replica)
-        lines = [f"{pod} before {i}" for i in range(LINES)]
-        files[pod][0].write_text(cri([(now_stamp(), line) for line in lines]))
-        written += [f"[{replica}] {line}" for line in lines]
-        serve_logs(k8s, namespace, pod, files[pod][0])
-    kc = controlplane.kubeconfig
-    spec = write_spec(tmp_path, "etcd", nodes=2)
-    submit = Proc(tmp_path, "submit", kc, "submit", "-f", str(spec), "-n", namespace, "--wait", "--timeout", "240")
-    _running(kubernetes.client.CoreV1Api(k8s), namespace, 2)
-    logs = Proc(tmp_path, "logs", kc, "logs", "etcd", "-f", "-n", namespace)
-    wait_for(lambda: logs.stdout.count("\n") >= 2 * LINES, f"the first lines (stderr: {logs.stderr})",
-             timeout=60, interval=0.2)
-
-    controlplane.restart("etcd", down=3)
-    for pod, (path, replica) in files.items():
-        lines = [f"{pod} after {i}" for i in range(LINES)]
-        with path.open("a") as handle:
-            handle.write(cri([(now_stamp(), line) for line in lines]))
-        written += [f"[{replica}] {line}" for line in lines]
-    wait_for(lambda: logs.stdout.count("\n") >= 4 * LINES, f"the lines written after the crash (stderr: "
-             f"{logs.stderr})", timeout=120, interval=0.2)
-    for pod in files:
-        controlplane.set_pod_phase(namespace, pod, "Succeeded")
-    assert logs.wait() == 0, logs.stderr
-    got = logs.stdout.splitlines()
-    assert sorted(got) == sorted(written)  # nothing lost, nothing twice
-    for replica in ("master-0", "worker-0"):  # and each pod's lines in the order it wrote them
-        mine = [line for line in got if line.startswith(f"[{replica}]")]
-        assert mine == [line for line in written if line.startswith(f"[{replica}]")]
-    assert "Traceback" not in logs.stderr
-    assert submit.wait() == 0, submit.stderr
-    assert submit.stderr.rstrip().endswith(f"PyTorchJob {namespace}/etcd Succeeded")
 
 
 def test_kill_9_during_submit_then_rerun_repairs(controlplane: Any, namespace: str, k8s: Any,
