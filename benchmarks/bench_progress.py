@@ -3,9 +3,15 @@
 Feeds N realistic lines (KUBETRAIN_METRICS train records, prefixed as `kubetrain run` prefixes them, with
 one user line and one eval record per 100) through `Renderer.line`, in the plain mode (stderr not a
 terminal: a progress line at most every 10 s) and the live mode (rich redraws at most every 0.1 s, into
-a throw-away terminal). stdout and stderr go to io.StringIO. Reports the best of --repeat runs.
+a throw-away terminal). stdout and stderr go to io.StringIO. Reports the best of --repeat runs, as lines
+per wall second and per CPU second of this process (what is left of a loaded machine is the wall rate).
 
-    .venv/bin/python benchmarks/bench_progress.py [--lines 200000] [--repeat 5]
+"Without slowing the job": a writer process prints --pipe-lines metrics lines as fast as it can, one write
+per line as the runtime does, into a pipe read the way `kubetrain run` reads its nodes (readline, decode,
+prefix) and either thrown away or fed to the renderer, alternately, --repeat times. The writer's own rate
+(its clock) is compared: the renderer slows the job only if the writer waits on a full pipe.
+
+    .venv/bin/python benchmarks/bench_progress.py [--lines 200000] [--pipe-lines 200000] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import statistics
+import subprocess
+import sys
 import time
 
 from kubetrain.metrics import format_metrics
@@ -45,10 +54,42 @@ def run(lines: list[str], live: bool) -> tuple[float, float]:
     return len(lines) / elapsed, len(lines) / cpu
 
 
+WRITER = r"""
+import sys, time
+from kubetrain.metrics import format_metrics
+count = int(sys.argv[1])
+lines = [format_metrics("train", rank=0, step=s, total_steps=count, epoch=1, loss=1.0 / s, samples_per_s=7242.25,
+                        lr=0.00286) + "\n" for s in range(1, count + 1)]
+out = sys.stdout
+began = time.perf_counter()
+for line in lines:
+    out.write(line)
+    out.flush()  # one write per line, as the runtime's metrics lines
+print(f"WROTE {count / (time.perf_counter() - began):.0f}", file=sys.stderr, flush=True)
+"""
+
+
+def pipe_run(count: int, render: bool) -> float:
+    """The writer's lines per second while its pipe is read and rendered (or only read)."""
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(count)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    renderer = Renderer(io.StringIO(), io.StringIO(), live=False)
+    for raw in iter(proc.stdout.readline, b""):
+        text = "[node-1 rank-0] " + raw.decode("utf-8", "replace").rstrip("\r\n")  # as the Supervisor's pump
+        if render:
+            renderer.line(text)
+    renderer.close()
+    err = proc.stderr.read().decode()
+    proc.wait()
+    return float(next(line for line in err.splitlines() if line.startswith("WROTE ")).split()[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--pipe-lines", type=int, default=200_000, help="0: skip the pipe measurement")
     args = parser.parse_args()
     lines = make_lines(args.lines)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {len(lines):,} lines per run")
@@ -57,6 +98,16 @@ def main() -> None:
         wall, cpu = sorted(r[0] for r in results), sorted(r[1] for r in results)
         print(f"{'live' if live else 'plain'} mode: {wall[-1]:,.0f} lines/s wall, {cpu[-1]:,.0f} lines per CPU second "
               f"(best of {args.repeat}; medians {wall[len(wall) // 2]:,.0f} / {cpu[len(cpu) // 2]:,.0f})")
+    if args.pipe_lines:
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        for index in range(args.repeat):
+            for render in ((False, True) if index % 2 == 0 else (True, False)):
+                rates[render].append(pipe_run(args.pipe_lines, render))
+        read, rendered = statistics.median(rates[False]), statistics.median(rates[True])
+        print(f"writer into a pipe ({args.pipe_lines:,} metrics lines, one write each; medians of {args.repeat}): "
+              f"{read:,.0f} lines/s when the pipe is only read, {rendered:,.0f} lines/s when it is rendered "
+              f"({100 * (rendered / read - 1):+.1f} %)")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -122,11 +122,13 @@ def trainer_loop(samples: int, epochs: int, log_every: int, out: str, *, checkpo
 
 
 # --- the driver -----------------------------------------------------------------------------------------
-def launch(side: str, samples: int, epochs: int, log_every: int, out: Path) -> list[dict[str, Any]]:
+def launch(side: str, samples: int, epochs: int, log_every: int, out: Path, *, wrapper: list[str] | None = None,
+           env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Train records of one run. `wrapper` goes before torchrun (bench_archive.py: the archive wrapper)."""
     from kubetrain.metrics import parse_metrics_line
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    argv = [*(wrapper or []), sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
             __file__, "worker", side, str(samples), str(epochs), str(log_every), str(out)]
     result = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=900, check=False)
     if result.returncode:
