@@ -3,8 +3,10 @@
 Feeds N realistic lines (KUBETRAIN_METRICS train records, prefixed as `kubetrain run` prefixes them, with
 one user line and one eval record per 100) through `Renderer.line`, in the plain mode (stderr not a
 terminal: a progress line at most every 10 s) and the live mode (rich redraws at most every 0.1 s, into
-a throw-away terminal). stdout and stderr go to io.StringIO. Reports the best of --repeat runs, as lines
-per wall second and per CPU second of this process (what is left of a loaded machine is the wall rate).
+a throw-away terminal), each with every line parsed (the renderer's sampling of floods turned off: the
+cost of a line), and the live mode as shipped (past 10k train lines/s the rest are sampled). stdout and
+stderr go to io.StringIO. Reports the best of --repeat runs, as lines per wall second and per CPU second
+of this process (the wall rate is what a loaded machine leaves it).
 
 "Without slowing the job": a writer process prints --pipe-lines metrics lines as fast as it can, one write
 per line as the runtime does, into a pipe read the way `kubetrain run` reads its nodes (readline, decode,
@@ -25,7 +27,10 @@ import sys
 import time
 
 from kubetrain.metrics import format_metrics
+from kubetrain.observe import render
 from kubetrain.observe.render import Renderer
+
+DEFAULT_BUSY = render.BUSY_TRAIN
 
 
 def make_lines(count: int) -> list[str]:
@@ -42,8 +47,10 @@ def make_lines(count: int) -> list[str]:
     return lines
 
 
-def run(lines: list[str], live: bool) -> tuple[float, float]:
-    """(lines per wall second, lines per CPU second of this process: what a loaded machine leaves us)."""
+def run(lines: list[str], live: bool, every_line: bool = True) -> tuple[float, float]:
+    """(lines per wall second, lines per CPU second of this process: what a loaded machine leaves us).
+    `every_line`: sampling off (render.BUSY_TRAIN unbounded), every train line parsed."""
+    render.BUSY_TRAIN = 1 << 62 if every_line else DEFAULT_BUSY
     out, err = io.StringIO(), io.StringIO()
     renderer = Renderer(out, err, live=live)
     start, cpu = time.perf_counter(), time.process_time()
@@ -69,15 +76,16 @@ print(f"WROTE {count / (time.perf_counter() - began):.0f}", file=sys.stderr, flu
 """
 
 
-def pipe_run(count: int, render: bool) -> float:
+def pipe_run(count: int, rendered: bool) -> float:
     """The writer's lines per second while its pipe is read and rendered (or only read)."""
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(count)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
+    render.BUSY_TRAIN = DEFAULT_BUSY
     renderer = Renderer(io.StringIO(), io.StringIO(), live=False)
     for raw in iter(proc.stdout.readline, b""):
         text = "[node-1 rank-0] " + raw.decode("utf-8", "replace").rstrip("\r\n")  # as the Supervisor's pump
-        if render:
+        if rendered:
             renderer.line(text)
     renderer.close()
     err = proc.stderr.read().decode()
@@ -93,16 +101,18 @@ def main() -> None:
     args = parser.parse_args()
     lines = make_lines(args.lines)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {len(lines):,} lines per run")
-    for live in (False, True):
-        results = [run(lines, live) for _ in range(args.repeat)]
+    modes = [("plain, every line parsed", False, True), ("live, every line parsed", True, True),
+             ("live, as shipped (a flood is sampled)", True, False)]
+    for name, live, every_line in modes:
+        results = [run(lines, live, every_line) for _ in range(args.repeat)]
         wall, cpu = sorted(r[0] for r in results), sorted(r[1] for r in results)
-        print(f"{'live' if live else 'plain'} mode: {wall[-1]:,.0f} lines/s wall, {cpu[-1]:,.0f} lines per CPU second "
+        print(f"{name}: {wall[-1]:,.0f} lines/s wall, {cpu[-1]:,.0f} lines per CPU second "
               f"(best of {args.repeat}; medians {wall[len(wall) // 2]:,.0f} / {cpu[len(cpu) // 2]:,.0f})")
     if args.pipe_lines:
         rates: dict[bool, list[float]] = {False: [], True: []}
         for index in range(args.repeat):
-            for render in ((False, True) if index % 2 == 0 else (True, False)):
-                rates[render].append(pipe_run(args.pipe_lines, render))
+            for rendered in ((False, True) if index % 2 == 0 else (True, False)):
+                rates[rendered].append(pipe_run(args.pipe_lines, rendered))
         read, rendered = statistics.median(rates[False]), statistics.median(rates[True])
         print(f"writer into a pipe ({args.pipe_lines:,} metrics lines, one write each; medians of {args.repeat}): "
               f"{read:,.0f} lines/s when the pipe is only read, {rendered:,.0f} lines/s when it is rendered "
