@@ -12,6 +12,11 @@ A step's time comes from the Trainer's own metrics lines: (time of record n - ti
 between them, after the first record (warm-up). The reported step time of each side is the median over
 every interval of every round; the overhead is the ratio of the medians (target < 1 %).
 
+On a loaded machine the step times swing far more than 1 %, so the wrapper's cost is also reported as CPU:
+the wrapper process's own CPU time (read from /proc/PID/stat once it has exited, before it is reaped) over
+the CPU time of the training it ran (every process of the run, from getrusage, minus the wrapper's). With a
+core to spare that CPU costs the step nothing; on a saturated machine it is at most what the step loses.
+
     .venv/bin/python benchmarks/bench_archive.py [--rounds 3] [--samples 16384] [--log-every 8]
 """
 
@@ -20,9 +25,12 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,21 +54,51 @@ def wrapper(url: str) -> list[str]:
             "master-0", "--"]
 
 
+def run(side: str, samples: int, log_every: int, out: Path, wrap: list[str],
+        env: dict[str, str]) -> tuple[list[dict[str, Any]], float, float]:
+    """(train records, CPU seconds of the whole run, CPU seconds of the wrapper process alone)."""
+    argv, full_env = bench_runtime.launch_argv(side, samples, 1, log_every, out, wrapper=wrap, env=env)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.Popen(argv, env=full_env, cwd=bench_runtime.REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    output = proc.stdout.read()  # EOF: the wrapper (or torchrun) has exited, and is a zombie until wait()
+    own = _zombie_cpu(proc.pid) if wrap else 0.0
+    if proc.wait():
+        raise SystemExit(f"{side} failed:\n{output[-4000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return bench_runtime.train_records(output), total, own
+
+
+def _zombie_cpu(pid: int) -> float:
+    """utime + stime of an exited, not yet reaped process (its own, not its children's)."""
+    for _ in range(200):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        time.sleep(0.05)
+    raise SystemExit(f"the wrapper {pid} did not exit after closing its output")
+
+
 def bench(rounds: int, samples: int, log_every: int, workdir: Path, s3_url: str,
           s3_env: dict[str, str]) -> dict[str, Any]:
     urls = {"archive-dir": str(workdir / "archive"), "archive-s3": s3_url}
     times: dict[str, list[float]] = {side: [] for side in SIDES}
+    cpu: dict[str, list[tuple[float, float]]] = {side: [] for side in SIDES[1:]}
     for index in range(rounds):
         for side in SIDES[index % 3:] + SIDES[:index % 3]:  # rotate the order between rounds
             wrap = wrapper(urls[side]) if side in urls else []
-            records = bench_runtime.launch("trainer", samples, 1, log_every, workdir / f"{side}-{index}.pt",
-                                           wrapper=wrap, env=s3_env)
+            records, total, own = run("trainer", samples, log_every, workdir / f"{side}-{index}.pt", wrap, s3_env)
             times[side] += step_times(records)
-            print(f"round {index + 1} {side}: median step {statistics.median(step_times(records)) * 1000:.2f} ms",
-                  file=sys.stderr, flush=True)
+            if wrap:
+                cpu[side].append((own, total - own))
+            print(f"round {index + 1} {side}: median step {statistics.median(step_times(records)) * 1000:.2f} ms"
+                  + (f", wrapper CPU {own:.2f} s of {total - own:.1f} s" if wrap else ""), file=sys.stderr, flush=True)
     medians = {side: statistics.median(values) for side, values in times.items()}
     return {"medians": medians, "intervals": {side: len(v) for side, v in times.items()},
-            "overhead": {side: medians[side] / medians["direct"] - 1 for side in SIDES[1:]}}
+            "overhead": {side: medians[side] / medians["direct"] - 1 for side in SIDES[1:]},
+            "cpu": {side: (sum(o for o, _ in v), sum(t for _, t in v)) for side, v in cpu.items()}}
 
 
 def main() -> None:
@@ -88,8 +126,10 @@ def main() -> None:
     for side in SIDES[1:]:
         overhead = result["overhead"][side]
         verdict = "within" if overhead < TARGET else "OVER"
+        own, training = result["cpu"][side]
         print(f"median step: {side} {result['medians'][side] * 1000:.2f} ms ({100 * overhead:+.2f} %; "
-              f"target < {100 * TARGET:.0f} %: {verdict})")
+              f"target < {100 * TARGET:.0f} %: {verdict}); wrapper CPU {own:.2f} s over {training:.1f} s of "
+              f"training CPU = {100 * own / training:.2f} %")
 
 
 if __name__ == "__main__":

@@ -135,10 +135,6 @@ def _object_missing(exc: Any, name: str) -> bool:
     return bool(details.get("name") == name and details.get("kind") != "namespaces")
 
 
-class JobNotFound(ClusterError):
-    """No job of that name (in any of the kinds looked at) in the namespace."""
-
-
 def find(api: Any, targets: list[Target], namespace: str, name: str) -> tuple[Target, dict[str, Any]]:
     """The job called `name` among the installed kinds; a one-line error when there is none."""
     for target in targets:
@@ -147,7 +143,7 @@ def find(api: Any, targets: list[Target], namespace: str, name: str) -> tuple[Ta
             return target, obj
     check_namespace(api, namespace)  # the same message for every command when -n names no namespace
     kinds = " or ".join(t.kind for t in targets) or "training job"
-    raise JobNotFound(f"no {kinds} named {name} in namespace {namespace} (list them: kubetrain list -n {namespace})")
+    raise ClusterError(f"no {kinds} named {name} in namespace {namespace} (list them: kubetrain list -n {namespace})")
 
 
 def check_namespace(api: Any, namespace: str) -> None:

@@ -123,8 +123,8 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
         found, obj = find_job(conn.rest, namespace, name, target)
     except ClusterError as exc:
         if archive is None:
-            if isinstance(exc, jobs.JobNotFound):
-                raise jobs.JobNotFound(f"{exc}; if it had spec.archive, read that: --archive URL") from None
+            if type(exc) is ClusterError:  # no such job (or namespace, or kind): not a lost API server
+                raise ClusterError(f"{exc}; if it had spec.archive, read that: --archive URL") from None
             raise
         return print_archive(archive, name, options, sink, notice, str(exc))
     replicas = select(_replicas(conn.rest, found, namespace, name), wanted)
