@@ -13,9 +13,9 @@ between them, after the first record (warm-up). The reported step time of each s
 every interval of every round; the overhead is the ratio of the medians (target < 1 %).
 
 On a loaded machine the step times swing far more than 1 %, so the wrapper's cost is also reported as CPU:
-the wrapper process's own CPU time (read from /proc/PID/stat once it has exited, before it is reaped) over
-the CPU time of the training it ran (every process of the run, from getrusage, minus the wrapper's). With a
-core to spare that CPU costs the step nothing; on a saturated machine it is at most what the step loses.
+the wrapper process's own CPU time from the first train record to its exit (/proc/PID/stat, read while it
+runs and once it has exited, before it is reaped), per step, against the direct median step time. With a
+core to spare that CPU costs the step nothing; on a saturated machine it is at most what a step loses.
 
     .venv/bin/python benchmarks/bench_archive.py [--rounds 3] [--samples 16384] [--log-every 8]
 """
@@ -56,14 +56,22 @@ def wrapper(url: str) -> list[str]:
 
 def run(side: str, samples: int, log_every: int, out: Path, wrap: list[str],
         env: dict[str, str]) -> tuple[list[dict[str, Any]], float, float]:
-    """(train records, CPU seconds of the whole run, CPU seconds of the wrapper process alone)."""
+    """(train records, CPU seconds of the whole run, CPU seconds the wrapper process alone spent between the
+    first train record and its exit: the steps, not its start-up, which imports the store's client)."""
+    from kubetrain.metrics import parse_metrics_line
+
     argv, full_env = bench_runtime.launch_argv(side, samples, 1, log_every, out, wrapper=wrap, env=env)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(argv, env=full_env, cwd=bench_runtime.REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
-    output = proc.stdout.read()  # EOF: the wrapper (or torchrun) has exited, and is a zombie until wait()
-    own = _zombie_cpu(proc.pid) if wrap else 0.0
+    lines, at_first = [], None
+    for line in proc.stdout:  # EOF: the wrapper (or torchrun) has exited, and is a zombie until wait()
+        lines.append(line)
+        if wrap and at_first is None and (record := parse_metrics_line(line)) and record["kind"] == "train":
+            at_first = _own_cpu(proc.pid, exited=False)
+    own = _own_cpu(proc.pid, exited=True) - (at_first or 0.0) if wrap else 0.0
+    output = "".join(lines)
     if proc.wait():
         raise SystemExit(f"{side} failed:\n{output[-4000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -71,11 +79,11 @@ def run(side: str, samples: int, log_every: int, out: Path, wrap: list[str],
     return bench_runtime.train_records(output), total, own
 
 
-def _zombie_cpu(pid: int) -> float:
-    """utime + stime of an exited, not yet reaped process (its own, not its children's)."""
+def _own_cpu(pid: int, exited: bool) -> float:
+    """utime + stime of a process (its own, not its children's); `exited`: wait until it is a zombie."""
     for _ in range(200):
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        if fields[0] == "Z":
+        if fields[0] == "Z" or not exited:
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         time.sleep(0.05)
     raise SystemExit(f"the wrapper {pid} did not exit after closing its output")
@@ -91,14 +99,16 @@ def bench(rounds: int, samples: int, log_every: int, workdir: Path, s3_url: str,
             wrap = wrapper(urls[side]) if side in urls else []
             records, total, own = run("trainer", samples, log_every, workdir / f"{side}-{index}.pt", wrap, s3_env)
             times[side] += step_times(records)
+            steps = records[-1]["step"] - records[0]["step"]
             if wrap:
-                cpu[side].append((own, total - own))
+                cpu[side].append((own, steps))
             print(f"round {index + 1} {side}: median step {statistics.median(step_times(records)) * 1000:.2f} ms"
-                  + (f", wrapper CPU {own:.2f} s of {total - own:.1f} s" if wrap else ""), file=sys.stderr, flush=True)
+                  + (f", wrapper CPU during {steps} steps {own:.2f} s (whole run: {total:.1f} s CPU)" if wrap else ""),
+                  file=sys.stderr, flush=True)
     medians = {side: statistics.median(values) for side, values in times.items()}
     return {"medians": medians, "intervals": {side: len(v) for side, v in times.items()},
             "overhead": {side: medians[side] / medians["direct"] - 1 for side in SIDES[1:]},
-            "cpu": {side: (sum(o for o, _ in v), sum(t for _, t in v)) for side, v in cpu.items()}}
+            "cpu_per_step": {side: sum(o for o, _ in v) / sum(n for _, n in v) for side, v in cpu.items()}}
 
 
 def main() -> None:
@@ -126,10 +136,10 @@ def main() -> None:
     for side in SIDES[1:]:
         overhead = result["overhead"][side]
         verdict = "within" if overhead < TARGET else "OVER"
-        own, training = result["cpu"][side]
+        per_step = result["cpu_per_step"][side]
         print(f"median step: {side} {result['medians'][side] * 1000:.2f} ms ({100 * overhead:+.2f} %; "
-              f"target < {100 * TARGET:.0f} %: {verdict}); wrapper CPU {own:.2f} s over {training:.1f} s of "
-              f"training CPU = {100 * own / training:.2f} %")
+              f"target < {100 * TARGET:.0f} %: {verdict}); the wrapper's CPU per step {per_step * 1000:.3f} ms "
+              f"= {100 * per_step / result['medians']['direct']:.2f} % of the direct step")
 
 
 if __name__ == "__main__":
