@@ -13,8 +13,8 @@ between them, after the first record (warm-up). The reported step time of each s
 every interval of every round; the overhead is the ratio of the medians (target < 1 %).
 
 On a loaded machine the step times swing far more than 1 %, so the wrapper's cost is also reported as CPU:
-the wrapper process's own CPU time from the first train record to its exit (/proc/PID/stat, read while it
-runs and once it has exited, before it is reaped), per step, against the direct median step time. With a
+the wrapper process's own CPU time from the first to the last train record (/proc/PID/stat, read as each
+record comes through it), per step, against the direct median step time (/proc counts in 10 ms ticks). With a
 core to spare that CPU costs the step nothing; on a saturated machine it is at most what a step loses.
 
     .venv/bin/python benchmarks/bench_archive.py [--rounds 3] [--samples 16384] [--log-every 8]
@@ -25,12 +25,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -55,38 +53,30 @@ def wrapper(url: str) -> list[str]:
 
 
 def run(side: str, samples: int, log_every: int, out: Path, wrap: list[str],
-        env: dict[str, str]) -> tuple[list[dict[str, Any]], float, float]:
-    """(train records, CPU seconds of the whole run, CPU seconds the wrapper process alone spent between the
-    first train record and its exit: the steps, not its start-up, which imports the store's client)."""
+        env: dict[str, str]) -> tuple[list[dict[str, Any]], float]:
+    """(train records, CPU seconds the wrapper process alone spent between the first and the last train
+    record: the steps, not its start-up (which imports the store's client) nor its exit)."""
     from kubetrain.metrics import parse_metrics_line
 
     argv, full_env = bench_runtime.launch_argv(side, samples, 1, log_every, out, wrapper=wrap, env=env)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(argv, env=full_env, cwd=bench_runtime.REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
-    lines, at_first = [], None
-    for line in proc.stdout:  # EOF: the wrapper (or torchrun) has exited, and is a zombie until wait()
+    lines, cpu = [], []
+    for line in proc.stdout:
         lines.append(line)
-        if wrap and at_first is None and (record := parse_metrics_line(line)) and record["kind"] == "train":
-            at_first = _own_cpu(proc.pid, exited=False)
-    own = _own_cpu(proc.pid, exited=True) - (at_first or 0.0) if wrap else 0.0
+        if wrap and (record := parse_metrics_line(line)) and record["kind"] == "train":
+            cpu.append(_own_cpu(proc.pid))  # the wrapper has just passed this line on: it is running
     output = "".join(lines)
     if proc.wait():
         raise SystemExit(f"{side} failed:\n{output[-4000:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return bench_runtime.train_records(output), total, own
+    return bench_runtime.train_records(output), (cpu[-1] - cpu[0]) if cpu else 0.0
 
 
-def _own_cpu(pid: int, exited: bool) -> float:
-    """utime + stime of a process (its own, not its children's); `exited`: wait until it is a zombie."""
-    for _ in range(200):
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        if fields[0] == "Z" or not exited:
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        time.sleep(0.05)
-    raise SystemExit(f"the wrapper {pid} did not exit after closing its output")
+def _own_cpu(pid: int) -> float:
+    """utime + stime of a running process (its own, not its children's), from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench(rounds: int, samples: int, log_every: int, workdir: Path, s3_url: str,
@@ -97,13 +87,13 @@ def bench(rounds: int, samples: int, log_every: int, workdir: Path, s3_url: str,
     for index in range(rounds):
         for side in SIDES[index % 3:] + SIDES[:index % 3]:  # rotate the order between rounds
             wrap = wrapper(urls[side]) if side in urls else []
-            records, total, own = run("trainer", samples, log_every, workdir / f"{side}-{index}.pt", wrap, s3_env)
+            records, own = run("trainer", samples, log_every, workdir / f"{side}-{index}.pt", wrap, s3_env)
             times[side] += step_times(records)
             steps = records[-1]["step"] - records[0]["step"]
             if wrap:
                 cpu[side].append((own, steps))
             print(f"round {index + 1} {side}: median step {statistics.median(step_times(records)) * 1000:.2f} ms"
-                  + (f", wrapper CPU during {steps} steps {own:.2f} s (whole run: {total:.1f} s CPU)" if wrap else ""),
+                  + (f", wrapper CPU during {steps} steps {own:.2f} s" if wrap else ""),
                   file=sys.stderr, flush=True)
     medians = {side: statistics.median(values) for side, values in times.items()}
     return {"medians": medians, "intervals": {side: len(v) for side, v in times.items()},
