@@ -123,7 +123,8 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
         found, obj = find_job(conn.rest, namespace, name, target)
     except ClusterError as exc:
         if archive is None:
-            if type(exc) is ClusterError:  # no such job (or namespace, or kind): not a lost API server
+            if type(exc) is ClusterError:  # not a lost API server (Unreachable): the job may be gone
+                jobs.check_namespace(conn.rest, namespace)  # a wrong -n reads the same for every command
                 raise ClusterError(f"{exc}; if it had spec.archive, read that: --archive URL") from None
             raise
         return print_archive(archive, name, options, sink, notice, str(exc))
