@@ -1,65 +1,135 @@
-"""Benchmark: what the archive wrapper (python -m kubetrain.observe.archive) adds to a training step.
+"""Benchmark: what `spec.archive` adds to a training step, measured with the runtime benchmark's training.
 
-A stand-in training process does `--steps` steps of fixed CPU work (`--work-ms` each) and prints, per step,
-a metrics line and a log line (far more output than the runtime's one line per `logEvery` steps). It runs
-directly and under the wrapper (archive in a temporary directory, a part every second), in alternating
-order, `--rounds` times; the reported step time is the median over each side's steps (from the process's
-own clock), and the overhead the ratio of the medians.
+The same real training as benchmarks/bench_runtime.py (the kubetrain Trainer, 2 processes under torchrun,
+gloo, CPU, its MLP and data) runs three ways, in rotating order, `--rounds` times:
 
-    .venv/bin/python benchmarks/bench_archive.py [--steps 400] [--work-ms 20] [--rounds 4]
+* direct: torchrun as `kubetrain run` / a pod without spec.archive starts it;
+* archive in a directory: under the archive wrapper (python -m kubetrain.observe.archive), as the pod's
+  command is with `spec.archive: /some/volume`;
+* archive in S3: the same, to a real S3 server (moto, started here as the test suite starts it).
+
+A step's time comes from the Trainer's own metrics lines: (time of record n - time of record n-1) / steps
+between them, after the first record (warm-up). The reported step time of each side is the median over
+every interval of every round; the overhead is the ratio of the medians (target < 1 %).
+
+On a loaded machine the step times swing far more than 1 %, so the wrapper's cost is also reported as CPU:
+the wrapper process's own CPU time from the first to the last train record (/proc/PID/stat, read as each
+record comes through it), per step, against the direct median step time (/proc counts in 10 ms ticks). With a
+core to spare that CPU costs the step nothing; on a saturated machine it is at most what a step loses.
+
+    .venv/bin/python benchmarks/bench_archive.py [--rounds 3] [--samples 16384] [--log-every 8]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
+from typing import Any
 
-PROGRAM = r"""
-import sys, time
-from kubetrain.metrics import format_metrics
-steps, work = int(sys.argv[1]), float(sys.argv[2]) / 1000
-times = []
-for step in range(1, steps + 1):
-    began = time.perf_counter()
-    deadline = began + work
-    while time.perf_counter() < deadline:  # the step's compute
-        pass
-    print(format_metrics("train", rank=0, step=step, total_steps=steps, loss=1.0 / step, samples_per_s=1e3), flush=True)
-    print(f"step {step} done", flush=True)
-    times.append(time.perf_counter() - began)
-print("STEP_TIMES " + ",".join(f"{t:.6f}" for t in times), file=sys.stderr, flush=True)
-"""
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # bench_runtime (its workload) and tests.testenv.s3 (moto)
+
+import bench_runtime  # noqa: E402
+
+SIDES = ("direct", "archive-dir", "archive-s3")
+TARGET = 0.01
 
 
-def run(wrapped: bool, steps: int, work_ms: float, archive: str) -> list[float]:
-    command = [sys.executable, "-c", PROGRAM, str(steps), str(work_ms)]
-    if wrapped:
-        command = [sys.executable, "-m", "kubetrain.observe.archive", "--url", archive, "--job", "bench",
-                   "--replica", "master-0", "--flush-seconds", "1", "--", *command]
-    result = subprocess.run(command, capture_output=True, text=True, check=True)
-    line = next(x for x in (result.stderr + result.stdout).splitlines() if x.startswith("STEP_TIMES "))
-    return [float(t) for t in line.split(" ", 1)[1].split(",")]
+def step_times(records: list[dict[str, Any]]) -> list[float]:
+    """Seconds per step between consecutive train records (the first record ends the warm-up)."""
+    return [(b["time"] - a["time"]) / (b["step"] - a["step"]) for a, b in itertools.pairwise(records)
+            if b["step"] > a["step"]]
+
+
+def wrapper(url: str) -> list[str]:
+    return [sys.executable, "-m", "kubetrain.observe.archive", "--url", url, "--job", "bench", "--replica",
+            "master-0", "--"]
+
+
+def run(side: str, samples: int, log_every: int, out: Path, wrap: list[str],
+        env: dict[str, str]) -> tuple[list[dict[str, Any]], float]:
+    """(train records, CPU seconds the wrapper process alone spent between the first and the last train
+    record: the steps, not its start-up (which imports the store's client) nor its exit)."""
+    from kubetrain.metrics import parse_metrics_line
+
+    argv, full_env = bench_runtime.launch_argv(side, samples, 1, log_every, out, wrapper=wrap, env=env)
+    proc = subprocess.Popen(argv, env=full_env, cwd=bench_runtime.REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    lines, cpu = [], []
+    for line in proc.stdout:
+        lines.append(line)
+        if wrap and (record := parse_metrics_line(line)) and record["kind"] == "train":
+            cpu.append(_own_cpu(proc.pid))  # the wrapper has just passed this line on: it is running
+    output = "".join(lines)
+    if proc.wait():
+        raise SystemExit(f"{side} failed:\n{output[-4000:]}")
+    return bench_runtime.train_records(output), (cpu[-1] - cpu[0]) if cpu else 0.0
+
+
+def _own_cpu(pid: int) -> float:
+    """utime + stime of a running process (its own, not its children's), from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench(rounds: int, samples: int, log_every: int, workdir: Path, s3_url: str,
+          s3_env: dict[str, str]) -> dict[str, Any]:
+    urls = {"archive-dir": str(workdir / "archive"), "archive-s3": s3_url}
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    cpu: dict[str, list[tuple[float, float]]] = {side: [] for side in SIDES[1:]}
+    for index in range(rounds):
+        for side in SIDES[index % 3:] + SIDES[:index % 3]:  # rotate the order between rounds
+            wrap = wrapper(urls[side]) if side in urls else []
+            records, own = run("trainer", samples, log_every, workdir / f"{side}-{index}.pt", wrap, s3_env)
+            times[side] += step_times(records)
+            steps = records[-1]["step"] - records[0]["step"]
+            if wrap:
+                cpu[side].append((own, steps))
+            print(f"round {index + 1} {side}: median step {statistics.median(step_times(records)) * 1000:.2f} ms"
+                  + (f", wrapper CPU during {steps} steps {own:.2f} s" if wrap else ""),
+                  file=sys.stderr, flush=True)
+    medians = {side: statistics.median(values) for side, values in times.items()}
+    return {"medians": medians, "intervals": {side: len(v) for side, v in times.items()},
+            "overhead": {side: medians[side] / medians["direct"] - 1 for side in SIDES[1:]},
+            "cpu_per_step": {side: sum(o for o, _ in v) / sum(n for _, n in v) for side, v in cpu.items()}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--work-ms", type=float, default=20.0)
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=16384, help="training samples (one epoch)")
+    parser.add_argument("--log-every", type=int, default=8, help="the Trainer's logEvery (a metrics line each)")
     args = parser.parse_args()
-    times: dict[bool, list[float]] = {False: [], True: []}
-    with tempfile.TemporaryDirectory() as archive:
-        for round_ in range(args.rounds):
-            for wrapped in ((False, True) if round_ % 2 == 0 else (True, False)):
-                times[wrapped] += run(wrapped, args.steps, args.work_ms, archive)
-    direct, wrapped = statistics.median(times[False]), statistics.median(times[True])
-    print(f"load average {os.getloadavg()[0]:.1f}; {args.rounds} rounds x {args.steps} steps of {args.work_ms:g} ms")
-    print(f"median step: direct {direct * 1000:.3f} ms, under the archive wrapper {wrapped * 1000:.3f} ms "
-          f"({100 * (wrapped / direct - 1):+.2f} %)")
+    from tests.testenv.s3 import S3Server
+
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        server = S3Server(Path(tmp)).start()
+        try:
+            result = bench(args.rounds, args.samples, args.log_every, Path(tmp), server.bucket("bench") + "/runs",
+                           server.env())
+        finally:
+            server.stop()
+    load_after = os.getloadavg()
+    steps = args.samples // (2 * bench_runtime.BATCH)
+    print(f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after (1 min) on {os.cpu_count()} CPUs; "
+          f"{args.rounds} rounds x 3 sides in rotating order; {steps} steps per run, a metrics line every "
+          f"{args.log_every}; medians over {result['intervals']['direct']} intervals per side")
+    print(f"median step: direct {result['medians']['direct'] * 1000:.2f} ms")
+    for side in SIDES[1:]:
+        overhead = result["overhead"][side]
+        verdict = "within" if overhead < TARGET else "OVER"
+        per_step = result["cpu_per_step"][side]
+        print(f"median step: {side} {result['medians'][side] * 1000:.2f} ms ({100 * overhead:+.2f} %; "
+              f"target < {100 * TARGET:.0f} %: {verdict}); the wrapper's CPU per step {per_step * 1000:.3f} ms "
+              f"= {100 * per_step / result['medians']['direct']:.2f} % of the direct step")
 
 
 if __name__ == "__main__":

@@ -122,17 +122,28 @@ def trainer_loop(samples: int, epochs: int, log_every: int, out: str, *, checkpo
 
 
 # --- the driver -----------------------------------------------------------------------------------------
-def launch(side: str, samples: int, epochs: int, log_every: int, out: Path) -> list[dict[str, Any]]:
+def launch_argv(side: str, samples: int, epochs: int, log_every: int, out: Path, *, wrapper: list[str] | None = None,
+                env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment) of one run. `wrapper` goes before torchrun (bench_archive.py: the archive wrapper)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    argv = [*(wrapper or []), sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            __file__, "worker", side, str(samples), str(epochs), str(log_every), str(out)]
+    return argv, env
+
+
+def train_records(stdout: str) -> list[dict[str, Any]]:
     from kubetrain.metrics import parse_metrics_line
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            __file__, "worker", side, str(samples), str(epochs), str(log_every), str(out)]
+    records = [parse_metrics_line(line) for line in stdout.splitlines()]
+    return [r for r in records if r and r["kind"] == "train"]
+
+
+def launch(side: str, samples: int, epochs: int, log_every: int, out: Path) -> list[dict[str, Any]]:
+    argv, env = launch_argv(side, samples, epochs, log_every, out)
     result = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=900, check=False)
     if result.returncode:
         raise SystemExit(f"{side} failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}")
-    records = [parse_metrics_line(line) for line in result.stdout.splitlines()]
-    return [r for r in records if r and r["kind"] == "train"]
+    return train_records(result.stdout)
 
 
 def throughput(records: list[dict[str, Any]], warmup_step: int) -> float:

@@ -15,6 +15,7 @@ from kubetrain.cli.output import fail, handle_errors
 from kubetrain.errors import UsageError
 
 if TYPE_CHECKING:
+    from kubetrain.client.logs import LogOptions
     from kubetrain.observe.render import Renderer
 
 _DURATION = re.compile(r"(\d+)([smhd])")
@@ -51,28 +52,27 @@ class Terminal:
 
 def archive_option(func: Any) -> Any:
     return click.option("--archive", metavar="URL", default=None,
-                        help="The job's spec.archive: read it when the job or its pods are gone.")(func)
+                        help="Where the job's logs are archived (its spec.archive): read it when the job or its "
+                             "pods are gone. Default: the location recorded on the job.")(func)
 
 
-def with_archive(archive: str | None, name: str, sink: Callable[[str], None], read: Callable[[], int]) -> None:
-    """Run `read` (the cluster's logs, returning the lines written); with an archive, fall back to it when
-    the job is gone (a ClusterError) or has no pods left, and say so."""
+def read_job_logs(name: str, target: str | None, archive: str | None, options: LogOptions,
+                  sink: Callable[[str], None], cluster: tuple[str | None, str | None, str | None, float | None]) -> int:
+    """The job's logs so far (`logs NAME`, `metrics NAME`), or its archive once its pods or the job are gone
+    (kubetrain.client.logs). With --archive, a cluster that cannot be reached also falls back to it."""
+    from kubetrain.client import logs as client_logs
     from kubetrain.errors import ClusterError
 
+    context, kubeconfig, namespace, request_timeout = cluster
+    notice = Terminal().notice
     try:
-        if read() or archive is None:
-            return
-        why = "its pods are gone"
+        connection = connect_from(context, kubeconfig, request_timeout)
+        ns = connection.namespace(namespace)
     except ClusterError as exc:
         if archive is None:
             raise
-        why = str(exc)
-    from kubetrain.observe.archive import archived_lines
-
-    lines = archived_lines(archive, name)
-    click.echo(f"{name}: {why}; reading its archive {archive}", err=True)
-    for line in lines:
-        sink(line)
+        return client_logs.print_archive(archive, name, options, sink, notice, str(exc))
+    return client_logs.print_logs(connection, ns, name, target, options, sink, notice, archive=archive)
 
 
 def follow_renderer(raw: bool = False) -> Renderer:
@@ -133,13 +133,12 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
     options = client_logs.LogOptions(replica=replica, since_seconds=parse_duration(since) if since else None,
                                      tail=tail, previous=previous, timestamps=timestamps,
                                      color=use_color(color, sys.stdout))
+    if not follow:
+        read_job_logs(name, target, archive, options, Terminal().line,
+                      (context, kubeconfig, namespace, request_timeout))
+        return
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    if not follow:
-        terminal = Terminal()
-        with_archive(archive, name, terminal.line, lambda: client_logs.print_logs(
-            connection, ns, name, target, options, terminal.line, terminal.notice))
-        return
     renderer = follow_renderer(raw)
     try:
         result = client_logs.follow_job_logs(connection, ns, name, target, options, renderer.line, renderer.notice,

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kubetrain.cli.cluster_opts import cluster_options, connect_from
-from kubetrain.cli.logs_cmd import archive_option, with_archive
+from kubetrain.cli.cluster_opts import cluster_options
+from kubetrain.cli.logs_cmd import archive_option, read_job_logs
 from kubetrain.cli.output import handle_errors, info
 from kubetrain.errors import UsageError
 
@@ -106,16 +106,9 @@ def _from_job(name: str, target: str | None, archive: str | None,
               cluster: tuple[str | None, str | None, str | None, float | None]) -> History:
     """The job's logs, as `kubetrain logs NAME` reads them (every replica; rank 0 prints the metrics), or
     its archive when the job or its pods are gone."""
-    from kubetrain.client import logs as client_logs
+    from kubetrain.client.logs import LogOptions
     from kubetrain.observe.history import from_lines
 
-    context, kubeconfig, namespace, request_timeout = cluster
     lines: list[str] = []
-
-    def read() -> int:
-        connection = connect_from(context, kubeconfig, request_timeout)
-        return client_logs.print_logs(connection, connection.namespace(namespace), name, target,
-                                      client_logs.LogOptions(), lines.append, info)
-
-    with_archive(archive, name, lines.append, read)
+    read_job_logs(name, target, archive, LogOptions(), lines.append, cluster)
     return from_lines(name, lines)

@@ -1,7 +1,9 @@
 """`kubetrain logs`: one merged, prefixed stream from every replica of a job. The library API:
 
-* ``print_logs(conn, namespace, name, target, options, sink, notice) -> int``: the logs so far, merged in
-  time order; returns the number of lines written.
+* ``print_logs(conn, namespace, name, target, options, sink, notice, archive=None) -> int``: the logs so
+  far, merged in time order; returns the number of lines written. When the job's pods are gone, its
+  archive (spec.archive, recorded on the job as the kubetrain.dev/archive annotation) is read instead, and
+  `notice` says so; when the job is gone, `archive` (--archive) names it.
 * ``follow_job_logs(conn, namespace, name, target, options, sink, notice) -> FollowResult``: waits
   through Pending (scheduling events go to `notice`), follows every pod across restarts, returns when the
   job has Succeeded, Failed or was deleted. `submit --follow` calls this.
@@ -17,6 +19,7 @@ import functools
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,7 +42,7 @@ from kubetrain.client.pods import (
     sort_key,
 )
 from kubetrain.client.targets import Target
-from kubetrain.errors import UsageError
+from kubetrain.errors import ClusterError, UsageError
 
 Sink = Callable[[str], None]
 Notice = Callable[[str], None]
@@ -112,13 +115,26 @@ class _Output:
 
 # ---- the logs so far -------------------------------------------------------------------------------------
 def print_logs(conn: Connection, namespace: str, name: str, target: str | Target | None, options: LogOptions,
-               sink: Sink, notice: Notice) -> int:
-    """Every selected replica's log (or previous log), merged in time order. Returns lines written."""
+               sink: Sink, notice: Notice, archive: str | None = None) -> int:
+    """Every selected replica's log (or previous log), merged in time order. Returns lines written. With no
+    pods left, the job's archive (`archive`, else its annotation); with no job, `archive` if given."""
     wanted = check_replica_filter(options.replica)
-    found, obj = find_job(conn.rest, namespace, name, target)
+    try:
+        found, obj = find_job(conn.rest, namespace, name, target)
+    except ClusterError as exc:
+        if archive is None:
+            if type(exc) is ClusterError:  # not a lost API server (Unreachable): the job may be gone
+                jobs.check_namespace(conn.rest, namespace)  # a wrong -n reads the same for every command
+                raise ClusterError(f"{exc}; if it had spec.archive, read that: --archive URL") from None
+            raise
+        return print_archive(archive, name, options, sink, notice, str(exc))
     replicas = select(_replicas(conn.rest, found, namespace, name), wanted)
     if not replicas:
-        notice(f"{found.kind} {name} has no pods yet (state: {jobs.state(obj)}); use -f to wait for them")
+        url, state = archive or archive_of(obj), jobs.state(obj)
+        if url is not None and (state in jobs.TERMINAL or _archived(url, name)):
+            why = f"{found.kind} {name} has no pods left (state: {state})"
+            return print_archive(url, name, options, sink, notice, why)
+        notice(f"{found.kind} {name} has no pods yet (state: {state}); use -f to wait for them")
         return 0
     readable = [r for r in replicas if _readable(r, options.previous, notice)]
     output = _Output(sink, options)
@@ -129,6 +145,41 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
             sink(line)
             output.lines += 1
     return output.lines
+
+
+# ---- the archive, once the pods (or the job) are gone ----------------------------------------------------
+def archive_of(job: dict[str, Any]) -> str | None:
+    """The job's spec.archive, as `kubetrain render` records it on the job (kubetrain.dev/archive)."""
+    from kubetrain.render.context import ARCHIVE_ANNOTATION
+
+    return ((job.get("metadata") or {}).get("annotations") or {}).get(ARCHIVE_ANNOTATION) or None
+
+
+def _archived(url: str, name: str) -> bool:
+    from kubetrain.observe.archive import archived_replicas
+
+    return bool(archived_replicas(url, name))
+
+
+def print_archive(url: str, name: str, options: LogOptions, sink: Sink, notice: Notice, why: str) -> int:
+    """The job's archived logs, replica after replica (--replica and --tail apply; the archive has no
+    timestamps), after one notice naming the archive. Returns lines written."""
+    from kubetrain.observe.archive import archived_replicas
+
+    wanted = check_replica_filter(options.replica)
+    found = [(label, lines) for label, lines in archived_replicas(url, name)
+             if wanted in ("all", label, label.rsplit("-", 1)[0])]
+    if not found:
+        which = "" if wanted == "all" else f" (--replica {wanted})"
+        raise UsageError(f"{why}; no archived logs of {name}{which} in {url}")
+    notice(f"{why}; reading its archive {url}")
+    prefixer, written = Prefixer(options.color), 0
+    for label, lines in found:
+        kept: Iterable[str] = lines if options.tail is None else deque(lines, maxlen=options.tail)
+        for text in kept:
+            sink(prefixer.format(label, text))
+            written += 1
+    return written
 
 
 def _replicas(api: Any, found: Target, namespace: str, name: str) -> list[Replica]:

@@ -10,6 +10,10 @@ PART_BYTES are buffered or FLUSH_SECONDS have passed, and on exit. The buffer is
 the reader of the program's output never waits for the store; if the store falls that far behind, lines
 are dropped and counted in the next part. A restarted container continues the numbering.
 
+`kubetrain render`/`submit` record the location on the job as the annotation kubetrain.dev/archive, so
+`kubetrain logs NAME` and `kubetrain metrics NAME` read the archive by themselves once the pods are gone
+(kubetrain.client.logs); when the job itself is gone, `--archive URL` names it.
+
 The writer is a thin wrapper around any command, so plain scripts are archived too:
 
     python -m kubetrain.observe.archive --url s3://bucket/runs --job NAME [--replica master-0] -- CMD...
@@ -21,13 +25,14 @@ SIGTERM/SIGINT to it, writes the last part after the command exits and exits wit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from kubetrain.errors import UsageError
@@ -133,26 +138,32 @@ def _parts(fs: Any, directory: str) -> list[str]:
         return []
 
 
-def read_logs(url: str, job: str) -> list[tuple[str, list[str]]]:
-    """Every archived replica's log lines, replicas in name order; [] if the job has no archive."""
+@contextlib.contextmanager
+def _reading(url: str) -> Iterator[None]:
+    """A store that cannot be read (credentials, network, permissions) as one line naming the archive."""
+    try:
+        yield
+    except OSError as exc:  # s3fs/gcsfs/adlfs turn their clients' errors into OSError subclasses
+        raise UsageError(f"archive {url}: cannot read it: {exc}") from None
+
+
+def archived_replicas(url: str, job: str) -> list[tuple[str, Iterator[str]]]:
+    """Every archived replica of `job` (name order) with its lines, read one part at a time as they are
+    consumed (a long job's log is never held whole); [] if the job has no archive there."""
     fs, root = filesystem(url)
     base = f"{root}/{job}/logs"
-    if not fs.exists(base):
-        return []
-    found = []
-    for replica_dir in sorted(str(p) for p in fs.ls(base, detail=False)):
-        parts = _parts(fs, replica_dir)
-        lines = [line for part in parts for line in fs.cat_file(part).decode("utf-8", "replace").splitlines()]
-        found.append((replica_dir.rsplit("/", 1)[-1], lines))
-    return found
+    with _reading(url):
+        if not fs.exists(base):
+            return []
+        found = [(str(p).rsplit("/", 1)[-1], _parts(fs, str(p))) for p in sorted(fs.ls(base, detail=False))]
+    return [(replica, _part_lines(fs, url, parts)) for replica, parts in found if parts]
 
 
-def archived_lines(url: str, job: str) -> list[str]:
-    """The archived logs as `kubetrain logs` prints them: `[replica] text`, replica after replica."""
-    lines = [f"[{replica}] {line}" for replica, lines in read_logs(url, job) for line in lines]
-    if not lines:
-        raise UsageError(f"no archived logs of {job} in {url}")
-    return lines
+def _part_lines(fs: Any, url: str, parts: list[str]) -> Iterator[str]:
+    for part in parts:
+        with _reading(url):
+            data = fs.cat_file(part)
+        yield from data.decode("utf-8", "replace").splitlines()
 
 
 def run_archived(command: Sequence[str], writer: ArchiveWriter) -> int:

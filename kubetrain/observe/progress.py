@@ -9,7 +9,7 @@ One tracker serves the controller (status.progress), the terminal renderer (`kub
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, cast
+from typing import Any
 
 from kubetrain.metrics import parse_metrics_line
 
@@ -28,12 +28,13 @@ def format_duration(seconds: float) -> str:
     return f"{secs}s"
 
 
-_NUMBERS = frozenset((int, float))  # not bool: True is no step count
+_NUMBERS: frozenset[Any] = frozenset((int, float))  # not bool: True is no step count
 
 
 def _number(record: dict[str, Any], key: str) -> float | None:
-    value = record.get(key)
-    return cast(float, value) + 0.0 if value.__class__ in _NUMBERS else None
+    value: Any = record.get(key)
+    # float() is a C call; typing.cast here was a Python call per field, a sixth of the renderer's time
+    return float(value) if value.__class__ in _NUMBERS else None
 
 
 class ProgressTracker:

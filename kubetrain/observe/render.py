@@ -8,9 +8,11 @@ The job's merged output lines go in (`line()`, or `write()` as a text stream); w
 * otherwise: a plain human progress line on stderr at most every `interval` seconds (never JSON);
 * at the end (`close()`): the last progress line and a summary table on stderr.
 
-Cost per metrics line: one substring test, one json.loads and a few float operations; drawing is
-rate-limited by the clock, so a job printing 100k lines/s is not slowed down (benchmarks/bench_progress.py).
-rich is imported only when a live line is drawn or the summary printed.
+Cost per metrics line: one substring test, one orjson parse and a few float operations; drawing is
+rate-limited by the clock. The renderer never makes the job wait on it: past BUSY_TRAIN train lines in one
+REDRAW_SECONDS window (over 10k/s), the rest of that window's train lines are not parsed, only the newest
+is kept (and parsed when the window ends), so a flood costs one substring test per line
+(benchmarks/bench_progress.py). rich is imported only when a live line is drawn or the summary printed.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from kubetrain.observe.summary import summary_rows, timeline_of
 MARKER = PREFIX.strip()
 REDRAW_SECONDS = 0.1  # the live line's fastest redraw
 PLAIN_INTERVAL = 10.0  # seconds between plain progress lines when stderr is not a terminal
+BUSY_TRAIN = 1000  # train lines parsed per REDRAW_SECONDS window; beyond that the window's lines are sampled
+TRAIN_MARK = '{"kind":"train"'  # how format_metrics starts a train record (kind first, compact JSON)
 
 
 class LineStream:
@@ -64,6 +68,9 @@ class Renderer:
         self._drawn_at = float("-inf")
         self._shown: str | None = None
         self._closed = False
+        self._window, self._window_lines = float("-inf"), 0  # see _sampled
+        self._pending: str | None = None
+        self.sampled = 0  # train lines not parsed because they came too fast (the newest one always is)
         self.stdout = LineStream(self.line)
         self.stderr = LineStream(self.notice)
 
@@ -74,6 +81,8 @@ class Renderer:
             if self._closed:
                 return
             self.lines += 1
+            if MARKER in text and self._sampled(text):
+                return
             if MARKER in text and (record := parse_metrics_line(text)) is not None:
                 if self.raw:
                     self._write_out(text)
@@ -81,6 +90,29 @@ class Renderer:
                     self._progress(record.get("kind") == "eval")
                 return
             self._write_out(text)
+
+    def _sampled(self, text: str) -> bool:
+        """True if this train line is only kept as the newest (not parsed): more than BUSY_TRAIN came in this
+        window. The tracker's smoothed loss and mean samples/s then come from a sample of the records."""
+        if TRAIN_MARK not in text:
+            return False
+        now = self.clock()
+        if now - self._window >= REDRAW_SECONDS:
+            self._window, self._window_lines = now, 0
+            self._take_pending()
+        self._window_lines += 1
+        if self._window_lines <= BUSY_TRAIN:
+            return False
+        self._pending = text
+        self.sampled += 1
+        if self.raw:
+            self._write_out(text)
+        return True
+
+    def _take_pending(self) -> None:
+        if self._pending is not None and (record := parse_metrics_line(self._pending)) is not None:
+            self.tracker.update(record)
+        self._pending = None
 
     def notice(self, text: str) -> None:
         """A human message (waiting, events, restarts): stderr, above the live line."""
@@ -142,6 +174,7 @@ class Renderer:
             if self._closed:
                 return
             self._closed = True
+            self._take_pending()
             if self._view is not None:
                 self._view.stop()
                 self._view = None

@@ -20,6 +20,8 @@ MASTER_PORT = 23456  # the operator's default, named pytorchjob-port
 MANAGED_BY = "kubetrain"
 SPEC_HASH_ANNOTATION = "kubetrain.dev/spec-hash"
 JOB_LABEL = "kubetrain.dev/job"
+# spec.archive, kept on the job object so `kubetrain logs/metrics NAME` find the archive once the pods are gone
+ARCHIVE_ANNOTATION = "kubetrain.dev/archive"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_POD_ANNOTATIONS = {
     # A checkpoint-less eviction of one rank kills every rank: keep autoscalers away from running jobs.
@@ -184,6 +186,11 @@ def pod_annotations(job: TrainingJob) -> dict[str, str]:
     return {**base, **fabric, **job.metadata.annotations}
 
 
+def job_annotations(job: TrainingJob, options: RenderOptions) -> dict[str, str]:
+    archive = {ARCHIVE_ANNOTATION: job.spec.archive} if job.spec.archive else {}
+    return {**job.metadata.annotations, **archive, SPEC_HASH_ANNOTATION: spec_hash(job, options)}
+
+
 def template_context(job: TrainingJob, options: RenderOptions) -> dict[str, Any]:
     spec = job.spec
     volumes, mounts = volumes_and_mounts(job, options)
@@ -192,7 +199,7 @@ def template_context(job: TrainingJob, options: RenderOptions) -> dict[str, Any]
         "name": job.metadata.name,
         "namespace": options.namespace or job.metadata.namespace,
         "labels": labels(job),
-        "annotations": {**job.metadata.annotations, SPEC_HASH_ANNOTATION: spec_hash(job, options)},
+        "annotations": job_annotations(job, options),
         "pod_annotations": pod_annotations(job),
         "spec": spec,
         "image": options.image or spec.image,

@@ -129,7 +129,7 @@ def test_missing_job_and_namespace(controlplane, namespace):
     missing = run("logs", "nope", "-n", namespace, "--kubeconfig", kc)
     assert missing.exit_code == 1
     assert missing.stderr == f"error: no PyTorchJob named nope in namespace {namespace} (list them: kubetrain list " \
-                             f"-n {namespace})\n"
+                             f"-n {namespace}); if it had spec.archive, read that: --archive URL\n"
     gone = run("gpu", "nope", "-n", "no-such-namespace", "--kubeconfig", kc)
     assert gone.exit_code == 1 and gone.stderr.startswith("error: namespace no-such-namespace does not exist")
 

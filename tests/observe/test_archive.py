@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
 from kubetrain.metrics import format_metrics
-from kubetrain.observe.archive import NodeArchive, read_logs
+from kubetrain.observe.archive import NodeArchive, archived_replicas
 from tests.harness.helpers import wait_for
 
 PROGRAM = f"""
@@ -31,11 +32,20 @@ time.sleep(120)
 """
 
 
+def stored(fs: Any, base: str) -> bytes:
+    """Every part under `base` so far; before the first, s3fs takes `base` for a key and GET fails (404)."""
+    try:
+        return b"".join(fs.cat_file(p) for p in fs.find(base, refresh=True))
+    except FileNotFoundError:
+        return b""
+
+
 def run(*argv: str) -> Any:
     return CliRunner().invoke(cli, list(argv), catch_exceptions=False)
 
 
-def test_wrapper_archives_while_running_and_on_sigterm(s3_server: Any, controlplane: Any, namespace: str) -> None:
+def test_wrapper_archives_while_running_and_on_sigterm(s3_server: Any, controlplane: Any, namespace: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     url = s3_server.bucket("arch") + "/runs"
     env = {**os.environ, **s3_server.env(), "PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, "-m", "kubetrain.observe.archive", "--url", url, "--job", "j1", "--replica", "master-0",
@@ -45,7 +55,7 @@ def test_wrapper_archives_while_running_and_on_sigterm(s3_server: Any, controlpl
         fs = s3_server.filesystem()
         base = url.removeprefix("s3://") + "/j1/logs/master-0"
         # while the program runs (it sleeps for 2 minutes), its lines are already in the store
-        wait_for(lambda: b"epoch 1 done" in b"".join(fs.cat_file(p) for p in fs.find(base, refresh=True)),
+        wait_for(lambda: b"epoch 1 done" in stored(fs, base),
                  f"a part in S3 (wrapper output: {proc.stderr if proc.poll() is None else proc.communicate()})",
                  timeout=60)
         assert proc.poll() is None
@@ -58,7 +68,8 @@ def test_wrapper_archives_while_running_and_on_sigterm(s3_server: Any, controlpl
 
     # no job j1 on the cluster: logs and metrics say so and read the archive (the CLI's fsspec finds the
     # S3 server through the AWS_* variables, as a user's would)
-    os.environ.update(s3_server.env())
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
     kc = ("--kubeconfig", str(controlplane.kubeconfig), "-n", namespace)
     logs = run("logs", "j1", "--archive", url, *kc)
     assert logs.exit_code == 0, logs.output
@@ -79,6 +90,6 @@ def test_local_run_archive_one_log_per_node(tmp_path: Path) -> None:
         archive.line(line)
     archive.close()
     assert seen == ["[node-1 rank-0] a", "[node-2 rank-1] b", "[node-1] agent says", "[node-1 rank-0] c"]
-    assert read_logs(str(tmp_path / "archive"), "job") == [
+    assert [(r, list(lines)) for r, lines in archived_replicas(str(tmp_path / "archive"), "job")] == [
         ("node-1", ["[node-1 rank-0] a", "[node-1] agent says", "[node-1 rank-0] c"]),
         ("node-2", ["[node-2 rank-1] b"])]

@@ -72,3 +72,33 @@ def test_no_metrics_no_summary() -> None:
     renderer.stdout.write("c\n")
     renderer.close()
     assert out.getvalue() == "a\nbc\n" and err.getvalue() == ""
+
+
+def test_a_flood_of_train_lines_is_sampled_never_waited_on() -> None:
+    """Past BUSY_TRAIN train lines in one redraw window, the rest are only kept as the newest (not parsed);
+    eval lines and user lines are never skipped, and the last train line counts at the end."""
+    from kubetrain.observe.render import BUSY_TRAIN
+
+    out, err, clock = io.StringIO(), io.StringIO(), Clock()
+    renderer = Renderer(out, err, raw=True, live=False, clock=clock)
+    lines = [train(step, loss=1.0) for step in range(1, 3 * BUSY_TRAIN + 1)]
+    for line in lines:  # all in one 0.1 s window
+        renderer.line(line)
+    assert renderer.tracker.last is not None and renderer.tracker.last["step"] == BUSY_TRAIN
+    assert renderer.sampled == 2 * BUSY_TRAIN
+    renderer.line("[node-1 rank-0] a user line")
+    renderer.line("[node-1 rank-0] " + format_metrics("eval", rank=0, step=10, epoch=1, eval_accuracy=0.5))
+    assert renderer.tracker.eval is not None
+    clock.now = 0.2  # the next window: the newest skipped line is parsed first, then this one
+    renderer.line(train(3 * BUSY_TRAIN + 1))
+    assert renderer.tracker.last["step"] == 3 * BUSY_TRAIN + 1 and renderer.sampled == 2 * BUSY_TRAIN
+    renderer.line(train(3 * BUSY_TRAIN + 2))
+    renderer.close()
+    assert renderer.tracker.last["step"] == 3 * BUSY_TRAIN + 2
+    assert out.getvalue().count("KUBETRAIN_METRICS") == len(lines) + 3  # raw: every line still printed
+    assert "[node-1 rank-0] a user line\n" in out.getvalue()
+    flooded = Renderer(io.StringIO(), io.StringIO(), live=False, clock=Clock())
+    for line in lines:
+        flooded.line(line)
+    flooded.close()  # the newest skipped line is parsed at the end: the summary has the last step
+    assert flooded.tracker.last is not None and flooded.tracker.last["step"] == 3 * BUSY_TRAIN
