@@ -304,7 +304,10 @@ def follow_job_logs(conn: Connection, namespace: str, name: str, target: str | T
     if options.previous:
         raise UsageError("--previous reads a finished container; it cannot be combined with -f")
     wanted = check_replica_filter(options.replica)
-    found, _ = find_job(conn.rest, namespace, name, target)
+    found, obj = find_job(conn.rest, namespace, name, target)
+    archived = _finished_from_archive(conn.rest, found, obj, namespace, name, options, sink, notice)
+    if archived is not None:
+        return archived
     output = _Output(sink, options)
     follow = _Follow(conn.rest, found, namespace, name, wanted, options, output, output.notice_gate(notice))
     try:
@@ -312,6 +315,20 @@ def follow_job_logs(conn: Connection, namespace: str, name: str, target: str | T
             return follow.run(poll, timeout)
     finally:
         output.close()
+
+
+def _finished_from_archive(api: Any, found: Target, job: dict[str, Any], namespace: str, name: str,
+                           options: LogOptions, sink: Sink, notice: Notice) -> FollowResult | None:
+    """`logs -f` of a job that already ended and whose pods are gone: its archive, as `logs` without -f
+    reads it (None when the job still runs, still has pods, or has no archive)."""
+    state, url = jobs.state(job), archive_of(job)
+    if url is None or state not in jobs.TERMINAL:
+        return None
+    if select(_replicas(api, found, namespace, name), check_replica_filter(options.replica)):
+        return None
+    why = f"{found.kind} {name} has no pods left (state: {state})"
+    lines = print_archive(url, name, options, sink, notice, why)
+    return FollowResult(state, _final_message(job, state), lines)
 
 
 class _Follow:

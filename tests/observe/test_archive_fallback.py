@@ -81,6 +81,10 @@ def test_logs_and_metrics_read_the_recorded_archive_when_the_pods_are_gone(
     assert logs.stderr.splitlines() == [
         f"PyTorchJob kept has no pods left (state: Succeeded); reading its archive {url}"]
     assert kt("logs", "kept", "--replica", "worker", "--tail", "1").stdout == "[worker-0] worker done\n"
+    followed = kt("logs", "kept", "-f", "--raw")  # -f on a finished job: the archive, then its end state
+    assert followed.exit_code == 0, followed.stderr
+    assert followed.stdout.splitlines()[-1] == "[worker-0] worker done"
+    assert f"reading its archive {url}" in followed.stderr and "kept succeeded" in followed.stderr
     history = json.loads(kt("metrics", "kept", "-o", "json").stdout)
     assert [(r["kind"], r["step"]) for r in history["records"]] == [("train", 10), ("train", 20), ("eval", 20)]
 
