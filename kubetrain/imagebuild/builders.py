@@ -56,6 +56,12 @@ class Builder:
         field = "{{.ID}}" if self.name == "nerdctl" else "{{.Id}}"
         return [self.name, "image", "inspect", "--format", field, ref]
 
+    def layer_digests(self, ref: str) -> list[str]:
+        """Prints the local image's layer digests as stored (uncompressed: its rootfs diff IDs), as JSON."""
+        if self.name == "buildah":
+            return ["buildah", "inspect", "--type", "image", "--format", "{{json .OCIv1.RootFS.DiffIDs}}", ref]
+        return [self.name, "image", "inspect", "--format", "{{json .RootFS.Layers}}", ref]
+
     def remote_exists(self, ref: str, which: Callable[[str], str | None] = shutil.which) -> list[str] | None:
         """A command that exits 0 when the registry has `ref`; None when this builder cannot tell."""
         if self.name == "docker":

@@ -13,9 +13,12 @@ containerd keeps blobs by digest and already has every unchanged layer. So, with
    snapshot exists.
 
 A containerd with no layer at all gets the whole image through `podman push REF dir:DIR` instead: the same
-blobs, uncompressed (gzip of gigabytes costs minutes), in one copy on disk. (`dir:` cannot take the
-placeholders: containers/image empties a non-empty `dir:` destination first.) docker and nerdctl go through
-`docker save`'s archive, as `kind load image-archive` does.
+blobs, uncompressed (gzip of gigabytes costs minutes), in one copy on disk. So does a containerd that lacks
+the image's lower layers *as stored* (uncompressed, by diff ID): step 3 matches blobs by the digest of the
+layer in podman's storage, so layers that reached containerd gzip-compressed (from an earlier step 3, e.g.
+after the base image was rebuilt) are never matched, and every later load would gzip the whole image again.
+(`dir:` cannot take the placeholders: containers/image empties a non-empty `dir:` destination first.)
+docker and nerdctl go through `docker save`'s archive, as `kind load image-archive` does.
 """
 
 from __future__ import annotations
@@ -102,13 +105,33 @@ def _new_blobs_archive(engine: Builder, ref: str, known: dict[str, int], staging
     tag = split_reference(ref)[1] or "latest"
     archive = staging / "image-new-blobs.tar"
     try:
-        if known:
+        if known and _has_lower_layers(engine, ref, known, echo):
             blobs, index = _push_oci(engine, ref, tag, known, staging / "image-oci", echo)
         else:
             blobs, index = _push_dir(engine, ref, tag, staging / "image-dir", echo)
         return archive, _write_layout(blobs, index, set(d.partition(":")[2] for d in known), archive)
     except (OSError, KeyError, ValueError) as exc:
         raise CommandFailed(f"writing {archive.name} from {engine.name}'s copy of {ref}: {exc}") from None
+
+
+# The image's top layers that may be new for a code or requirements change (kubetrain, the user's code and
+# requirements, their small neighbours): only these are worth gzip-compressing in step 3.
+NEW_TOP_LAYERS = 4
+
+
+def _has_lower_layers(engine: Builder, ref: str, known: dict[str, int], echo: Echo) -> bool:
+    """Whether containerd has every layer of `ref` but its top few as stored (uncompressed, by diff ID)."""
+    result = run_captured(engine.layer_digests(ref))
+    try:
+        layers = [str(d) for d in json.loads(result.stdout)] if result.code == 0 else []
+    except ValueError:
+        layers = []
+    missing = [d for d in layers[:-NEW_TOP_LAYERS] if d not in known]
+    if layers and not missing:
+        return True
+    echo(f"kubetrain: containerd lacks {len(missing) if layers else 'the'} lower layer(s) of {ref} as stored; "
+         "copying the image uncompressed (no gzip), so that later loads send only new layers")
+    return False
 
 
 def _push_oci(engine: Builder, ref: str, tag: str, known: dict[str, int], layout: Path,

@@ -186,6 +186,18 @@ def run_archived(command: Sequence[str], writer: ArchiveWriter) -> int:
     return 128 - code if code < 0 else code
 
 
+def replica_name(host: str, job: str, completion_index: str | None) -> str:
+    """This pod's replica as `kubetrain logs` labels it (kubetrain.client.pods). A PyTorchJob pod's host name
+    is its name: <job>-master-0 -> master-0. A JobSet (TrainJob) pod's is <job>-<replicatedJob>-<jobIndex>-
+    <podIndex>, while its label is <replicatedJob>[-<jobIndex>]-<completionIndex>: node-0-1 -> node-1."""
+    name = host.removeprefix(f"{job}-")
+    parts = name.rsplit("-", 2)
+    if completion_index is None or len(parts) != 3 or parts[2] != completion_index or not parts[1].isdigit():
+        return name
+    role = parts[0] if parts[1] == "0" else f"{parts[0]}-{parts[1]}"
+    return f"{role}-{completion_index}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kubetrain.observe.archive", description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="the archive: a directory or an fsspec URL")
@@ -199,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command to run (put it after --)")
-    # a pod's host name is its name: <job>-master-0 -> master-0, as `kubetrain logs` labels replicas
-    replica = args.replica or (os.environ.get("HOSTNAME") or socket.gethostname()).removeprefix(f"{args.job}-")
+    replica = args.replica or replica_name(os.environ.get("HOSTNAME") or socket.gethostname(), args.job,
+                                           os.environ.get("JOB_COMPLETION_INDEX"))
     try:
         writer = ArchiveWriter(args.url, args.job, replica, flush_seconds=args.flush_seconds)
     except (UsageError, OSError) as exc:

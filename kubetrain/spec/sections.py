@@ -228,8 +228,10 @@ class Elastic(Section):
 class RunPolicy(Section):
     """How the operator runs the job (PyTorchJob spec.runPolicy; TrainJob uses what it supports)."""
 
-    backoffLimit: Annotated[int, Field(ge=0)] | None = 3
-    """Pod failures (after restarts) before the job is marked Failed."""
+    backoffLimit: Annotated[int, Field(ge=0)] | None = 10
+    """Container restarts, summed over the job's running pods, at which the job is marked Failed. One failed
+    process costs about nodes + 1 restarts (every node's torchrun fails with it), so 10 survives ~3 failures
+    of a 2-node job; raise it for larger jobs."""
     activeDeadlineSeconds: Annotated[int, Field(ge=1)] | None = None
     """Wall-clock limit for the whole job."""
     ttlSecondsAfterFinished: Annotated[int, Field(ge=0)] | None = 86400

@@ -42,10 +42,9 @@ def _spec(project: Path, name: str) -> Path:
     # 17 s there: the job could finish before the kill).
     spec["spec"]["train"]["epochs"] = 16
     spec["spec"]["security"] = {"readOnlyRootFilesystem": True}  # g: TMPDIR=/tmp on an emptyDir
-    # One kill -9 costs several restarts, counted over all pods: the killed worker's, the master's when its
-    # collective fails, and a worker instance that met the dying master's store. The default budget (3)
-    # is often used up by that one failure (seen here: worker restarts 1, 2, 3 → BackoffLimitExceeded).
-    spec["spec"]["runPolicy"] = {"backoffLimit": 10}
+    # No runPolicy: the default backoffLimit (10) must survive one kill -9. The training-operator sums the
+    # restarts of all running pods: the killed worker's, the master's when its collective fails, and a worker
+    # instance that met the dying master's store (with the old default, 3: BackoffLimitExceeded, 1 run in 3).
     path = project / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path

@@ -318,3 +318,22 @@ def test_help_does_not_import_build_kind_torch_or_kubernetes() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "build" in done.stdout and "cluster" in done.stdout
+
+
+def test_containerd_with_gzipped_lower_layers_gets_the_image_uncompressed(fakebin: FakeBin, project: Project) -> None:
+    """containerd has layers, but not the image's lower ones as stored (its copies are gzip-compressed, from an
+    earlier `push oci:`): `push oci:` would gzip the whole image again, on every load, so dir: is used."""
+    ctr = ["ctr", "--address", "/s", "--namespace", "k8s.io"]
+    manifest = '{"layers": [{"digest": "sha256:' + "a" * 64 + '", "size": 5}]}'
+    fakebin.install("podman", "ctr").on("podman", "image", "exists", exit=1)
+    fakebin.on(*ctr, "content", "ls", stdout=f"sha256:{'a' * 64}\nsha256:{'m' * 64}\n")
+    fakebin.on(*ctr, "images", "ls", "-q", stdout="")
+    fakebin.on(*ctr, "images", "ls", stdout=f"REF TYPE DIGEST\nold:1 x sha256:{'m' * 64}\n")
+    fakebin.on(*ctr, "content", "get", stdout=manifest)
+    layers = ", ".join(f'"sha256:{c * 64}"' for c in "bcdef")
+    fakebin.on("podman", "image", "inspect", stdout=f"[{layers}]\n")
+    result = run(project(), "--containerd", "/s", "--builder", "podman")
+    argvs = fakebin.argvs()
+    assert ["podman", "image", "inspect", "--format", "{{json .RootFS.Layers}}", argvs[1][-1]] in argvs
+    assert argvs[-1][:3] == ["podman", "push", argvs[1][-1]] and argvs[-1][3].startswith("dir:"), argvs[-1]
+    assert "containerd lacks 1 lower layer(s)" in result.stderr, result.stderr

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
 from kubetrain.metrics import format_metrics
-from kubetrain.observe.archive import NodeArchive, archived_replicas
+from kubetrain.observe.archive import NodeArchive, archived_replicas, replica_name
 from tests.harness.helpers import wait_for
 
 PROGRAM = f"""
@@ -93,3 +93,12 @@ def test_local_run_archive_one_log_per_node(tmp_path: Path) -> None:
     assert [(r, list(lines)) for r, lines in archived_replicas(str(tmp_path / "archive"), "job")] == [
         ("node-1", ["[node-1 rank-0] a", "[node-1] agent says", "[node-1 rank-0] c"]),
         ("node-2", ["[node-2 rank-1] b"])]
+
+
+def test_replica_names_match_the_labels_of_kubetrain_logs() -> None:
+    assert replica_name("j1-master-0", "j1", None) == "master-0"
+    assert replica_name("j1-worker-3", "j1", None) == "worker-3"
+    # JobSet host names <job>-<replicatedJob>-<jobIndex>-<podIndex>; the Job injects JOB_COMPLETION_INDEX
+    assert replica_name("tj-node-0-1", "tj", "1") == "node-1"
+    assert replica_name("tj-node-2-0", "tj", "0") == "node-2-0"
+    assert replica_name("other-host", "tj", "0") == "other-host"

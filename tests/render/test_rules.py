@@ -110,7 +110,7 @@ def test_labels_annotations_and_run_policy() -> None:
     assert obj["metadata"]["labels"] == {"app.kubernetes.io/name": "j", "app.kubernetes.io/managed-by": "kubetrain",
                                          "kubetrain.dev/job": "j", "kueue.x-k8s.io/queue-name": "team-a"}
     assert len(obj["metadata"]["annotations"]["kubetrain.dev/spec-hash"]) == 16
-    assert obj["spec"]["runPolicy"] == {"cleanPodPolicy": "None", "backoffLimit": 3, "ttlSecondsAfterFinished": 60}
+    assert obj["spec"]["runPolicy"] == {"cleanPodPolicy": "None", "backoffLimit": 10, "ttlSecondsAfterFinished": 60}
     assert "runPolicy" not in obj["spec"]["pytorchReplicaSpecs"]["Master"]
 
 

@@ -143,8 +143,12 @@ def kubelet_config(node: RealNode, pki_dir: Path) -> dict[str, Any]:
         "podLogsDir": str(node.dir / "pod-logs"),
         "failSwapOn": False,
         "serializeImagePulls": False,
-        # The test disk is shared with builds: never evict or garbage-collect images for disk pressure.
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        # The test disk is shared with builds: never evict pods or garbage-collect images for disk pressure.
+        # As kind does: 0% turns a disk signal off; all four are named so that none falls back to a default
+        # (nodefs.inodesFree 5%, ...). At 1% a build filling the shared disk set DiskPressure: running e2e
+        # pods were evicted (exit 137) and their replacements stayed Pending on the node's taint.
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "0%", "nodefs.inodesFree": "0%",
+                         "imagefs.available": "0%", "imagefs.inodesFree": "0%"},
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "nodeStatusUpdateFrequency": "2s",

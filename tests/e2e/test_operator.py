@@ -1,0 +1,75 @@
+"""The kubetrain controller on the real node (issue 11, item 5, last bullet).
+
+The controller runs as its own process under its ServiceAccount's token and exactly the manifests' RBAC
+(tests/controller/operator_env.py). A TrainingJob created with the raw client (what `kubectl apply` does)
+becomes a PyTorchJob whose pods really train on the node; the TrainingJob's status mirrors Running, then
+Succeeded, with progress read from the real master's log; `kubetrain status` and `logs` work on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.controller.operator_env import Operator, create, install, phase_is, pytorchjob, sa_kubeconfig, tj
+from tests.harness.helpers import wait_for
+
+from .conftest import Cli
+from .test_digits import _metrics
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+NAME = "digits-op"
+
+
+@pytest.fixture
+def operator(controlplane: Any, real_node: Any, namespace: str, tmp_path: Path) -> Iterator[Operator]:
+    admin = controlplane.api_client()
+    install(admin)
+    config = sa_kubeconfig(admin, controlplane.kubeconfig, tmp_path / "sa.kubeconfig")
+    op = Operator(config, tmp_path / "controller.log", "--watch-namespace", namespace, "--lease-name",
+                  f"lease-{namespace}", "--progress-interval", "1", "--lease-duration", "4")
+    yield op
+    op.stop()
+
+
+def _training_job(project: Path, image: str, namespace: str) -> dict[str, Any]:
+    """The digits spec as a cluster object: the code comes from the image (a TrainingJob applied with
+    kubectl cannot point at a local directory; `submit --controller` would upload it)."""
+    doc = yaml.safe_load((project / "kubetrain.yaml").read_text())
+    spec = doc["spec"]
+    spec.pop("code")
+    spec.pop("build")
+    spec.update(image=image, checkpoint={"dir": f"/ckpt/{NAME}", "everySteps": 50, "keep": 1})
+    spec["train"]["epochs"] = 6
+    return {**doc, "metadata": {"name": NAME, "namespace": namespace}}
+
+
+def test_controller_runs_a_trainingjob_on_the_real_node(k8s: Any, cli: Cli, image: str, project: Path,
+                                                        namespace: str, claim: Path, operator: Operator) -> None:
+    created = create(k8s, _training_job(project, image, namespace))
+    child = wait_for(lambda: pytorchjob(k8s, namespace, NAME), "the child PyTorchJob", 60)
+    assert child["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
+    # Progress read from the running master's log tail while it trains.
+    running = wait_for(lambda: (o := phase_is(k8s, namespace, NAME, "Running"))
+                       and (o["status"].get("progress") or {}).get("step") and o, "Running with progress", 600)
+    progress = running["status"]["progress"]
+    assert progress["totalSteps"] > progress["step"] > 0 and float(progress["loss"]) > 0, progress
+    status = cli("status", NAME, "-n", namespace)
+    assert f"{namespace}/{NAME}: Running" in status.stdout, status.stdout
+
+    done = wait_for(lambda: phase_is(k8s, namespace, NAME, "Succeeded"), "phase Succeeded", 900)
+    assert any(c["type"] == "Succeeded" and c["status"] == "True" for c in done["status"]["conditions"])
+    logged = cli("logs", NAME, "-n", namespace).stdout
+    end = _metrics(logged, "end")
+    assert end and _metrics(logged, "start")[0]["world_size"] == 2, logged[-2000:]
+    final = (tj(k8s, namespace, NAME) or {})["status"]["progress"]
+    # The last eval the controller saw is one the master logged (it polls every second while Running).
+    assert final["evalAccuracy"] in [r["eval_accuracy"] for r in _metrics(logged, "eval")], final
+    assert final["step"] >= progress["step"] and final["totalSteps"] == progress["totalSteps"], (progress, final)
+    status = cli("status", NAME, "-n", namespace)
+    assert f"{namespace}/{NAME}: Succeeded" in status.stdout, status.stdout
+    assert operator.proc.poll() is None, operator.text()[-3000:]
