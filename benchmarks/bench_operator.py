@@ -1,6 +1,9 @@
 """The operator at scale on the kwok cluster (tests/testenv): 1,000 TrainingJobs applied at once.
 
-    .venv/bin/python benchmarks/bench_operator.py [--jobs 1000] [--progress-jobs 100]
+    .venv/bin/python benchmarks/bench_operator.py [--jobs 1000] [--progress-jobs 100] [--workers 16]
+    .venv/bin/python benchmarks/bench_operator.py --jobs 200 --progress-jobs 0     # a quick run
+
+Targets (issue 11), printed with the results: >= 20 jobs/s, peak RSS < 300 MiB, no polling storm when idle.
 
 The controller runs as its own process under its ServiceAccount's token (the manifests' RBAC), as in
 tests/controller. Measured:
@@ -65,7 +68,11 @@ def make_namespace(core: Any, name: str) -> None:
          "default ServiceAccount", 30)
 
 
-def burst(cp: Any, sa: Path, tmp: Path, count: int) -> None:
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def burst(cp: Any, sa: Path, tmp: Path, count: int, workers: int) -> None:
     import kubernetes
 
     from tests.controller.operator_env import GROUP, PLURAL, VERSION, Operator, training_job
@@ -74,9 +81,10 @@ def burst(cp: Any, sa: Path, tmp: Path, count: int) -> None:
     core, custom = kubernetes.client.CoreV1Api(admin), kubernetes.client.CustomObjectsApi(admin)
     make_namespace(core, "burst")
     op = Operator(sa, tmp / "burst.log", "--watch-namespace", "burst", "--progress-interval", "0",
-                  "--workers", "8", "--lease-name", "bench-burst")
+                  "--workers", str(workers), "--lease-name", "bench-burst")
     wait(lambda: "caches synced" in op.text(), "controller ready", 60)
     cpu0 = cpu_seconds(op.pid)
+    load_before = load_average()
     bodies = [training_job(f"job-{i:04d}", "burst", nodes=1) for i in range(count)]
     began = time.monotonic()
     with ThreadPoolExecutor(16) as pool:
@@ -91,18 +99,22 @@ def burst(cp: Any, sa: Path, tmp: Path, count: int) -> None:
         return len(children) == count and len(mirrored) == count
 
     done = wait(converged, "convergence", 1800) - began
-    after, cpu = metrics(op), cpu_seconds(op.pid) - cpu0
+    after, cpu, load_after = metrics(op), cpu_seconds(op.pid) - cpu0, load_average()
     time.sleep(10)
     idle = metrics(op)["api_requests_total"] - after["api_requests_total"]
     memory = proc_status(op.pid)
     op.stop()
-    print(f"burst of {count} TrainingJobs: all created by the client in {applied:.1f} s; every child and status "
-          f"in {done:.1f} s = {count / done:.1f} jobs/s; controller CPU {cpu:.1f} s")
+    print(f"burst of {count} TrainingJobs, {workers} workers, load average {load_before} before, {load_after} "
+          f"after: all created by the client in {applied:.1f} s; every child and status in {done:.1f} s = "
+          f"{count / done:.1f} jobs/s (target >= 20); controller CPU {cpu:.1f} s")
     verbs = ", ".join(k.split(chr(34))[1] + f"={v:.0f}" for k, v in after.items() if k.startswith("api_requests{"))
     print(f"controller: peak RSS {memory['VmHWM']} MiB (now {memory['VmRSS']} MiB); "
           f"{after['api_requests_total'] / count:.2f} API requests per job "
           f"({verbs}); "
-          f"{after['reconciles_total'] / count:.2f} reconciles per job; {idle:.0f} requests in 10 idle s")
+          f"{after['reconciles_total'] / count:.2f} reconciles per job, render cache hits "
+          f"{after.get('render_cache_hits_total', 0):.0f} / misses {after.get('render_cache_misses_total', 0):.0f}; "
+          f"Events sent {after.get('events_sent_total', 0):.0f}, dropped {after.get('events_dropped_total', 0):.0f}; "
+          f"{idle:.0f} requests in 10 idle s (target: Lease renewals only, ~5; RSS target < 300 MiB)")
     core.delete_namespace("burst")
 
 
@@ -153,6 +165,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--progress-jobs", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=16, help="the controller's --workers in the burst")
     args = parser.parse_args()
 
     from tests.controller.operator_env import install, sa_kubeconfig
@@ -164,7 +177,7 @@ def main() -> None:
         if args.progress_jobs:
             progress(cp, sa, Path(tmp), args.progress_jobs)
         if args.jobs:
-            burst(cp, sa, Path(tmp), args.jobs)
+            burst(cp, sa, Path(tmp), args.jobs, args.workers)
 
 
 if __name__ == "__main__":
