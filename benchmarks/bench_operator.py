@@ -68,6 +68,20 @@ def make_namespace(core: Any, name: str) -> None:
          "default ServiceAccount", 30)
 
 
+def settle(op: Any, timeout: float = 120) -> float:
+    """Seconds until the controller made no request but Lease renewals for 4 s: the training-operator keeps
+    moving the children (Created, pods Running) after convergence, and each move is a status write."""
+    began = time.monotonic()
+    last = metrics(op)["api_requests_total"]
+    while time.monotonic() - began < timeout:
+        time.sleep(4)
+        now = metrics(op)["api_requests_total"]
+        if now - last <= 2:
+            break
+        last = now
+    return time.monotonic() - began
+
+
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -100,21 +114,28 @@ def burst(cp: Any, sa: Path, tmp: Path, count: int, workers: int) -> None:
 
     done = wait(converged, "convergence", 1800) - began
     after, cpu, load_after = metrics(op), cpu_seconds(op.pid) - cpu0, load_average()
+    settled = settle(op)
+    quiet = metrics(op)["api_requests_total"]
     time.sleep(10)
-    idle = metrics(op)["api_requests_total"] - after["api_requests_total"]
+    idle = metrics(op)["api_requests_total"] - quiet
     memory = proc_status(op.pid)
     op.stop()
     print(f"burst of {count} TrainingJobs, {workers} workers, load average {load_before} before, {load_after} "
           f"after: all created by the client in {applied:.1f} s; every child and status in {done:.1f} s = "
           f"{count / done:.1f} jobs/s (target >= 20); controller CPU {cpu:.1f} s")
     verbs = ", ".join(k.split(chr(34))[1] + f"={v:.0f}" for k, v in after.items() if k.startswith("api_requests{"))
+    latency = ", ".join(f"{verb} {after[f'api_request_seconds{{verb={chr(34)}{verb}{chr(34)}}}'] / n * 1000:.0f} ms"
+                        for verb, n in ((k.split(chr(34))[1], v) for k, v in after.items()
+                                        if k.startswith("api_requests{")) if n and verb != "WATCH")
     print(f"controller: peak RSS {memory['VmHWM']} MiB (now {memory['VmRSS']} MiB); "
           f"{after['api_requests_total'] / count:.2f} API requests per job "
           f"({verbs}); "
           f"{after['reconciles_total'] / count:.2f} reconciles per job, render cache hits "
           f"{after.get('render_cache_hits_total', 0):.0f} / misses {after.get('render_cache_misses_total', 0):.0f}; "
           f"Events sent {after.get('events_sent_total', 0):.0f}, dropped {after.get('events_dropped_total', 0):.0f}; "
-          f"{idle:.0f} requests in 10 idle s (target: Lease renewals only, ~5; RSS target < 300 MiB)")
+          f"{idle:.0f} requests in 10 idle s after {settled:.0f} s of settling (target: Lease renewals only, ~5; "
+          f"RSS target < 300 MiB)")
+    print(f"controller: mean API latency per request (to the response headers): {latency}")
     core.delete_namespace("burst")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -22,10 +23,12 @@ HTTP_METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE"}
 
 
 class RequestCounter:
-    """Counts every API request an ApiClient makes, by HTTP method (for /metrics and the benchmark)."""
+    """Counts every API request an ApiClient makes and the seconds spent waiting for the response headers,
+    by HTTP method (for /metrics and the benchmark: where a reconcile's time goes)."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self.counts: Counter[str] = Counter()
+        self.seconds: Counter[str] = Counter()
         self._lock = threading.Lock()
         original = api.call_api
 
@@ -33,9 +36,13 @@ class RequestCounter:
             # The client's call_api(method, url, ...) (openapi-generator 7): the URL holds the query string.
             method, url = (str(a) for a in [*args, "", ""][:2])
             verb = "WATCH" if "watch=true" in url else method if method in HTTP_METHODS else "OTHER"
-            with self._lock:
-                self.counts[verb] += 1
-            return original(*args, **kwargs)
+            began = time.monotonic()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self.counts[verb] += 1
+                    self.seconds[verb] += time.monotonic() - began
 
         api.call_api = counted  # type: ignore[method-assign]
 

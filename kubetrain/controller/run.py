@@ -85,4 +85,5 @@ def _metrics(state: dict[str, Controller], started: float) -> dict[str, float]:
                    render_cache_misses_total=controller.desired.misses)
         for verb, count in sorted(controller.counter.counts.items()):
             out[f'api_requests{{verb="{verb}"}}'] = count
+            out[f'api_request_seconds{{verb="{verb}"}}'] = round(controller.counter.seconds[verb], 3)
     return out
