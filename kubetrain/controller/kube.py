@@ -17,7 +17,7 @@ from kubetrain.controller.reconcile import now
 
 log = logging.getLogger("kubetrain.controller")
 COMPONENT = "kubetrain-controller"
-MAX_PENDING = 1000  # Events waiting to be sent; beyond that they are dropped (and counted), never queued forever
+MAX_PENDING = 4096  # Events waiting to be sent; beyond that they are dropped (and counted), never queued forever
 SENDERS = 4  # parallel POSTs: each waits a round trip, and a burst of creates records one Event per job
 
 
@@ -108,6 +108,10 @@ class EventRecorder:
                         body["involvedObject"]["name"], failure)
         else:
             self.sent += 1
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._pending) + self._busy
 
     def flush(self, timeout: float) -> bool:
         """Wait until every recorded Event was sent (True) or `timeout` seconds passed (False)."""

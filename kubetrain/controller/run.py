@@ -81,6 +81,7 @@ def _metrics(state: dict[str, Controller], started: float) -> dict[str, float]:
                    trainingjobs=len(controller.jobs.items()), progress_rounds_total=controller.progress_rounds,
                    progress_seconds_total=round(controller.progress_seconds, 3),
                    events_sent_total=controller.events.sent, events_dropped_total=controller.events.dropped,
+                   events_pending=controller.events.pending(),
                    render_cache_hits_total=controller.desired.hits,
                    render_cache_misses_total=controller.desired.misses)
         for verb, count in sorted(controller.counter.counts.items()):
