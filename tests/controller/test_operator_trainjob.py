@@ -62,12 +62,14 @@ def conditions(k8s: Any, namespace: str, name: str) -> dict[str, dict[str, Any]]
     return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
 
 
-def until(k8s: Any, namespace: str, name: str, kind: str, reason: str, timeout: float = 90) -> dict[str, Any]:
-    """The TrainingJob's conditions once `kind` is True with `reason`."""
+def until(k8s: Any, namespace: str, name: str, kind: str, reason: str, timeout: float = 90, says: str = ""
+          ) -> dict[str, Any]:
+    """The TrainingJob's conditions once `kind` is True with `reason` (and a message containing `says`)."""
     def check() -> dict[str, dict[str, Any]] | None:
         found = conditions(k8s, namespace, name)
         wanted = found.get(kind) or {}
-        return found if wanted.get("status") == "True" and wanted.get("reason") == reason else None
+        return found if wanted.get("status") == "True" and wanted.get("reason") == reason \
+            and says in wanted.get("message", "") else None
 
     found: dict[str, Any] = wait_for(check, f"{name}: {kind}=True ({reason})", timeout)
     return found
@@ -82,7 +84,8 @@ def test_queued_and_admitted_follow_the_workload(kueue: Any, k8s: Any, namespace
     assert (first["Queued"]["status"], first["Queued"]["reason"]) == ("False", "Admitted")
 
     create(k8s, queued_job("second", namespace))
-    second = until(k8s, namespace, "second", "Queued", "Pending")
+    # Kueue first creates the Workload, then says why it cannot admit it: the message follows.
+    second = until(k8s, namespace, "second", "Queued", "Pending", says="insufficient")
     message = second["Queued"]["message"]
     assert message.startswith("Kueue: pending in LocalQueue team-b, position 1: "), message
     assert "insufficient" in message and second["Admitted"]["status"] == "False"
