@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 from kubernetes import client
@@ -28,7 +28,7 @@ class RequestCounter:
 
     def __init__(self, api: client.ApiClient) -> None:
         self.counts: Counter[str] = Counter()
-        self.seconds: Counter[str] = Counter()
+        self.seconds: dict[str, float] = defaultdict(float)
         self._lock = threading.Lock()
         original = api.call_api
 
