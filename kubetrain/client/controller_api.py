@@ -15,6 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.client import watch
+from kubetrain.client.rest import rest_of
 
 ApiClient = client.ApiClient
 # What a failed list/watch raises besides urllib3's errors (the informer backs off and re-lists on any).
@@ -23,28 +24,38 @@ HTTP_METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE"}
 
 
 class RequestCounter:
-    """Counts every API request an ApiClient makes and the seconds spent waiting for the response headers,
+    """Counts every API request made through an ApiClient — its typed calls and the kubetrain REST client
+    over it (pod lists, discovery, Kueue reads) — and the seconds spent waiting for the response headers,
     by HTTP method (for /metrics and the benchmark: where a reconcile's time goes)."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self.counts: Counter[str] = Counter()
         self.seconds: dict[str, float] = defaultdict(float)
         self._lock = threading.Lock()
-        original = api.call_api
+        typed, rest = api.call_api, rest_of(api)
+        plain = rest.request
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             # The client's call_api(method, url, ...) (openapi-generator 7): the URL holds the query string.
             method, url = (str(a) for a in [*args, "", ""][:2])
-            verb = "WATCH" if "watch=true" in url else method if method in HTTP_METHODS else "OTHER"
-            began = time.monotonic()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                with self._lock:
-                    self.counts[verb] += 1
-                    self.seconds[verb] += time.monotonic() - began
+            return self._timed("WATCH" if "watch=true" in url else method, typed, args, kwargs)
+
+        def counted_rest(method: str, path: str, query: Any = None, *args: Any, **kwargs: Any) -> Any:
+            verb = "WATCH" if query and query.get("watch") else method
+            return self._timed(verb, plain, (method, path, query, *args), kwargs)
 
         api.call_api = counted  # type: ignore[method-assign]
+        rest.request = counted_rest  # type: ignore[method-assign]
+
+    def _timed(self, verb: str, call: Any, args: Any, kwargs: Any) -> Any:
+        verb = verb if verb in HTTP_METHODS or verb == "WATCH" else "OTHER"
+        began = time.monotonic()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            with self._lock:
+                self.counts[verb] += 1
+                self.seconds[verb] += time.monotonic() - began
 
     def total(self) -> int:
         with self._lock:

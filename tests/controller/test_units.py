@@ -221,3 +221,18 @@ def test_events_are_sent_in_the_background_and_aggregated(monkeypatch: pytest.Mo
     assert recorder.flush(10)
     recorder.close()
     assert sent == [("Created", 1), ("SpecChanged", 3)] and recorder.sent == 2
+
+
+def test_request_counter_counts_typed_and_rest_requests() -> None:
+    from kubernetes import client
+
+    from kubetrain.client.controller_api import RequestCounter
+    from kubetrain.client.rest import rest_of
+
+    api = client.ApiClient(client.Configuration(host="https://127.0.0.1:1"))  # nothing listens on port 1
+    counter = RequestCounter(api)
+    with pytest.raises(Exception):  # noqa: B017 - refused: only the count matters here
+        rest_of(api).request("GET", "/api/v1/pods", {"watch": True}, retry=False)
+    with pytest.raises(Exception):  # noqa: B017
+        api.call_api("PATCH", "https://127.0.0.1:1/apis/x", _request_timeout=1)
+    assert dict(counter.counts) == {"WATCH": 1, "PATCH": 1} and counter.total() == 2
