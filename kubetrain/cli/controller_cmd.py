@@ -44,7 +44,7 @@ def controller() -> None:
               help="Name of the Lease.")
 @click.option("--lease-duration", type=click.FloatRange(min=2), default=15.0, show_default=True,
               metavar="SECONDS", help="How long a silent leader keeps the Lease.")
-@click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True,
+@click.option("--workers", type=click.IntRange(1, 64), default=16, show_default=True,
               help="Objects reconciled in parallel.")
 @click.option("--update-policy", type=click.Choice(["report", "recreate"]), default="report", show_default=True,
               help="A spec change to an existing job: report it as a condition, or recreate the child. "

@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubernetes import client
-
 from kubetrain.client import apply, targets
-from kubetrain.client.apply import APPLY_PATCH, FIELD_MANAGER
-from kubetrain.client.errors import as_dict, cluster_errors
-from kubetrain.controller.crd import GROUP, NAME, PLURAL, VERSION
+from kubetrain.client.controller_api import ApiClient
+from kubetrain.client.errors import cluster_errors
+from kubetrain.controller.crd import NAME
 from kubetrain.controller.reconcile import CODE_ANNOTATION
 from kubetrain.errors import ClusterError, Problem, SpecError
 from kubetrain.spec.load import LoadedSpec
@@ -49,7 +47,7 @@ def code_volume(obj: Any) -> dict[str, Any] | None:
     return None
 
 
-def hand_over(api: client.ApiClient, body: dict[str, Any], configmaps: list[dict[str, Any]], dry_run: str | None
+def hand_over(api: ApiClient, body: dict[str, Any], configmaps: list[dict[str, Any]], dry_run: str | None
               ) -> dict[str, Any]:
     """Server-side apply the code ConfigMap, then the TrainingJob, then make the TrainingJob own the ConfigMap
     (the garbage collector deletes it with the job). Client dry run: return the TrainingJob unchanged."""
@@ -59,14 +57,9 @@ def hand_over(api: client.ApiClient, body: dict[str, Any], configmaps: list[dict
         if not targets.served(api, targets.TRAININGJOB):
             raise ClusterError(f"--controller: the cluster does not serve {NAME}: install the operator with "
                                "`kubetrain controller install` (docs/operator.md), or submit without --controller")
-    meta = body["metadata"]
     for configmap in configmaps:  # first: the controller reads it as soon as the TrainingJob exists
         apply.apply_configmap(api, configmap, dry_run is not None)
-    with cluster_errors(f"apply {NAME} {meta['name']} in namespace {meta['namespace']}"):
-        response = client.CustomObjectsApi(api).patch_namespaced_custom_object(
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body, field_manager=FIELD_MANAGER,
-            dry_run="All" if dry_run else None, _content_type=APPLY_PATCH, _preload_content=False)
-        applied = as_dict(json.loads(response.data))  # type: ignore[attr-defined]
+    applied = apply.apply_object(api, targets.TRAININGJOB, body, dry_run=dry_run is not None)
     for configmap in configmaps:
         apply.apply_configmap(api, apply.with_owner(configmap, applied), dry_run is not None)
     return applied

@@ -12,9 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from kubetrain.client import watch
+from kubetrain.client.controller_api import WATCH_ERRORS
 
 log = logging.getLogger("kubetrain.controller")
 Key = tuple[str, str]
@@ -47,7 +46,7 @@ class Informer:
                         return
                     self._apply(event)
                     delay = 1.0
-            except (ApiException, OSError, ValueError) as exc:
+            except WATCH_ERRORS as exc:
                 log.warning("%s: watch failed (%s); re-listing in %.0fs", self.name, exc, delay)
             except Exception as exc:  # urllib3 errors and the like: never let the informer thread die
                 log.warning("%s: watch failed (%s: %s); re-listing in %.0fs", self.name, type(exc).__name__,

@@ -4,7 +4,7 @@ The base is plain YAML (namespace, ServiceAccount, RBAC, Deployment, and ../crd)
 manifests/controller` and `kubetrain controller install` apply the very same objects. Reading it needs no
 kustomize: `resources` entries are files or directories with their own kustomization.yaml; JSON6902
 `patches` (the namespaced variant) are applied with jsonpatch-like `add` only.
-Applying uses the kubernetes client's DynamicClient (discovery maps kind → resource; server-side apply).
+Applying is kubetrain.client.manifests' (the kubernetes client's DynamicClient: discovery maps kind → resource).
 """
 
 from __future__ import annotations
@@ -84,40 +84,13 @@ def _set_watched_namespace(obj: dict[str, Any], namespace: str) -> None:
 
 def apply_all(api: Any, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
     """Server-side apply each object; returns `kind/name` lines."""
-    from kubernetes.dynamic import DynamicClient
+    from kubetrain.client.manifests import apply_all as apply_objects
 
-    from kubetrain.client.errors import cluster_errors
-
-    dynamic: Any = DynamicClient(api)  # type: ignore[no-untyped-call]
-    done = []
-    for obj in objects:
-        meta = obj["metadata"]
-        with cluster_errors(f"apply {obj['kind']} {meta['name']}"):
-            resource = dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            dynamic.server_side_apply(resource, body=obj, name=meta["name"], namespace=meta.get("namespace"),
-                                      field_manager=FIELD_MANAGER, force_conflicts=True,
-                                      dry_run="All" if dry_run else None)
-        done.append(f"{obj['kind'].lower()}/{meta['name']}")
-    return done
+    return apply_objects(api, objects, FIELD_MANAGER, dry_run)
 
 
 def delete_all(api: Any, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
     """Delete in reverse order; missing objects are fine (uninstall twice is a no-op)."""
-    from kubernetes.dynamic import DynamicClient
-    from kubernetes.dynamic.exceptions import NotFoundError
+    from kubetrain.client.manifests import delete_all as delete_objects
 
-    from kubetrain.client.errors import cluster_errors
-
-    dynamic: Any = DynamicClient(api)  # type: ignore[no-untyped-call]
-    done = []
-    for obj in reversed(objects):
-        meta = obj["metadata"]
-        with cluster_errors(f"delete {obj['kind']} {meta['name']}"):
-            resource = dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-            try:
-                dynamic.delete(resource, name=meta["name"], namespace=meta.get("namespace"),
-                               dry_run="All" if dry_run else None)
-            except NotFoundError:
-                continue
-        done.append(f"{obj['kind'].lower()}/{meta['name']}")
-    return done
+    return delete_objects(api, objects, dry_run)

@@ -10,15 +10,14 @@ leaders can overlap by at most duration - renew_deadline. A clean shutdown relea
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from kubetrain.client.controller_api import ApiClient
+from kubetrain.client.lease import LeaseConflict, LeaseError, Leases
 
 log = logging.getLogger("kubetrain.controller")
 
@@ -28,11 +27,11 @@ def micro_time(when: dt.datetime | None = None) -> str:
 
 
 class LeaseElector:
-    def __init__(self, api: client.ApiClient, namespace: str, name: str, identity: str, duration: float = 15,
+    def __init__(self, api: ApiClient, namespace: str, name: str, identity: str, duration: float = 15,
                  renew_deadline: float = 10, retry: float = 2) -> None:
         self.api, self.namespace, self.name, self.identity = api, namespace, name, identity
         self.duration, self.renew_deadline, self.retry = duration, renew_deadline, retry
-        self._coord = client.CoordinationV1Api(api)
+        self._leases = Leases(api, namespace, name)
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
 
@@ -62,21 +61,20 @@ class LeaseElector:
 
     def try_acquire_or_renew(self) -> bool:
         try:
-            lease = self._read()
+            lease = self._leases.read()
             if lease is None:
-                self._coord.create_namespaced_lease(self.namespace, self._record(None))  # type: ignore[arg-type]
+                self._leases.create(self._record(None))
                 return True
             spec = lease.get("spec") or {}
             holder = spec.get("holderIdentity") or ""
             if holder and holder != self.identity and not self._expired(spec):
                 return False
-            body = {**self._record(lease), "metadata": lease["metadata"]}
-            self._coord.replace_namespaced_lease(self.name, self.namespace, body)  # type: ignore[arg-type]
+            self._leases.replace({**self._record(lease), "metadata": lease["metadata"]})
             return True
-        except ApiException as exc:
-            if exc.status in (409, 422):  # someone else wrote first
-                return False
-            log.warning("leader election: %s", exc.reason)
+        except LeaseConflict:  # someone else wrote first
+            return False
+        except LeaseError as exc:
+            log.warning("leader election: %s", exc)
             return False
         except Exception as exc:  # unreachable API server: not leading this round
             log.warning("leader election: %s", exc)
@@ -84,23 +82,12 @@ class LeaseElector:
 
     def release(self) -> None:
         try:
-            lease = self._read()
+            lease = self._leases.read()
             if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                 spec = {**lease["spec"], "holderIdentity": "", "leaseDurationSeconds": 1}
-                body = {**lease, "spec": spec}
-                self._coord.replace_namespaced_lease(self.name, self.namespace, body)  # type: ignore[arg-type]
+                self._leases.replace({**lease, "spec": spec})
         except Exception as exc:  # best effort; the Lease expires anyway
             log.warning("leader election: could not release the Lease: %s", exc)
-
-    def _read(self) -> dict[str, Any] | None:
-        try:
-            response = self._coord.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        lease: dict[str, Any] = json.loads(response.data)  # type: ignore[attr-defined]
-        return lease
 
     def _expired(self, spec: dict[str, Any]) -> bool:
         record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"))

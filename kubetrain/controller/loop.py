@@ -14,15 +14,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from kubernetes import client
-
-from kubetrain.client import apply, targets, watch
+from kubetrain.client import apply, controller_api, queues, targets, watch
+from kubetrain.client.controller_api import ApiClient
 from kubetrain.client.targets import Target
-from kubetrain.controller import kube, mirror
+from kubetrain.controller import kube, kueue, mirror
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
 from kubetrain.controller.informer import Informer, Key, wait_synced
 from kubetrain.controller.queue import WorkQueue
-from kubetrain.controller.reconcile import Desired, desired, owned_by, owner_name, update_policy
+from kubetrain.controller.reconcile import Desired, DesiredCache, owned_by, owner_name, update_policy
 
 log = logging.getLogger("kubetrain.controller")
 MANAGED = "app.kubernetes.io/managed-by=kubetrain"
@@ -32,7 +31,7 @@ CONFIGMAP_CACHE = 16  # code ConfigMaps kept in memory (each ≤ 1 MiB)
 @dataclass(frozen=True)
 class Settings:
     namespace: str | None = None  # None: every namespace (ClusterRole); else only this one (Role)
-    workers: int = 4
+    workers: int = 16
     update_policy: str = "report"  # report | recreate (a TrainingJob's annotation overrides it)
     progress_interval: float = 30.0  # seconds between progress reads of a running job; 0 disables
     progress_tail: int = 200  # log lines read per progress read (the tail only)
@@ -40,17 +39,24 @@ class Settings:
 
 @dataclass
 class Controller:
-    api: client.ApiClient
+    api: ApiClient
     settings: Settings
     stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.queue = WorkQueue()
-        self.counter = kube.RequestCounter(self.api)
+        # Workers, informers, Event senders and the progress reader each hold at most one connection.
+        controller_api.widen_pool(self.api, self.settings.workers + len(targets.TARGETS) + kube.SENDERS + 4)
+        self.counter = controller_api.RequestCounter(self.api)
+        self.events = kube.EventRecorder(self.api)
+        self.desired = DesiredCache()
         self.served = [t.name for t in targets.installed(self.api)]
         self.jobs = self._informer(GROUP, VERSION, PLURAL, self._on_job)
         self.children = {t.kind: self._informer(t.group, t.version, t.plural, self._on_child, label_selector=MANAGED)
                          for t in targets.TARGETS.values() if t.name in self.served}
+        kueue_version = kueue.served_version(self.api)  # Kueue installed later: restart the controller
+        self.workloads = (self._informer(queues.GROUP, kueue_version, kueue.PLURAL, self._on_workload)
+                          if kueue_version else None)
         self.configmaps: dict[Key, dict[str, Any]] = {}
         # The child as we last applied it: its generation tells drift apart, and it stands in for the cache
         # until the watch delivers it (no second create, no duplicate Event).
@@ -63,17 +69,16 @@ class Controller:
         self.threads: list[threading.Thread] = []
 
     def _informer(self, group: str, version: str, plural: str, handler: Any, **kwargs: Any) -> Informer:
-        api = client.CustomObjectsApi(self.api)
+        list_fn = controller_api.custom_list_fn(self.api, self.settings.namespace)
         scope: dict[str, Any] = {"group": group, "version": version, "plural": plural, **kwargs}
         if self.settings.namespace:
-            return Informer(plural, api.list_namespaced_custom_object, handler,
-                            namespace=self.settings.namespace, **scope)
-        return Informer(plural, api.list_cluster_custom_object, handler, **scope)
+            scope["namespace"] = self.settings.namespace
+        return Informer(plural, list_fn, handler, **scope)
 
     # ------------------------------------------------------------------ running
     def start(self) -> None:
         """Start informers and workers; returns once the caches have synced."""
-        informers = [self.jobs, *self.children.values()]
+        informers = [self.jobs, *self.children.values(), *([self.workloads] if self.workloads else [])]
         for informer in informers:
             self._spawn(informer.run, self.stop, name=f"informer-{informer.name}")
         wait_synced(informers, self.stop)
@@ -90,6 +95,7 @@ class Controller:
     def shutdown(self) -> None:
         self.stop.set()
         self.queue.close()
+        self.events.close()
 
     def _work(self) -> None:
         while not self.stop.is_set():
@@ -121,6 +127,24 @@ class Controller:
                 self.applied.pop(key, None)  # deleted: the next reconcile creates it again
             self.queue.add(key)
 
+    def _on_workload(self, wl: dict[str, Any]) -> None:
+        key = kueue.owner_key(wl)
+        if key is None or self.jobs.get(key) is None:
+            return
+        self.queue.add(key)
+        if self.workloads is not None and not kueue.waiting(wl):  # the positions behind it moved up
+            for sibling in kueue.siblings(wl, self.workloads.items()):
+                self.queue.add(sibling)
+
+    def _queued(self, want: Desired, child: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+        """Queued/Admitted from the child's Workload; None without Kueue or without a queue."""
+        queue = want.job.spec.scheduling.queue if want.job else None
+        if not queue or self.workloads is None:
+            return None
+        namespace = want.job.metadata.namespace if want.job else None
+        candidates = [w for w in self.workloads.items() if (w.get("metadata") or {}).get("namespace") == namespace]
+        return kueue.conditions(queue, child, candidates)
+
     # ------------------------------------------------------------------ reconcile
     def reconcile(self, key: Key) -> None:
         self.reconciles += 1
@@ -129,13 +153,14 @@ class Controller:
             self.applied.pop(key, None)
             self.written.pop(str(((obj or {}).get("metadata") or {}).get("uid")), None)
             return  # the garbage collector deletes the children (controller ownerReferences)
-        want = desired(obj, self.served, self._configmap)
+        want = self.desired.get(obj, self.served, self._configmap)
         child: dict[str, Any] | None = None
         extra: list[dict[str, Any]] = []
         if not want.problems:
             child, extra = self._sync_child(key, obj, want)
         latest = self._latest(obj)
-        self._write_status(obj, latest.get("status") or {}, mirror.status_for(latest, want, child, extra))
+        status = mirror.status_for(latest, want, child, extra, self._queued(want, child))
+        self._write_status(obj, latest.get("status") or {}, status)
 
     def _sync_child(self, key: Key, obj: dict[str, Any], want: Desired
                     ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -162,7 +187,7 @@ class Controller:
         result = apply.apply_object(self.api, target, child, force=True)
         self.applied[key] = result
         if created:
-            kube.record_event(self.api, obj, "Normal", "Created", f"created {target.kind} {key[1]}")
+            self.events.record(obj, "Normal", "Created", f"created {target.kind} {key[1]}")
         return result
 
     def _spec_changed(self, obj: dict[str, Any], child: dict[str, Any], target: Target, want: Desired
@@ -172,7 +197,7 @@ class Controller:
         if policy == "recreate":
             kube.delete_child(self.api, child, target.plural)
             self.applied.pop(key_of(obj), None)
-            kube.record_event(self.api, obj, "Normal", "Recreating", f"spec changed ({old} → {new}): deleting "
+            self.events.record(obj, "Normal", "Recreating", f"spec changed ({old} → {new}): deleting "
                               f"{target.kind} {child['metadata']['name']} to recreate it (update policy recreate)")
             return [mirror.condition("SpecChanged", True, "Recreating", f"spec hash {old} → {new}; recreating")]
         message = (f"spec changed (spec hash {old} → {new}) but the {target.kind} keeps running the old spec: "
@@ -209,7 +234,7 @@ class Controller:
         kube.patch_status(self.api, meta["namespace"], meta["name"], _with_nulls(old, status))
         self.written[meta["uid"]] = mine
         for kind, reason, message in mirror.transitions(previous, status):
-            kube.record_event(self.api, obj, kind, reason, message)
+            self.events.record(obj, kind, reason, message)
 
 
 UPDATE_HINT = "kubetrain.dev/update-policy=recreate"

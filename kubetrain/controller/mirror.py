@@ -15,14 +15,17 @@ def condition(kind: str, true: bool, reason: str, message: str = "") -> dict[str
     return {"type": kind, "status": "True" if true else "False", "reason": reason, "message": message}
 
 
-def child_conditions(child: dict[str, Any] | None, phase: str, queue: str | None) -> list[dict[str, Any]]:
-    """Queued/Admitted (with a Kueue queue), Running, Succeeded, Failed: the child's state as conditions."""
-    out = []
-    if queue:
-        queued = child is None or phase in ("Pending", "Created", "Suspended")
-        out.append(condition("Queued", queued, "Suspended" if queued else "Admitted",
-                             f"waiting in Kueue queue {queue}" if queued else ""))
-        out.append(condition("Admitted", not queued, "Admitted" if not queued else "Waiting"))
+def child_conditions(child: dict[str, Any] | None, phase: str, queue: str | None,
+                     queued: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Queued/Admitted (with a Kueue queue), Running, Succeeded, Failed: the child's state as conditions.
+    `queued`: Queued/Admitted from the child's Kueue Workload (controller.kueue); without (no Workload API
+    served) they follow the child's suspension."""
+    out = list(queued or [])
+    if queue and queued is None:
+        waits = child is None or phase in ("Pending", "Created", "Suspended")
+        out.append(condition("Queued", waits, "Suspended" if waits else "Admitted",
+                             f"waiting in Kueue queue {queue}" if waits else ""))
+        out.append(condition("Admitted", not waits, "Admitted" if not waits else "Waiting"))
     message = _terminal_message(child) if child else ""
     out.append(condition("Running", phase in ("Running", "Restarting"), phase))
     out.append(condition("Succeeded", phase == "Succeeded", phase, message if phase == "Succeeded" else ""))
@@ -57,7 +60,7 @@ def times(child: dict[str, Any]) -> dict[str, str]:
 
 
 def status_for(obj: dict[str, Any], want: Desired, child: dict[str, Any] | None,
-               extra: list[dict[str, Any]]) -> dict[str, Any]:
+               extra: list[dict[str, Any]], queued: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The whole status: phase, conditions, replica counts, times, children, observedGeneration."""
     old = obj.get("status") or {}
     generation = (obj.get("metadata") or {}).get("generation")
@@ -67,7 +70,7 @@ def status_for(obj: dict[str, Any], want: Desired, child: dict[str, Any] | None,
     else:
         phase = jobs.state(child) if child else "Pending"
         queue = want.job.spec.scheduling.queue if want.job else None
-        conds = [condition("Valid", True, "Rendered"), *child_conditions(child, phase, queue)]
+        conds = [condition("Valid", True, "Rendered"), *child_conditions(child, phase, queue, queued)]
     status: dict[str, Any] = {"phase": phase, "observedGeneration": generation,
                               "conditions": _keep_times(old.get("conditions") or [], [*conds, *extra], generation)}
     if want.target:

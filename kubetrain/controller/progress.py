@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kubernetes import client
-
-from kubetrain.client import pods, targets
+from kubetrain.client import controller_api, pods, targets
+from kubetrain.client.controller_api import ApiClient
 from kubetrain.controller import kube
 from kubetrain.controller.informer import Informer
 from kubetrain.controller.reconcile import now
@@ -46,18 +45,16 @@ def progress_of(lines: list[str]) -> dict[str, Any] | None:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def read_tail(api: client.ApiClient, target: targets.Target, namespace: str, name: str, tail: int) -> list[str]:
+def read_tail(api: ApiClient, target: targets.Target, namespace: str, name: str, tail: int) -> list[str]:
     """The last `tail` lines of the first replica's log (master-0 / node-0-0); [] before it started."""
     replicas = [r for r in pods.job_replicas(api, target, namespace, name) if r.started]
     if not replicas:
         return []
     first = replicas[0]
-    text = client.CoreV1Api(api).read_namespaced_pod_log(first.pod, namespace, container=first.container,
-                                                         tail_lines=tail, limit_bytes=LIMIT_BYTES)
-    return str(text).splitlines()
+    return controller_api.pod_log_tail(api, namespace, first.pod, first.container, tail, LIMIT_BYTES)
 
 
-def poll_once(api: client.ApiClient, jobs: Informer, tail: int) -> int:
+def poll_once(api: ApiClient, jobs: Informer, tail: int) -> int:
     """Update status.progress of every Running TrainingJob; returns how many were read."""
     read = 0
     for obj in jobs.items():

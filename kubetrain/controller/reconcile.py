@@ -1,24 +1,31 @@
 """One TrainingJob → its desired child and its status. Pure functions of the observed objects (no I/O).
 
-The same pipeline as the CLI: `kubetrain.spec.load.validate_data` (typed model + cross-field checks, every
-problem at once, the same one-line messages), then `kubetrain.render.render_job`. `loop` does the I/O.
+The same pipeline as the CLI and kubetrain.api: `kubetrain.spec.load.validate_data` (what `load_spec` runs on
+a file: typed model + cross-field checks, every problem at once, the same one-line messages), then
+`kubetrain.render.loaded.render_loaded` (what `render`/`submit` run: target re-checks, then the renderer),
+given the code read from the cluster instead of a directory. `loop` does the I/O.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubetrain.controller.crd import GROUP, KIND, VERSION
-from kubetrain.errors import Problem, SpecError
-from kubetrain.render import RenderOptions, render_job, resolve_target
+from kubetrain.errors import Problem, RenderError, SpecError
+from kubetrain.render import resolve_target
 from kubetrain.render.code import CodeBundle
 from kubetrain.render.context import SPEC_HASH_ANNOTATION, code_configmap_name
-from kubetrain.spec.load import validate_data
+from kubetrain.render.loaded import render_loaded
+from kubetrain.spec.load import LoadedSpec, validate_data
 from kubetrain.spec.model import TrainingJob
 
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -69,17 +76,53 @@ def desired(obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = 
     """Load, check and render the object. `served`: the targets the cluster serves (pytorchjob, trainjob);
     `lookup` reads the code ConfigMap `kubetrain submit --controller` uploaded."""
     try:
-        job = validate_data(spec_data(obj), {}, "")
+        loaded = LoadedSpec(validate_data(spec_data(obj), {}, ""), "", Path("/"))
     except SpecError as exc:
         return Desired(None, None, None, exc.lines())
+    job = loaded.job
     code, problems = resolve_code(job, obj, lookup)
     target = resolve_target(job) if job.spec.target != "auto" else next(iter(served), "pytorchjob")
     if target not in served:
         problems.append(f"spec.target: {target}: the cluster does not serve it (install its operator)")
     if problems:
         return Desired(job, None, target, problems)
-    child = render_job(job, RenderOptions(code=code, namespace=job.metadata.namespace), target=target)[-1]
+    try:
+        child = render_loaded(loaded, target=target, namespace=job.metadata.namespace, code=code)[-1]
+    except (SpecError, RenderError) as exc:
+        return Desired(job, None, target, exc.lines())
     return Desired(job, owned(child, obj), target)
+
+
+class DesiredCache:
+    """`desired` per object content: a reconcile caused by a status or child change (most of them) does not
+    load and render the unchanged spec again. Only problem-free results are kept (a problem may be a
+    ConfigMap that appears later); bounded, least recently used first out."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self.hits = self.misses = 0
+        self._items: OrderedDict[str, Desired] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = None) -> Desired:
+        meta = obj.get("metadata") or {}
+        content = json.dumps([meta.get("uid"), spec_data(obj), annotation(obj, CODE_ANNOTATION), served],
+                             sort_keys=True, default=str)
+        key = hashlib.sha256(content.encode()).hexdigest()
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return found
+            self.misses += 1
+        want = desired(obj, served, lookup)
+        if not want.problems:
+            with self._lock:
+                self._items[key] = want
+                while len(self._items) > self.size:
+                    self._items.popitem(last=False)
+        return want
 
 
 def code_reference(obj: dict[str, Any]) -> tuple[str, list[dict[str, str]]] | None:

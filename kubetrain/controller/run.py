@@ -12,8 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from kubernetes import client
-
+from kubetrain.client.controller_api import ApiClient
 from kubetrain.controller import health, progress
 from kubetrain.controller.leader import LeaseElector
 from kubetrain.controller.loop import Controller, Settings
@@ -35,7 +34,7 @@ def identity() -> str:
     return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def run(api: client.ApiClient, settings: Settings, election: Election, probe_port: int) -> int:
+def run(api: ApiClient, settings: Settings, election: Election, probe_port: int) -> int:
     """Until SIGTERM/SIGINT (exit 0) or a lost Lease (exit 1, so the Deployment restarts us)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop, lost = threading.Event(), threading.Event()
@@ -80,7 +79,12 @@ def _metrics(state: dict[str, Controller], started: float) -> dict[str, float]:
         out.update(reconciles_total=controller.reconciles, reconcile_failures_total=controller.failures,
                    api_requests_total=controller.counter.total(), queue_depth=len(controller.queue),
                    trainingjobs=len(controller.jobs.items()), progress_rounds_total=controller.progress_rounds,
-                   progress_seconds_total=round(controller.progress_seconds, 3))
+                   progress_seconds_total=round(controller.progress_seconds, 3),
+                   events_sent_total=controller.events.sent, events_dropped_total=controller.events.dropped,
+                   events_pending=controller.events.pending(),
+                   render_cache_hits_total=controller.desired.hits,
+                   render_cache_misses_total=controller.desired.misses)
         for verb, count in sorted(controller.counter.counts.items()):
             out[f'api_requests{{verb="{verb}"}}'] = count
+            out[f'api_request_seconds{{verb="{verb}"}}'] = round(controller.counter.seconds[verb], 3)
     return out

@@ -1,6 +1,7 @@
 """Render a loaded spec file: read its code directory (the only I/O), re-check an overridden target, render.
 
-The one implementation behind `kubetrain render`/`submit`/`run`, kubetrain.api.render and the submit pipeline.
+The one implementation behind `kubetrain render`/`submit`/`run`, kubetrain.api.render, the submit pipeline
+and the controller (which passes the code it read from the cluster's ConfigMap instead of a directory).
 """
 
 from __future__ import annotations
@@ -9,17 +10,18 @@ from typing import Any
 
 from kubetrain.errors import Problem, SpecError
 from kubetrain.render import RenderOptions, render_job
-from kubetrain.render.code import collect_code
+from kubetrain.render.code import CodeBundle, collect_code
 from kubetrain.spec.checks import spec_problems
 from kubetrain.spec.load import LoadedSpec
 
 
 def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: str | None = None,
-                  image: str | None = None, cloud: str | None = None) -> list[dict[str, Any]]:
+                  image: str | None = None, cloud: str | None = None, code: CodeBundle | None = None
+                  ) -> list[dict[str, Any]]:
+    """`code`: the job's code, already collected (the controller's); None reads `spec.code.path`."""
     if target and target != loaded.job.spec.target:
         check_target(loaded, target)
-    code = None
-    if loaded.job.spec.code:
+    if code is None and loaded.job.spec.code:
         code_dir = (loaded.base_dir / loaded.job.spec.code.path).resolve()
         code = collect_code(code_dir, loaded.job.spec.code.exclude, include=loaded.job.spec.code.include)
     return render_job(loaded.job, RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace),

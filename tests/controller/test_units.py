@@ -148,3 +148,91 @@ def test_progress_from_the_log_tail() -> None:
     assert progress["stepText"] == "20/100" and progress["loss"] == "0.2500" and progress["eta"] == "1m20s"
     assert progress["evalAccuracy"] == 0.91 and progress["samplesPerSecond"] == 120.0
     assert progress_of(["no metrics here"]) is None
+
+
+def _workload(name: str, uid: str, created: str, conditions: list[dict[str, Any]], **status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": f"pytorchjob-{name}", "namespace": "ml", "creationTimestamp": created,
+                         "labels": {"kueue.x-k8s.io/job-uid": uid},
+                         "ownerReferences": [{"kind": "PyTorchJob", "name": name, "controller": True}]},
+            "spec": {"queueName": "team-a"}, "status": {"conditions": conditions, **status}}
+
+
+def test_kueue_workload_states_become_queued_and_admitted_with_the_clis_hint() -> None:
+    from kubetrain.controller import kueue
+
+    insufficient = {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                    "message": "insufficient unused quota for nvidia.com/gpu in flavor h100, 8 more needed"}
+    ahead = _workload("a", "uid-a", "2026-01-01T00:00:00Z", [insufficient])
+    mine = _workload("b", "uid-b", "2026-01-01T00:00:05Z", [insufficient])
+    done = _workload("c", "uid-c", "2026-01-01T00:00:09Z", [{"type": "Admitted", "status": "True"}],
+                     admission={"clusterQueue": "cq"})
+    child = {"kind": "PyTorchJob", "metadata": {"name": "b", "namespace": "ml", "uid": "uid-b",
+                                                "labels": {"kueue.x-k8s.io/queue-name": "team-a"}}}
+    queued, admitted = kueue.conditions("team-a", child, [ahead, mine, done])
+    assert (queued["status"], queued["reason"], admitted["status"]) == ("True", "Pending", "False")
+    assert queued["message"] == ("Kueue: pending in LocalQueue team-a, position 2: insufficient unused quota for "
+                                 "nvidia.com/gpu in flavor h100, 8 more needed")
+    admitted_child = {**child, "metadata": {**child["metadata"], "uid": "uid-c"}}
+    queued, admitted = kueue.conditions("team-a", admitted_child, [ahead, mine, done])
+    assert (queued["status"], admitted["status"], admitted["reason"]) == ("False", "True", "Admitted")
+    assert admitted["message"] == "Kueue: admitted by ClusterQueue cq (LocalQueue team-a)"
+    assert kueue.conditions("team-a", child, [])[0]["reason"] == "NoWorkload"
+    assert kueue.conditions("team-a", None, [])[0]["reason"] == "Creating"
+    # An admitted Workload moves the pending ones behind it: their jobs are reconciled again.
+    assert kueue.owner_key(done) == ("ml", "c") and kueue.siblings(done, [ahead, mine, done]) == [("ml", "a"),
+                                                                                                ("ml", "b")]
+
+
+def test_desired_is_cached_per_object_content() -> None:
+    from kubetrain.controller.reconcile import DesiredCache
+
+    cache = DesiredCache(size=2)
+    obj = tj(GOOD)
+    first = cache.get(obj, ["pytorchjob"])
+    assert cache.get({**obj, "status": {"phase": "Running"}}, ["pytorchjob"]) is first  # a status change
+    assert (cache.hits, cache.misses) == (1, 1)
+    relabelled = tj(GOOD, labels={"team": "x"})  # metadata changes do not bump a CRD's generation
+    assert cache.get(relabelled, ["pytorchjob"]) is not first and cache.misses == 2
+    invalid = tj({**GOOD, "nodes": 0})
+    assert cache.get(invalid, ["pytorchjob"]).problems and cache.get(invalid, ["pytorchjob"]).problems
+    assert cache.misses == 4  # problems are not cached: a missing ConfigMap may appear later
+
+
+def test_events_are_sent_in_the_background_and_aggregated(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from kubetrain.client import controller_api
+    from kubetrain.controller import kube
+
+    gate, sent = threading.Event(), []
+
+    def create_event(api: Any, namespace: str, body: dict[str, Any]) -> None:
+        gate.wait(10)
+        sent.append((body["reason"], body["count"]))
+
+    monkeypatch.setattr(controller_api, "create_event", create_event)
+    recorder = kube.EventRecorder(object(), senders=1)  # type: ignore[arg-type]
+    obj = tj(GOOD)
+    recorder.record(obj, "Normal", "Created", "created PyTorchJob mnist")
+    assert recorder.flush(0.2) is False  # the reconcile did not wait for it
+    for _ in range(3):  # while the first is in flight, the same Event three times: sent once, count 3
+        recorder.record(obj, "Warning", "SpecChanged", "spec changed")
+    gate.set()
+    assert recorder.flush(10)
+    recorder.close()
+    assert sent == [("Created", 1), ("SpecChanged", 3)] and recorder.sent == 2
+
+
+def test_request_counter_counts_typed_and_rest_requests() -> None:
+    from kubernetes import client
+
+    from kubetrain.client.controller_api import RequestCounter
+    from kubetrain.client.rest import rest_of
+
+    api = client.ApiClient(client.Configuration(host="https://127.0.0.1:1"))  # nothing listens on port 1
+    counter = RequestCounter(api)
+    with pytest.raises(Exception):  # noqa: B017 - refused: only the count matters here
+        rest_of(api).request("GET", "/api/v1/pods", {"watch": True}, retry=False)
+    with pytest.raises(Exception):  # noqa: B017
+        api.call_api("PATCH", "https://127.0.0.1:1/apis/x", _request_timeout=1)
+    assert dict(counter.counts) == {"WATCH": 1, "PATCH": 1} and counter.total() == 2
