@@ -14,12 +14,13 @@ from kubetrain.errors import UsageError
 from kubetrain.spec.load import DEFAULT_SPEC, LoadedSpec, load_spec
 
 
-def render_loaded(loaded: LoadedSpec, **options: str | None) -> list[dict[str, Any]]:
+def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: str | None = None,
+                  image: str | None = None, cloud: str | None = None) -> list[dict[str, Any]]:
     """kubetrain.render.loaded.render_loaded, imported (with jinja2) by the verbs that render, not by every verb
     that loads a spec; and not through kubetrain.api, whose logging import render does not need."""
     from kubetrain.render.loaded import render_loaded as render
 
-    return render(loaded, **options)
+    return render(loaded, target=target, namespace=namespace, image=image, cloud=cloud)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
