@@ -26,3 +26,23 @@ def url_filesystem(url: str, field: str) -> tuple[Any, str]:
         raise BackendMissing(f"{field}: {scheme}:// needs the {package} package "
                              f"(pip install 'kubetrain[{extra}]'): {exc}") from None
     return fs, str(path).rstrip("/")
+
+
+def backend_requirements(urls: list[str | None]) -> list[str]:
+    """The pip requirements (as kubetrain's extras pin them) of the fsspec backends that `urls` need: what an
+    image must contain for a job whose checkpoint.dir or archive is an object store."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    extras = sorted({OBJECT_STORE_BACKENDS[scheme][1] for url in urls if url
+                     if (scheme := url.partition("://")[0]) in OBJECT_STORE_BACKENDS and "://" in url})
+    try:
+        declared = requires("kubetrain") or []
+    except PackageNotFoundError:  # not installed (a bare source tree): the package names alone
+        return sorted({p for p, e in OBJECT_STORE_BACKENDS.values() if e in extras})
+    wanted = []
+    for requirement in declared:
+        spec, _, marker = requirement.partition(";")
+        if any(marker.replace('"', "'").strip() == f"extra == '{extra}'" for extra in extras):
+            wanted.append(spec.strip())
+    return wanted
+

@@ -12,6 +12,7 @@ from kubetrain.errors import BuildError
 from kubetrain.imagebuild.context import Entry, collect, content_hash, stage, write_file
 from kubetrain.imagebuild.dockerignore import PatternMatcher, load_matcher
 from kubetrain.imagebuild.reference import hash_tag, repository_error, split_reference
+from kubetrain.objectstore import backend_requirements
 from kubetrain.spec.load import LoadedSpec
 from kubetrain.spec.sections import Build
 
@@ -43,6 +44,7 @@ class BuildPlan:
     base_image: str | None = None
     platform: str | None = None
     requirements: Path | None = None
+    object_stores: tuple[str, ...] = ()  # fsspec backends the job's checkpoint.dir / archive URLs need
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ class Assembled:
 
 
 def plan_build(loaded: LoadedSpec) -> BuildPlan:
-    build = loaded.job.spec.build or Build()
+    spec = loaded.job.spec
+    build = spec.build or Build()
     context = (loaded.base_dir / build.context).resolve()
     if not context.is_dir():
         raise _field_error(loaded, "context", f"{context} is not a directory")
@@ -70,6 +73,7 @@ def plan_build(loaded: LoadedSpec) -> BuildPlan:
         repository=_repository(loaded, build), build_args=_build_args(loaded, build),
         base_image=build.baseImage, platform=build.platform,
         requirements=_requirements(loaded, build, context),
+        object_stores=tuple(backend_requirements([spec.checkpoint.dir if spec.checkpoint else None, spec.archive])),
     )
 
 
@@ -135,11 +139,21 @@ def _own_layout(plan: BuildPlan, dest: Path) -> list[Entry]:
     runtime = collect(package_root, PatternMatcher(list(PACKAGE_IGNORES)), prefix="kubetrain/src/kubetrain/")
     stage(user + runtime, dest)
     (dest / "workspace").mkdir(exist_ok=True)  # COPY workspace/ needs it even for an empty context
-    generated = [write_file(dest, f"kubetrain/{name}", _read(images_dir() / name), name.endswith(".sh"))
+    generated = [write_file(dest, f"kubetrain/{name}", _runtime_file(name, plan), name.endswith(".sh"))
                  for name in RUNTIME_FILES]
     requirements = _read(plan.requirements) if plan.requirements else b""
     generated.append(write_file(dest, "kubetrain/requirements.txt", requirements))
     return sorted(user + runtime + generated, key=lambda e: e.path)
+
+
+def _runtime_file(name: str, plan: BuildPlan) -> bytes:
+    """images/<name>; the runtime's requirements gain the object-store backends the job's URLs need (s3fs
+    for `checkpoint.dir: s3://…`), so the pod does not fail at start on a missing package."""
+    data = _read(images_dir() / name)
+    if name == "runtime-requirements.txt" and plan.object_stores:
+        lines = "".join(f"{req}\n" for req in plan.object_stores)
+        data += f"# object stores used by the job (spec.checkpoint.dir / spec.archive)\n{lines}".encode()
+    return data
 
 
 def _read(path: Path) -> bytes:

@@ -102,3 +102,20 @@ def test_ensure_torch_is_valid_sh() -> None:
     script = IMAGES / "ensure-torch.sh"
     assert os.access(script, os.X_OK)
     assert subprocess.run(["sh", "-n", str(script)], check=False).returncode == 0
+
+
+@pytest.mark.parametrize(("fields", "wanted"), [
+    ("checkpoint: {dir: 's3://bucket/run'}\n", ["s3fs>=2024.6"]),
+    ("archive: 'gs://bucket/logs'\ncheckpoint: {dir: 'az://c/run'}\n", ["adlfs>=2024.4", "gcsfs>=2024.6"]),
+    ("checkpoint: {dir: /ckpt}\narchive: /ckpt/logs\n", []),
+])
+def test_object_store_backends_go_into_the_image(fields: str, wanted: list[str], tmp_path: Path,
+                                                 project: Callable[..., Path]) -> None:
+    """A job checkpointing or archiving to an object store gets its fsspec backend in the runtime layer (as
+    kubetrain's extras pin it), instead of failing at start in the pod; a local path adds nothing."""
+    spec = project(build=fields, files={"train.py": "x"})
+    assembled = assemble(plan_build(load_spec(str(spec))), tmp_path / "staging")
+    staged = (assembled.context / "kubetrain/runtime-requirements.txt").read_text()
+    shipped = (IMAGES / "runtime-requirements.txt").read_text()
+    assert staged.startswith(shipped)
+    assert [line for line in staged[len(shipped):].splitlines() if not line.startswith("#")] == wanted
