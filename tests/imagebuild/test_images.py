@@ -119,3 +119,78 @@ def test_object_store_backends_go_into_the_image(fields: str, wanted: list[str],
     shipped = (IMAGES / "runtime-requirements.txt").read_text()
     assert staged.startswith(shipped)
     assert [line for line in staged[len(shipped):].splitlines() if not line.startswith("#")] == wanted
+
+
+RUNTIME_ENTRY_MODULES = ("kubetrain.runtime", "kubetrain.observe.archive")  # what a pod runs
+
+
+def _module_level_imports(module: str) -> set[str]:
+    """Top-level names imported when `module` is imported: module-level `import`s (not in a function or a
+    try block), following kubetrain's own modules and packages transitively."""
+    import ast
+    import importlib.util
+
+    seen: set[str] = set()
+    found: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            spec = importlib.util.find_spec(name)
+        except ImportError:  # `from kubetrain.x import name` where name is not a module
+            continue
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            continue
+        parent = name.rpartition(".")[0]
+        if name.count(".") and parent.startswith("kubetrain"):
+            todo.append(parent)  # importing a submodule imports its package first
+        for node in ast.parse(Path(spec.origin).read_text()).body:
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            for imported in names:
+                if imported.startswith("kubetrain"):
+                    todo.append(imported)
+                    todo += [f"{imported}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
+                else:
+                    found.add(imported.partition(".")[0])
+    return found
+
+
+def _installed_closure(requirements: list[str]) -> set[str]:
+    """Import names of `requirements` and everything they require (markers evaluated, no extras)."""
+    from importlib.metadata import PackageNotFoundError, packages_distributions, requires
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[str] = set()
+    todo = [Requirement(r).name for r in requirements]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            declared = requires(name) or []
+        except PackageNotFoundError:
+            continue
+        todo += [r.name for r in map(Requirement, declared) if r.marker is None or r.marker.evaluate({"extra": ""})]
+    return {module for module, dists in packages_distributions().items()
+            if any(canonicalize_name(d) in seen for d in dists)} | {"kubetrain"}
+
+
+def test_the_runtime_imports_only_what_the_image_installs() -> None:
+    """`python -m kubetrain.runtime` and the archive wrapper run in an image that has only
+    images/runtime-requirements.txt, torch and numpy (the base image's, with their requirements) and kubetrain's
+    source: what they import at module level must be installed there (a new dependency of the runtime
+    belongs in that file; orjson once was missing and every pod failed at start)."""
+    lines = (IMAGES / "runtime-requirements.txt").read_text().splitlines()
+    base = ["torch", "numpy"]  # the pytorch/pytorch images (and the e2e stand-in) ship numpy beside torch
+    allowed = _installed_closure([line for line in lines if line and not line.startswith("#")] + base)
+    imported = set().union(*map(_module_level_imports, RUNTIME_ENTRY_MODULES))
+    assert "torch" in imported and "pydantic" in imported  # the scan sees the runtime's real imports
+    missing = sorted(imported - allowed - set(sys.stdlib_module_names) - {"__future__"})
+    assert missing == [], f"imported by the runtime but not installed in the image: {missing}"
