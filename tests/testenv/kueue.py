@@ -171,8 +171,11 @@ class Kueue:
     def _crds(self) -> None:
         ext = kubernetes.client.ApiextensionsV1Api(self._api())
         for crd in crds(self.ports["webhook"], self.cp.ca.cert_pem):
-            ext.create_custom_resource_definition(crd)
             name = crd["metadata"]["name"]
+            # An earlier module's Kueue deleted its CRDs without waiting; until one is gone, creating it again
+            # is refused (409 "object is being deleted").
+            wait_until(lambda n=name: _crd_gone(ext, n), f"the earlier CRD {name} to be deleted", 120)
+            ext.create_custom_resource_definition(crd)
             self.crd_names.append(name)
             wait_until(lambda n=name: established(ext.read_custom_resource_definition(n)), f"CRD {name}", 30)
 
@@ -214,6 +217,16 @@ class Kueue:
         for name in self.crd_names:
             with contextlib.suppress(kubernetes.client.ApiException):
                 ext.delete_custom_resource_definition(name)
+
+
+def _crd_gone(ext: kubernetes.client.ApiextensionsV1Api, name: str) -> bool:
+    try:
+        ext.read_custom_resource_definition(name)
+    except kubernetes.client.ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
 
 
 # ---- the queues --------------------------------------------------------------------------------------------
