@@ -29,7 +29,7 @@ import yaml
 from . import binaries, kwok
 from .controlplane import established, http_get
 from .processes import Child, free_port, wait_until
-from .trainer import create_admission, delete_admission, serving_pki, write_certs
+from .trainer import crd_exists, create_admission, delete_admission, serving_pki, write_certs
 
 if TYPE_CHECKING:
     from .controlplane import ControlPlane
@@ -174,7 +174,7 @@ class Kueue:
             name = crd["metadata"]["name"]
             # An earlier module's Kueue deleted its CRDs without waiting; until one is gone, creating it again
             # is refused (409 "object is being deleted").
-            wait_until(lambda n=name: _crd_gone(ext, n), f"the earlier CRD {name} to be deleted", 120)
+            wait_until(lambda n=name: not crd_exists(ext, n), f"the earlier CRD {name} to be deleted", 120)
             ext.create_custom_resource_definition(crd)
             self.crd_names.append(name)
             wait_until(lambda n=name: established(ext.read_custom_resource_definition(n)), f"CRD {name}", 30)
@@ -217,16 +217,6 @@ class Kueue:
         for name in self.crd_names:
             with contextlib.suppress(kubernetes.client.ApiException):
                 ext.delete_custom_resource_definition(name)
-
-
-def _crd_gone(ext: kubernetes.client.ApiextensionsV1Api, name: str) -> bool:
-    try:
-        ext.read_custom_resource_definition(name)
-    except kubernetes.client.ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-    return False
 
 
 # ---- the queues --------------------------------------------------------------------------------------------

@@ -336,10 +336,10 @@ class TrainerStack:
             with contextlib.suppress(kubernetes.client.ApiException):
                 ext.delete_custom_resource_definition(name)
         for name in names:
-            wait_until(lambda n=name: not _crd_exists(ext, n), f"CRD {name} deleted", 60)
+            wait_until(lambda n=name: not crd_exists(ext, n), f"CRD {name} deleted", 60)
 
 
-def _crd_exists(ext: kubernetes.client.ApiextensionsV1Api, name: str) -> bool:
+def crd_exists(ext: kubernetes.client.ApiextensionsV1Api, name: str) -> bool:
     try:
         ext.read_custom_resource_definition(name)
     except kubernetes.client.ApiException as exc:
