@@ -33,8 +33,8 @@ def backend_requirements(urls: list[str | None]) -> list[str]:
     image must contain for a job whose checkpoint.dir or archive is an object store."""
     from importlib.metadata import PackageNotFoundError, requires
 
-    extras = sorted({OBJECT_STORE_BACKENDS[scheme][1] for url in urls if url
-                     if (scheme := url.partition("://")[0]) in OBJECT_STORE_BACKENDS and "://" in url})
+    schemes = {url.partition("://")[0] for url in urls if url and "://" in url}
+    extras = {OBJECT_STORE_BACKENDS[s][1] for s in schemes if s in OBJECT_STORE_BACKENDS}
     try:
         declared = requires("kubetrain") or []
     except PackageNotFoundError:  # not installed (a bare source tree): the package names alone
