@@ -172,9 +172,6 @@ class Kueue:
         ext = kubernetes.client.ApiextensionsV1Api(self._api())
         for crd in crds(self.ports["webhook"], self.cp.ca.cert_pem):
             name = crd["metadata"]["name"]
-            # An earlier module's Kueue deleted its CRDs without waiting; until one is gone, creating it again
-            # is refused (409 "object is being deleted").
-            wait_until(lambda n=name: not crd_exists(ext, n), f"the earlier CRD {name} to be deleted", 120)
             ext.create_custom_resource_definition(crd)
             self.crd_names.append(name)
             wait_until(lambda n=name: established(ext.read_custom_resource_definition(n)), f"CRD {name}", 30)
@@ -215,8 +212,28 @@ class Kueue:
             self.cp.sup.stop_child(self.child)
         ext = kubernetes.client.ApiextensionsV1Api(client)
         for name in self.crd_names:
+            _drop_finalizers(kubernetes.client.CustomObjectsApi(client), ext.read_custom_resource_definition(name))
             with contextlib.suppress(kubernetes.client.ApiException):
                 ext.delete_custom_resource_definition(name)
+        for name in self.crd_names:
+            wait_until(lambda n=name: not crd_exists(ext, n), f"CRD {name} to be deleted", 60)
+
+
+def _drop_finalizers(custom: kubernetes.client.CustomObjectsApi, crd: Any) -> None:
+    """Clear the finalizers Kueue put on its objects (ResourceFlavors, ClusterQueues, Workloads: "resource
+    in use"). Only the running manager removes them, and it is stopped now; a CRD whose objects keep a
+    finalizer is never deleted, and the next module's Kueue could not create it again."""
+    plural, version = crd.spec.names.plural, next(v.name for v in crd.spec.versions if v.storage)
+    for obj in custom.list_cluster_custom_object(GROUP, version, plural)["items"]:
+        meta = obj["metadata"]
+        if not meta.get("finalizers"):
+            continue
+        patch = {"metadata": {"finalizers": None}}
+        with contextlib.suppress(kubernetes.client.ApiException):  # already gone
+            if "namespace" in meta:
+                custom.patch_namespaced_custom_object(GROUP, version, meta["namespace"], plural, meta["name"], patch)
+            else:
+                custom.patch_cluster_custom_object(GROUP, version, plural, meta["name"], patch)
 
 
 # ---- the queues --------------------------------------------------------------------------------------------
