@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from kubetrain.cachedir import cache_dir
 from kubetrain.errors import SchemaError
 from kubetrain.validate.fastcheck import Check, compile_check
 from kubetrain.validate.openapi import structural_json_schema
@@ -24,14 +25,6 @@ from kubetrain.validate.openapi import structural_json_schema
 DEFAULT_KUBERNETES_VERSION = "1.36"
 MISSING_HINT = ("run `kubetrain schemas fetch` (pinned upstream CRDs), pass --schema FILE|URL, "
                 "or use --from-cluster")
-
-
-def cache_dir() -> Path:
-    """$KUBETRAIN_CACHE_DIR, else $XDG_CACHE_HOME/kubetrain, else ~/.cache/kubetrain."""
-    if os.environ.get("KUBETRAIN_CACHE_DIR"):
-        return Path(os.environ["KUBETRAIN_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kubetrain"
 
 
 def schema_cache_dir() -> Path:
