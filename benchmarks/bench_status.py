@@ -32,7 +32,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-KUBETRAIN = [sys.executable, "-m", "kubetrain"]
+KUBETRAIN = [str(Path(sys.executable).parent / "kubetrain")]  # the console script, as users run it
 
 
 # issue 16's targets, by row

@@ -21,13 +21,17 @@ def main() -> int | None:
         else:
             sys.stdout.write(fast_help())
         return 0
-    # pydantic looks up plugins through package entry points (importlib.metadata, ~20 ms) the first time a
-    # model is built; the CLI uses none. Only the CLI process sets this, never the library.
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    without_pydantic_plugins()
     from kubetrain.cli.main import main as click_main
 
     code: int | None = click_main()
     return code
+
+
+def without_pydantic_plugins() -> None:
+    """pydantic looks up plugins through package entry points (importlib.metadata, ~20 ms) the first time a
+    model is built; the CLI uses none. Only the CLI process sets this, never the library."""
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 
 def _terminal_width() -> int:
