@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import orjson
 import urllib3
 from urllib3.exceptions import HTTPError, ReadTimeoutError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
@@ -100,7 +101,7 @@ class Rest:
              content_type: str = "application/json") -> dict[str, Any]:
         response = self.request(method, path, query, body, content_type=content_type)
         try:
-            value = json.loads(response.data or b"{}")
+            value = orjson.loads(response.data or b"{}")  # a 1,000-job list is 5 MB: 4-5x json's speed
         except ValueError:
             raise Unreachable(f"{self.server} answered {path} with something that is not JSON: is it an "
                               "API server? (check the kubeconfig's server address)") from None

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import orjson
 from urllib3.exceptions import TimeoutError as ReadTimeout
 
 from kubetrain.client.errors import ApiError, Unreachable, is_api_error
@@ -75,7 +76,7 @@ class _Gone(Exception):
 def list_objects(list_fn: ListFn, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
     """(items as dicts, the list's resourceVersion)."""
     response = list_fn(_preload_content=False, **kwargs)
-    body = json.loads(response.data)
+    body = orjson.loads(response.data)
     getattr(response, "release_conn", lambda: None)()  # back to the pool: the next request reuses the TLS session
     return list(body.get("items") or []), str((body.get("metadata") or {}).get("resourceVersion", ""))
 
@@ -160,7 +161,7 @@ def _watch_once(list_fn: ListFn, version: str, seconds: int, kwargs: dict[str, A
         for line in iter_lines(response):
             if not line.strip():
                 continue
-            event = json.loads(line)
+            event = orjson.loads(line)
             if event.get("type") == "ERROR":
                 _raise_error(event.get("object") or {})
             yield event
