@@ -18,6 +18,7 @@ from kubetrain.client.pods import replica_of
 from kubetrain.client.targets import PYTORCHJOB
 from kubetrain.metrics import format_metrics
 from kubetrain.observe.progress import ProgressTracker, format_duration
+from tests.testenv.polling import wait_for
 
 
 def test_timestamps_of_any_precision_and_zone_order_correctly():
@@ -167,14 +168,15 @@ def test_stop_interrupts_a_stream_that_never_ends_and_keeps_the_last_lines():
     follower = PodFollower(core, "ns", replica_of(_pod(), PYTORCHJOB), lambda _l, _s, text: out.append(text),
                            lambda _: None)
     follower.start()
-    while not out:
-        time.sleep(0.01)
+    wait_for(lambda: out, "the first line", 10, 0.01)
     follower.update(replica_of(_pod("terminated", "Succeeded"), PYTORCHJOB))
     follower.stop()
-    deadline = time.monotonic() + 10
-    while follower.is_alive() and time.monotonic() < deadline:
+
+    def stopped() -> bool:
         follower.tick(time.monotonic())
-        time.sleep(0.05)
+        return not follower.is_alive()
+
+    wait_for(stopped, "the follower to stop", 10, 0.05)
     assert out == ["first", "written while we were closing"]
 
 

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,8 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.controller.install import apply_all, objects_for
+from tests.testenv.controlplane import established
+from tests.testenv.polling import wait_for
 
 SA_NAMESPACE, SA_NAME = "kubetrain-system", "kubetrain-controller"
 GROUP, VERSION, PLURAL = "kubetrain.dev", "v1alpha1", "trainingjobs"
@@ -25,13 +26,8 @@ def install(admin: kubernetes.client.ApiClient) -> None:
     """Everything `kubetrain controller install` applies except the Deployment (no real kubelet here)."""
     apply_all(admin, [o for o in objects_for() if o["kind"] != "Deployment"])
     ext = kubernetes.client.ApiextensionsV1Api(admin)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        crd = ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
-        if any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or []):
-            return
-        time.sleep(0.2)
-    raise TimeoutError("TrainingJob CRD not Established")
+    wait_for(lambda: established(ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")),
+             "the TrainingJob CRD to be Established", 60)
 
 
 def sa_kubeconfig(admin: kubernetes.client.ApiClient, admin_kubeconfig: Path, path: Path) -> Path:

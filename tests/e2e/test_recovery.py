@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import yaml
 from kubernetes.stream import stream
 
 from kubetrain.metrics import parse_metrics_line
+from tests.testenv.polling import wait_for
 
 from .conftest import KUBETRAIN, Cli
 
@@ -59,13 +59,6 @@ def _exec(core: kubernetes.client.CoreV1Api, namespace: str, pod: str, argv: lis
     code = ws.returncode
     ws.close()
     return (code if code is not None else -1), output
-
-
-def _wait(check: Any, what: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
-        time.sleep(1)
 
 
 def _model_hash(checkpoint_dir: Path) -> tuple[str, str]:
@@ -108,7 +101,7 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         worker = "digits-kill-worker-0"
-        _wait(lambda: any((claim / "digits-kill").glob("step-*.pt")), "the first checkpoint of digits-kill", 600)
+        wait_for(lambda: any((claim / "digits-kill").glob("step-*.pt")), "the first checkpoint of digits-kill", 600, 1)
         # The worker's training process may be between restarts of its rendezvous when we look: look again.
         found: list[str] = []
 
@@ -125,7 +118,7 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
             return code == 0 and bool(killed.split())
 
         try:
-            _wait(kill, f"a training process to kill in {worker}", 60)
+            wait_for(kill, f"a training process to kill in {worker}", 60, 1)
         except AssertionError:
             raise AssertionError(f"no training process killed in {worker}: {found}") from None
 
@@ -133,15 +126,15 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
             statuses = core.read_namespaced_pod(worker, namespace).status.container_statuses or []
             return any(c.restart_count >= 1 and c.state.running for c in statuses)
 
-        _wait(restarted_and_running, f"{worker} to run again after the kill", 180)
+        wait_for(restarted_and_running, f"{worker} to run again after the kill", 180, 1)
         _check_pod_shape(cli, core, namespace, worker)  # f, g: on the restarted worker, still training
         stdout, stderr = follow.communicate(timeout=900)
     finally:
         follow.kill()
     assert follow.returncode == 0, stderr[-2000:]
     for name in ("digits-ref", "digits-kill"):
-        _wait(lambda n=name: f"{namespace}/{n}: Succeeded" in cli("status", n, "-n", namespace).stdout,
-              f"{name} Succeeded", 900)
+        wait_for(lambda n=name: f"{namespace}/{n}: Succeeded" in cli("status", n, "-n", namespace).stdout,
+                 f"{name} Succeeded", 900, 1)
 
     restarts = core.read_namespaced_pod(worker, namespace).status.container_statuses[0].restart_count
     assert restarts >= 1, "the kubelet did not restart the killed worker's container"

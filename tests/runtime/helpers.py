@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from kubetrain.metrics import parse_metrics_line
+from tests.testenv.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).resolve().parent / "jobs"
@@ -127,8 +128,8 @@ def pids_with_env(name: str, value: str) -> list[int]:
 
 def worker_pid(marker: str, rank: int, timeout: float = 30) -> int:
     """The training process of global `rank` in the run tagged with TEST_MARKER=marker."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def find() -> int | None:
         for pid in pids_with_env("TEST_MARKER", marker):
             try:
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
@@ -138,8 +139,9 @@ def worker_pid(marker: str, rank: int, timeout: float = 30) -> int:
             if f"RANK={rank}".encode() in environ and b"torch.distributed.run" not in cmdline \
                     and b"kubetrain.runtime.launch" not in cmdline:
                 return pid
-        time.sleep(0.1)
-    raise AssertionError(f"no worker with RANK={rank} found")
+        return None
+
+    return wait_for(find, f"a worker with RANK={rank}", timeout, 0.1)
 
 
 def kill_9_after(run: Run, marker: str, predicate: Callable[[dict[str, Any]], bool],

@@ -45,6 +45,7 @@ import kubernetes
 import yaml
 
 from . import binaries, nodeconf, pki
+from .polling import TimedOut, wait_for
 from .processes import Child, free_port, wait_until
 
 __all__ = ["NodeUnavailable", "RealNode", "wait_until"]
@@ -280,12 +281,13 @@ class RealNode:
         for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={NODE_NAME}").items:
             with contextlib.suppress(kubernetes.client.ApiException):
                 core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+
+        def no_tasks() -> bool:
             tasks = self.ctr("tasks", "ls", "-q", timeout=10)
-            if tasks.returncode != 0 or not tasks.stdout.strip():
-                return
-            time.sleep(0.5)
+            return tasks.returncode != 0 or not tasks.stdout.strip()
+
+        with contextlib.suppress(TimedOut):  # what is left is killed with its cgroups by the teardown
+            wait_for(no_tasks, "containerd's tasks to end", 30, 0.5)
 
     def _cleanup(self) -> None:
         """What SIGKILLed components can leave behind; each step is idempotent."""

@@ -6,7 +6,6 @@ on the real control plane; each case is created with dryRun=All."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import yaml
 
 from kubetrain.validate import SchemaStore, validate_sources
 from tests.testenv.controlplane import ControlPlane, established
+from tests.testenv.polling import wait_for
 
 CRD = yaml.safe_load((Path(__file__).parent / "celprobe-crd.yaml").read_text())
 GROUP, PLURAL = CRD["spec"]["group"], CRD["spec"]["names"]["plural"]
@@ -54,10 +54,8 @@ def probe_crd(controlplane: ControlPlane) -> Iterator[kubernetes.client.ApiClien
     ext = kubernetes.client.ApiextensionsV1Api(client)
     ext.create_custom_resource_definition(CRD)
     try:
-        deadline = time.monotonic() + 30
-        while not established(ext.read_custom_resource_definition(CRD["metadata"]["name"])):
-            assert time.monotonic() < deadline, "the probe CRD did not become Established in 30 s"
-            time.sleep(0.1)
+        wait_for(lambda: established(ext.read_custom_resource_definition(CRD["metadata"]["name"])),
+                 "the probe CRD to be Established", 30, 0.1)
         yield client
     finally:
         ext.delete_custom_resource_definition(CRD["metadata"]["name"])
@@ -65,18 +63,20 @@ def probe_crd(controlplane: ControlPlane) -> Iterator[kubernetes.client.ApiClien
 
 def server_message(client: kubernetes.client.ApiClient, obj: dict[str, Any]) -> str | None:
     api = kubernetes.client.CustomObjectsApi(client)
-    deadline = time.monotonic() + 30
-    while True:
+
+    def create() -> tuple[str | None] | None:
+        """(the server's message or None if accepted); None while discovery still lags Established."""
         try:
             api.create_namespaced_custom_object(GROUP, "v1", obj["metadata"]["namespace"], PLURAL, obj,
                                                 dry_run="All")
-            return None
+            return (None,)
         except kubernetes.client.ApiException as exc:
-            if exc.status == 404 and time.monotonic() < deadline:  # discovery lags Established for a moment
-                time.sleep(0.2)
-                continue
+            if exc.status == 404:
+                return None
             assert exc.status == 422, exc.body
-            return str(json.loads(exc.body)["message"])
+            return (str(json.loads(exc.body)["message"]),)
+
+    return wait_for(create, "the probe CRD to be served", 30)[0]
 
 
 @pytest.mark.controlplane
