@@ -27,7 +27,7 @@ from typing import Any
 import kubernetes
 import yaml
 
-from . import binaries, kwok, operator, pki, reference
+from . import binaries, kwok, operator, pki, reference, yamlfiles
 from .processes import Child, NotReady, Supervisor, free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -317,7 +317,7 @@ class ControlPlane:
         ext = kubernetes.client.ApiextensionsV1Api(self.api_client())
         names = []
         for path in (self.pytorchjob_crd, kwok.LOGS_CRD):
-            for doc in yaml.safe_load_all(path.read_text()):
+            for doc in yamlfiles.load_all(path):
                 if doc:
                     ext.create_custom_resource_definition(doc)
                     names.append(doc["metadata"]["name"])

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import kubernetes
 import yaml
 
-from . import binaries, kwok
+from . import binaries, kwok, yamlfiles
 from .controlplane import established, http_get
 from .processes import Child, free_port, wait_until
 from .trainer import crd_exists, create_admission, delete_admission, serving_pki, write_certs
@@ -100,7 +100,7 @@ def _client_config(port: int, path: str, ca_pem: bytes) -> dict[str, Any]:
 def webhook_configurations(port: int, ca_pem: bytes) -> list[dict[str, Any]]:
     """Upstream's Mutating/ValidatingWebhookConfiguration, narrowed and pointed at 127.0.0.1:port."""
     out = []
-    for doc in yaml.safe_load_all((manifests_dir() / "manifests.yaml").read_text()):
+    for doc in yamlfiles.load_all(manifests_dir() / "manifests.yaml"):
         hooks = [h for h in doc["webhooks"] if _webhook_kept(h)]
         for hook in hooks:
             hook["clientConfig"] = _client_config(port, hook["clientConfig"]["service"]["path"], ca_pem)
@@ -113,7 +113,7 @@ def webhook_configurations(port: int, ca_pem: bytes) -> list[dict[str, Any]]:
 def crds(port: int, ca_pem: bytes) -> list[dict[str, Any]]:
     out = []
     for path in sorted(manifests_dir().glob("kueue.x-k8s.io_*.yaml")):
-        crd = yaml.safe_load(path.read_text())
+        crd = yamlfiles.load(path)
         if crd["spec"]["names"]["plural"] in CONVERTED:
             crd["spec"]["conversion"] = {
                 "strategy": "Webhook",

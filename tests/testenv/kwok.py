@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from . import yamlfiles
+
 HERE = Path(__file__).resolve().parent
 STAGES = HERE / "kwok" / "stages.yaml"
 LOGS_CRD = HERE / "kwok" / "kwok.x-k8s.io_logs.yaml"
@@ -51,7 +53,7 @@ def write_config(workdir: Path) -> Path:
     logs.write_text(cri_log(DEFAULT_LOG_LINES))
     exec_dir = workdir / "exec"
     exec_dir.mkdir(exist_ok=True)
-    docs: list[dict[str, Any]] = list(yaml.safe_load_all(STAGES.read_text()))
+    docs: list[dict[str, Any]] = yamlfiles.load_all(STAGES)
     docs.append(
         {
             "apiVersion": "kwok.x-k8s.io/v1alpha1",

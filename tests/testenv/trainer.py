@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import kubernetes
 import yaml
 
-from . import binaries, pki
+from . import binaries, pki, yamlfiles
 from .controlplane import established, http_get
 from .processes import Child, free_port, wait_until
 
@@ -236,7 +236,7 @@ class TrainerStack:
             self._crds()
             self._jobset()
             self._trainer()
-            runtime = yaml.safe_load((self.manifests / "trainer" / "torch_distributed.yaml").read_text())
+            runtime = yamlfiles.load(self.manifests / "trainer" / "torch_distributed.yaml")
             # Created through the trainer's validating webhook: proves it serves.
             wait_until(
                 lambda: bool(
@@ -257,7 +257,7 @@ class TrainerStack:
     def _crds(self) -> None:
         ext = kubernetes.client.ApiextensionsV1Api(self.cp.api_client())
         for path in self.crd_files():
-            doc = yaml.safe_load(path.read_text())
+            doc = yamlfiles.load(path)
             ext.create_custom_resource_definition(doc)
             name = doc["metadata"]["name"]
             wait_until(lambda n=name: established(ext.read_custom_resource_definition(n)), f"CRD {name}", 30)
@@ -331,7 +331,7 @@ class TrainerStack:
         for child in reversed(self.children):
             self.cp.sup.stop_child(child)
         ext = kubernetes.client.ApiextensionsV1Api(client)
-        names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in self.crd_files()]
+        names = [yamlfiles.load(path)["metadata"]["name"] for path in self.crd_files()]
         for name in names:  # all at once: the apiserver cleans each CRD's storage up in the background
             with contextlib.suppress(kubernetes.client.ApiException):
                 ext.delete_custom_resource_definition(name)
