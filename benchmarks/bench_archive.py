@@ -53,24 +53,27 @@ def wrapper(url: str) -> list[str]:
 
 
 def run(side: str, samples: int, log_every: int, out: Path, wrap: list[str],
-        env: dict[str, str]) -> tuple[list[dict[str, Any]], float]:
+        env: dict[str, str], server: int | None = None) -> tuple[list[dict[str, Any]], float, float]:
     """(train records, CPU seconds the wrapper process alone spent between the first and the last train
-    record: the steps, not its start-up (which imports the store's client) nor its exit)."""
+    record: the steps, not its start-up (which imports the store's client) nor its exit; the same for the
+    process `server`, the S3 server that shares this machine's cores, as a remote S3 would not)."""
     from kubetrain.metrics import parse_metrics_line
 
     argv, full_env = bench_runtime.launch_argv(side, samples, 1, log_every, out, wrapper=wrap, env=env)
     proc = subprocess.Popen(argv, env=full_env, cwd=bench_runtime.REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
-    lines, cpu = [], []
+    lines, cpu, server_cpu = [], [], []
     for line in proc.stdout:
         lines.append(line)
         if wrap and (record := parse_metrics_line(line)) and record["kind"] == "train":
             cpu.append(_own_cpu(proc.pid))  # the wrapper has just passed this line on: it is running
+            server_cpu.append(_own_cpu(server) if server else 0.0)
     output = "".join(lines)
     if proc.wait():
         raise SystemExit(f"{side} failed:\n{output[-4000:]}")
-    return bench_runtime.train_records(output), (cpu[-1] - cpu[0]) if cpu else 0.0
+    spent = (cpu[-1] - cpu[0], server_cpu[-1] - server_cpu[0]) if cpu else (0.0, 0.0)
+    return bench_runtime.train_records(output), *spent
 
 
 def _own_cpu(pid: int) -> float:
@@ -80,25 +83,28 @@ def _own_cpu(pid: int) -> float:
 
 
 def bench(rounds: int, samples: int, log_every: int, workdir: Path, s3_url: str,
-          s3_env: dict[str, str]) -> dict[str, Any]:
+          s3_env: dict[str, str], s3_pid: int) -> dict[str, Any]:
     urls = {"archive-dir": str(workdir / "archive"), "archive-s3": s3_url}
     times: dict[str, list[float]] = {side: [] for side in SIDES}
-    cpu: dict[str, list[tuple[float, float]]] = {side: [] for side in SIDES[1:]}
+    cpu: dict[str, list[tuple[float, float, float]]] = {side: [] for side in SIDES[1:]}
     for index in range(rounds):
         for side in SIDES[index % 3:] + SIDES[:index % 3]:  # rotate the order between rounds
             wrap = wrapper(urls[side]) if side in urls else []
-            records, own = run("trainer", samples, log_every, workdir / f"{side}-{index}.pt", wrap, s3_env)
+            records, own, server = run("trainer", samples, log_every, workdir / f"{side}-{index}.pt", wrap, s3_env,
+                                       s3_pid if side == "archive-s3" else None)
             times[side] += step_times(records)
             steps = records[-1]["step"] - records[0]["step"]
             if wrap:
-                cpu[side].append((own, steps))
+                cpu[side].append((own, steps, server))
             print(f"round {index + 1} {side}: median step {statistics.median(step_times(records)) * 1000:.2f} ms"
-                  + (f", wrapper CPU during {steps} steps {own:.2f} s" if wrap else ""),
+                  + (f", wrapper CPU during {steps} steps {own:.2f} s" if wrap else "")
+                  + (f", S3 server CPU {server:.2f} s" if side == "archive-s3" else ""),
                   file=sys.stderr, flush=True)
     medians = {side: statistics.median(values) for side, values in times.items()}
     return {"medians": medians, "intervals": {side: len(v) for side, v in times.items()},
             "overhead": {side: medians[side] / medians["direct"] - 1 for side in SIDES[1:]},
-            "cpu_per_step": {side: sum(o for o, _ in v) / sum(n for _, n in v) for side, v in cpu.items()}}
+            "cpu_per_step": {side: sum(o for o, _, _ in v) / sum(n for _, n, _ in v) for side, v in cpu.items()},
+            "server_cpu_per_step": sum(s for _, _, s in cpu["archive-s3"]) / sum(n for _, n, _ in cpu["archive-s3"])}
 
 
 def main() -> None:
@@ -114,7 +120,7 @@ def main() -> None:
         server = S3Server(Path(tmp)).start()
         try:
             result = bench(args.rounds, args.samples, args.log_every, Path(tmp), server.bucket("bench") + "/runs",
-                           server.env())
+                           server.env(), server.pid)
         finally:
             server.stop()
     load_after = os.getloadavg()
@@ -130,6 +136,9 @@ def main() -> None:
         print(f"median step: {side} {result['medians'][side] * 1000:.2f} ms ({100 * overhead:+.2f} %; "
               f"target < {100 * TARGET:.0f} %: {verdict}); the wrapper's CPU per step {per_step * 1000:.3f} ms "
               f"= {100 * per_step / result['medians']['direct']:.2f} % of the direct step")
+    server = result["server_cpu_per_step"]
+    print(f"the S3 server (moto, on this machine's cores; a real S3 is remote) used {server * 1000:.3f} ms of CPU per "
+          f"step = {100 * server / result['medians']['direct']:.2f} % of the direct step")
 
 
 if __name__ == "__main__":

@@ -91,6 +91,11 @@ class S3Server:
             self._proc.kill()
             self._proc.wait(timeout=10)
 
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None, "not started"
+        return self._proc.pid
+
     def env(self) -> dict[str, str]:
         """What a child process (kubetrain run, torchrun, a pod) needs to reach this server."""
         return {
