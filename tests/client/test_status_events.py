@@ -50,9 +50,13 @@ def test_event_lists_are_bounded_and_troubled_pods_come_first() -> None:
     special: dict[int, dict[str, Any]] = {3: {"restarts": 2}, 12: {"phase": "Pending", "ready": False}}
     pods = [pod("j-master-0", "m0"), *(pod(f"j-worker-{i}", f"w{i}", **special.get(i, {}))
                                        for i in range(15) if i != 9)]  # worker-9 was deleted
-    subjects = event_subjects(job(15), PYTORCHJOB, pods, max_pods=4)
+    subjects = event_subjects(job(15), PYTORCHJOB, pods, max_pods=4, max_healthy=1)
     # the job itself, then the restarted and the pending pod, the deleted worker-9 (by name), then master-0
     assert subjects.uids == {"job-uid", "w3", "w12", "m0"} and subjects.named == [("Pod", "j-worker-9")]
-    assert subjects.omitted == 16 - 4  # 15 present pods (master + 14 workers) + 1 deleted, 4 listed
+    assert subjects.omitted == 0  # every troubled pod is listed; 12 healthy ones are not, and not worth a hint
+    few = event_subjects(job(15), PYTORCHJOB, pods, max_pods=2, max_healthy=1)
+    assert few.uids == {"job-uid", "w3", "w12"} and few.named == [] and few.omitted == 1  # the deleted worker-9
+    healthy_only = event_subjects(job(15), PYTORCHJOB, pods, max_pods=4, max_healthy=3)
+    assert healthy_only.uids == {"job-uid", "w3", "w12", "m0"}  # the bound counts healthy pods too
     everything = event_subjects(job(15), PYTORCHJOB, pods)
     assert len(everything.uids) == 1 + 15 and everything.named == [("Pod", "j-worker-9")] and not everything.omitted

@@ -62,13 +62,14 @@ def test_requests_do_not_grow_with_jobs_or_replicas(controlplane: Any, namespace
     submit(conn, tmp_path, namespace, "wide", nodes=6)
     running(conn, namespace, "wide", 6)
     assert requests(kc, "list", "-n", namespace) == base["list"]  # one list per kind, whatever the job count
-    # status: constant, except the Events, listed per object by UID (kubetrain/client/events.py: field
-    # selectors have no OR): one list for the job and one per pod, up to a bound
-    # (status.STATUS_POD_EVENT_LISTS; lowered here so that 6 pods exceed it).
+    # status: constant, Events included. They are listed per object by UID (kubetrain/client/events.py: field
+    # selectors have no OR): the job's, and of healthy pods only the master's
+    # (status.STATUS_HEALTHY_POD_EVENT_LISTS), so 2 or 6 healthy pods make the same requests.
     wide = requests(kc, "status", "wide", "-n", namespace)
-    assert not_events(wide) == not_events(base["status"])
-    assert len(wide) - len(not_events(wide)) == 1 + 6
+    assert wide == base["status"] and len(wide) - len(not_events(wide)) == 1 + 1
+    # Raised, healthy pods count against the bound on pods (status.STATUS_POD_EVENT_LISTS; lowered to 4 here).
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(status, "STATUS_HEALTHY_POD_EVENT_LISTS", 10)
         patch.setattr(status, "STATUS_POD_EVENT_LISTS", 4)
         bounded = requests(kc, "status", "wide", "-n", namespace)
     assert not_events(bounded) == not_events(base["status"])
