@@ -116,7 +116,7 @@ def network_error_types() -> tuple[type[BaseException], ...]:
 def unwrap(exc: BaseException) -> BaseException:
     """The cause inside urllib3's MaxRetryError (the kubernetes client raises it after its own retries)."""
     module = urllib3_exceptions()
-    if module and isinstance(exc, module.MaxRetryError) and exc.reason is not None:
+    if module and isinstance(exc, module.MaxRetryError) and isinstance(exc.reason, BaseException):
         return exc.reason
     return exc
 

@@ -17,6 +17,7 @@ connection dropped mid-request. kubetrain.client.errors and .retry classify them
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import select
 import socket
@@ -199,10 +200,8 @@ class Response:
     def shutdown(self) -> None:
         """Unblock a read blocked in another thread: it then sees an error or the end of the stream.
         socket.socket's shutdown, not SSLSocket's: that one drops the TLS state under the reading thread."""
-        try:
+        with contextlib.suppress(OSError):  # already closed
             socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
-        except OSError:
-            pass  # already closed
 
     def _finish(self, complete: bool) -> None:
         with self._lock:
