@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +24,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from benchmarks.ab_cli import once
+    from benchmarks.ab_cli import interleaved, print_table
     from benchmarks.bench_cli import ensure_bytecode, load_average
     from benchmarks.bench_status import bench_job
     from tests.testenv.controlplane import ControlPlane
@@ -33,23 +32,15 @@ def main() -> None:
     trees = {"base": args.base, "branch": str(REPO)}
     for tree in trees.values():  # both sides with .pyc files, as installed packages have them
         ensure_bytecode(Path(tree))
-    cases = {"status": ["status", "bench"], "list": ["list"], "logs --tail 5": ["logs", "bench", "--tail", "5"]}
-    samples: dict[tuple[str, str], list[tuple[float, float]]] = {(c, t): [] for c in cases for t in trees}
+    cases = {"status": [KUBETRAIN, "status", "bench"], "list": [KUBETRAIN, "list"],
+             "logs --tail 5": [KUBETRAIN, "logs", "bench", "--tail", "5"]}
     with ControlPlane() as cp, tempfile.TemporaryDirectory() as tmp:
         _, env = bench_job(cp, Path(tmp))
-        os.environ["KUBECONFIG"] = env["KUBECONFIG"]
+        os.environ["KUBECONFIG"] = env["KUBECONFIG"]  # once() passes os.environ on
         before = load_average()
-        for run in range(args.runs + 1):
-            for case, argv in cases.items():
-                for label, tree in trees.items():
-                    sample = once(tree, [KUBETRAIN, *argv])
-                    if run:  # the first round warms the page cache
-                        samples[(case, label)].append(sample)
+        samples = interleaved(cases, trees, args.runs, warmup=1)  # the warm-up round fills the page cache
     print(f"medians of {args.runs}, interleaved; {before} before, {load_average()} after")
-    print("| `kubetrain ...` | base wall | branch wall | base CPU | branch CPU |\n|---|---|---|---|---|")
-    for case in cases:
-        cells = [statistics.median(s[i] for s in samples[(case, label)]) for i in (0, 1) for label in trees]
-        print(f"| {case} | " + " | ".join(f"{value:.0f} ms" for value in cells) + " |")
+    print_table("`kubetrain ...`", cases, trees, samples)
 
 
 if __name__ == "__main__":
