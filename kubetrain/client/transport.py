@@ -141,10 +141,13 @@ def _dropped(sock: socket.socket | None) -> bool:
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return True
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        if hasattr(select, "poll"):  # select() cannot watch a descriptor above 1023
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            return bool(poller.poll(0))
+        return bool(select.select([sock], [], [], 0)[0])
     except (OSError, ValueError):
         return True
-    return bool(readable)
 
 
 class Response:
