@@ -127,12 +127,6 @@ class Pool:
                 return
         conn.close()
 
-    def clear(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
 
 def _dropped(sock: socket.socket | None) -> bool:
     """An idle keep-alive connection that is readable has been closed by the server (or sent garbage)."""
