@@ -162,7 +162,8 @@ def static_auth(endpoint: Endpoint) -> Auth:
 
 def ssl_context(endpoint: Endpoint) -> ssl.SSLContext:
     """The kubeconfig's CA (else the system's) and client certificate. ssl can load a certificate only from
-    a file, so inline data goes through a private temp file that is removed at once."""
+    a file, so inline data goes through an in-memory file (Linux memfd), else a private temp file that is
+    removed at once."""
     try:
         if endpoint.insecure:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -180,14 +181,24 @@ def ssl_context(endpoint: Endpoint) -> ssl.SSLContext:
 
 
 def _load_client_cert(context: ssl.SSLContext, endpoint: Endpoint) -> None:
-    import os
-    import tempfile
-
     if endpoint.cert_file and not endpoint.cert_data and (endpoint.key_file and not endpoint.key_data):
         context.load_cert_chain(endpoint.cert_file, endpoint.key_file)
         return
     cert = endpoint.cert_data or _read_bytes(endpoint.cert_file)
     key = endpoint.key_data or _read_bytes(endpoint.key_file)
+    import os
+
+    if hasattr(os, "memfd_create"):  # Linux: an anonymous in-memory file, so the key never touches a disk
+        fd = os.memfd_create("kubetrain-client-cert", os.MFD_CLOEXEC)
+        try:
+            with os.fdopen(os.dup(fd), "wb") as handle:
+                handle.write(cert + b"\n" + key)
+            context.load_cert_chain(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        return
+    import tempfile
+
     fd, name = tempfile.mkstemp(prefix="kubetrain-", suffix=".pem")  # mode 0600
     try:
         with os.fdopen(fd, "wb") as handle:
