@@ -5,9 +5,9 @@ modules, `logging`, and `importlib.metadata`, which `urllib3.http2` loads only t
 while http.client and ssl are loaded anyway. What kubetrain.client.rest needs from a transport is small
 and lives here: a thread-safe pool of idle connections (status lists events from several threads), TLS
 from an `ssl.SSLContext` with an optional SNI / verification name (kubeconfig `tls-server-name`), a
-connect timeout (TCP only) and a read timeout (also bounding the TLS handshake, as urllib3 did), and a
-response that can be read whole (`data`), in pieces (`read1`, `stream`, for chunked watches and log
-streams), and unblocked from another thread (`shutdown`).
+connect timeout (TCP connect and TLS handshake; a handshake that times out reads as "did not answer", as
+with urllib3) and a read timeout, and a response that can be read whole (`data`), in pieces (`read1`,
+`stream`, for chunked watches and log streams), and unblocked from another thread (`shutdown`).
 
 Errors are the standard library's: ConnectionRefusedError, socket.gaierror, ssl.SSLError,
 ConnectTimeout (below; a TimeoutError would read as "did not answer"), TimeoutError for a read,
