@@ -57,13 +57,28 @@ def main() -> None:
 
     for tree in trees.values():  # both sides with .pyc files, as installed packages have them
         ensure_bytecode(Path(tree))
-    samples: dict[tuple[str, str], list[tuple[float, float]]] = {(c, t): [] for c in cases for t in trees}
-    for _ in range(args.runs):
+    samples = interleaved(cases, trees, args.runs)
+    print(f"load average {os.getloadavg()[0]:.1f}; medians of {args.runs}")
+    print_table("measurement", cases, trees, samples)
+
+
+Samples = dict[tuple[str, str], list[tuple[float, float]]]  # (case, tree label) -> [(wall ms, CPU ms)]
+
+
+def interleaved(cases: dict[str, list[str]], trees: dict[str, str], runs: int, warmup: int = 0) -> Samples:
+    """Each case in each tree, round after round (so both sides see the same load); `warmup` rounds untimed."""
+    samples: Samples = {(c, t): [] for c in cases for t in trees}
+    for run in range(warmup + runs):
         for case, argv in cases.items():
             for label, tree in trees.items():
-                samples[(case, label)].append(once(tree, argv))
-    print(f"load average {os.getloadavg()[0]:.1f}; medians of {args.runs}")
-    print("| measurement | base wall | branch wall | base CPU | branch CPU |\n|---|---|---|---|---|")
+                sample = once(tree, argv)
+                if run >= warmup:
+                    samples[(case, label)].append(sample)
+    return samples
+
+
+def print_table(header: str, cases: dict[str, list[str]], trees: dict[str, str], samples: Samples) -> None:
+    print(f"| {header} | base wall | branch wall | base CPU | branch CPU |\n|---|---|---|---|---|")
     for case in cases:
         cells = [statistics.median(s[i] for s in samples[(case, label)]) for i in (0, 1) for label in trees]
         print(f"| {case} | " + " | ".join(f"{value:.0f} ms" for value in cells) + " |")

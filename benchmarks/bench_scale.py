@@ -15,7 +15,7 @@ first), the median of --runs fresh `python -m kubetrain` processes for:
 * `list` over all jobs; `status big`; `logs big` (all replicas merged: time to the first line, lines/s);
 * `gpu big` (nvidia-smi through exec in every pod: the fake nvidia-smi of tests/testenv/fakebin).
 
-API requests per command are counted in-process (click's CliRunner, urllib3's connection pool patched to
+API requests per command are counted in-process (click's CliRunner, the REST transport and urllib3 patched to
 count), so each command's requests can be checked to stay bounded (no per-pod request where a list serves).
 Targets (warm, issue #14): list < 1 s, preflight fit < 200 ms, status < 300 ms, first merged log line < 2 s.
 """

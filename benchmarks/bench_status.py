@@ -108,6 +108,31 @@ def make_events(cp: Any, namespace: str, count: int) -> None:
     print(f"created {count} events in {time.perf_counter() - start:.1f} s", file=sys.stderr)
 
 
+def bench_job(cp: Any, tmp: Path, events: int = 0) -> tuple[Any, dict[str, str]]:
+    """PyTorchJob `bench` in namespace default: 2 pods Running on kwok nodes, serving 20 log lines each, and
+    `events` unrelated Events. Returns a connection and the environment for fresh processes (KUBECONFIG)."""
+    from kubetrain.client import apply, watch
+    from kubetrain.client.connection import connect
+    from kubetrain.client.targets import PYTORCHJOB
+    from tests.client.logfixtures import cri, now_stamp, serve_logs
+    from tests.client.specs import render, write_spec
+
+    ns = "default"
+    conn = connect(kubeconfig=str(cp.kubeconfig))
+    for pod in ("bench-master-0", "bench-worker-0"):
+        path = tmp / f"{pod}.log"
+        path.write_text(cri([(now_stamp(), f"{pod} line {i}") for i in range(20)]))
+        serve_logs(cp.api_client(), ns, pod, path)
+    apply.submit(conn.api, PYTORCHJOB, render(write_spec(tmp, "bench", nodes=2), ns))
+    watch.wait_for(watch.rest_list(conn.rest, f"/api/v1/namespaces/{ns}/pods"),
+                   lambda c: len([p for p in c.values() if p["status"].get("phase") == "Running"]) == 2,
+                   timeout=60, what="2 Running pods", label_selector=PYTORCHJOB.pod_selector("bench"))
+    if events:
+        make_events(cp, ns, events)
+    time.sleep(3)  # kwok picks up the Logs objects through a watch
+    return conn, {**os.environ, "KUBECONFIG": str(cp.kubeconfig)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
@@ -116,30 +141,14 @@ def main() -> None:
     args = parser.parse_args()
 
     from benchmarks.bench_cli import ensure_bytecode, load_average
-    from kubetrain.client import apply, status, targets, watch
-    from kubetrain.client.connection import connect
-    from kubetrain.client.targets import PYTORCHJOB
-    from tests.client.logfixtures import cri, now_stamp, serve_logs
-    from tests.client.specs import render, write_spec
+    from kubetrain.client import status, targets
     from tests.testenv.controlplane import ControlPlane
 
     ensure_bytecode()
     rows: list[tuple[str, str, str]] = []
     with ControlPlane() as cp, tempfile.TemporaryDirectory() as tmp:
         ns = "default"
-        conn = connect(kubeconfig=str(cp.kubeconfig))
-        for pod in ("bench-master-0", "bench-worker-0"):
-            path = Path(tmp) / f"{pod}.log"
-            path.write_text(cri([(now_stamp(), f"{pod} line {i}") for i in range(20)]))
-            serve_logs(cp.api_client(), ns, pod, path)
-        apply.submit(conn.api, PYTORCHJOB, render(write_spec(Path(tmp), "bench", nodes=2), ns))
-        watch.wait_for(watch.rest_list(conn.rest, f"/api/v1/namespaces/{ns}/pods"),
-                       lambda c: len([p for p in c.values() if p["status"].get("phase") == "Running"]) == 2,
-                       timeout=60, what="2 Running pods", label_selector=PYTORCHJOB.pod_selector("bench"))
-        if args.events:
-            make_events(cp, ns, args.events)
-        env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig)}
-        time.sleep(3)  # kwok picks up the Logs objects through a watch
+        conn, env = bench_job(cp, Path(tmp), args.events)
 
         def library() -> None:
             assert len(status.job_status(conn.rest, targets.installed(conn.rest), ns, "bench").pods) == 2

@@ -2,7 +2,7 @@
 
 A Connection has two clients over the same credentials:
 
-* `rest` (kubetrain.client.rest): urllib3, no kubernetes import, for the hot paths (status, list,
+* `rest` (kubetrain.client.rest): http.client, no kubernetes or urllib3 import, for the hot paths (status, list,
   events, logs, watches). A fresh `kubetrain status` is mostly Python start-up this way.
 * `api`: the kubernetes package's ApiClient, built on first use (its import costs 0.6–1.5 s) for
   apply, preflight, doctor and gpu exec.
@@ -10,7 +10,6 @@ A Connection has two clients over the same credentials:
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from pathlib import Path
@@ -88,6 +87,8 @@ def _in_cluster() -> Endpoint:
 
 def _kubernetes_client(connection: Connection) -> client.ApiClient:
     """The same server and credentials as `connection.rest`, for the kubernetes package's typed API."""
+    import logging
+
     from kubernetes import client
 
     from kubetrain.client.k8sapi import RetryingApiClient

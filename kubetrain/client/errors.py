@@ -1,14 +1,22 @@
-"""Turn kubernetes-client and urllib3 failures into one-line ClusterErrors that say how to fix them."""
+"""Turn API and network failures into one-line ClusterErrors that say how to fix them.
+
+Network failures come from two transports: the standard library's (kubetrain.client.transport, the REST
+client of the hot paths) and urllib3 (inside the kubernetes package, for the typed calls). urllib3 is
+never imported here: its exceptions are checked only when it is loaded (nothing else can raise them), so
+`status`, `list` and `logs` do not pay its import.
+"""
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
+import ssl
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from types import ModuleType
 from typing import Any
-
-from urllib3.exceptions import HTTPError, MaxRetryError, NewConnectionError, SSLError
 
 from kubetrain.errors import ClusterError
 
@@ -93,23 +101,48 @@ def translate(exc: BaseException, action: str, server: str | None = None) -> Clu
     return Unreachable(describe_network_error(exc, server))
 
 
+def urllib3_exceptions() -> ModuleType | None:
+    """urllib3's exceptions module if urllib3 is loaded (by the kubernetes package), else None."""
+    return sys.modules.get("urllib3.exceptions")
+
+
+def network_error_types() -> tuple[type[BaseException], ...]:
+    """What a request that got no HTTP answer raises: OSError and http.client's errors (the REST client),
+    plus urllib3's when it is loaded (the kubernetes package's client)."""
+    module = urllib3_exceptions()
+    return (OSError, http.client.HTTPException, *((module.HTTPError,) if module else ()))
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The cause inside urllib3's MaxRetryError (the kubernetes client raises it after its own retries)."""
+    module = urllib3_exceptions()
+    if module and isinstance(exc, module.MaxRetryError) and isinstance(exc.reason, BaseException):
+        return exc.reason
+    return exc
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """A read that timed out (socket.timeout is TimeoutError), from either transport."""
+    module = urllib3_exceptions()
+    return isinstance(exc, TimeoutError) or bool(module and isinstance(exc, module.TimeoutError))
+
+
 def describe_network_error(exc: BaseException, server: str | None, read_timeout: float | None = None) -> str:
     """One line for a request that got no HTTP answer: refused, timed out, TLS, DNS, reset."""
-    from urllib3.exceptions import ReadTimeoutError
-    from urllib3.exceptions import TimeoutError as Urllib3Timeout
-
-    if isinstance(exc, MaxRetryError) and exc.reason is not None:
-        exc = exc.reason
+    exc = unwrap(exc)
     where = server or "the API server"
-    if isinstance(exc, SSLError):
+    module = urllib3_exceptions()
+    if isinstance(exc, ssl.SSLError) or (module and isinstance(exc, module.SSLError)):
         return (f"TLS error talking to {where}: {_short(exc)} "
                 "(check the kubeconfig's certificate-authority and server address)")
-    if isinstance(exc, ReadTimeoutError) or (isinstance(exc, Urllib3Timeout | TimeoutError)
-                                             and "connect" not in str(exc).lower()):
+    if isinstance(exc, socket.gaierror) or (module and isinstance(exc, module.NameResolutionError)):
+        return f"cannot reach {where}: its host name does not resolve (check the kubeconfig's server address)"
+    # A connect timeout (transport.ConnectTimeout, urllib3's ConnectTimeoutError) means unreachable, not slow.
+    if is_timeout(exc) and "connect" not in str(exc).lower():
         after = f" within {read_timeout:g}s" if read_timeout else ""
         return (f"{where} did not answer{after}: the API server is overloaded or hung "
                 "(raise --request-timeout, or check it: kubectl get --raw /readyz)")
-    if isinstance(exc, NewConnectionError | ConnectionRefusedError):
+    if isinstance(exc, ConnectionRefusedError) or (module and isinstance(exc, module.NewConnectionError)):
         return f"cannot reach {where}: is the cluster running? (kubectl cluster-info)"
     return f"cannot reach {where} ({_short(exc)}): is the cluster running? (kubectl cluster-info)"
 
@@ -195,6 +228,6 @@ def cluster_errors(action: str, server: str | None = None) -> Iterator[None]:
     except ClusterError:
         raise
     except Exception as exc:
-        if not isinstance(exc, (*api_error_types(), *_config_error_types(), HTTPError, OSError)):
+        if not isinstance(exc, (*api_error_types(), *_config_error_types(), *network_error_types())):
             raise
         raise translate(exc, action, server) from None

@@ -17,15 +17,12 @@ follower then re-reads the end without `follow` (so closing early can never lose
 from __future__ import annotations
 
 import contextlib
-import http.client
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from urllib3.exceptions import HTTPError
-
-from kubetrain.client.errors import ApiError, Unreachable, api_error_types
+from kubetrain.client.errors import ApiError, Unreachable, api_error_types, network_error_types
 from kubetrain.client.logmerge import NO_TIME, Dedup, LineAssembler, split_timestamp, text_lines
 from kubetrain.client.pods import Replica
 from kubetrain.client.retry import backoff
@@ -37,8 +34,12 @@ READ_SIZE = 65536
 RESUME_MARGIN = 60  # seconds re-read before the last line seen, to absorb clock skew with the node
 DRAIN_IDLE = 0.5  # a stopped container's stream is closed after this long without data (then re-read)...
 DRAIN_MAX = 3.0  # ...or this long after it stopped, even if data still flows (the re-read gets the rest)
-# Unreachable: the API server went away (a restart); the follower retries until the job's end is known.
-STREAM_ERRORS = (ApiError, Unreachable, HTTPError, OSError, http.client.HTTPException, ValueError)
+
+
+def stream_errors() -> tuple[type[BaseException], ...]:
+    """What opening or reading a log stream raises when it fails or is cut (network errors, a read after
+    `shutdown()`); Unreachable: the API server went away (a restart), retried until the job's end is known."""
+    return (ApiError, Unreachable, ValueError, *network_error_types())
 
 
 class PodFollower(threading.Thread):
@@ -135,7 +136,7 @@ class PodFollower(threading.Thread):
             response = self.open(replica.pod, replica.container, previous=previous,
                                  since_seconds=None if previous else since, tail_lines=tail)
             text = _body(response)
-        except STREAM_ERRORS as exc:
+        except stream_errors() as exc:
             which = "previous container's" if previous else "container's"
             self.notice(f"[{replica.label}] cannot read the {which} last lines: {_short(exc)}")
             return
@@ -148,7 +149,7 @@ class PodFollower(threading.Thread):
         self.dedup.begin_replay()
         try:
             response = self.open(replica.pod, replica.container, follow=True, since_seconds=since, tail_lines=tail)
-        except STREAM_ERRORS as exc:
+        except stream_errors() as exc:
             self._failed(exc)
             return
         with self._lock:
@@ -172,8 +173,8 @@ class PodFollower(threading.Thread):
                 self._last_data = time.monotonic()
                 self._write_lines(self.assembler.feed(chunk))
             return False
-        except Exception as exc:  # urllib3 raises odd things (AttributeError) when we shut a stream down
-            if self._interrupted or isinstance(exc, STREAM_ERRORS):
+        except Exception as exc:  # a read racing `_interrupt` from the monitor thread may raise anything
+            if self._interrupted or isinstance(exc, stream_errors()):
                 return True
             raise
         finally:
@@ -223,7 +224,7 @@ class PodFollower(threading.Thread):
 
 
 def _interrupt(response: Any) -> None:
-    """Unblock a read in another thread (urllib3 >= 2.3 shutdown()), then release the connection."""
+    """Unblock a read in another thread (transport.Response.shutdown: the socket's), then drop the connection."""
     for method in ("shutdown", "close", "release_conn"):
         with contextlib.suppress(Exception):  # best effort on a connection being thrown away
             getattr(response, method, lambda: None)()

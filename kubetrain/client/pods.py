@@ -177,8 +177,8 @@ def select(replicas: list[Replica], wanted: str) -> list[Replica]:
 
 def open_log(api: Any, namespace: str, pod: str, container: str | None, *, follow: bool = False,
              previous: bool = False, since_seconds: int | None = None, tail_lines: int | None = None) -> Any:
-    """The pod's log as a streamed urllib3 response (always with timestamps). A followed log may be quiet
-    for hours, so it has no read timeout; a plain read has the client's --request-timeout."""
+    """The pod's log as a streamed kubetrain.client.transport response (always with timestamps). A followed log
+    may be quiet for hours, so it has no read timeout; a plain read has the client's --request-timeout."""
     query = {"container": container, "follow": follow or None, "previous": previous or None, "timestamps": True,
              "sinceSeconds": since_seconds, "tailLines": tail_lines}
     return rest_of(api).request("GET", path_of("", "v1", "pods", namespace, pod, "log"), query, stream=True,

@@ -1,10 +1,13 @@
-"""A small REST client for the hot paths (status, list, logs, watches): urllib3 with kubectl's manners.
+"""A small REST client for the hot paths (status, list, logs, watches): http.client with kubectl's manners.
 
 Why not the kubernetes package's ApiClient: importing it costs 0.6–1.5 s (every generated model is
-loaded), which alone is 3–5× the budget of a `kubetrain status`. urllib3 is already its dependency,
-keeps connections alive, and does TLS with client certificates. The kubernetes package stays for what
-only it does well: exec/auth-provider credentials (kubetrain.client.auth), and the typed calls of
-apply, preflight, doctor and gpu exec (`Connection.api`, built lazily from the same credentials).
+loaded), which alone is 3–5× the budget of a `kubetrain status`. Why not urllib3 either (which this
+client used until issue 16): its import is ~95 ms of the 300 ms budget, while the standard library's
+http.client and ssl are loaded anyway. kubetrain.client.transport keeps connections alive (a thread-safe
+pool), does TLS with client certificates and tls-server-name, and streams chunked responses. The
+kubernetes package (and with it urllib3) stays for what only it does well: exec/auth-provider
+credentials (kubetrain.client.auth), and the typed calls of apply, preflight, doctor and gpu exec
+(`Connection.api`, built lazily from the same credentials).
 
 Every request has a connect timeout and a read timeout (`--request-timeout`). 429/5xx answers and
 connections reset mid-request are retried with backoff (kubetrain.client.retry); a refused connection
@@ -14,6 +17,7 @@ or a server that does not answer in time is an `Unreachable` error at once (exit
 
 from __future__ import annotations
 
+import http.client
 import json
 import ssl
 import time
@@ -22,14 +26,12 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import orjson
-import urllib3
-from urllib3.exceptions import HTTPError, ReadTimeoutError
-from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from kubetrain import __version__
 from kubetrain.client.errors import ApiError, Unreachable, describe_network_error
 from kubetrain.client.kubeconfig import Endpoint
 from kubetrain.client.retry import DEFAULT_POLICY, RetryPolicy, delay_for
+from kubetrain.client.transport import Pool, Response
 
 USER_AGENT = f"kubetrain/{__version__}"
 CONNECT_TIMEOUT = 10.0  # seconds; kubectl's dialer also gives up on a TCP connect after ~30 s, TLS after 10 s
@@ -38,7 +40,7 @@ Auth = Callable[[], str | None]  # the Authorization header's value, re-evaluate
 
 
 class Rest:
-    """JSON over HTTPS to one API server. Thread-safe (urllib3's pool is)."""
+    """JSON over HTTPS to one API server. Thread-safe (the transport's pool is)."""
 
     def __init__(self, endpoint: Endpoint, auth: Auth | None = None, request_timeout: float | None = None,
                  policy: RetryPolicy = DEFAULT_POLICY, sleep: Callable[[float], None] = time.sleep) -> None:
@@ -47,15 +49,11 @@ class Rest:
         self.request_timeout = request_timeout or REQUEST_TIMEOUT
         self.policy, self.sleep = policy, sleep
         self._auth = auth or static_auth(endpoint)
-        kwargs: dict[str, Any] = {"maxsize": 32, "block": False, "retries": False}
-        if endpoint.server.startswith("https:"):
-            kwargs["ssl_context"] = ssl_context(endpoint)
-            if endpoint.tls_server_name:
-                kwargs["server_hostname"] = endpoint.tls_server_name
-            if endpoint.insecure:
-                kwargs["cert_reqs"] = ssl.CERT_NONE
-                kwargs["assert_hostname"] = False
-        self.pool = urllib3.PoolManager(**kwargs)
+        context = ssl_context(endpoint) if endpoint.server.startswith("https:") else None
+        try:
+            self.pool = Pool(endpoint.server, context, endpoint.tls_server_name, maxsize=32)
+        except ValueError as exc:
+            raise Unreachable(f"kubeconfig context {endpoint.context}: {exc}") from None
 
     def authorization(self) -> str | None:
         """The Authorization header value now (runs an exec plugin again when its token expired)."""
@@ -63,29 +61,29 @@ class Rest:
 
     def request(self, method: str, path: str, query: Mapping[str, Any] | None = None, body: Any = None, *,
                 content_type: str = "application/json", stream: bool = False, read_timeout: float | None = -1,
-                retry: bool = True) -> urllib3.BaseHTTPResponse:
+                retry: bool = True) -> Response:
         """One request; raises ApiError for an HTTP error status, Unreachable when the server is not there.
 
         read_timeout -1: the client's --request-timeout; None: wait forever (a log stream may be quiet)."""
-        url = self.server + path + (("?" + urlencode(_query(query))) if query else "")
-        headers = {"User-Agent": USER_AGENT, "Accept": "application/json, */*"}  # per request: urllib3 replaces
+        target = path + (("?" + urlencode(_query(query))) if query else "")
+        headers = {"User-Agent": USER_AGENT, "Accept": "application/json, */*"}
         if body is not None:
             headers["Content-Type"] = content_type
         if (authorization := self._auth()) is not None:
             headers["Authorization"] = authorization
-        data = body if isinstance(body, bytes | str) or body is None else json.dumps(body)
+        data = _encode(body)
         # --request-timeout bounds the connect (TCP + TLS handshake) too, as kubectl's does.
-        timeout = urllib3.Timeout(connect=min(CONNECT_TIMEOUT, self.request_timeout),
-                                  read=self.request_timeout if read_timeout == -1 else read_timeout)
+        connect = min(CONNECT_TIMEOUT, self.request_timeout)
+        read = self.request_timeout if read_timeout == -1 else read_timeout
         attempt = 1
         while True:
             try:
-                response = self.pool.request(method, url, body=data, headers=headers, timeout=timeout,
-                                             preload_content=not stream, redirect=False)
-            except (HTTPError, OSError) as exc:
+                response = self.pool.request(method, target, data, headers, connect_timeout=connect,
+                                             read_timeout=read, preload=not stream)
+            except (OSError, http.client.HTTPException) as exc:
                 delay = delay_for(attempt, self.policy, exc=exc) if retry else None
                 if delay is None:
-                    raise Unreachable(describe_network_error(exc, self.server, timeout.read_timeout)) from None
+                    raise Unreachable(describe_network_error(exc, self.server, read)) from None
             else:
                 if response.status < 400:
                     return response
@@ -109,6 +107,12 @@ class Rest:
 
     def get(self, path: str, **query: Any) -> dict[str, Any]:
         return self.json("GET", path, query or None)
+
+
+def _encode(body: Any) -> bytes | None:
+    if body is None or isinstance(body, bytes):
+        return body
+    return (body if isinstance(body, str) else json.dumps(body)).encode()
 
 
 def _query(query: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -158,7 +162,8 @@ def static_auth(endpoint: Endpoint) -> Auth:
 
 def ssl_context(endpoint: Endpoint) -> ssl.SSLContext:
     """The kubeconfig's CA (else the system's) and client certificate. ssl can load a certificate only from
-    a file, so inline data goes through a private temp file that is removed at once."""
+    a file, so inline data goes through an in-memory file (Linux memfd), else a private temp file that is
+    removed at once."""
     try:
         if endpoint.insecure:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -176,14 +181,24 @@ def ssl_context(endpoint: Endpoint) -> ssl.SSLContext:
 
 
 def _load_client_cert(context: ssl.SSLContext, endpoint: Endpoint) -> None:
-    import os
-    import tempfile
-
     if endpoint.cert_file and not endpoint.cert_data and (endpoint.key_file and not endpoint.key_data):
         context.load_cert_chain(endpoint.cert_file, endpoint.key_file)
         return
     cert = endpoint.cert_data or _read_bytes(endpoint.cert_file)
     key = endpoint.key_data or _read_bytes(endpoint.key_file)
+    import os
+
+    if hasattr(os, "memfd_create"):  # Linux: an anonymous in-memory file, so the key never touches a disk
+        fd = os.memfd_create("kubetrain-client-cert", os.MFD_CLOEXEC)
+        try:
+            with os.fdopen(os.dup(fd), "wb") as handle:
+                handle.write(cert + b"\n" + key)
+            context.load_cert_chain(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+        return
+    import tempfile
+
     fd, name = tempfile.mkstemp(prefix="kubetrain-", suffix=".pem")  # mode 0600
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -198,12 +213,6 @@ def _read_bytes(path: str | None) -> bytes:
         return b""
     with open(path, "rb") as handle:
         return handle.read()
-
-
-def is_timeout(exc: BaseException) -> bool:
-    return isinstance(exc, ReadTimeoutError | Urllib3Timeout | TimeoutError)
-
-
 
 
 def rest_of(api: Any) -> Rest:

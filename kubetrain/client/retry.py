@@ -1,8 +1,9 @@
 """Retry API calls with exponential backoff on 429, 5xx and dropped connections, honouring Retry-After.
 
-One rule (`delay_for`) for both clients: kubetrain.client.rest (urllib3, the hot paths) and
-kubetrain.client.k8sapi (`RetryingApiClient`, the kubernetes package's client). ``call(fn)`` retries any
-callable. Importing this module does not import the kubernetes package.
+One rule (`delay_for`) for both clients: kubetrain.client.rest (http.client, the hot paths) and
+kubetrain.client.k8sapi (`RetryingApiClient`, the kubernetes package's client, on urllib3). Importing this
+module imports neither the kubernetes package nor urllib3 (urllib3's errors are checked only when it is
+loaded: nothing else raises them).
 
 Connection *refused* is not retried here (the cluster is down and a one-shot command should say so at
 once); followers (kubetrain.client.watch) retry it until their own deadline. A reset or a response
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from urllib3.exceptions import MaxRetryError, ProtocolError
+from kubetrain.client.errors import unwrap, urllib3_exceptions
 
 NOT_RETRIED_5XX = {501, 505}  # Not Implemented / HTTP Version Not Supported never get better
 
@@ -41,11 +42,13 @@ def retryable_status(status: int | None) -> bool:
 
 
 def is_connection_reset(exc: BaseException) -> bool:
-    """A connection that dropped mid-request (reset, closed without a response), directly or via urllib3."""
-    if isinstance(exc, MaxRetryError):
-        return exc.reason is not None and is_connection_reset(exc.reason)
-    return isinstance(exc, ProtocolError | ConnectionResetError | ConnectionAbortedError |
-                      http.client.RemoteDisconnected | http.client.IncompleteRead)
+    """A connection that dropped mid-request (reset, closed without a response, a body cut short), from
+    http.client or urllib3 (its ProtocolError wraps these; its MaxRetryError the last of its own retries)."""
+    exc = unwrap(exc)
+    module = urllib3_exceptions()
+    return isinstance(exc, ConnectionResetError | ConnectionAbortedError | BrokenPipeError |
+                      http.client.RemoteDisconnected | http.client.IncompleteRead) or bool(
+        module and isinstance(exc, module.ProtocolError))
 
 
 def retry_after(headers: Mapping[str, str] | None) -> float | None:

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
-from urllib3.exceptions import TimeoutError as ReadTimeout
 
-from kubetrain.client.errors import ApiError, Unreachable, is_api_error
+from kubetrain.client.errors import ApiError, Unreachable, is_api_error, is_timeout
 from kubetrain.client.rest import rest_of
 from kubetrain.client.retry import DEFAULT_POLICY, backoff, is_connection_reset
 from kubetrain.errors import ClusterError
@@ -166,7 +165,7 @@ def _watch_once(list_fn: ListFn, version: str, seconds: int, kwargs: dict[str, A
                 _raise_error(event.get("object") or {})
             yield event
     except Exception as exc:
-        if not is_connection_reset(exc) and not isinstance(exc, ReadTimeout | TimeoutError):
+        if not is_connection_reset(exc) and not is_timeout(exc):
             raise
     finally:
         response.close()

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from kubetrain.cli.main import COMMANDS, cli
 from kubetrain.validate.fetch import PINNED
+from tests.cli.imports import run_fresh
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "tests" / "render" / "specs"
@@ -58,14 +59,9 @@ def test_every_listed_command_exists() -> None:
 @pytest.mark.parametrize("argv", [["--help"], ["render", "-f", str(SPECS / "gke-h100.yaml")],
                                   ["validate", str(VALIDATE_FIXTURES / "simple.yaml"), "--ignore-missing-schemas"]])
 def test_light_commands_import_neither_torch_nor_kubernetes(argv: list[str]) -> None:
-    code = ("import sys; from kubetrain.cli.main import main\n"
-            "code = 0\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n    code = exc.code or 0\n"
-            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'kubernetes'})\n"
-            "print(f'EXIT={code}', file=sys.stderr)\nprint('HEAVY=' + ','.join(heavy), file=sys.stderr)")
-    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60,
-                            cwd=REPO, check=False)
-    assert "EXIT=0\n" in result.stderr, result.stderr[-2000:]  # the command itself worked
-    assert "HEAVY=\n" in result.stderr or result.stderr.rstrip().endswith("HEAVY="), result.stderr[-2000:]
+    result = run_fresh(argv, {"torch", "kubernetes"})
+    assert result.exit_code == 0, result.stderr[-2000:]  # the command itself worked
+    assert result.loaded == [], result.stderr[-2000:]
 
 
 def test_render_stdout_is_only_manifests() -> None:

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from kubetrain.cli.logs_cmd import parse_duration
 from kubetrain.cli.main import cli
 from kubetrain.errors import UsageError
+from tests.cli.imports import run_fresh
 from tests.client.logfixtures import cri, now_stamp, serve_logs
 from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
 
@@ -77,6 +78,17 @@ def test_logs_gpu_and_follow(controlplane, namespace, job):
     assert sorted(followed.stdout.splitlines()) == ["[master-0] master says hi", "[worker-0] worker done",
                                                     "[worker-0] worker says hi"]
     assert followed.stderr.strip().splitlines()[-1].startswith("error: cli failed: ")
+
+
+@pytest.mark.controlplane
+def test_status_list_and_logs_load_neither_urllib3_nor_kubernetes(controlplane, namespace, job):
+    """Issue 16's start-up budget: the hot paths talk REST over http.client (kubetrain.client.transport)."""
+    kc = ["--kubeconfig", str(controlplane.kubeconfig), "-n", namespace]
+    for argv, shown in ((["status", job], f"pytorchjob {namespace}/cli: "), (["list"], "cli "),
+                        (["logs", job, "--tail", "1"], "[worker-0] worker done")):
+        result = run_fresh([*argv, *kc], {"urllib3", "kubernetes"})
+        assert result.exit_code == 0 and shown in result.stdout, (argv, result.stdout, result.stderr[-2000:])
+        assert result.loaded == [], argv
 
 
 @pytest.mark.controlplane

@@ -3,6 +3,7 @@ with a fake API at the client boundary: a stream cut mid-line, which the real se
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 from typing import Any
@@ -10,7 +11,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from urllib3.exceptions import ProtocolError
 
 from kubetrain.client.logmerge import NO_TIME, Dedup, LineAssembler, Prefixer, merge, split_timestamp, style_for
 from kubetrain.client.logstream import PodFollower
@@ -130,7 +130,8 @@ def T(n: int) -> str:  # a timestamp; short for readability
 
 
 def test_a_stream_cut_mid_line_resumes_without_repeating_or_losing_a_line():
-    first = FakeResponse([f"{T(1)} a\n{T(2)} b\n{T(3)} par".encode()], ProtocolError("Connection broken"))
+    cut = http.client.IncompleteRead(b"", 120)  # what the transport raises when a chunked stream is cut
+    first = FakeResponse([f"{T(1)} a\n{T(2)} b\n{T(3)} par".encode()], cut)
     # the re-opened stream starts before the cut (sinceSeconds) and sends the cut line whole
     second = FakeResponse([f"{T(1)} a\n{T(2)} b\n{T(3)} partial line\n{T(4)} d\n".encode()])
     core = FakeCore([first, second], plain=f"{T(3)} partial line\n{T(4)} d\n".encode())
@@ -156,7 +157,7 @@ def test_stop_interrupts_a_stream_that_never_ends_and_keeps_the_last_lines():
             if self.chunks:
                 return self.chunks.pop(0)
             self.stopped.wait(5)
-            raise ProtocolError("shut down")
+            raise ConnectionResetError("shut down")
 
         def shutdown(self) -> None:
             self.stopped.set()
