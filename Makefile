@@ -12,11 +12,13 @@ PYTEST_ARGS ?=
 install: $(STAMP)
 
 # uv (from PyPI) installs what pip would, but keeps unpacked wheels in its cache (~/.cache/uv) and hardlinks
-# them: a fresh virtualenv with torch's 6 GB takes ~10 s instead of pip's ~2 min of download and unpacking.
+# them: a fresh virtualenv with torch's 6 GB takes seconds instead of pip's ~2 min of download and unpacking.
+# --compile-bytecode writes the .pyc files as pip does: without them, and with PYTHONDONTWRITEBYTECODE=1,
+# every torch process compiled torch from source (the runtime tests ran twice as long).
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --upgrade-package pip -e '.[$(EXTRAS)]' pip
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --upgrade-package pip -e '.[$(EXTRAS)]' pip
 	@touch $(STAMP)
 
 ## The main job: the built-in digits example, 2 nodes x 1 process, on this machine.
