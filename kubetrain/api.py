@@ -145,11 +145,9 @@ def status(name: str, *, namespace: str | None = None, recent: int = 10, context
            connection: Connection | None = None) -> JobStatus:
     """What `kubetrain status` shows: state, conditions, pods, the job's own Events and hints."""
     from kubetrain.client.status import job_status
-    from kubetrain.client.targets import installed_or_fail
 
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
-    rest = where.connection.rest
-    return job_status(rest, installed_or_fail(rest), where.namespace, name, recent)
+    return job_status(where.connection.rest, None, where.namespace, name, recent)
 
 
 def list_jobs(*, namespace: str | None = None, all_namespaces: bool = False, context: str | None = None,

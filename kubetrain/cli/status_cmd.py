@@ -18,11 +18,11 @@ if TYPE_CHECKING:
 OUTPUT = click.Choice(["text", "json", "yaml"])
 
 
-def installed_targets(connection: Connection, target: str | None = None) -> list[Target]:
-    """The kinds to look a job up among: --target's, else every installed one."""
-    from kubetrain.client.targets import TARGETS, installed_or_fail
+def installed_targets(connection: Connection) -> list[Target]:
+    """The kinds to list: every installed one."""
+    from kubetrain.client.targets import installed_or_fail
 
-    return [TARGETS[target]] if target else installed_or_fail(connection.rest)
+    return installed_or_fail(connection.rest)
 
 
 @click.command()
@@ -43,10 +43,11 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
       kubetrain status llm-finetune -n team-a -o json
     """
     from kubetrain.client.status import job_status
+    from kubetrain.client.targets import TARGETS
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    result = job_status(connection.rest, installed_targets(connection, target), ns, name, recent,
+    result = job_status(connection.rest, [TARGETS[target]] if target else None, ns, name, recent,
                         timeline=output == "text")
     if output == "json":
         click.echo(json.dumps(result.as_dict(), indent=2))

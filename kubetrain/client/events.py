@@ -9,7 +9,7 @@ object, and they run in parallel: the apiserver filters by scanning the namespac
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kubetrain.client import watch
@@ -19,28 +19,43 @@ from kubetrain.client.rest import path_of
 PARALLEL = 8
 
 
-def list_events(api: Any, namespace: str, uids: Iterable[str] = (),
-                named: Iterable[tuple[str, str]] = ()) -> list[dict[str, Any]]:
+def list_events(api: Any, namespace: str, uids: Iterable[str] = (), named: Iterable[tuple[str, str]] = (),
+                listed: Mapping[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """Events of the objects with these UIDs, and of these (kind, name)s (for objects already deleted,
-    whose UIDs we no longer know; callers filter those by time)."""
-    selectors = [f"involvedObject.uid={uid}" for uid in dict.fromkeys(uids) if uid]
-    selectors += [f"involvedObject.kind={kind},involvedObject.name={name}" for kind, name in dict.fromkeys(named)]
-    if not selectors:
-        return []
+    whose UIDs we no longer know; callers filter those by time). `listed`: selectors already listed (by
+    `list_selected`), not asked for again."""
+    done = dict(listed or {})
+    wanted = selectors(uids, named)
+    done.update(list_selected(api, namespace, [s for s in wanted if s not in done]))
+    seen: dict[str, dict[str, Any]] = {}
+    for event in (e for selector in wanted for e in done[selector]):
+        seen.setdefault(str((event.get("metadata") or {}).get("uid") or id(event)), event)
+    return list(seen.values())
+
+
+def selectors(uids: Iterable[str] = (), named: Iterable[tuple[str, str]] = ()) -> list[str]:
+    """One field selector per object: by UID, or by kind and name."""
+    found = [uid_selector(uid) for uid in dict.fromkeys(uids) if uid]
+    return found + [f"involvedObject.kind={kind},involvedObject.name={name}" for kind, name in dict.fromkeys(named)]
+
+
+def uid_selector(uid: str) -> str:
+    return f"involvedObject.uid={uid}"
+
+
+def list_selected(api: Any, namespace: str, wanted: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each field selector's Events, the lists run in parallel."""
+    if not wanted:
+        return {}
     list_fn = watch.rest_list(api, path_of("", "v1", "events", namespace))
 
     def one(selector: str) -> list[dict[str, Any]]:
         return watch.list_objects(list_fn, field_selector=selector)[0]
 
     with cluster_errors(f"list events in namespace {namespace}"):
-        if len(selectors) == 1:
-            batches = [one(selectors[0])]
-        else:
-            from concurrent.futures import ThreadPoolExecutor
+        if len(wanted) == 1:
+            return {wanted[0]: one(wanted[0])}
+        from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(min(PARALLEL, len(selectors))) as pool:
-                batches = list(pool.map(one, selectors))
-    seen: dict[str, dict[str, Any]] = {}
-    for event in (e for batch in batches for e in batch):
-        seen.setdefault(str((event.get("metadata") or {}).get("uid") or id(event)), event)
-    return list(seen.values())
+        with ThreadPoolExecutor(min(PARALLEL, len(wanted))) as pool:
+            return dict(zip(wanted, pool.map(one, wanted), strict=True))

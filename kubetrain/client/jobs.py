@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.client import watch
-from kubetrain.client.errors import as_dict, cluster_errors, is_api_error
+from kubetrain.client.errors import as_dict, cluster_errors, is_api_error, status_body
 from kubetrain.client.rest import path_of, rest_of
-from kubetrain.client.targets import Target
+from kubetrain.client.targets import AUTO_ORDER, NOT_INSTALLED, Target
 from kubetrain.errors import ClusterError
 
 GPU = "nvidia.com/gpu"
@@ -117,32 +117,47 @@ def path_of_job(target: Target, namespace: str | None, name: str | None = None) 
 def get(api: Any, target: Target, namespace: str, name: str) -> dict[str, Any] | None:
     """The job, or None if there is none of that name (a missing CRD or namespace is a ClusterError).
     `api`: a Rest, a Connection or a kubernetes ApiClient (kubetrain.client.rest.rest_of)."""
-    action = f"get {target.resource} {name} in namespace {namespace}"
-    with cluster_errors(action):
+    found = _get(api, target, namespace, name, probe=False)
+    return None if isinstance(found, _NotServed) else found
+
+
+class _NotServed:
+    """The cluster does not serve the kind: the apiserver answers its paths with a bare "404 page not
+    found", not with the Status that a missing object gets (which names the object)."""
+
+
+def _get(api: Any, target: Target, namespace: str, name: str, probe: bool) -> dict[str, Any] | _NotServed | None:
+    with cluster_errors(f"get {target.resource} {name} in namespace {namespace}"):
         try:
-            found = as_dict(rest_of(api).get(_path(target, namespace, name)))
+            return as_dict(rest_of(api).get(_path(target, namespace, name)))
         except Exception as exc:
-            if is_api_error(exc) and getattr(exc, "status", None) == 404 and _object_missing(exc, name):
-                return None
+            if is_api_error(exc) and getattr(exc, "status", None) == 404:
+                if _object_missing(exc, name):
+                    return None
+                if probe and not status_body(exc):
+                    return _NotServed()
             raise
-    return found
 
 
 def _object_missing(exc: Any, name: str) -> bool:
-    from kubetrain.client.errors import status_body
-
     details = status_body(exc).get("details") or {}
     return bool(details.get("name") == name and details.get("kind") != "namespaces")
 
 
-def find(api: Any, targets: list[Target], namespace: str, name: str) -> tuple[Target, dict[str, Any]]:
-    """The job called `name` among the installed kinds; a one-line error when there is none."""
-    for target in targets:
-        obj = get(api, target, namespace, name)
-        if obj is not None:
+def find(api: Any, targets: list[Target] | None, namespace: str, name: str) -> tuple[Target, dict[str, Any]]:
+    """The job called `name` among `targets`, or (None) among the kinds the cluster serves, which the GETs
+    themselves tell (no discovery round trip first); a one-line error when there is none."""
+    served = []
+    for target in AUTO_ORDER if targets is None else targets:
+        obj = _get(api, target, namespace, name, probe=targets is None)
+        if isinstance(obj, dict):
             return target, obj
+        if obj is None:
+            served.append(target)
+    if not served:
+        raise ClusterError(NOT_INSTALLED)
     check_namespace(api, namespace)  # the same message for every command when -n names no namespace
-    kinds = " or ".join(t.kind for t in targets) or "training job"
+    kinds = " or ".join(t.kind for t in served)
     raise ClusterError(f"no {kinds} named {name} in namespace {namespace} (list them: kubetrain list -n {namespace})")
 
 

@@ -75,10 +75,8 @@ def find_job(api: Any, namespace: str, name: str,
     """The job and its kind; `target` None or "auto" looks among the installed kinds. The one job lookup of
     every command (status, events, logs, gpu, delete) and of kubetrain.api."""
     if isinstance(target, Target):
-        candidates = [target]
-    else:
-        candidates = [targets.TARGETS[target]] if target and target != "auto" else targets.installed_or_fail(api)
-    return jobs.find(api, candidates, namespace, name)
+        return jobs.find(api, [target], namespace, name)
+    return jobs.find(api, [targets.TARGETS[target]] if target and target != "auto" else None, namespace, name)
 
 
 class _Output:

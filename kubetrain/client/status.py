@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kubetrain.client import hints, jobs, pods, queues
-from kubetrain.client.events import list_events
+from kubetrain.client.events import list_events, list_selected, selectors, uid_selector
 from kubetrain.client.targets import PYTORCHJOB, Target
 
 JOB_KINDS = {"PyTorchJob", "TrainJob", "JobSet", "Job", "Service"}
@@ -128,12 +128,13 @@ def _healthy(replica: pods.Replica) -> bool:
 
 
 def job_event_dicts(api: Any, target: Target, namespace: str, obj: dict[str, Any],
-                    pod_list: list[dict[str, Any]], subjects: EventSubjects | None = None) -> list[dict[str, Any]]:
+                    pod_list: list[dict[str, Any]], subjects: EventSubjects | None = None,
+                    listed: dict[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """Events of this incarnation of the job: by UID for the job and its current pods; by name (and not older
     than the job) for pods already deleted and a TrainJob's JobSet. Oldest first. All pods' unless
-    `subjects` (event_subjects) says whose."""
+    `subjects` (event_subjects) says whose; `listed`: lists already read (pods_and_early_events)."""
     chosen = subjects or event_subjects(obj, target, pod_list)
-    items = list_events(api, namespace, chosen.uids, chosen.named)
+    items = list_events(api, namespace, chosen.uids, chosen.named, listed)
     return own_events(items, chosen.uids, str((obj.get("metadata") or {}).get("creationTimestamp") or ""))
 
 
@@ -171,12 +172,13 @@ def event_rows(mine: list[dict[str, Any]]) -> list[EventRow]:
     return rows
 
 
-def job_status(api: Any, targets: list[Target], namespace: str, name: str,
+def job_status(api: Any, targets: list[Target] | None, namespace: str, name: str,
                recent: int = 10, timeline: bool = False) -> JobStatus:
+    """`targets`: the kinds the job may be (None: whichever the cluster serves)."""
     target, obj = jobs.find(api, targets, namespace, name)
-    pod_list = pods.list_pods(api, target, namespace, name)
+    pod_list, listed = pods_and_early_events(api, target, namespace, obj)
     subjects = event_subjects(obj, target, pod_list, STATUS_POD_EVENT_LISTS, STATUS_HEALTHY_POD_EVENT_LISTS)
-    event_dicts = job_event_dicts(api, target, namespace, obj, pod_list, subjects)
+    event_dicts = job_event_dicts(api, target, namespace, obj, pod_list, subjects, listed)
     again = recreations(event_dicts)
     rows = [replace(r, recreated=again.get(r.name, 0)) for r in pod_rows(pod_list, target, name)]
     events = event_rows(event_dicts)[-recent:] if recent else []
@@ -195,6 +197,29 @@ def job_status(api: Any, targets: list[Target], namespace: str, name: str,
 
         when = timeline_of(api, target, namespace, name, obj, pod_list, event_dicts)
     return JobStatus(jobs.summary(obj, target), jobs.conditions(obj), rows, events, all_hints, when)
+
+
+def pods_and_early_events(api: Any, target: Target, namespace: str,
+                          obj: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """The job's pods, and, read at the same time rather than after them, the Events lists that status reads
+    whatever the pods are: the job's own, a TrainJob's JobSet's, and a PyTorchJob's master pod's (by name;
+    its UID comes with the pods, and its list then also serves as the list by that UID)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    meta = obj.get("metadata") or {}
+    master = [("Pod", pod) for pod in _expected_pods(obj, target) if pod.endswith("-master-0")]
+    early = selectors([str(meta.get("uid") or "")],
+                      master if target is PYTORCHJOB else [("JobSet", str(meta.get("name") or ""))])
+    with ThreadPoolExecutor(1) as pool:
+        reading = pool.submit(list_selected, api, namespace, early)
+        pod_list = pods.list_pods(api, target, namespace, str(meta.get("name") or ""))
+        listed = reading.result()
+    for pod in pod_list:
+        pod_meta = pod.get("metadata") or {}
+        if (named := selectors(named=[("Pod", str(pod_meta.get("name")))])[0]) in listed:
+            uid = str(pod_meta.get("uid") or "")
+            listed[uid_selector(uid)] = [e for e in listed[named] if (e.get("involvedObject") or {}).get("uid") == uid]
+    return pod_list, listed
 
 
 UNRECONCILED_AFTER = 15  # seconds: the operator sets a first condition within a second or two of a create

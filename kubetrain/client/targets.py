@@ -52,6 +52,7 @@ TARGETS = {t.name: t for t in (PYTORCHJOB, TRAINJOB)}
 # When both are installed, auto prefers PyTorchJob: it is what `kubetrain render` produces for auto offline,
 # so `render` and `submit` of the same spec agree.
 AUTO_ORDER = (PYTORCHJOB, TRAINJOB)
+NOT_INSTALLED = f"neither PyTorchJob nor TrainJob is installed in this cluster: {CRD_HINT}"
 
 
 def served(api: Any, target: Target) -> bool:
@@ -79,7 +80,7 @@ def installed_or_fail(api: Any) -> list[Target]:
     """The installed job kinds; a ClusterError naming what to install when there are none."""
     found = installed(api)
     if not found:
-        raise ClusterError(f"neither PyTorchJob nor TrainJob is installed in this cluster: {CRD_HINT}")
+        raise ClusterError(NOT_INSTALLED)
     return found
 
 
