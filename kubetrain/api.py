@@ -155,11 +155,9 @@ def list_jobs(*, namespace: str | None = None, all_namespaces: bool = False, con
               connection: Connection | None = None) -> list[JobSummary]:
     """PyTorchJobs and TrainJobs in a namespace (or all), oldest first, as `kubetrain list`."""
     from kubetrain.client.jobs import list_jobs as list_all
-    from kubetrain.client.targets import installed_or_fail
 
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
-    rest = where.connection.rest
-    return list_all(rest, installed_or_fail(rest), None if all_namespaces else where.namespace)
+    return list_all(where.connection.rest, None, None if all_namespaces else where.namespace)
 
 
 def logs(name: str, *, namespace: str | None = None, follow: bool = False, replica: str = "all",

@@ -11,18 +11,9 @@ from kubetrain.cli.cluster_opts import age, cluster_options, connect_from, print
 from kubetrain.cli.output import handle_errors, info
 
 if TYPE_CHECKING:
-    from kubetrain.client.connection import Connection
     from kubetrain.client.status import EventRow, JobStatus
-    from kubetrain.client.targets import Target
 
 OUTPUT = click.Choice(["text", "json", "yaml"])
-
-
-def installed_targets(connection: Connection) -> list[Target]:
-    """The kinds to list: every installed one."""
-    from kubetrain.client.targets import installed_or_fail
-
-    return installed_or_fail(connection.rest)
 
 
 @click.command()
@@ -116,7 +107,7 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, re
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = None if all_namespaces else connection.namespace(namespace)
-    found = queues.annotate(connection.rest, list_jobs(connection.rest, installed_targets(connection), ns), ns)
+    found = queues.annotate(connection.rest, list_jobs(connection.rest, None, ns), ns)
     if output != "text":
         items = [s.as_dict() for s in found]
         click.echo(json.dumps(items, indent=2) if output == "json" else dump_yaml(items), nl=output == "json")

@@ -131,12 +131,15 @@ def _get(api: Any, target: Target, namespace: str, name: str, probe: bool) -> di
         try:
             return as_dict(rest_of(api).get(_path(target, namespace, name)))
         except Exception as exc:
-            if is_api_error(exc) and getattr(exc, "status", None) == 404:
-                if _object_missing(exc, name):
-                    return None
-                if probe and not status_body(exc):
-                    return _NotServed()
+            if is_api_error(exc) and getattr(exc, "status", None) == 404 and _object_missing(exc, name):
+                return None
+            if probe and _not_served(exc):
+                return _NotServed()
             raise
+
+
+def _not_served(exc: Exception) -> bool:
+    return is_api_error(exc) and getattr(exc, "status", None) == 404 and not status_body(exc)
 
 
 def _object_missing(exc: Any, name: str) -> bool:
@@ -172,14 +175,24 @@ def check_namespace(api: Any, namespace: str) -> None:
                                ) from None
 
 
-def list_jobs(api: Any, targets: list[Target], namespace: str | None) -> list[JobSummary]:
-    """Jobs of every given kind, in one namespace or (None) all of them, oldest first."""
+def list_jobs(api: Any, targets: list[Target] | None, namespace: str | None) -> list[JobSummary]:
+    """Jobs of every given kind (None: of every kind the cluster serves, which the lists themselves tell), in
+    one namespace or (None) all of them, oldest first."""
     out: list[JobSummary] = []
-    for target in targets:
+    served = 0
+    for target in AUTO_ORDER if targets is None else targets:
         where = f"namespace {namespace}" if namespace else "all namespaces"
         with cluster_errors(f"list {target.resource} in {where}"):
-            body = rest_of(api).get(_path(target, namespace))
+            try:
+                body = rest_of(api).get(_path(target, namespace))
+            except Exception as exc:
+                if targets is None and _not_served(exc):
+                    continue
+                raise
+        served += 1
         out += [summary(item, target) for item in as_dict(body).get("items") or []]
+    if not served:
+        raise ClusterError(NOT_INSTALLED)
     return sorted(out, key=lambda s: (s.created, s.namespace, s.name))
 
 

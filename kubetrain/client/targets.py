@@ -76,14 +76,6 @@ def installed(api: Any) -> list[Target]:
         return [t for t in AUTO_ORDER if served(api, t)]
 
 
-def installed_or_fail(api: Any) -> list[Target]:
-    """The installed job kinds; a ClusterError naming what to install when there are none."""
-    found = installed(api)
-    if not found:
-        raise ClusterError(NOT_INSTALLED)
-    return found
-
-
 def resolve(api: Any, wanted: str) -> Target:
     """The Target for spec.target (auto: the first installed of PyTorchJob, TrainJob); errors say what to install."""
     if wanted != "auto":

@@ -58,3 +58,18 @@ def test_find_says_what_to_install_when_no_kind_is_served(conn: Connection, name
     # an explicit kind the cluster does not serve is still an error that names the request
     with pytest.raises(ClusterError, match="widgetjobs"):
         jobs.find(conn.rest, [UNSERVED], namespace, "nope")
+
+
+def test_list_asks_each_kind_and_skips_the_ones_not_served(conn: Connection, namespace: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    apply.submit(conn.api, PYTORCHJOB, render(write_spec(tmp_path, "listed", nodes=1), namespace))
+    monkeypatch.setattr(jobs, "AUTO_ORDER", (UNSERVED, PYTORCHJOB))
+    with counting() as seen:
+        found = jobs.list_jobs(conn.rest, None, namespace)
+    assert [(j.name, j.target) for j in found] == [("listed", "pytorchjob")]
+    assert seen == [f"GET /apis/widgets.example.com/v1/namespaces/{namespace}/widgetjobs",
+                    f"GET /apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs"]
+    monkeypatch.setattr(jobs, "AUTO_ORDER", (UNSERVED,))
+    with pytest.raises(ClusterError) as none:
+        jobs.list_jobs(conn.rest, None, namespace)
+    assert str(none.value) == NOT_INSTALLED
