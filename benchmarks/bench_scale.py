@@ -7,8 +7,9 @@ On the test control plane (tests/testenv) plus the kwok scale profile (`kwok.sca
 × 8 GPUs, four GKE GPU types round-robin, each node tainted nvidia.com/gpu=present:NoSchedule), it
 submits --jobs - 1 one-node PyTorchJobs created suspended (they are in the API, as queued jobs are; the
 operator makes no pods for them, which a 2-core machine could not run 1,000 times over) and one running
-job `big` of --replicas pods × 4 H100 GPUs, each pod serving 200 log lines. Then, warm (one untimed run
-first), the median of --runs fresh `python -m kubetrain` processes for:
+job `big` of --replicas pods × 4 H100 GPUs, each pod serving 200 log lines. Once the control plane has settled
+(its CPU use back under 40 % for 10 s: the operator's first reconcile of a thousand jobs and kwok's node updates
+done, see `settle`), warm (one untimed run first), the median of --runs fresh `kubetrain` processes for:
 
 * `submit --dry-run=server` of another --replicas-pod job: every preflight check incl. the fit over all nodes
   (and, in-process, preflight's fit check alone on a warm connection);
@@ -135,6 +136,7 @@ def main() -> None:
         began = time.monotonic()
         populate(cp, tmp, args)
         print(f"populated in {time.monotonic() - began:.0f} s", file=sys.stderr)
+        settled = settle()
         env = {**os.environ, "KUBECONFIG": str(cp.kubeconfig)}
         kc = Path(cp.kubeconfig)
         other = str(write_spec(tmp, "other", nodes=args.replicas, gpus=4))
@@ -163,14 +165,39 @@ def main() -> None:
         first, rate, lines = first_line_and_rate(["logs", "big"], env)
         rows.append(("`kubetrain logs big`: first merged line", first, f"{lines} lines, {rate:.0f} lines/s",
                      "first line"))
-    report(args, rows, time.monotonic() - started, load_before)
+    report(args, rows, time.monotonic() - started, load_before, settled)
 
 
 TARGETS_MS = {"fit": 200, "list": 1000, "status": 300, "first line": 2000}  # issue #14, warm, this machine
 
 
+def cpu_busy(window: float) -> float:
+    """The machine's busy CPU fraction over `window` seconds (/proc/stat: all CPUs, every process)."""
+    def snapshot() -> tuple[int, int]:
+        with open("/proc/stat") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]  # total, idle + iowait
+
+    (total, idle), _ = snapshot(), time.sleep(window)
+    total2, idle2 = snapshot()
+    return 1 - (idle2 - idle) / max(1, total2 - total)
+
+
+def settle(below: float = 0.4, window: float = 5, limit: float = 180) -> tuple[float, float]:
+    """Wait until the control plane has digested the population (the operator's first reconcile of every
+    job, kwok's 204 node updates, the garbage collector): busy CPU below `below` for two windows in a row, or
+    `limit` seconds. What the targets mean by warm: the cluster in its steady state, not a thousand jobs
+    created a second ago. (seconds waited, busy fraction of the last window)"""
+    began, calm, busy = time.monotonic(), 0, 1.0
+    while calm < 2 and time.monotonic() - began < limit:
+        busy = cpu_busy(window)
+        calm = calm + 1 if busy < below else 0
+    print(f"settled in {time.monotonic() - began:.0f} s (CPU {busy:.0%} busy)", file=sys.stderr)
+    return time.monotonic() - began, busy
+
+
 def report(args: argparse.Namespace, rows: list[tuple[str, float, str, str]], wall: float,
-           load_before: tuple[float, float, float]) -> None:
+           load_before: tuple[float, float, float], settled: tuple[float, float]) -> None:
     """The table, each number next to its target (met / MISSED), then the run's wall time and load."""
     print(f"{args.nodes} scale nodes + 4, {args.jobs} jobs, big = {args.replicas} pods; median of {args.runs} "
           "fresh processes (after one warm-up run)")
@@ -182,7 +209,8 @@ def report(args: argparse.Namespace, rows: list[tuple[str, float, str, str]], wa
     load = " / ".join(f"{a:.1f}" for a in load_before)
     after = " / ".join(f"{a:.1f}" for a in os.getloadavg())
     print(f"wall time {wall:.0f} s (control plane start, populate, measurements); load average (1/5/15 min) "
-          f"before {load}, after {after} on {os.cpu_count()} CPUs")
+          f"before {load}, after {after} on {os.cpu_count()} CPUs; the control plane settled in "
+          f"{settled[0]:.0f} s before the measurements ({settled[1]:.0%} of the CPUs busy)")
 
 
 if __name__ == "__main__":

@@ -176,7 +176,7 @@ def job_status(api: Any, targets: list[Target] | None, namespace: str, name: str
                recent: int = 10, timeline: bool = False) -> JobStatus:
     """`targets`: the kinds the job may be (None: whichever the cluster serves)."""
     target, obj = jobs.find(api, targets, namespace, name)
-    pod_list, listed = pods_and_early_events(api, target, namespace, obj)
+    pod_list, listed, head = read_in_parallel(api, target, namespace, obj, head=timeline)
     subjects = event_subjects(obj, target, pod_list, STATUS_POD_EVENT_LISTS, STATUS_HEALTHY_POD_EVENT_LISTS)
     event_dicts = job_event_dicts(api, target, namespace, obj, pod_list, subjects, listed)
     again = recreations(event_dicts)
@@ -193,33 +193,41 @@ def job_status(api: Any, targets: list[Target] | None, namespace: str, name: str
                              [h for e in events if e.type == "Warning" for h in e.hints])
     when = ""
     if timeline:
-        from kubetrain.client.timing import timeline_of  # reuses the job, pods and Events read above
+        from kubetrain.client.timing import timeline_of  # reuses the job, pods, Events and log head read above
 
-        when = timeline_of(api, target, namespace, name, obj, pod_list, event_dicts)
+        when = timeline_of(obj, pod_list, event_dicts, head)
     return JobStatus(jobs.summary(obj, target), jobs.conditions(obj), rows, events, all_hints, when)
 
 
-def pods_and_early_events(api: Any, target: Target, namespace: str,
-                          obj: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """The job's pods, and, read at the same time rather than after them, the Events lists that status reads
-    whatever the pods are: the job's own, a TrainJob's JobSet's, and a PyTorchJob's master pod's (by name;
-    its UID comes with the pods, and its list then also serves as the list by that UID)."""
+Reads = tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]], list[str]]
+
+
+def read_in_parallel(api: Any, target: Target, namespace: str, obj: dict[str, Any], head: bool = False) -> Reads:
+    """(the job's pods, Events lists by field selector, rank 0's log head if `head`), read side by side rather
+    than one after the other. The Events lists are those status reads whatever the pods are: the job's own, a
+    TrainJob's JobSet's, and a PyTorchJob's master pod's (by name; its UID comes with the pods, and its list
+    then also serves as the list by that UID). The log head (the timeline's) is read once the pods are known."""
     from concurrent.futures import ThreadPoolExecutor
 
     meta = obj.get("metadata") or {}
+    name = str(meta.get("name") or "")
     master = [("Pod", pod) for pod in _expected_pods(obj, target) if pod.endswith("-master-0")]
-    early = selectors([str(meta.get("uid") or "")],
-                      master if target is PYTORCHJOB else [("JobSet", str(meta.get("name") or ""))])
-    with ThreadPoolExecutor(1) as pool:
+    early = selectors([str(meta.get("uid") or "")], master if target is PYTORCHJOB else [("JobSet", name)])
+    with ThreadPoolExecutor(2) as pool:
         reading = pool.submit(list_selected, api, namespace, early)
-        pod_list = pods.list_pods(api, target, namespace, str(meta.get("name") or ""))
+        pod_list = pods.list_pods(api, target, namespace, name)
+        if head:
+            from kubetrain.client.timing import rank0_head
+
+            heading = pool.submit(rank0_head, api, target, namespace, name, pod_list)
         listed = reading.result()
+        lines = heading.result() if head else []
     for pod in pod_list:
         pod_meta = pod.get("metadata") or {}
         if (named := selectors(named=[("Pod", str(pod_meta.get("name")))])[0]) in listed:
             uid = str(pod_meta.get("uid") or "")
             listed[uid_selector(uid)] = [e for e in listed[named] if (e.get("involvedObject") or {}).get("uid") == uid]
-    return pod_list, listed
+    return pod_list, listed, lines
 
 
 UNRECONCILED_AFTER = 15  # seconds: the operator sets a first condition within a second or two of a create

@@ -15,18 +15,18 @@ from kubetrain.observe.timeline import cluster_moments, format_timeline
 HEAD_BYTES = 256 * 1024  # the start and first train records come within the first lines of rank 0's log
 
 
-def timeline_of(api: Any, target: Target, namespace: str, name: str, obj: dict[str, Any],
-                pod_list: list[dict[str, Any]], events: list[dict[str, Any]]) -> str:
-    """The timeline from what `status` already read (the job, its pods and Events) plus rank 0's log head."""
+def timeline_of(obj: dict[str, Any], pod_list: list[dict[str, Any]], events: list[dict[str, Any]],
+                head: list[str]) -> str:
+    """The timeline from what `status` read: the job, its pods, their Events and rank 0's log head."""
     tracker = ProgressTracker()
-    for line in _rank0_head(api, target, namespace, name, pod_list):
+    for line in head:
         tracker.feed(line)
         if "train" in tracker.times:
             break
     return format_timeline(cluster_moments(obj, pod_list, events, tracker))
 
 
-def _rank0_head(api: Any, target: Target, namespace: str, name: str, pod_list: list[dict[str, Any]]) -> list[str]:
+def rank0_head(api: Any, target: Target, namespace: str, name: str, pod_list: list[dict[str, Any]]) -> list[str]:
     """The first lines (at most HEAD_BYTES) of the first started replica's log; [] if it cannot be read."""
     started = [r for r in pods.replicas_of(pod_list, target, name) if r.started]
     if not started:
