@@ -24,8 +24,22 @@ def main() -> int | None:
     without_pydantic_plugins()
     from kubetrain.cli.main import main as click_main
 
-    code: int | None = click_main()
+    try:
+        code: int | None = click_main()
+    finally:
+        exit_without_rescans()
     return code
+
+
+def exit_without_rescans() -> None:
+    """At exit CPython's cyclic GC scans every object that is still alive, several times, while it tears the
+    modules down: 20-40 ms of a 250 ms `kubetrain status`. Freezing them (gc.freeze, moved to the permanent
+    generation) leaves only the reference counting. Objects are still deallocated, files flushed and closed,
+    atexit handlers run; only garbage cycles left at exit keep their finalizers uncalled, which CPython does
+    not promise to call at exit anyway."""
+    import gc
+
+    gc.freeze()
 
 
 def without_pydantic_plugins() -> None:

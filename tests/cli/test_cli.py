@@ -307,3 +307,19 @@ def test_render_out_into_a_read_only_filesystem_is_one_line(tmp_path: Path) -> N
         assert list(target.iterdir()) == []
     finally:
         subprocess.run(["umount", str(target)], check=True)
+
+
+@pytest.mark.parametrize("argv", [["render", "-f", str(SPECS / "gke-h100.yaml")], ["render", "-f", "/no/such.yaml"]])
+def test_the_console_entry_freezes_the_heap_before_exit_and_keeps_output_and_code(argv: list[str]) -> None:
+    """kubetrain.cli.entry.exit_without_rescans: the objects alive at exit are frozen (whatever the exit code),
+    and what the command wrote and its exit code are unchanged."""
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: sys.stderr.write(f'frozen={gc.get_freeze_count()}\\n'))\n"
+            "from kubetrain.cli.entry import main\n"
+            "sys.argv = ['kubetrain', *sys.argv[1:]]\n"
+            "sys.exit(main())\n")
+    fresh = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                           check=False)
+    direct = CliRunner().invoke(cli, argv)
+    assert fresh.returncode == direct.exit_code and fresh.stdout == direct.stdout
+    assert int(fresh.stderr.rsplit("frozen=", 1)[1]) > 1000, fresh.stderr
