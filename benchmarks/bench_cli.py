@@ -75,7 +75,7 @@ def bench_render_validate(runs: int, schemas: list[str]) -> tuple[float, tuple[f
                        check=True)
         cli_times.append(time.perf_counter() - start)
     code = ("import time; t=time.perf_counter()\n"
-            "from kubetrain.cli.entry import without_pydantic_plugins; without_pydantic_plugins()\n"
+            "from kubetrain.cli.entry import tune_gc, without_pydantic_plugins; tune_gc(); without_pydantic_plugins()\n"
             "from kubetrain.cli.main import main\n"
             "import sys, io, contextlib\n"
             "buf = io.StringIO()\n"

@@ -10,6 +10,7 @@ import sys
 
 
 def main() -> int | None:
+    tune_gc()
     args = sys.argv[1:]
     from kubetrain.cli.commands import FAST_HELP_MIN_WIDTH, fast_help
 
@@ -29,6 +30,15 @@ def main() -> int | None:
     finally:
         exit_without_rescans()
     return code
+
+
+def tune_gc() -> None:
+    """CPython's cyclic GC runs every 700 net allocations and then scans every young object: importing and
+    building the spec models (~100,000 objects, none of them garbage) cost ~97 collections and ~22 ms of a
+    render. Collect every 200,000 instead, as mypy does (mypy/gc_tuning.py); cycles are still collected."""
+    import gc
+
+    gc.set_threshold(200_000, 30, 30)
 
 
 def exit_without_rescans() -> None:

@@ -310,11 +310,11 @@ def test_render_out_into_a_read_only_filesystem_is_one_line(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("argv", [["render", "-f", str(SPECS / "gke-h100.yaml")], ["render", "-f", "/no/such.yaml"]])
-def test_the_console_entry_freezes_the_heap_before_exit_and_keeps_output_and_code(argv: list[str]) -> None:
-    """kubetrain.cli.entry.exit_without_rescans: the objects alive at exit are frozen (whatever the exit code),
-    and what the command wrote and its exit code are unchanged."""
+def test_the_console_entry_tunes_the_gc_and_keeps_output_and_code(argv: list[str]) -> None:
+    """kubetrain.cli.entry: the cyclic GC runs less often (tune_gc) and the objects alive at exit are frozen
+    (exit_without_rescans), whatever the exit code; what the command wrote and its exit code are unchanged."""
     code = ("import atexit, gc, sys\n"
-            "atexit.register(lambda: sys.stderr.write(f'frozen={gc.get_freeze_count()}\\n'))\n"
+            "atexit.register(lambda: sys.stderr.write(f'{gc.get_threshold()} frozen={gc.get_freeze_count()}\\n'))\n"
             "from kubetrain.cli.entry import main\n"
             "sys.argv = ['kubetrain', *sys.argv[1:]]\n"
             "sys.exit(main())\n")
@@ -323,3 +323,4 @@ def test_the_console_entry_freezes_the_heap_before_exit_and_keeps_output_and_cod
     direct = CliRunner().invoke(cli, argv)
     assert fresh.returncode == direct.exit_code and fresh.stdout == direct.stdout
     assert int(fresh.stderr.rsplit("frozen=", 1)[1]) > 1000, fresh.stderr
+    assert "(200000, 30, 30) frozen=" in fresh.stderr
