@@ -178,7 +178,8 @@ def cpu_busy(window: float) -> float:
             ticks = [int(v) for v in stat.readline().split()[1:]]
         return sum(ticks), ticks[3] + ticks[4]  # total, idle + iowait
 
-    (total, idle), _ = snapshot(), time.sleep(window)
+    total, idle = snapshot()
+    time.sleep(window)
     total2, idle2 = snapshot()
     return 1 - (idle2 - idle) / max(1, total2 - total)
 

@@ -132,7 +132,7 @@ def job_event_dicts(api: Any, target: Target, namespace: str, obj: dict[str, Any
                     listed: dict[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """Events of this incarnation of the job: by UID for the job and its current pods; by name (and not older
     than the job) for pods already deleted and a TrainJob's JobSet. Oldest first. All pods' unless
-    `subjects` (event_subjects) says whose; `listed`: lists already read (pods_and_early_events)."""
+    `subjects` (event_subjects) says whose; `listed`: lists already read (read_in_parallel)."""
     chosen = subjects or event_subjects(obj, target, pod_list)
     items = list_events(api, namespace, chosen.uids, chosen.named, listed)
     return own_events(items, chosen.uids, str((obj.get("metadata") or {}).get("creationTimestamp") or ""))

@@ -65,7 +65,7 @@ def test_requests_do_not_grow_with_jobs_or_replicas(controlplane: Any, namespace
     # status: constant, Events included. They are listed per object by UID (kubetrain/client/events.py: field
     # selectors have no OR): the job's, and of healthy pods only the master's
     # (status.STATUS_HEALTHY_POD_EVENT_LISTS), so 2 or 6 healthy pods make the same requests.
-    # The Events lists run beside the pod list (status.pods_and_early_events), so the order of requests varies.
+    # The Events lists run beside the pod list (status.read_in_parallel), so the order of requests varies.
     # No discovery: the job's GET tells whether its kind is served (jobs.find).
     wide = requests(kc, "status", "wide", "-n", namespace)
     assert sorted(wide) == sorted(base["status"]) and len(wide) - len(not_events(wide)) == 1 + 1
