@@ -173,7 +173,7 @@ def test_a_working_plugin_token_is_sent_as_bearer(tmp_path: Path, recorder: str)
     config = write_kubeconfig(tmp_path / "kc", recorder, {"exec": {
         "apiVersion": "client.authentication.k8s.io/v1", "command": str(command)}})
     result = CliRunner().invoke(cli, ["list", "--kubeconfig", str(config)])
-    assert result.exit_code == 1  # the recorder serves no training API: "not installed", after authenticating
+    assert result.exit_code == 0, result.stderr  # the recorder answers every GET with an empty list
     assert Recorder.seen and all(s["authorization"] == "Bearer from-plugin" for s in Recorder.seen)
     assert Recorder.seen[0]["user-agent"].startswith("kubetrain/")
 
