@@ -22,7 +22,12 @@ from tests.testenv.polling import TimedOut, wait_for
 pytestmark = pytest.mark.controlplane
 REPO = Path(__file__).resolve().parents[2]
 INNER = """
-import json, os, time
+import json, os, signal, time
+
+# A job started in the background of a non-interactive shell (`cmd &`, as some CI runners start theirs)
+# inherits SIGINT ignored (POSIX), and a Python started so never raises KeyboardInterrupt: the Ctrl-C the
+# outer test sends would do nothing, and this pytest would sleep its 600 s.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def test_hold(controlplane):
     info = {"pids": controlplane.pids(), "workdir": str(controlplane.workdir)}
