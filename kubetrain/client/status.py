@@ -222,11 +222,12 @@ def read_in_parallel(api: Any, target: Target, namespace: str, obj: dict[str, An
             heading = pool.submit(rank0_head, api, target, namespace, name, pod_list)
         listed = reading.result()
         lines = heading.result() if head else []
-    for pod in pod_list:
-        pod_meta = pod.get("metadata") or {}
-        if (named := selectors(named=[("Pod", str(pod_meta.get("name")))])[0]) in listed:
-            uid = str(pod_meta.get("uid") or "")
-            listed[uid_selector(uid)] = [e for e in listed[named] if (e.get("involvedObject") or {}).get("uid") == uid]
+    uids = {str((p.get("metadata") or {}).get("name")): str((p.get("metadata") or {}).get("uid") or "")
+            for p in pod_list}
+    for kind, pod in master:  # the master's list by name also answers the list by its current UID
+        if uid := uids.get(pod):
+            by_name = listed[selectors(named=[(kind, pod)])[0]]
+            listed[uid_selector(uid)] = [e for e in by_name if (e.get("involvedObject") or {}).get("uid") == uid]
     return pod_list, listed, lines
 
 
