@@ -11,6 +11,7 @@ from kubetrain.errors import SpecError
 from kubetrain.spec import names
 from kubetrain.validate.cel import cel_findings
 from kubetrain.validate.findings import Finding
+from kubetrain.validate.k8s import k8s_findings
 from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
 from kubetrain.validate.semantic import misplaced_run_policies, semantic_findings
 from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for, object_size_problem, parse_documents
@@ -123,6 +124,8 @@ def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStor
     findings += size_findings(obj)
     findings += _metadata_findings(obj)
     findings += semantic_findings(obj)
+    reported = {f.path for f in findings if f.severity == "error"}
+    findings += [f for f in k8s_findings(obj) if f.path not in reported]  # one message per field
     issues = [issue(f) for f in findings]
     return sorted(issues, key=lambda i: (i.line or 0, i.path))
 

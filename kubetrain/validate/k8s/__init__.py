@@ -1,0 +1,26 @@
+"""Kubernetes' own object and pod validation, offline: one module per rule family, each function naming the
+upstream function it mirrors (k8s.io/kubernetes pkg/apis/core/validation, apps and batch validation,
+apimachinery's name checks). Applied to built-in objects and to every pod template in any kind kubetrain knows
+(Pod, Deployment, Job, CronJob, JobSet, PyTorchJob, TrainJob runtime patches, training runtimes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubetrain.validate.findings import Finding
+from kubetrain.validate.k8s import integers, metadata, objects, podspec
+from kubetrain.validate.k8s.templates import pod_templates
+
+
+def k8s_findings(obj: dict[str, Any]) -> list[Finding]:
+    findings = list(metadata.object_metadata(obj.get("metadata")))
+    findings += integers.overflows(obj)
+    rules = objects.BY_KIND.get(str(obj.get("kind")))
+    if rules is not None:
+        findings += rules(obj)
+    for template in pod_templates(obj):
+        for finding in podspec.pod_template(template.template, template.path, partial=template.partial):
+            message = finding.message if template.stage is None else (
+                f"{finding.message} (the API server accepts the {obj['kind']}, but {template.stage})")
+            findings.append(Finding(finding.path, message, finding.severity))
+    return findings

@@ -1,0 +1,190 @@
+"""Containers (k8s.io/kubernetes pkg/apis/core/validation/validation.go: validateContainers,
+validateInitContainers, validateContainerCommon, validatePorts, validateEnv, validateEnvVarValueFrom,
+validateEnvFrom, validateVolumeMounts, validateProbe, validateHandler, validatePullPolicy)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubetrain.validate.findings import Finding
+from kubetrain.validate.k8s import names
+from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named, one_of, range_check
+from kubetrain.yamlsrc import PathKey
+
+PULL_POLICIES = ("Always", "Never", "IfNotPresent")
+PROTOCOLS = ("TCP", "UDP", "SCTP")
+TERMINATION_MESSAGE_POLICIES = ("File", "FallbackToLogsOnError")
+HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+LIFECYCLE_HANDLERS = ("exec", "httpGet", "tcpSocket", "sleep")
+VALUE_FROM = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef", "fileKeyRef")
+ENV_FROM = ("configMapRef", "secretRef")
+PROPAGATION = ("None", "HostToContainer", "Bidirectional")
+
+
+def containers(pod_spec: dict[str, Any], path: PathKey, volumes: set[str], *, partial: bool) -> Findings:
+    """Every container list of a pod spec: unique names across them, and each container's own rules.
+    `partial` (a runtime patch merged into a runtime's template): the required fields may come from the runtime."""
+    seen: set[str] = set()
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for container, where in named(pod_spec.get(key), (*path, key)):
+            name = container.get("name")
+            if isinstance(name, str) and name in seen:
+                yield Finding((*where, "name"), f"Duplicate value: {name!r}")
+            seen.add(name) if isinstance(name, str) else None
+            yield from container_rules(container, where, volumes, init=key == "initContainers", partial=partial)
+
+
+def container_rules(container: dict[str, Any], path: PathKey, volumes: set[str], *, init: bool = False,
+                    partial: bool = False) -> Findings:
+    name = container.get("name")
+    if not name:
+        yield Finding((*path, "name"), "Required value")
+    elif isinstance(name, str):
+        yield from check((*path, "name"), names.dns1123_label(name))
+    image = container.get("image")
+    if not image and not partial:
+        yield Finding((*path, "image"), "Required value")
+    elif isinstance(image, str) and image.strip() != image:
+        yield Finding((*path, "image"), f"{image!r}: must not have leading or trailing whitespace")
+    yield from enum(container, "imagePullPolicy", path, PULL_POLICIES)
+    yield from enum(container, "terminationMessagePolicy", path, TERMINATION_MESSAGE_POLICIES)
+    yield from ports(container.get("ports"), (*path, "ports"))
+    yield from env(container.get("env"), (*path, "env"))
+    yield from env_from(container.get("envFrom"), (*path, "envFrom"))
+    yield from volume_mounts(container.get("volumeMounts"), (*path, "volumeMounts"), volumes, partial=partial)
+    sidecar = init and container.get("restartPolicy") == "Always"
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        if isinstance(container.get(probe), dict):
+            if init and not sidecar:
+                yield Finding((*path, probe), "may not be set for init containers without restartPolicy=Always")
+            yield from probe_rules(container[probe], (*path, probe), liveness=probe != "readinessProbe")
+    for hook in ("postStart", "preStop"):
+        handler = mapping(container.get("lifecycle")).get(hook)
+        if isinstance(handler, dict):
+            yield from handler_rules(handler, (*path, "lifecycle", hook), LIFECYCLE_HANDLERS)
+    restart = container.get("restartPolicy")
+    if restart is not None and (not init or restart != "Always"):
+        yield Finding((*path, "restartPolicy"), "may only be set to 'Always' for init containers (sidecars)")
+
+
+def ports(value: Any, path: PathKey) -> Findings:
+    """validateContainerPorts."""
+    seen: set[str] = set()
+    for port, where in named(value, path):
+        name = port.get("name")
+        if isinstance(name, str) and name:
+            yield from check((*where, "name"), names.port_name(name))
+            if name in seen:
+                yield Finding((*where, "name"), f"Duplicate value: {name!r}")
+            seen.add(name)
+        if port.get("containerPort") is None:
+            yield Finding((*where, "containerPort"), "Required value")
+        else:
+            yield from check((*where, "containerPort"), names.port_number(port.get("containerPort")))
+        if port.get("hostPort") is not None:
+            yield from check((*where, "hostPort"), names.port_number(port.get("hostPort"), allow_zero=True))
+        yield from enum(port, "protocol", where, PROTOCOLS)
+
+
+def env(value: Any, path: PathKey) -> Findings:
+    """validateEnv and validateEnvVarValueFrom."""
+    for var, where in named(value, path):
+        name = var.get("name")
+        yield from check((*where, "name"), names.env_var_name(name) if isinstance(name, str) else
+                         "Required value" if name is None else None)
+        source = var.get("valueFrom")
+        if source is None:
+            continue
+        if var.get("value"):
+            yield Finding((*where, "valueFrom"), "may not be specified when `value` is not empty")
+        if isinstance(source, dict):
+            yield from one_of(source, (*where, "valueFrom"), VALUE_FROM, "source")
+            for key in ("configMapKeyRef", "secretKeyRef"):
+                if isinstance(source.get(key), dict):
+                    yield from key_selector(source[key], (*where, "valueFrom", key))
+
+
+def key_selector(selector: dict[str, Any], path: PathKey) -> Findings:
+    """validateConfigMapKeySelector / validateSecretKeySelector."""
+    name, key = selector.get("name"), selector.get("key")
+    if isinstance(name, str) and name:
+        yield from check((*path, "name"), names.dns1123_subdomain(name))
+    if not key:
+        yield Finding((*path, "key"), "Required value")
+    elif isinstance(key, str):
+        yield from check((*path, "key"), names.configmap_key(key))
+
+
+def env_from(value: Any, path: PathKey) -> Findings:
+    """validateEnvFrom."""
+    for source, where in named(value, path):
+        prefix = source.get("prefix")
+        if isinstance(prefix, str) and prefix:
+            yield from check((*where, "prefix"), names.env_var_name(prefix))
+        yield from one_of(source, where, ENV_FROM, "source")
+        for key in ENV_FROM:
+            name = mapping(source.get(key)).get("name")
+            if isinstance(name, str) and name:
+                yield from check((*where, key, "name"), names.dns1123_subdomain(name))
+
+
+def volume_mounts(value: Any, path: PathKey, volumes: set[str], *, partial: bool) -> Findings:
+    """validateVolumeMounts: each names a volume of the pod, at a unique absolute-or-relative mountPath."""
+    paths: set[str] = set()
+    for mount, where in named(value, path):
+        name, mount_path = mount.get("name"), mount.get("mountPath")
+        if not name:
+            yield Finding((*where, "name"), "Required value")
+        elif name not in volumes and not partial:
+            yield Finding((*where, "name"), f"Not found: {name!r} (no volume of the pod has this name)")
+        if not mount_path:
+            yield Finding((*where, "mountPath"), "Required value")
+        elif isinstance(mount_path, str):
+            if mount_path in paths:
+                yield Finding((*where, "mountPath"), f"{mount_path!r}: must be unique")
+            paths.add(mount_path)
+        sub_path = mount.get("subPath")
+        if isinstance(sub_path, str) and sub_path:
+            yield from check((*where, "subPath"), relative_path_problem(sub_path))
+        yield from enum(mount, "mountPropagation", where, PROPAGATION)
+
+
+def relative_path_problem(value: str) -> str | None:
+    """validateLocalDescendingPath."""
+    if value.startswith("/"):
+        return f"{value!r}: must be a relative path"
+    if ".." in value.replace("\\", "/").split("/"):
+        return f"{value!r}: must not contain '..'"
+    return None
+
+
+def probe_rules(probe: dict[str, Any], path: PathKey, *, liveness: bool) -> Findings:
+    """validateProbe."""
+    yield from handler_rules(probe, path, HANDLERS)
+    for key in ("initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold"):
+        yield from range_check(probe, key, path, 0)
+    grace = probe.get("terminationGracePeriodSeconds")
+    if is_int(grace) and grace <= 0:
+        yield Finding((*path, "terminationGracePeriodSeconds"), f"{grace}: must be greater than 0")
+    success = probe.get("successThreshold")
+    if liveness and is_int(success) and success != 1:
+        yield Finding((*path, "successThreshold"), f"{success}: must be 1")
+
+
+def handler_rules(handler: dict[str, Any], path: PathKey, kinds: tuple[str, ...]) -> Findings:
+    """validateHandler / validateLifecycleHandler: exactly one handler, and its port a number or name."""
+    yield from one_of(handler, path, kinds, "handler type")
+    for kind in ("httpGet", "tcpSocket", "grpc"):
+        action = handler.get(kind)
+        if not isinstance(action, dict):
+            continue
+        port = action.get("port")
+        if port is None:
+            yield Finding((*path, kind, "port"), "Required value")
+        elif kind == "grpc":
+            yield from check((*path, kind, "port"), names.port_number(port))
+        else:
+            yield from check((*path, kind, "port"), names.port_number_or_name(port))
+    command = mapping(handler.get("exec")).get("command")
+    if isinstance(handler.get("exec"), dict) and not command:
+        yield Finding((*path, "exec", "command"), "Required value")

@@ -1,0 +1,69 @@
+"""A pod spec and its template (pkg/apis/core/validation/validation.go: ValidatePodTemplateSpec,
+ValidatePodSpec, validateRestartPolicy, validateDNSPolicy, validateHostNetwork, ValidateNodeSelector)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubetrain.validate.findings import Finding
+from kubetrain.validate.k8s import containers, metadata, names, resources, scheduling, security, volumes
+from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named
+from kubetrain.yamlsrc import PathKey
+
+RESTART_POLICIES = ("Always", "OnFailure", "Never")
+DNS_POLICIES = ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None")
+SUBDOMAIN_NAMES = ("serviceAccountName", "nodeName", "priorityClassName", "runtimeClassName", "schedulerName")
+LABEL_NAMES = ("hostname", "subdomain")
+
+
+def pod_template(template: Any, path: PathKey, *, partial: bool = False) -> Findings:
+    """A PodTemplateSpec: its metadata's labels and annotations, and its spec."""
+    template = mapping(template)
+    yield from metadata.labels_and_annotations(template.get("metadata"), (*path, "metadata"))
+    spec = template.get("spec")
+    if isinstance(spec, dict):
+        yield from pod_spec(spec, (*path, "spec"), partial=partial)
+    elif not partial:
+        yield Finding((*path, "spec"), "Required value")
+
+
+def pod_spec(spec: dict[str, Any], path: PathKey, *, partial: bool = False) -> Findings:
+    """ValidatePodSpec. `partial`: a Trainer runtime patch, merged into the runtime's template later, so the
+    fields the runtime may supply (containers' images, the volumes mounts refer to) are not required."""
+    if not spec.get("containers") and not partial:
+        yield Finding((*path, "containers"), "Required value")
+    yield from volumes.volumes(spec.get("volumes"), (*path, "volumes"), partial=partial)
+    yield from containers.containers(spec, path, volumes.volume_names(spec), partial=partial)
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for container, where in named(spec.get(key), (*path, key)):
+            yield from resources.container_resources(container.get("resources"), (*where, "resources"))
+            yield from security.container_security(container.get("securityContext"), (*where, "securityContext"))
+            if spec.get("hostNetwork") is True:
+                yield from _host_network_ports(container, where)
+    yield from enum(spec, "restartPolicy", path, RESTART_POLICIES)
+    yield from enum(spec, "dnsPolicy", path, DNS_POLICIES)
+    deadline = spec.get("activeDeadlineSeconds")
+    if is_int(deadline) and not 1 <= deadline <= names.INT32_MAX:
+        yield Finding((*path, "activeDeadlineSeconds"), f"{deadline}: must be between 1 and 2147483647, inclusive")
+    for key in SUBDOMAIN_NAMES:
+        if isinstance(spec.get(key), str) and spec[key]:
+            yield from check((*path, key), names.dns1123_subdomain(spec[key]))
+    for key in LABEL_NAMES:
+        if isinstance(spec.get(key), str) and spec[key]:
+            yield from check((*path, key), names.dns1123_label(spec[key]))
+    yield from scheduling.labels(spec.get("nodeSelector"), (*path, "nodeSelector"))
+    yield from scheduling.tolerations(spec.get("tolerations"), (*path, "tolerations"))
+    yield from scheduling.affinity(spec.get("affinity"), (*path, "affinity"))
+    yield from scheduling.topology_spread(spec.get("topologySpreadConstraints"), (*path, "topologySpreadConstraints"))
+    yield from security.pod_security(spec.get("securityContext"), (*path, "securityContext"))
+    for secret, where in named(spec.get("imagePullSecrets"), (*path, "imagePullSecrets")):
+        if isinstance(secret.get("name"), str) and secret["name"]:
+            yield from check((*where, "name"), names.dns1123_subdomain(secret["name"]))
+
+
+def _host_network_ports(container: dict[str, Any], path: PathKey) -> Findings:
+    """validateHostNetwork: with hostNetwork, a hostPort (if set) equals its containerPort."""
+    for port, where in named(container.get("ports"), (*path, "ports")):
+        host, target = port.get("hostPort"), port.get("containerPort")
+        if is_int(host) and host and host != target:
+            yield Finding((*where, "hostPort"), f"{host}: must match `containerPort` when `hostNetwork` is true")
