@@ -200,7 +200,7 @@ def m_pod_field(spec: Obj, rng: random.Random) -> str:
     key = pick(rng, ["activeDeadlineSeconds", "serviceAccountName", "hostname", "priorityClassName", "dnsPolicy",
                      "terminationGracePeriodSeconds", "subdomain", "schedulerName"])
     ints = key in ("activeDeadlineSeconds", "terminationGracePeriodSeconds")
-    value = pick(rng, INTS) if ints else pick(rng, STRINGS + ["ClusterFirst", "None"])
+    value = pick(rng, INTS) if ints else pick(rng, [*STRINGS, "ClusterFirst", "None"])
     if key == "serviceAccountName" and value not in ("", None):
         value = pick(rng, ["default", "Default", "a_b", "a.b"])  # a valid but missing account is a 403, not 422
     if key == "priorityClassName" and value:
@@ -281,7 +281,7 @@ def m_service(obj: Obj, rng: random.Random) -> str:
     spec = obj["spec"]
     choice = rng.randrange(4)
     if choice == 0:
-        port = _drop_none({"port": pick(rng, INTS), "targetPort": maybe(rng, INTS + ["http", "Upper", "x" * 16]),
+        port = _drop_none({"port": pick(rng, INTS), "targetPort": maybe(rng, [*INTS, "http", "Upper", "x" * 16]),
                            "name": maybe(rng, STRINGS)})
         spec["ports"] = [port]
         return f"ports {json.dumps(port)[:120]}"
@@ -454,7 +454,7 @@ def server_errors(client: Any, obj: Obj, namespace: str) -> list[str]:
     requests = [copy.deepcopy(obj)]
     requests[0]["metadata"]["namespace"] = namespace
     for template in pod_templates(obj):
-        if template.partial or template.stage is None and obj["kind"] == "Pod":
+        if template.partial or (template.stage is None and obj["kind"] == "Pod"):
             continue
         requests.append(as_pod(obj, template.template))
     return [message for message in (_dry_run(client, body, namespace) for body in requests) if message]

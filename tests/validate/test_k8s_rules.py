@@ -46,8 +46,9 @@ POD_CASES: list[tuple[str, Callable[[Obj], None], str]] = [
     ("empty-key-equal", lambda s: s.update(tolerations=[{"operator": "Equal", "value": "v"}]),
      "spec.tolerations[0].operator"),
     ("node-selector-value", lambda s: s.update(nodeSelector={"pool": "a b"}), "spec.nodeSelector.pool"),
-    ("affinity-operator", lambda s: s.update(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "Equals", "values": ["a"]}]}]}}}),
+    ("affinity-operator", lambda s: s.update(affinity={"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "k", "operator": "Equals", "values": ["a"]}]}]}}}),
      "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0]"
      ".matchExpressions[0].operator"),
     ("unqualified-gpu", lambda s: _c(s).update(resources={"limits": {"gpu": 1}}),

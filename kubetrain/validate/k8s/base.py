@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 from kubetrain.validate.findings import Finding
 from kubetrain.yamlsrc import PathKey
@@ -19,7 +19,7 @@ def items(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -45,7 +45,8 @@ def env_var_name(value: str) -> str | None:
     if not value:
         return "required value"
     if any(ord(c) < 32 or ord(c) > 126 or c == "=" for c in value):
-        return f"{value!r}: a valid environment variable name must consist only of printable ASCII characters other than '='"
+        return (f"{value!r}: a valid environment variable name must consist only of printable ASCII characters "
+                "other than '='")
     return None
 
 
@@ -65,7 +66,8 @@ def port_name(value: str) -> str | None:
     if len(value) > 15:
         return f"port name {value!r} must be no more than 15 characters"
     if not PORT_NAME.match(value) or value.startswith("-") or value.endswith("-") or "--" in value:
-        return f"port name {value!r} must contain only lower-case alphanumerics and '-', not at either end or twice in a row"
+        return (f"port name {value!r} must contain only lower-case alphanumerics and '-', not at either end or "
+                "twice in a row")
     if not HAS_LETTER.search(value):
         return f"port name {value!r} must contain at least one letter"
     return None

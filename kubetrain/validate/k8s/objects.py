@@ -140,14 +140,20 @@ def selector_matches(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
         if labels.get(key) != value:
             return False
     for requirement in items(selector.get("matchExpressions")):
-        requirement = mapping(requirement)
-        key, operator, values = requirement.get("key"), requirement.get("operator"), items(requirement.get("values"))
-        present = key in labels
-        tests: dict[Any, Callable[[], bool]] = {
-            "In": lambda: present and labels[key] in values, "NotIn": lambda: not present or labels[key] not in values,
-            "Exists": lambda: present, "DoesNotExist": lambda: not present}
-        if operator in tests and not tests[operator]():
+        if not _requirement_matches(mapping(requirement), labels):
             return False
+    return True
+
+
+def _requirement_matches(requirement: dict[str, Any], labels: dict[str, Any]) -> bool:
+    key, operator, values = requirement.get("key"), requirement.get("operator"), items(requirement.get("values"))
+    present = key in labels
+    if operator == "In":
+        return bool(present and labels[str(key)] in values)
+    if operator == "NotIn":
+        return bool(not present or labels[str(key)] not in values)
+    if operator in ("Exists", "DoesNotExist"):
+        return bool(present == (operator == "Exists"))
     return True
 
 

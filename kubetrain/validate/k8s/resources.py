@@ -26,9 +26,8 @@ def is_extended(name: str) -> bool:
 def container_resources(resources: Any, path: PathKey) -> Findings:
     resources = mapping(resources)
     for section in ("limits", "requests"):
-        for name, value in mapping(resources.get(section)).items():
-            where = (*path, section, name)
-            name = str(name)
+        for key, value in mapping(resources.get(section)).items():
+            where, name = (*path, section, key), str(key)
             if name.startswith("hugepages-") or name in STANDARD:
                 continue
             if not is_extended(name):
