@@ -238,9 +238,15 @@ def split_path(field: str) -> PathKey:
     return tuple(parts)
 
 
-def object_size_problem(obj: dict[str, Any]) -> tuple[PathKey, str] | None:
-    """(path, message) when etcd could not store `obj`, or a ConfigMap's data exceeds 1 MiB; else None."""
-    size = len(json.dumps(obj, separators=(",", ":")).encode())
+def compact_json(obj: Any) -> str:
+    """`obj` as the API server would store it (for its size); values JSON cannot hold are written as text."""
+    return json.dumps(obj, separators=(",", ":"), default=str)
+
+
+def object_size_problem(obj: dict[str, Any], text: str | None = None) -> tuple[PathKey, str] | None:
+    """(path, message) when etcd could not store `obj`, or a ConfigMap's data exceeds 1 MiB; else None.
+    `text`: compact_json(obj), when the caller has it already."""
+    size = len((compact_json(obj) if text is None else text).encode())
     if size > MAX_OBJECT_BYTES:
         return (), f"the object is {size / 2**20:.2f} MiB as JSON; etcd stores at most 1.5 MiB per object"
     if obj.get("kind") == "ConfigMap" and obj.get("apiVersion") == "v1":

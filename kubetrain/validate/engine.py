@@ -14,7 +14,7 @@ from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import k8s_findings
 from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
 from kubetrain.validate.semantic import misplaced_run_policies, semantic_findings
-from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for, object_size_problem, parse_documents
+from kubetrain.yamlsrc import ParsedDoc, PathKey, compact_json, join_path, line_for, object_size_problem, parse_documents
 
 SKIPPED_GROUPS = ("kustomize.config.k8s.io/",)
 SPEC_GROUP = "kubetrain.dev/"
@@ -121,11 +121,12 @@ def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStor
     if kind == "List" and isinstance(obj.get("items"), list):
         return [i for item in obj["items"] for i in validate_document(ParsedDoc(item), source, index, store)]
     findings = _schema_findings(obj, store, ignore_missing_schemas)
-    findings += size_findings(obj)
+    text = compact_json(obj)
+    findings += size_findings(obj, text)
     findings += _metadata_findings(obj)
     findings += semantic_findings(obj)
     reported = {f.path for f in findings if f.severity == "error"}
-    findings += [f for f in k8s_findings(obj) if f.path not in reported]  # one message per field
+    findings += [f for f in k8s_findings(obj, text) if f.path not in reported]  # one message per field
     issues = [issue(f) for f in findings]
     return sorted(issues, key=lambda i: (i.line or 0, i.path))
 
@@ -141,8 +142,8 @@ def _spec_issues(doc: ParsedDoc, source: str, index: int, name: str) -> list[Iss
     return []
 
 
-def size_findings(obj: dict[str, Any]) -> list[Finding]:
-    problem = object_size_problem(obj)
+def size_findings(obj: dict[str, Any], text: str | None = None) -> list[Finding]:
+    problem = object_size_problem(obj, text)
     return [Finding(*problem)] if problem else []
 
 

@@ -12,9 +12,10 @@ from kubetrain.validate.k8s import integers, metadata, objects, podspec
 from kubetrain.validate.k8s.templates import pod_templates
 
 
-def k8s_findings(obj: dict[str, Any]) -> list[Finding]:
+def k8s_findings(obj: dict[str, Any], text: str | None = None) -> list[Finding]:
+    """`text`: the object as compact JSON (kubetrain.yamlsrc.compact_json), when the caller has it."""
     findings = list(metadata.object_metadata(obj.get("metadata")))
-    findings += integers.overflows(obj)
+    findings += integers.overflow_findings(obj, text)
     rules = objects.BY_KIND.get(str(obj.get("kind")))
     if rules is not None:
         findings += rules(obj)

@@ -3,12 +3,13 @@ operators declare as int32 (the Go JSON decoder rejects the whole request)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import names
 from kubetrain.validate.k8s.base import is_int
-from kubetrain.yamlsrc import PathKey
+from kubetrain.yamlsrc import PathKey, compact_json
 
 INT32_FIELDS = frozenset({
     "containerPort", "hostPort", "port", "targetPort", "nodePort", "initialDelaySeconds", "timeoutSeconds",
@@ -17,6 +18,13 @@ INT32_FIELDS = frozenset({
     "progressDeadlineSeconds", "numNodes", "minReplicas", "maxReplicas", "maxRestarts", "backoffLimitPerIndex",
     "maxFailedIndexes", "numProcPerNode"})
 INT64 = 2**63
+TEN_DIGITS = re.compile(r"[:\[,]-?\d{10}")  # a JSON number of 10 digits or more; fewer fit in an int32
+
+
+def overflow_findings(obj: Any, text: str | None = None) -> list[Finding]:
+    """Fast path: most objects have no number of 10 digits or more in their (compact) JSON text; a string
+    that looks like one only costs the full walk."""
+    return overflows(obj) if TEN_DIGITS.search(compact_json(obj) if text is None else text) else []
 
 
 def overflows(obj: Any, path: PathKey = ()) -> list[Finding]:
