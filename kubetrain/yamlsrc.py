@@ -30,6 +30,7 @@ MAX_NODES = 200_000  # per document, counting every alias expansion
 MAX_OBJECT_BYTES = 1536 * 1024  # etcd's default --max-request-bytes, which bounds one stored object
 CONFIGMAP_LIMIT = 2**20  # the apiserver's limit on a ConfigMap's data + binaryData
 _STR_TAG = "tag:yaml.org,2002:str"
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _LimitExceeded(yaml.MarkedYAMLError):
@@ -72,7 +73,39 @@ class _Limits:
         return self.peek_event().start_mark  # type: ignore[attr-defined]
 
 
-class _BoundedLoader(_Limits, yaml.SafeLoader):
+class _KubectlScalars(yaml.constructor.SafeConstructor):
+    """Scalars as kubectl reads them (sigs.k8s.io/yaml over go-yaml v2, into interface{}, then JSON):
+    timestamps stay the string written (go-yaml keeps them as strings for interface{}), and a `!!binary` value
+    is its decoded bytes as a string, invalid UTF-8 replaced (as Go's JSON encoder does); a surrogate written
+    as an escape ("\\ud800") is U+FFFD, as go-yaml writes it (Python would keep a string it cannot encode)."""
+
+    def construct_yaml_str(self, node: yaml.ScalarNode) -> str:
+        value = str(self.construct_scalar(node))
+        return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) else value
+
+    def construct_timestamp_text(self, node: yaml.ScalarNode) -> str:
+        return str(self.construct_scalar(node))
+
+    def construct_binary_text(self, node: yaml.ScalarNode) -> str:
+        data: bytes = self.construct_yaml_binary(node)
+        return data.decode("utf-8", "replace")
+
+
+_KubectlScalars.add_constructor(_STR_TAG, _KubectlScalars.construct_yaml_str)
+_KubectlScalars.add_constructor("tag:yaml.org,2002:timestamp", _KubectlScalars.construct_timestamp_text)
+_KubectlScalars.add_constructor("tag:yaml.org,2002:binary", _KubectlScalars.construct_binary_text)
+
+
+class _KubectlResolver(yaml.resolver.Resolver):
+    """YAML 1.1's implicit types plus go-yaml's float without a dot: `1e0`, `2E+3` are numbers to kubectl
+    (PyYAML's YAML 1.1 grammar wants `1.0e+0` and reads `1e0` as a string)."""
+
+
+_KubectlResolver.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789"))
+
+
+class _BoundedLoader(_Limits, _KubectlScalars, _KubectlResolver, yaml.SafeLoader):
     """PyYAML's pure-Python SafeLoader with the limits: the reference, and what reports every YAML error."""
 
 
@@ -85,13 +118,12 @@ def _fast_loader() -> type | None:
     except ImportError:  # PyYAML built without libyaml
         return None
 
-    class FastBoundedLoader(_Limits, yaml.composer.Composer, CParser, yaml.constructor.SafeConstructor,
-                            yaml.resolver.Resolver):
+    class FastBoundedLoader(_Limits, yaml.composer.Composer, CParser, _KubectlScalars, _KubectlResolver):
         def __init__(self, stream: str) -> None:
             CParser.__init__(self, stream)
             yaml.composer.Composer.__init__(self)
-            yaml.constructor.SafeConstructor.__init__(self)
-            yaml.resolver.Resolver.__init__(self)
+            _KubectlScalars.__init__(self)
+            _KubectlResolver.__init__(self)
 
     return FastBoundedLoader
 

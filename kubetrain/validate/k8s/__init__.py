@@ -21,6 +21,8 @@ def k8s_findings(obj: dict[str, Any], text: str | None = None) -> list[Finding]:
         findings += rules(obj)
     for template in pod_templates(obj):
         for finding in podspec.pod_template(template.template, template.path, partial=template.partial):
+            if template.sets_restart_policy and finding.path == (*template.path, "spec", "restartPolicy"):
+                continue
             message = finding.message if template.stage is None else (
                 f"{finding.message} (the API server accepts the {obj['kind']}, but {template.stage})")
             findings.append(Finding(finding.path, message, finding.severity))

@@ -18,6 +18,7 @@ class Template:
     template: Any
     stage: str | None  # None: the API server checks it with the object itself
     partial: bool = False  # a Trainer runtime patch, merged into the runtime's template
+    sets_restart_policy: bool = False  # the operator replaces the template's restartPolicy
 
 
 def pod_templates(obj: dict[str, Any]) -> Iterator[Template]:
@@ -33,7 +34,7 @@ def pod_templates(obj: dict[str, Any]) -> Iterator[Template]:
     elif kind == "PyTorchJob":
         for role, replica in mapping(spec.get("pytorchReplicaSpecs")).items():
             yield Template(("spec", "pytorchReplicaSpecs", role, "template"), mapping(replica).get("template"),
-                           "the operator's pod creation would fail")
+                           "the operator's pod creation would fail", sets_restart_policy=True)
     elif kind == "JobSet":
         yield from _replicated_jobs(spec, ("spec",), "JobSet's Job creation would fail")
     elif kind in ("ClusterTrainingRuntime", "TrainingRuntime"):
