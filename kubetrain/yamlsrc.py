@@ -91,9 +91,10 @@ class _KubectlScalars(yaml.constructor.SafeConstructor):
         return data.decode("utf-8", "replace")
 
 
-_KubectlScalars.add_constructor(_STR_TAG, _KubectlScalars.construct_yaml_str)
-_KubectlScalars.add_constructor("tag:yaml.org,2002:timestamp", _KubectlScalars.construct_timestamp_text)
-_KubectlScalars.add_constructor("tag:yaml.org,2002:binary", _KubectlScalars.construct_binary_text)
+_KubectlScalars.yaml_constructors = {
+    **yaml.constructor.SafeConstructor.yaml_constructors, _STR_TAG: _KubectlScalars.construct_yaml_str,
+    "tag:yaml.org,2002:timestamp": _KubectlScalars.construct_timestamp_text,
+    "tag:yaml.org,2002:binary": _KubectlScalars.construct_binary_text}
 
 
 class _KubectlResolver(yaml.resolver.Resolver):

@@ -14,7 +14,15 @@ from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import k8s_findings
 from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
 from kubetrain.validate.semantic import misplaced_run_policies, semantic_findings
-from kubetrain.yamlsrc import ParsedDoc, PathKey, compact_json, join_path, line_for, object_size_problem, parse_documents
+from kubetrain.yamlsrc import (
+    ParsedDoc,
+    PathKey,
+    compact_json,
+    join_path,
+    line_for,
+    object_size_problem,
+    parse_documents,
+)
 
 SKIPPED_GROUPS = ("kustomize.config.k8s.io/",)
 SPEC_GROUP = "kubetrain.dev/"

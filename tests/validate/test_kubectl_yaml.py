@@ -19,7 +19,8 @@ from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_sources
 from kubetrain.yamlsrc import parse_documents
 
-CONFIGMAP = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo\n  labels:\n    released: {label}\ndata:\n  {key}: {value}\n"
+CONFIGMAP = ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: demo\n  labels:\n    released: {label}\n"
+             "data:\n  {key}: {value}\n")
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -46,7 +47,7 @@ def test_replicas_1e0_is_the_number_1() -> None:
 
 
 SCALARS = st.one_of(
-    st.dates().map(str), st.datetimes().map(lambda d: d.isoformat()), st.datetimes().map(lambda d: str(d)),
+    st.dates().map(str), st.datetimes().map(lambda d: d.isoformat()), st.datetimes().map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr), st.integers().map(str),
     st.from_regex(r"[-+]?[0-9]{1,4}([eE][-+]?[0-9]{1,3})?", fullmatch=True),
     st.sampled_from([".inf", "-.Inf", ".NaN", "~", "null", "yes", "No", "on", "0x1F", "0o17", "010", "1_000",
