@@ -18,6 +18,9 @@ HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
 LIFECYCLE_HANDLERS = ("exec", "httpGet", "tcpSocket", "sleep")
 VALUE_FROM = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef", "fileKeyRef")
 ENV_FROM = ("configMapRef", "secretRef")
+DOWNWARD_FIELDS = frozenset({"metadata.name", "metadata.namespace", "metadata.uid", "spec.nodeName",
+                             "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP",
+                             "status.podIPs"})
 PROPAGATION = ("None", "HostToContainer", "Bidirectional")
 
 
@@ -99,16 +102,30 @@ def env(value: Any, path: PathKey) -> Findings:
             yield Finding((*where, "valueFrom"), "may not be specified when `value` is not empty")
         if isinstance(source, dict):
             yield from one_of(source, (*where, "valueFrom"), VALUE_FROM, "source")
+            field_path = mapping(source.get("fieldRef")).get("fieldPath")
+            if isinstance(source.get("fieldRef"), dict) and not _downward_field(field_path):
+                yield Finding((*where, "valueFrom", "fieldRef", "fieldPath"), f"Unsupported value {field_path!r}: "
+                              f"supported values: {', '.join(map(repr, sorted(DOWNWARD_FIELDS)))}")
             for key in ("configMapKeyRef", "secretKeyRef"):
                 if isinstance(source.get(key), dict):
                     yield from key_selector(source[key], (*where, "valueFrom", key))
 
 
+def _downward_field(value: Any) -> bool:
+    """validateObjectFieldSelector with validEnvDownwardAPIFieldPathExpressions (and a label or annotation)."""
+    if not isinstance(value, str):
+        return False
+    for prefix in ("metadata.labels['", "metadata.annotations['"):
+        if value.startswith(prefix) and value.endswith("']"):
+            return True
+    return value in DOWNWARD_FIELDS
+
+
 def key_selector(selector: dict[str, Any], path: PathKey) -> Findings:
     """validateConfigMapKeySelector / validateSecretKeySelector."""
     name, key = selector.get("name"), selector.get("key")
-    if isinstance(name, str) and name:
-        yield from check((*path, "name"), names.dns1123_subdomain(name))
+    if isinstance(name, str) or name is None:  # an empty name is not a subdomain either
+        yield from check((*path, "name"), names.dns1123_subdomain(name or ""))
     if not key:
         yield Finding((*path, "key"), "Required value")
     elif isinstance(key, str):

@@ -16,11 +16,28 @@ from kubetrain.yamlsrc import PathKey
 STANDARD = ("cpu", "memory", "ephemeral-storage")
 
 
+def is_native(name: str) -> bool:
+    """IsNativeResource: no domain, or a kubernetes.io one."""
+    return "/" not in name or "kubernetes.io/" in name
+
+
 def is_extended(name: str) -> bool:
-    """IsExtendedResourceName: domain-prefixed outside kubernetes.io, and a qualified name once 'requests.' is
-    put in front (what a ResourceQuota would call it)."""
-    native = "/" not in name or name.split("/", 1)[0].endswith("kubernetes.io")
-    return not native and not name.startswith("requests.") and names.qualified_name("requests." + name) is None
+    """IsExtendedResourceName: not native, and a qualified name once 'requests.' is put in front (what a
+    ResourceQuota would call it)."""
+    return not is_native(name) and not name.startswith("requests.") and names.qualified_name("requests." + name) is None
+
+
+def resource_name_problem(name: str) -> str | None:
+    """validateContainerResourceName."""
+    if problem := names.qualified_name(name):
+        return problem
+    if "/" not in name:
+        if name not in STANDARD and not name.startswith("hugepages-"):
+            return (f"{name!r}: must be a standard resource for containers (cpu, memory, ephemeral-storage, "
+                    "hugepages-<size>) or a domain-qualified extended resource (e.g. nvidia.com/gpu)")
+    elif not is_native(name) and not is_extended(name):
+        return f"{name!r}: doesn't follow extended resource name standard"
+    return None
 
 
 def container_resources(resources: Any, path: PathKey) -> Findings:
@@ -28,17 +45,9 @@ def container_resources(resources: Any, path: PathKey) -> Findings:
     for section in ("limits", "requests"):
         for key, value in mapping(resources.get(section)).items():
             where, name = (*path, section, key), str(key)
-            if name.startswith("hugepages-") or name in STANDARD:
-                continue
-            if not is_extended(name):
-                if "/" in name and names.qualified_name(name) is None:
-                    reason = "must be a standard resource for containers"
-                else:
-                    reason = ("must be a standard resource type (cpu, memory, ephemeral-storage, hugepages-<size>) or "
-                              "fully qualified (e.g. nvidia.com/gpu)")
-                yield Finding(where, f"{name!r}: {reason}")
-                continue
-            if _fractional(value):
+            if problem := resource_name_problem(name):
+                yield Finding(where, problem)
+            elif is_extended(name) and _fractional(value):
                 yield Finding(where, f"{value!r}: must be an integer (extended resources are counted in whole units)")
 
 

@@ -78,11 +78,8 @@ def _projection(source: Any, path: PathKey, name_key: str) -> Findings:
     """Secret and ConfigMap volumes: a name, a file mode, and items of key -> relative path."""
     if not isinstance(source, dict):
         return
-    name = source.get(name_key)
-    if name_key == "secretName" and not name:
+    if not source.get(name_key):  # required, but not checked as a name (validateSecretVolumeSource)
         yield Finding((*path, name_key), "Required value")
-    elif isinstance(name, str) and name:
-        yield from check((*path, name_key), names.dns1123_subdomain(name))
     yield from _mode(source, "defaultMode", path)
     for item, where in named(source.get("items"), (*path, "items")):
         if not item.get("key"):
