@@ -12,7 +12,7 @@ from typing import Any
 from kubetrain.spec.quantity import parse_quantity
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import names, scheduling
-from kubetrain.validate.k8s.base import Findings, check, enum, is_int, items, mapping, named, range_check
+from kubetrain.validate.k8s.base import Findings, check, enum, items, mapping, named, range_check
 from kubetrain.yamlsrc import PathKey
 
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
@@ -124,11 +124,8 @@ def workload(obj: dict[str, Any]) -> Findings:
 
 def job(obj: dict[str, Any], base: PathKey = ("spec",)) -> Findings:
     spec = mapping(obj.get("spec")) if base == ("spec",) else obj
-    for key in ("parallelism", "completions", "backoffLimit", "ttlSecondsAfterFinished"):
+    for key in ("parallelism", "completions", "backoffLimit", "ttlSecondsAfterFinished", "activeDeadlineSeconds"):
         yield from range_check(spec, key, base, 0)
-    deadline = spec.get("activeDeadlineSeconds")
-    if is_int(deadline) and deadline <= 0:
-        yield Finding((*base, "activeDeadlineSeconds"), f"{deadline}: must be greater than 0")
     policy = mapping(mapping(spec.get("template")).get("spec")).get("restartPolicy")
     if policy not in ("OnFailure", "Never"):
         yield Finding((*base, "template", "spec", "restartPolicy"), f"Unsupported value {policy!r}: supported "
