@@ -22,7 +22,8 @@ from kubetrain.render.launch import launcher_problem, launcher_warnings
 from kubetrain.render.yamlout import flow, quote
 from kubetrain.spec import names
 from kubetrain.spec.model import TrainingJob
-from kubetrain.yamlsrc import MAX_OBJECT_BYTES, object_size_problem
+from kubetrain.validate.k8s import k8s_findings
+from kubetrain.yamlsrc import MAX_OBJECT_BYTES, join_path, object_size_problem
 
 __all__ = ["RenderOptions", "manifests_dir", "render_job", "render_warnings", "resolve_target"]
 
@@ -94,7 +95,19 @@ def render_job(job: TrainingJob, options: RenderOptions | None = None, target: s
     for obj in objects:
         if problem := object_size_problem(obj):
             raise RenderError(f"{obj['kind']}/{obj['metadata']['name']}: {problem[1]}")
+        _refuse_what_kubernetes_rejects(obj)
     return objects
+
+
+def _refuse_what_kubernetes_rejects(obj: dict[str, Any]) -> None:
+    """The last line of defence: Kubernetes' own object and pod rules (kubetrain/validate/k8s) on what was
+    rendered. The spec's checks should have caught everything with its field and line; this names the
+    rendered field instead, but never prints an object the cluster would refuse."""
+    errors = [f for f in k8s_findings(obj) if f.severity == "error"]
+    if errors:
+        where = f"{obj['kind']}/{obj['metadata']['name']}"
+        raise RenderError("; ".join(f"the rendered {where} would be rejected: {join_path(f.path)}: {f.message}"
+                                    for f in errors[:3]))
 
 
 def render_warnings(job: TrainingJob, options: RenderOptions | None = None) -> list[str]:

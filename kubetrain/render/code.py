@@ -59,6 +59,9 @@ def collect_code(root: Path, exclude: list[str] | tuple[str, ...] = (), field: s
     for path in sorted(_walk(root, patterns)):
         if optional(path) and not _excluded(path, list(include)):
             continue
+        if path.startswith(".."):  # validateLocalNonReservedPath: the kubelet's atomic writer owns '..' names
+            raise RenderError(f"{field}: {path!r}: a file whose name starts with '..' cannot be mounted from a "
+                              "ConfigMap (Kubernetes reserves such names); rename it or add it to spec.code.exclude")
         try:
             files.append((path, (root / path).read_bytes()))
         except OSError as exc:

@@ -125,6 +125,9 @@ def launcher_warnings(spec: JobSpec) -> list[str]:
     expected = f"{spec.elastic.minNodes}:{spec.elastic.maxNodes}" if spec.elastic else str(spec.nodes)
     if nnodes is not None and nnodes != expected:
         warnings.append(f"spec.command: --nnodes={nnodes} contradicts the spec ({expected})")
+    if "--standalone" in flags and (spec.nodes > 1 or spec.elastic):
+        warnings.append("spec.command: --standalone in a multi-node job: each pod starts its own single-node "
+                        "rendezvous and waits for nodes that never join; remove it")
     for flag in _PINNED:
         if flag in flags:
             warnings.append(f"spec.command: {flag} is fixed in the command; the operator sets it per pod "

@@ -7,6 +7,7 @@ from collections import Counter
 from kubetrain.spec.gputypes import gpu_type_error
 from kubetrain.spec.model import TrainingJob
 from kubetrain.spec.network import GPUDIRECT_VOLUMES
+from kubetrain.validate.operators import TORCHRUN_RESERVED_ENV
 
 RESERVED_VOLUMES = {"dshm", "code", "tmp"}
 TRAINJOB_RUN_POLICY = {"activeDeadlineSeconds"}  # what trainjob.yaml.j2 maps; any other field set is refused
@@ -56,6 +57,9 @@ def _trainjob_problems(job: TrainingJob) -> list[tuple[str, str]]:
          "cannot add the GPUDirect daemon sidecar (initContainers take only name, env and volumeMounts); put it "
          "in the ClusterTrainingRuntime or use target pytorchjob"),
     ]
+    reserved = sorted(set(spec.env) & set(TORCHRUN_RESERVED_ENV))
+    unsupported.append(("spec.env", bool(reserved), f"{', '.join(reserved)} are set by the Trainer's torch runtime "
+                        "(its webhook rejects them in the TrainJob); remove them"))
     for name in sorted(spec.runPolicy.model_fields_set - TRAINJOB_RUN_POLICY):
         unsupported.append((f"spec.runPolicy.{name}", True, "a TrainJob has no such setting (Trainer v2.3 maps only "
                             "activeDeadlineSeconds); remove it or use target pytorchjob"))

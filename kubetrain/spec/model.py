@@ -3,7 +3,7 @@
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
 
 from kubetrain.spec import names
 from kubetrain.spec.network import Network
@@ -60,6 +60,15 @@ class Metadata(Section):
     """Labels for the job and its pods."""
     annotations: Annotations = Field(default_factory=dict)
     """Annotations for the job and its pods."""
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations_size(cls, value: dict[str, str]) -> dict[str, str]:
+        from kubetrain.validate.k8s.metadata import annotations_size  # ValidateAnnotationsSize, ported
+
+        for finding in annotations_size(value, ()):
+            raise ValueError(finding.message)
+        return value
 
 
 class JobSpec(Section):

@@ -13,6 +13,8 @@ from kubetrain.objectstore import OBJECT_STORE_BACKENDS
 from kubetrain.spec import names
 from kubetrain.spec.quantity import is_quantity, parse_quantity
 
+INT32_MAX = 2**31 - 1  # Kubernetes' int32 fields (and the uid range IsValidUserID allows)
+
 
 class Section(BaseModel):
     """Base of every spec model: camelCase keys, unknown keys are errors, immutable once loaded."""
@@ -20,6 +22,7 @@ class Section(BaseModel):
     model_config = ConfigDict(
         extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True,
         validate_default=True, coerce_numbers_to_str=True,
+        allow_inf_nan=False,  # JSON has no Infinity or NaN: `lr: .inf` would render as invalid JSON
     )
     # Field descriptions are the attribute docstrings, read on first need (kubetrain/spec/fielddocs.py), not
     # by pydantic's use_attribute_docstrings at class creation, which was ~20 % of render's start-up.
@@ -184,6 +187,15 @@ class Toleration(Section):
     tolerationSeconds: int | None = None
     """For NoExecute: how long the pod stays bound after the taint appears."""
 
+    @model_validator(mode="after")
+    def _as_kubernetes_checks_it(self) -> "Toleration":
+        from kubetrain.validate.k8s.scheduling import tolerations  # Kubernetes' ValidateTolerations, ported
+
+        problems = [f"{f.path[-1]}: {f.message}" for f in tolerations([self.model_dump(exclude_none=True)], ())]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
 
 Cloud = Literal["none", "generic", "gke", "eks", "eks-karpenter", "aks", "kind", "auto"]
 
@@ -215,7 +227,7 @@ class Elastic(Section):
     """Fewest pods the job trains with."""
     maxNodes: Annotated[int, Field(ge=1)]
     """Most pods the job trains with."""
-    maxRestarts: Annotated[int, Field(ge=0)] = 3
+    maxRestarts: Annotated[int, Field(ge=0, le=INT32_MAX)] = 3
     """How often torchrun restarts the worker group after a failure or membership change."""
 
     @model_validator(mode="after")
@@ -228,13 +240,13 @@ class Elastic(Section):
 class RunPolicy(Section):
     """How the operator runs the job (PyTorchJob spec.runPolicy; TrainJob uses what it supports)."""
 
-    backoffLimit: Annotated[int, Field(ge=0)] | None = 10
+    backoffLimit: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = 10
     """Container restarts, summed over the job's running pods, at which the job is marked Failed. One failed
     process costs about nodes + 1 restarts (every node's torchrun fails with it), so 10 survives ~3 failures
     of a 2-node job; raise it for larger jobs."""
     activeDeadlineSeconds: Annotated[int, Field(ge=1)] | None = None
     """Wall-clock limit for the whole job."""
-    ttlSecondsAfterFinished: Annotated[int, Field(ge=0)] | None = 86400
+    ttlSecondsAfterFinished: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = 86400
     """Delete the finished job (and its pods) after this many seconds."""
     cleanPodPolicy: Literal["None", "Running", "All"] = "None"
     """Which pods to delete when the job finishes: None keeps logs around."""
@@ -258,7 +270,7 @@ class Security(Section):
     runAsNonRoot: bool | None = None
     """Require a non-root user. Default: true for images kubetrain builds (uid 1000), false otherwise, since
     many CUDA base images run as root."""
-    runAsUser: Annotated[int, Field(ge=0)] | None = None
+    runAsUser: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     """The uid to run as."""
     readOnlyRootFilesystem: bool = False
     """Mount the image's filesystem read-only."""

@@ -175,6 +175,13 @@ def relative_path_problem(value: str) -> str | None:
     return None
 
 
+def non_reserved_path_problem(value: str) -> str | None:
+    """validateLocalNonReservedPath (a projected file's path)."""
+    if value.startswith(".."):
+        return f"{value!r}: must not start with '..'"
+    return relative_path_problem(value)
+
+
 def probe_rules(probe: dict[str, Any], path: PathKey, *, liveness: bool) -> Findings:
     """validateProbe."""
     yield from handler_rules(probe, path, HANDLERS)

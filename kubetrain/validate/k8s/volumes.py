@@ -10,7 +10,7 @@ from kubetrain.spec.quantity import parse_quantity
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import names
 from kubetrain.validate.k8s.base import Findings, check, is_int, mapping, named
-from kubetrain.validate.k8s.containers import relative_path_problem
+from kubetrain.validate.k8s.containers import non_reserved_path_problem
 from kubetrain.yamlsrc import PathKey
 
 SOURCES = ("hostPath", "emptyDir", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "secret", "nfs",
@@ -88,7 +88,7 @@ def _projection(source: Any, path: PathKey, name_key: str) -> Findings:
         if not item_path:
             yield Finding((*where, "path"), "Required value")
         elif isinstance(item_path, str):
-            yield from check((*where, "path"), relative_path_problem(item_path))
+            yield from check((*where, "path"), non_reserved_path_problem(item_path))
         yield from _mode(item, "mode", where)
 
 
