@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -53,7 +54,10 @@ def validate(paths: tuple[str, ...], schemas: tuple[str, ...], from_cluster: boo
     if (context or kubeconfig) and not from_cluster:
         raise UsageError("--context and --kubeconfig only apply with --from-cluster")
     store = build_store(schemas, from_cluster, context, kubernetes_version, kubeconfig=kubeconfig)
-    report = validate_sources(read_sources(paths or ("-",)), store, ignore_missing_schemas, skip_non_kubernetes)
+    sources = read_sources(paths or ("-",))
+    report = validate_sources(sources, store, ignore_missing_schemas, skip_non_kubernetes)
+    if from_cluster:
+        report.issues += _server_pod_issues(sources, context, kubeconfig)
     print_report(report, output, strict)
     if report.documents == 0 and not skip_non_kubernetes:
         raise UsageError("no documents to validate; if this reads a pipe, the command before it may have failed "
@@ -78,6 +82,22 @@ def build_store(schemas: tuple[str, ...], from_cluster: bool, context: str | Non
     for crd, source in cached_crds():
         store.add_crd(crd, source)
     return store
+
+
+def _server_pod_issues(sources: list[tuple[str, str]], context: str | None, kubeconfig: str | None) -> list[Any]:
+    """Every pod template of a CRD, dry-run created as a Pod on the cluster (kubetrain/client/podcheck.py)."""
+    from kubetrain.client.connection import connect
+    from kubetrain.client.errors import is_api_error, network_error_types, translate
+    from kubetrain.client.podcheck import source_issues
+
+    connection = connect(context, kubeconfig)
+    try:
+        return source_issues(lambda path, body: connection.rest.json("POST", path, {"dryRun": "All"}, body),
+                             sources, connection.namespace())
+    except Exception as exc:
+        if not is_api_error(exc) and not isinstance(exc, network_error_types()):
+            raise  # a ClusterError already says what happened
+        raise translate(exc, "dry-run create pods", connection.server) from None
 
 
 def read_sources(paths: tuple[str, ...]) -> list[tuple[str, str]]:
