@@ -92,8 +92,8 @@ def _server_pod_issues(sources: list[tuple[str, str]], context: str | None, kube
 
     connection = connect(context, kubeconfig)
     try:
-        return source_issues(lambda path, body: connection.rest.json("POST", path, {"dryRun": "All"}, body),
-                             sources, connection.namespace())
+        return source_issues(lambda namespace, pod: connection.rest.json(
+            "POST", f"/api/v1/namespaces/{namespace}/pods", {"dryRun": "All"}, pod), sources, connection.namespace())
     except Exception as exc:
         if not is_api_error(exc) and not isinstance(exc, network_error_types()):
             raise  # a ClusterError already says what happened

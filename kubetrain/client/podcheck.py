@@ -15,7 +15,7 @@ from kubetrain.validate.engine import Issue
 from kubetrain.validate.k8s.templates import pod_templates
 from kubetrain.yamlsrc import PathKey, join_path, line_for, parse_documents
 
-Post = Callable[[str, dict[str, Any]], Any]  # POST path?dryRun=All body; raises the client's API error
+Post = Callable[[str, dict[str, Any]], Any]  # dry-run create (namespace, pod); raises the client's API error
 REJECTED = (400, 403, 422)
 
 
@@ -39,7 +39,7 @@ def pod_template_problems(post: Post, obj: dict[str, Any], namespace: str) -> li
         if template.stage is None or template.partial:
             continue
         try:
-            post(f"/api/v1/namespaces/{namespace}/pods", as_pod(obj, template.template))
+            post(namespace, as_pod(obj, template.template))
         except Exception as exc:
             if not is_api_error(exc) or getattr(exc, "status", None) not in REJECTED:
                 raise

@@ -17,6 +17,7 @@ from kubetrain.client.queues import queue_of
 from kubetrain.client.rest import rest_of
 from kubetrain.client.targets import Target, served
 from kubetrain.errors import ClusterError
+from kubetrain.yamlsrc import join_path
 
 OK, FAIL, WARN = "ok", "fail", "warn"
 MARKS = {OK: "✓", FAIL: "✗", WARN: "!"}
@@ -59,6 +60,7 @@ def run(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], na
     results.append(ns)
     if ns.status != FAIL:
         results += check_references(api, namespace, references(job))
+        results.append(check_pod_templates(api, job, namespace))
     if skip_fit:
         results.append(CheckResult("fit", WARN, "not checked (--skip-fit)"))
     else:
@@ -66,6 +68,23 @@ def run(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], na
     if (queue := queue_of(job)) and ns.status != FAIL:
         results.append(check_queue(api, job, namespace, queue))
     return results
+
+
+def check_pod_templates(api: client.ApiClient, job: dict[str, Any], namespace: str) -> CheckResult:
+    """Each pod template, dry-run created as a Pod: what the operator will create, judged by the server."""
+    from kubetrain.client.podcheck import pod_template_problems
+
+    def post(where: str, pod: dict[str, Any]) -> None:
+        client.CoreV1Api(api).create_namespaced_pod(where, pod, dry_run="All")  # type: ignore[arg-type]
+
+    try:
+        problems = pod_template_problems(post, job, namespace)
+    except Exception as exc:
+        return CheckResult("pod templates", WARN, f"not checked: {translate(exc, 'dry-run create pods')}")
+    if problems:
+        return CheckResult("pod templates", FAIL, "; ".join(f"{join_path(path)}: {message}"
+                                                            for path, message in problems))
+    return CheckResult("pod templates", OK, "the API server accepts every pod template as a Pod (dry run)")
 
 
 def check_reachable(api: client.ApiClient, server: str) -> CheckResult:

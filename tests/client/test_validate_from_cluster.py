@@ -66,3 +66,28 @@ def test_context_without_from_cluster_is_a_usage_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["validate", "--context", "prod", str(_manifest(tmp_path))])
     assert result.exit_code == 2
     assert result.stderr.strip() == "error: --context and --kubeconfig only apply with --from-cluster"
+
+
+def _restricted(controlplane: Any, namespace: str) -> None:
+    """PodSecurity admission (built into the API server) refuses pods that run as root in this namespace."""
+    import kubernetes
+
+    kubernetes.client.CoreV1Api(controlplane.api_client()).patch_namespace(namespace, {"metadata": {"labels": {
+        "pod-security.kubernetes.io/enforce": "restricted"}}})
+
+
+def test_pod_templates_are_dry_run_as_pods(controlplane: Any, namespace: str, tmp_path: Path,
+                                           no_schema_cache: None) -> None:
+    """The PyTorchJob itself is accepted; its pods would not be (PodSecurity). Offline nothing can know that;
+    with the cluster, the pod template is reported at its line."""
+    _restricted(controlplane, namespace)
+    objects = render(write_spec(tmp_path, "psa", nodes=2, gpus=0), namespace)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(objects[-1], sort_keys=False))
+    result = CliRunner().invoke(cli, ["validate", "--from-cluster", "--kubeconfig", str(controlplane.kubeconfig),
+                                      str(path)])
+    assert result.exit_code == 1, result.output
+    line = next(n for n, row in enumerate(path.read_text().splitlines(), 1) if row.strip() == "template:")
+    assert f"error: {path}:{line}: doc 1 PyTorchJob/psa: spec.pytorchReplicaSpecs.Master.template: the API server " \
+        "rejects this pod template as a Pod" in result.stdout, result.stdout
+    assert "violates PodSecurity" in result.stdout

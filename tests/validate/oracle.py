@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from kubetrain.client.podcheck import as_pod
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_document
 from kubetrain.validate.k8s.templates import pod_templates
@@ -458,15 +459,6 @@ def server_errors(client: Any, obj: Obj, namespace: str) -> list[str]:
             continue
         requests.append(as_pod(obj, template.template))
     return [message for message in (_dry_run(client, body, namespace) for body in requests) if message]
-
-
-def as_pod(obj: Obj, template: Any) -> Obj:
-    template = copy.deepcopy(template) if isinstance(template, dict) else {}
-    meta = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
-    spec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
-    if obj["kind"] == "PyTorchJob":
-        spec["restartPolicy"] = "OnFailure"  # the operator sets the replica's restartPolicy on each pod
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {**meta, "name": "oracle-pod"}, "spec": spec}
 
 
 def _dry_run(client: Any, body: Obj, namespace: str) -> str:
