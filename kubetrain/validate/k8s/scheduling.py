@@ -5,6 +5,7 @@ apimachinery metav1validation.ValidateLabelSelector)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from kubetrain.validate.findings import Finding
@@ -61,21 +62,23 @@ def affinity(value: Any, path: PathKey) -> Findings:
             yield Finding((*where, "nodeSelectorTerms"), "Required value: must have at least one node selector term")
         for term, term_path in named(required.get("nodeSelectorTerms"), (*where, "nodeSelectorTerms")):
             yield from node_selector_term(term, term_path)
-    for preferred, where in named(node.get("preferredDuringSchedulingIgnoredDuringExecution"),
-                                  (*base, "preferredDuringSchedulingIgnoredDuringExecution")):
-        yield from range_check(preferred, "weight", where, 1, 100)
-        if isinstance(preferred.get("preference"), dict):
-            yield from node_selector_term(preferred["preference"], (*where, "preference"))
+    yield from _preferred(node, base, "preference", node_selector_term)
     for kind in ("podAffinity", "podAntiAffinity"):
         section, where = mapping(value.get(kind)), (*path, kind)
         for term, term_path in named(section.get("requiredDuringSchedulingIgnoredDuringExecution"),
                                      (*where, "requiredDuringSchedulingIgnoredDuringExecution")):
             yield from pod_affinity_term(term, term_path)
-        for weighted, term_path in named(section.get("preferredDuringSchedulingIgnoredDuringExecution"),
-                                         (*where, "preferredDuringSchedulingIgnoredDuringExecution")):
-            yield from range_check(weighted, "weight", term_path, 1, 100)
-            if isinstance(weighted.get("podAffinityTerm"), dict):
-                yield from pod_affinity_term(weighted["podAffinityTerm"], (*term_path, "podAffinityTerm"))
+        yield from _preferred(section, where, "podAffinityTerm", pod_affinity_term)
+
+
+def _preferred(section: dict[str, Any], path: PathKey, key: str,
+               term_rules: Callable[[dict[str, Any], PathKey], Findings]) -> Findings:
+    """preferredDuringSchedulingIgnoredDuringExecution: a weight of 1-100 and a valid term."""
+    for weighted, where in named(section.get("preferredDuringSchedulingIgnoredDuringExecution"),
+                                 (*path, "preferredDuringSchedulingIgnoredDuringExecution")):
+        yield from range_check(weighted, "weight", where, 1, 100)
+        if isinstance(weighted.get(key), dict):
+            yield from term_rules(weighted[key], (*where, key))
 
 
 def node_selector_term(term: dict[str, Any], path: PathKey) -> Findings:
