@@ -27,6 +27,7 @@ RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2", "static")
 TORCHRUN_RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
                          "PET_MASTER_PORT")
 COMPUTE = ("cpu", "memory", "ephemeral-storage")
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 BUILTIN_RESOURCES = {*COMPUTE, "storage"}
 
 
@@ -101,6 +102,7 @@ def _elastic_later(elastic: dict[str, Any]) -> Iterator[Finding]:
 
 
 def trainjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
+    yield from _runtime_ref(get(obj, "spec", "runtimeRef"))
     trainer = get(obj, "spec", "trainer")
     if not isinstance(trainer, dict):
         return
@@ -111,6 +113,20 @@ def trainjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
     if reserved:
         yield Finding((*base, "env"), f"must not set torchrun's reserved variables {', '.join(reserved)} (the "
                       "torch runtime sets them)")
+
+
+def _runtime_ref(ref: Any) -> Iterator[Finding]:
+    """Trainer's TrainJobValidator: the runtimeRef's group and kind name a registered runtime
+    (RuntimeRefToRuntimeRegistryKey; defaults ClusterTrainingRuntime, trainer.kubeflow.org)."""
+    if not isinstance(ref, dict):
+        return
+    kind, group = ref.get("kind", "ClusterTrainingRuntime"), ref.get("apiGroup", "trainer.kubeflow.org")
+    if kind not in RUNTIME_KINDS:
+        yield Finding(("spec", "runtimeRef", "kind"), f"unsupported runtime kind {kind!r}: must be one of "
+                      f"{', '.join(RUNTIME_KINDS)}")
+    if group != "trainer.kubeflow.org":
+        yield Finding(("spec", "runtimeRef", "apiGroup"), f"unsupported runtime group {group!r}: must be "
+                      "trainer.kubeflow.org")
 
 
 def resource_findings(obj: Any, path: PathKey = ()) -> Iterator[Finding]:

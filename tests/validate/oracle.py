@@ -343,7 +343,21 @@ def m_pytorchjob(obj: Obj, rng: random.Random) -> str:
 
 def m_trainjob(obj: Obj, rng: random.Random) -> str:
     trainer = obj["spec"]["trainer"]
-    choice = rng.randrange(3)
+    choice = rng.randrange(5)
+    if choice == 3:
+        key = pick(rng, ["kind", "apiGroup"])
+        obj["spec"]["runtimeRef"][key] = value = pick(rng, ["ClusterTrainingRuntime", "TrainingRuntime",
+                                                             "ClusterTrainingRuntimes", "trainer.kubeflow.org",
+                                                             "kubeflow.org", "", "trainer.kubeflow.org/v1alpha1"])
+        return f"runtimeRef.{key}={value!r}"
+    if choice == 4:
+        manager = pick(rng, ["kubetrain.dev/kubetrain", "kubetrain", "example.com", "Example.com/x", "a.b/c/d",
+                             "kubetrain.dev/", "x/y"])
+        obj["spec"]["runtimePatches"] = [{"manager": manager, "trainingRuntimeSpec": {"template": {"spec": {
+            "replicatedJobs": [{"name": pick(rng, ["node", "launcher", "Node"]), "template": {"spec": {"template": {
+                "spec": {"containers": [{"name": pick(rng, ["node", "trainer", "Node"]),
+                                         "env": [{"name": "A", "value": "1"}]}]}}}}}]}}}}]
+        return f"runtimePatches manager={manager!r}"
     if choice == 0:
         trainer["numNodes"] = value = pick(rng, INTS)
         return f"numNodes={value}"
