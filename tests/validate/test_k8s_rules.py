@@ -146,3 +146,13 @@ def test_the_cli_reports_file_line_and_field() -> None:
     [issue] = report.errors()
     line = next(n for n, row in enumerate(text.splitlines(), 1) if "gpu" in row)
     assert issue.text().startswith(f"error: pod.yaml:{line}: doc 1 Pod/demo: spec.containers[0].resources.limits.gpu:")
+
+
+@pytest.mark.parametrize(("key", "value"), [("kind", "ClusterTrainingRuntimes"), ("apiGroup", "kubeflow.org")])
+def test_trainjob_runtime_ref_typos(key: str, value: str) -> None:
+    from kubetrain.validate.operators import trainjob_webhook
+
+    job = oracle.bases()["TrainJob"]
+    assert not list(trainjob_webhook(job))
+    job["spec"]["runtimeRef"][key] = value
+    assert [join_path(f.path) for f in trainjob_webhook(job)] == [f"spec.runtimeRef.{key}"]
