@@ -202,10 +202,12 @@ def m_pod_field(spec: Obj, rng: random.Random) -> str:
                      "terminationGracePeriodSeconds", "subdomain", "schedulerName"])
     ints = key in ("activeDeadlineSeconds", "terminationGracePeriodSeconds")
     value = pick(rng, INTS) if ints else pick(rng, [*STRINGS, "ClusterFirst", "None"])
+    # A valid name of a ServiceAccount or PriorityClass that does not exist is refused by admission (cluster
+    # state, not validation): only names that exist or are invalid.
     if key == "serviceAccountName" and value not in ("", None):
-        value = pick(rng, ["default", "Default", "a_b", "a.b"])  # a valid but missing account is a 403, not 422
+        value = pick(rng, ["default", "Default", "a_b", "x" * 254])
     if key == "priorityClassName" and value:
-        value = pick(rng, ["system-node-critical", "Upper", "a_b"])
+        value = pick(rng, ["Upper", "a_b", "x" * 254])
     spec[key] = value
     return f"{key}={value!r}"
 
