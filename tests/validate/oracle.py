@@ -302,10 +302,10 @@ def m_pvc(obj: Obj, rng: random.Random) -> str:
     spec = obj["spec"]
     choice = rng.randrange(3)
     if choice == 0:
-        del spec["resources"]
+        spec.pop("resources", None)
         return "no storage request"
     if choice == 1:
-        spec["resources"]["requests"]["storage"] = value = pick(rng, QUANTITIES)
+        spec.setdefault("resources", {}).setdefault("requests", {})["storage"] = value = pick(rng, QUANTITIES)
         return f"storage={value!r}"
     spec["accessModes"] = value = pick(rng, [[], ["ReadWriteOnce"], ["Bogus"], ["ReadWriteOncePod"]])
     return f"accessModes={value!r}"
