@@ -5,6 +5,7 @@ requests and limits are checked for every `resources` block by kubetrain/validat
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from kubetrain.spec.quantity import parse_quantity
@@ -21,12 +22,14 @@ def is_native(name: str) -> bool:
     return "/" not in name or "kubernetes.io/" in name
 
 
+@lru_cache(names.CACHE)
 def is_extended(name: str) -> bool:
     """IsExtendedResourceName: not native, and a qualified name once 'requests.' is put in front (what a
     ResourceQuota would call it)."""
     return not is_native(name) and not name.startswith("requests.") and names.qualified_name("requests." + name) is None
 
 
+@lru_cache(names.CACHE)
 def resource_name_problem(name: str) -> str | None:
     """validateContainerResourceName."""
     if problem := names.qualified_name(name):
