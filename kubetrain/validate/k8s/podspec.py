@@ -12,7 +12,7 @@ from kubetrain.yamlsrc import PathKey
 
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
 DNS_POLICIES = ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None")
-SUBDOMAIN_NAMES = ("serviceAccountName", "nodeName", "priorityClassName", "runtimeClassName", "schedulerName")
+SUBDOMAIN_NAMES = ("serviceAccountName", "nodeName", "priorityClassName", "runtimeClassName")
 LABEL_NAMES = ("hostname", "subdomain")
 
 
