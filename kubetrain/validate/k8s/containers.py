@@ -65,9 +65,9 @@ def container_rules(container: dict[str, Any], path: PathKey, volumes: set[str],
         handler = mapping(container.get("lifecycle")).get(hook)
         if isinstance(handler, dict):
             yield from handler_rules(handler, (*path, "lifecycle", hook), LIFECYCLE_HANDLERS)
-    restart = container.get("restartPolicy")
-    if restart is not None and (not init or restart != "Always"):
-        yield Finding((*path, "restartPolicy"), "may only be set to 'Always' for init containers (sidecars)")
+    # validateContainerRestartPolicy: ContainerRestartRules (beta, on by default since 1.35) allows a
+    # restartPolicy on every container
+    yield from enum(container, "restartPolicy", path, ("Always", "OnFailure", "Never"))
 
 
 def ports(value: Any, path: PathKey) -> Findings:
