@@ -9,6 +9,7 @@ every rule with the stage that enforces it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -28,6 +29,11 @@ TORCHRUN_RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "P
                          "PET_MASTER_PORT")
 COMPUTE = ("cpu", "memory", "ephemeral-storage")
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
+# The replicated jobs and containers of the pinned Trainer v2.3.0 runtimes (manifests/base/runtimes/*.yaml
+# upstream), for checking runtimePatches offline.
+RUNTIME_SHAPES: dict[str, dict[str, frozenset[str]]] = {"torch-distributed": {"node": frozenset({"node"})}}
+ENV_LESS_CONTAINERS = ("dataset-initializer", "model-initializer", "node")
+HTTP_PATH = re.compile(r"[A-Za-z0-9/\-._~%!$&'()*+,;=:]+")
 BUILTIN_RESOURCES = {*COMPUTE, "storage"}
 
 
@@ -103,6 +109,7 @@ def _elastic_later(elastic: dict[str, Any]) -> Iterator[Finding]:
 
 def trainjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
     yield from _runtime_ref(get(obj, "spec", "runtimeRef"))
+    yield from _runtime_patches(obj)
     trainer = get(obj, "spec", "trainer")
     if not isinstance(trainer, dict):
         return
@@ -127,6 +134,54 @@ def _runtime_ref(ref: Any) -> Iterator[Finding]:
     if group != "trainer.kubeflow.org":
         yield Finding(("spec", "runtimeRef", "apiGroup"), f"unsupported runtime group {group!r}: must be "
                       "trainer.kubeflow.org")
+
+
+def _runtime_patches(obj: dict[str, Any]) -> Iterator[Finding]:
+    """Trainer v2.3.0's JobSet plugin (pkg/runtime/framework/plugins/jobset/jobset.go, Validate): each patch's
+    manager is a domain-prefixed path (apimachinery IsDomainPrefixedPath); for a runtime whose shape is known,
+    a patch names only its replicated jobs and their containers, and sets no env on the node container."""
+    patches = get(obj, "spec", "runtimePatches")
+    shape = RUNTIME_SHAPES.get(str(get(obj, "spec", "runtimeRef", "name")))
+    for index, patch in enumerate(patches if isinstance(patches, list) else []):
+        base: PathKey = ("spec", "runtimePatches", index)
+        manager = patch.get("manager") if isinstance(patch, dict) else None
+        if isinstance(manager, str) and (problem := _domain_prefixed_path(manager)):
+            yield Finding((*base, "manager"), problem)
+        jobs = get(patch, "trainingRuntimeSpec", "template", "spec", "replicatedJobs")
+        for job_index, job in enumerate(jobs if isinstance(jobs, list) and shape else []):
+            yield from _patched_job(job, (*base, "trainingRuntimeSpec", "template", "spec", "replicatedJobs",
+                                          job_index), shape or {})
+
+
+def _patched_job(job: Any, path: PathKey, shape: dict[str, frozenset[str]]) -> Iterator[Finding]:
+    name = job.get("name") if isinstance(job, dict) else None
+    if name not in shape:
+        yield Finding((*path, "name"), f"must not have replicated job that doesn't exist in the runtime job "
+                      f"template ({', '.join(sorted(shape))})")
+        return
+    spec = get(job, "template", "spec", "template", "spec")
+    for key in ("initContainers", "containers"):
+        containers = spec.get(key) if isinstance(spec, dict) else None
+        for index, container in enumerate(containers if isinstance(containers, list) else []):
+            where = (*path, "template", "spec", "template", "spec", key, index)
+            cname = container.get("name") if isinstance(container, dict) else None
+            if cname not in shape[name]:
+                yield Finding((*where, "name"), f"must not have {key[:-1]} that doesn't exist in the runtime job "
+                              f"{name} ({', '.join(sorted(shape[name]))})")
+            elif cname in ENV_LESS_CONTAINERS and container.get("env"):
+                yield Finding((*where, "env"), f"must not have envs for the {', '.join(ENV_LESS_CONTAINERS)} "
+                              "containers (set spec.trainer.env instead)")
+
+
+def _domain_prefixed_path(value: str) -> str | None:
+    host, slash, rest = value.partition("/")
+    if not slash or not host or not rest:
+        return f"{value!r} must be a domain-prefixed path (such as \"acme.io/foo\")"
+    if names.subdomain_error(host):
+        return f"{value!r}: the domain {host!r} must be a lower-case RFC 1123 subdomain"
+    if not HTTP_PATH.fullmatch(rest):
+        return f"{value!r}: invalid path {rest!r}"
+    return None
 
 
 def resource_findings(obj: Any, path: PathKey = ()) -> Iterator[Finding]:

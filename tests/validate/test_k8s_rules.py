@@ -156,3 +156,29 @@ def test_trainjob_runtime_ref_typos(key: str, value: str) -> None:
     assert not list(trainjob_webhook(job))
     job["spec"]["runtimeRef"][key] = value
     assert [join_path(f.path) for f in trainjob_webhook(job)] == [f"spec.runtimeRef.{key}"]
+
+
+def _patched(manager: str, job: str, container: str, env: bool) -> Obj:
+    trainjob = oracle.bases()["TrainJob"]
+    node: Obj = {"name": container, **({"env": [{"name": "A", "value": "1"}]} if env else {})}
+    trainjob["spec"]["runtimePatches"] = [{"manager": manager, "trainingRuntimeSpec": {"template": {"spec": {
+        "replicatedJobs": [{"name": job, "template": {"spec": {"template": {"spec": {"containers": [node]}}}}}]}}}}]
+    return trainjob
+
+
+JOB = "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0]"
+
+
+@pytest.mark.parametrize(("patch", "field"), [
+    (("kubetrain.dev/kubetrain", "node", "node", False), None),
+    (("kubetrain", "node", "node", False), "spec.runtimePatches[0].manager"),
+    (("Kubetrain.dev/x", "node", "node", False), "spec.runtimePatches[0].manager"),
+    (("kubetrain.dev/kubetrain", "launcher", "node", False), f"{JOB}.name"),
+    (("kubetrain.dev/kubetrain", "node", "trainer", False), f"{JOB}.template.spec.template.spec.containers[0].name"),
+    (("kubetrain.dev/kubetrain", "node", "node", True), f"{JOB}.template.spec.template.spec.containers[0].env"),
+])
+def test_trainer_runtime_patch_rules(patch: tuple[str, str, str, bool], field: str | None) -> None:
+    from kubetrain.validate.operators import trainjob_webhook
+
+    found = [join_path(f.path) for f in trainjob_webhook(_patched(*patch))]
+    assert found == ([field] if field else [])
