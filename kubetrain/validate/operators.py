@@ -114,6 +114,10 @@ def trainjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
     if not isinstance(trainer, dict):
         return
     base: PathKey = ("spec", "trainer")
+    nodes = trainer.get("numNodes")
+    if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes < 1:
+        yield Finding((*base, "numNodes"), later(f"{nodes}: must be at least 1", "the job would never start a "
+                                                 "training node"))
     env = trainer.get("env")
     names_set = {str(e.get("name")) for e in env if isinstance(e, dict)} if isinstance(env, list) else set()
     reserved = sorted(names_set & set(TORCHRUN_RESERVED_ENV))

@@ -182,3 +182,13 @@ def test_trainer_runtime_patch_rules(patch: tuple[str, str, str, bool], field: s
 
     found = [join_path(f.path) for f in trainjob_webhook(_patched(*patch))]
     assert found == ([field] if field else [])
+
+
+@pytest.mark.parametrize("nodes", [0, -1])
+def test_trainjob_num_nodes_below_one(nodes: int) -> None:
+    from kubetrain.validate.operators import trainjob_webhook
+
+    job = oracle.bases()["TrainJob"]
+    job["spec"]["trainer"]["numNodes"] = nodes
+    [finding] = trainjob_webhook(job)
+    assert join_path(finding.path) == "spec.trainer.numNodes" and "the API server accepts it" in finding.message
