@@ -74,8 +74,8 @@ def check_pod_templates(api: client.ApiClient, job: dict[str, Any], namespace: s
     """Each pod template, dry-run created as a Pod: what the operator will create, judged by the server."""
     from kubetrain.client.podcheck import pod_template_problems
 
-    def post(where: str, pod: dict[str, Any]) -> None:
-        client.CoreV1Api(api).create_namespaced_pod(where, pod, dry_run="All")  # type: ignore[arg-type]
+    def post(where: str, pod: dict[str, Any]) -> None:  # raw: the typed client would vet the body itself
+        rest_of(api).json("POST", f"/api/v1/namespaces/{where}/pods", {"dryRun": "All"}, pod)
 
     try:
         problems = pod_template_problems(post, job, namespace)

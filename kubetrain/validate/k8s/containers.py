@@ -140,8 +140,12 @@ def env_from(value: Any, path: PathKey) -> Findings:
             yield from check((*where, "prefix"), names.env_var_name(prefix))
         yield from one_of(source, where, ENV_FROM, "source")
         for key in ENV_FROM:
-            name = mapping(source.get(key)).get("name")
-            if isinstance(name, str) and name:
+            if not isinstance(source.get(key), dict):
+                continue
+            name = source[key].get("name")
+            if not name:
+                yield Finding((*where, key, "name"), "Required value")
+            elif isinstance(name, str):
                 yield from check((*where, key, "name"), names.dns1123_subdomain(name))
 
 

@@ -5,6 +5,7 @@ requests and limits are checked for every `resources` block by kubetrain/validat
 
 from __future__ import annotations
 
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
@@ -52,6 +53,43 @@ def container_resources(resources: Any, path: PathKey) -> Findings:
                 yield Finding(where, problem)
             elif is_extended(name) and _fractional(value):
                 yield Finding(where, f"{value!r}: must be an integer (extended resources are counted in whole units)")
+            elif name.startswith("hugepages-") and (problem := _huge_page_problem(name, value)):
+                yield Finding(where, problem)
+    yield from _huge_pages(resources, path)
+
+
+def _huge_pages(resources: dict[str, Any], path: PathKey) -> Findings:
+    """Huge pages cannot be overcommitted (a request equals its limit), and need a cpu or memory amount."""
+    limits, requests = mapping(resources.get("limits")), mapping(resources.get("requests"))
+    pages = [n for n in (*limits, *requests) if str(n).startswith("hugepages-")]
+    for name in requests:
+        if str(name).startswith("hugepages-"):
+            if name not in limits:
+                yield Finding((*path, "limits"), "Required value: Limit must be set for non overcommitable resources")
+            elif _amount(requests[name]) != _amount(limits[name]):
+                yield Finding((*path, "requests", name), f"{requests[name]!r}: must be equal to {name} limit of "
+                              f"{limits[name]}")
+    if pages and not any(n in ("cpu", "memory") for n in (*limits, *requests)):
+        yield Finding(path, "Forbidden: HugePages require cpu or memory")
+
+
+def _huge_page_problem(name: str, value: Any) -> str | None:
+    """validateResourceQuantityHugePageValue: a positive whole number of pages."""
+    amount, page = _amount(value), _amount(name.removeprefix("hugepages-"))
+    if amount is None or page is None or page <= 0:
+        return None
+    if amount <= 0 or amount % page:
+        return f"{value!r} is not positive integer multiple of {name}"
+    return None
+
+
+def _amount(value: Any) -> Decimal | None:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    try:
+        return parse_quantity(value)
+    except ValueError:
+        return None
 
 
 def _fractional(value: Any) -> bool:

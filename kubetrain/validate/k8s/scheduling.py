@@ -111,7 +111,7 @@ def _requirement(requirement: dict[str, Any], path: PathKey, operators: tuple[st
     elif operator not in operators:
         yield Finding((*path, "operator"), f"Unsupported value {operator!r}: supported values: "
                       f"{', '.join(map(repr, operators))}")
-    if operator in ("In", "NotIn") and operators is LABEL_OPERATORS:
+    if operator in ("In", "NotIn"):
         for index, value in enumerate(values):
             if isinstance(value, str):
                 yield from check((*path, "values", index), names.label_value(value))
