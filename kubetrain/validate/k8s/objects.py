@@ -116,7 +116,11 @@ def workload(obj: dict[str, Any]) -> Findings:
     if not selector_matches(selector, labels):
         yield Finding(("spec", "template", "metadata", "labels"), "Invalid value: `selector` does not match "
                       "template `labels`")
-    policy = mapping(mapping(spec.get("template")).get("spec")).get("restartPolicy")
+    pod_spec = mapping(mapping(spec.get("template")).get("spec"))
+    if pod_spec.get("activeDeadlineSeconds") is not None:  # ValidatePodTemplateSpecForReplicaSet and co
+        yield Finding(("spec", "template", "spec", "activeDeadlineSeconds"), f"Forbidden: activeDeadlineSeconds in "
+                      f"{'ReplicaSet' if obj.get('kind') == 'Deployment' else obj.get('kind')} is not Supported")
+    policy = pod_spec.get("restartPolicy")
     if policy not in (None, "Always"):
         yield Finding(("spec", "template", "spec", "restartPolicy"), f"Unsupported value {policy!r}: supported "
                       "values: 'Always'")
