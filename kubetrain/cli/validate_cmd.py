@@ -23,7 +23,8 @@ MANIFEST_SUFFIXES = {".yaml", ".yml", ".json"}
 @click.argument("paths", nargs=-1, metavar="[PATH|DIR|-]...")
 @click.option("--schema", "schemas", multiple=True, metavar="PATH|URL",
               help="A CRD file, a directory of CRDs, or a URL (repeatable). Takes precedence over the cache.")
-@click.option("--from-cluster", is_flag=True, help="Read the CRDs from the current cluster first.")
+@click.option("--from-cluster", is_flag=True,
+              help="Read the CRDs from the current cluster first, and dry-run each CRD pod template there as a Pod.")
 @click.option("--context", default=None, metavar="NAME", help="kubeconfig context for --from-cluster.")
 @click.option("--kubeconfig", default=None, metavar="FILE",
               help="kubeconfig file for --from-cluster (default: $KUBECONFIG, then ~/.kube/config).")
