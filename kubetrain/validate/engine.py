@@ -209,7 +209,8 @@ def _metadata_findings(obj: dict[str, Any]) -> list[Finding]:
         findings.append(Finding(("metadata", "name"), error))
     for section, check_values in (("labels", True), ("annotations", False)):
         for key, value in (metadata.get(section) or {}).items() if isinstance(metadata.get(section), dict) else ():
-            error = names.qualified_name_error(str(key))
+            # ValidateAnnotations checks the lower-cased key; ValidateLabels the key as written
+            error = names.qualified_name_error(str(key) if check_values else str(key).lower())
             if not error and check_values and isinstance(value, str):
                 error = names.label_value_error(value)
             if error:

@@ -34,7 +34,6 @@ RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 RUNTIME_SHAPES: dict[str, dict[str, frozenset[str]]] = {"torch-distributed": {"node": frozenset({"node"})}}
 ENV_LESS_CONTAINERS = ("dataset-initializer", "model-initializer", "node")
 HTTP_PATH = re.compile(r"[A-Za-z0-9/\-._~%!$&'()*+,;=:]+")
-BUILTIN_RESOURCES = {*COMPUTE, "storage"}
 
 
 def later(message: str, stage: str) -> str:
@@ -235,7 +234,7 @@ def _check_resources(resources: dict[str, Any], path: PathKey) -> Iterator[Findi
 def _check_requests_equal_limits(resources: dict[str, Any], path: PathKey) -> Iterator[Finding]:
     requests, limits = _mapping(resources.get("requests")), _mapping(resources.get("limits"))
     for name, value in requests.items():
-        if name in BUILTIN_RESOURCES or name.startswith("hugepages-"):
+        if "/" not in name or "kubernetes.io/" in name:  # native (IsOvercommitAllowed); hugepages: k8s/resources
             continue
         if name not in limits:
             yield Finding((*path, "limits"), f"{name} is requested but has no limit; extended resources need "

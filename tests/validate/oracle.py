@@ -350,7 +350,9 @@ def m_trainjob(obj: Obj, rng: random.Random) -> str:
     choice = rng.randrange(5)
     if choice == 3:
         key = pick(rng, ["kind", "apiGroup"])
-        obj["spec"]["runtimeRef"][key] = value = pick(rng, ["ClusterTrainingRuntime", "TrainingRuntime",
+        # not TrainingRuntime: torch-distributed exists only as a ClusterTrainingRuntime, and a missing runtime
+        # is cluster state (the webhook looks it up), not a validation rule
+        obj["spec"]["runtimeRef"][key] = value = pick(rng, ["ClusterTrainingRuntime", "TrainingRuntimes",
                                                              "ClusterTrainingRuntimes", "trainer.kubeflow.org",
                                                              "kubeflow.org", "", "trainer.kubeflow.org/v1alpha1"])
         return f"runtimeRef.{key}={value!r}"

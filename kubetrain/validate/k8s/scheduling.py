@@ -4,7 +4,6 @@ apimachinery metav1validation.ValidateLabelSelector)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +15,6 @@ from kubetrain.yamlsrc import PathKey
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
 LABEL_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
-INTEGER = re.compile(r"^[-+]?[0-9]+$")
 
 
 def labels(value: Any, path: PathKey) -> Findings:
@@ -105,9 +103,9 @@ def _requirement(requirement: dict[str, Any], path: PathKey, operators: tuple[st
         yield Finding((*path, "values"), "Forbidden: may not be specified when `operator` is 'Exists' or "
                       "'DoesNotExist'")
     elif operator in ("Gt", "Lt") and operator in operators:
-        if len(values) != 1 or not isinstance(values[0], str) or not INTEGER.match(values[0]):
-            yield Finding((*path, "values"), "must be specified single value when `operator` is 'Lt' or 'Gt', "
-                          "an integer")
+        if len(values) != 1:  # the value's integer form is the scheduler's concern, not validation's
+            yield Finding((*path, "values"), "Required value: must be specified single value when `operator` is "
+                          "'Lt' or 'Gt'")
     elif operator not in operators:
         yield Finding((*path, "operator"), f"Unsupported value {operator!r}: supported values: "
                       f"{', '.join(map(repr, operators))}")
@@ -144,11 +142,8 @@ def topology_spread(value: Any, path: PathKey) -> Findings:
         skew = constraint.get("maxSkew")
         if is_int(skew) and skew <= 0:
             yield Finding((*where, "maxSkew"), f"{skew}: must be greater than zero")
-        topology = constraint.get("topologyKey")
-        if not topology:
+        if not constraint.get("topologyKey"):  # ValidateTopologyKey: only not empty
             yield Finding((*where, "topologyKey"), "Required value: can not be empty")
-        elif isinstance(topology, str):
-            yield from check((*where, "topologyKey"), names.qualified_name(topology))
         yield from enum(constraint, "whenUnsatisfiable", where, ("DoNotSchedule", "ScheduleAnyway"))
         if isinstance(constraint.get("labelSelector"), dict):
             yield from label_selector(constraint["labelSelector"], (*where, "labelSelector"))

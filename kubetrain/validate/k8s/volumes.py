@@ -45,8 +45,7 @@ def volume_source(volume: dict[str, Any], path: PathKey, *, partial: bool) -> Fi
     present = [s for s in SOURCES if volume.get(s) is not None]
     if len(present) > 1:
         yield Finding((*path, present[1]), f"may not specify more than 1 volume type (found {', '.join(present)})")
-    elif not present and not partial:
-        yield Finding(path, "must specify a volume type")
+    # No source is not an error: the API server defaults such a volume to an emptyDir (SetDefaults_Volume).
     if isinstance(volume.get("hostPath"), dict):
         source = volume["hostPath"]
         if not source.get("path"):
