@@ -223,9 +223,9 @@ def _check_resources(resources: dict[str, Any], path: PathKey) -> Iterator[Findi
             elif amount is not None:
                 amounts[section][name] = amount
     yield from _check_requests_equal_limits(resources, path)
-    for name in COMPUTE:
-        request, limit = amounts["requests"].get(name), amounts["limits"].get(name)
-        if request is not None and limit is not None and request > limit:
+    for name in amounts["requests"].keys() & amounts["limits"].keys():  # any resource, extended ones: equal
+        request, limit = amounts["requests"][name], amounts["limits"][name]
+        if request > limit and ("/" not in name or "kubernetes.io/" in name):
             yield Finding((*path, "requests", name), later(
                 f"request {resources['requests'][name]} is more than the limit {resources['limits'][name]}",
                 OPERATOR_PODS))

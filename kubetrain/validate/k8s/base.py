@@ -55,5 +55,5 @@ def one_of(obj: dict[str, Any], path: PathKey, choices: tuple[str, ...], what: s
 
 def enum(obj: dict[str, Any], key: str, path: PathKey, allowed: tuple[str, ...]) -> Findings:
     value = obj.get(key)
-    if value is not None and value not in allowed:
+    if value not in (None, "") and value not in allowed:  # "": the API server's defaulting fills it in
         yield Finding((*path, key), f"Unsupported value {value!r}: supported values: {', '.join(map(repr, allowed))}")

@@ -195,7 +195,7 @@ def probe_rules(probe: dict[str, Any], path: PathKey, *, liveness: bool) -> Find
     if is_int(grace) and grace <= 0:
         yield Finding((*path, "terminationGracePeriodSeconds"), f"{grace}: must be greater than 0")
     success = probe.get("successThreshold")
-    if liveness and is_int(success) and success != 1:
+    if liveness and is_int(success) and success not in (0, 1):  # 0 is defaulted to 1
         yield Finding((*path, "successThreshold"), f"{success}: must be 1")
 
 

@@ -109,10 +109,9 @@ def _requirement(requirement: dict[str, Any], path: PathKey, operators: tuple[st
     elif operator not in operators:
         yield Finding((*path, "operator"), f"Unsupported value {operator!r}: supported values: "
                       f"{', '.join(map(repr, operators))}")
-    if operator in ("In", "NotIn"):
-        for index, value in enumerate(values):
-            if isinstance(value, str):
-                yield from check((*path, "values", index), names.label_value(value))
+    for index, value in enumerate(values):  # label values whatever the operator (ValidateNodeSelectorRequirement)
+        if isinstance(value, str):
+            yield from check((*path, "values", index), names.label_value(value))
 
 
 def label_selector(selector: Any, path: PathKey) -> Findings:

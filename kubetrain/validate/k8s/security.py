@@ -61,7 +61,7 @@ def _profile(profile: Any, path: PathKey) -> Findings:
         return
     kind, local = profile.get("type"), profile.get("localhostProfile")
     if kind == "Localhost":
-        if not local:
+        if local is None:  # upstream checks the pointer: an empty profile name passes validation
             yield Finding((*path, "localhostProfile"), "Required value: must be set when seccomp type is Localhost"
                           if "seccomp" in str(path[-1]) else "Required value: must be set when AppArmor type is "
                           "Localhost")
