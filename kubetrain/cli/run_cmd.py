@@ -48,7 +48,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
       kubetrain run --nodes 1 --dry-run
     """
     from kubetrain.local import RunOptions, build_plan, parse_env_file
-    from kubetrain.local.preflight import check_refs, check_script, require_torch
+    from kubetrain.local.preflight import check_program, check_refs, require_torch
 
     loaded = load(filename)
     secrets = parse_env_file(env_file) if env_file else {}
@@ -59,7 +59,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
         return
     require_torch()
     check_refs(plan)
-    check_script(plan)
+    check_program(plan)
     mapping = ", ".join(f"{mount} -> {local}" for mount, local in plan.path_map.mounts)
     info(f"kubetrain run: {plan.job_name}: {len(plan.nodes)} node(s) x {plan.procs_per_node} process(es)"
          + (f"; {mapping}" if mapping else ""))

@@ -9,6 +9,7 @@ import pytest
 from kubetrain.errors import RenderError, SpecError
 from kubetrain.render import RenderOptions, render_job
 from kubetrain.render.code import collect_code
+from kubetrain.render.command import parse_command
 from kubetrain.render.launch import container_command, launcher_warnings
 from tests.render.test_rules import job, pod, pytorchjob
 
@@ -36,6 +37,8 @@ def test_torchrun_flags_that_contradict_the_spec_are_warned_about() -> None:
         "spec.command: --nnodes=3 contradicts the spec (2)",
         "spec.command: --node-rank is fixed in the command; the operator sets it per pod (PET_* variables): "
         "remove it",
+        "spec.command: --standalone makes every pod its own one-node job; the operator sets the rendezvous per "
+        "pod (PET_* variables): remove it",
     ]
     assert launcher_warnings(job(command=["torchrun", "--nproc-per-node=8", "t.py"], gpusPerNode=8).spec) == []
     assert launcher_warnings(job(command=["python", "t.py"]).spec) == []
@@ -182,3 +185,19 @@ def test_spec_archive_runs_the_pod_command_under_the_archive_wrapper(target: str
                        *container_command()]
     plain = render_job(job(nodes=2), target=target)[-1]
     assert "kubetrain.observe.archive" not in str(plain)
+
+
+@pytest.mark.parametrize(("command", "kind", "target", "nproc"), [
+    (["torchrun", "--nproc_per_node=2", "train.py", "--lr", "1"], "script", "train.py", "2"),
+    (["torchrun", "--nproc-per-node", "2", "--standalone", "-m", "pkg.mod"], "module", "pkg.mod", "2"),
+    (["python3", "-m", "torch.distributed.run", "--no_python", "bash", "x.sh"], "executable", "bash", None),
+    (["python", "-m", "pkg"], "module", "pkg", None),
+    (["python", "train.py"], "script", "train.py", None),
+    (["bash", "run.sh"], "executable", "bash", None),
+    (None, "trainer", "kubetrain.runtime", None),
+])
+def test_one_parser_reads_every_command_shape(command: list[str] | None, kind: str, target: str,
+                                              nproc: str | None) -> None:
+    parsed = parse_command(command, ["--extra"])
+    assert (parsed.kind, parsed.target, parsed.flag("--nproc-per-node")) == (kind, target, nproc)
+    assert parsed.args[-1] == "--extra"
