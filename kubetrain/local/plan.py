@@ -4,8 +4,8 @@ Each agent runs exactly the program the manifests run: the command is parsed onc
 (`kubetrain.render.command.parse_command`) for both. A torchrun command's own flags pass through, as in the
 pod, except those that place the agent (rendezvous, node rank, node count, logging), which kubetrain sets
 for its local rendezvous as the operator does per pod; its --nproc-per-node sets the process count, as it
-does in the pod. The agents get the container's environment (`kubetrain.render.context.env`), paths mapped to local directories, and
-secrets from `--env-file` or this environment. Building the plan starts nothing and imports no torch.
+does in the pod. The agents get the container's environment (`kubetrain.render.context.env`), paths
+mapped to local directories, and secrets from `--env-file` or this environment. Building the plan starts nothing and imports no torch.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from kubetrain.errors import UsageError
 from kubetrain.local.paths import PathMap, build_path_map
-from kubetrain.render.context import env as container_env
 from kubetrain.render.command import LaunchCommand, parse_command
+from kubetrain.render.context import env as container_env
 from kubetrain.spec.load import LoadedSpec
 from kubetrain.spec.model import JobSpec
 
