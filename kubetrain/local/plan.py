@@ -5,7 +5,8 @@ Each agent runs exactly the program the manifests run: the command is parsed onc
 pod, except those that place the agent (rendezvous, node rank, node count, logging), which kubetrain sets
 for its local rendezvous as the operator does per pod; its --nproc-per-node sets the process count, as it
 does in the pod. The agents get the container's environment (`kubetrain.render.context.env`), paths
-mapped to local directories, and secrets from `--env-file` or this environment. Building the plan starts nothing and imports no torch.
+mapped to local directories, and secrets from `--env-file` or this environment. Building the plan starts
+nothing and imports no torch.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Checks before anything starts, so a typo is one line of error instead of N crashed processes.
 
 The Trainer API's 'module:function' refs and a `python -m module` command's module are located (not
-imported: that would run user code and torch) with importlib's finder in a short-lived interpreter that has the job's environment and working directory.
+imported: that would run user code and torch) with importlib's finder in a short-lived interpreter that
+has the job's environment and working directory.
 """
 
 from __future__ import annotations
