@@ -64,8 +64,12 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     info(f"kubetrain run: {plan.job_name}: {len(plan.nodes)} node(s) x {plan.procs_per_node} process(es)"
          + (f"; {mapping}" if mapping else ""))
     archive = plan.path_map.rewrite(loaded.job.spec.archive) if loaded.job.spec.archive else None
-    code = _supervise(plan, raw, archive)
+    code, failures = _supervise(plan, raw, archive)
     info(f"kubetrain run: {plan.job_name} " + ("succeeded" if code == 0 else f"exited with {code}"))
+    for line in failures:
+        info(f"kubetrain run: {line}")
+    if failures and log_dir is None:
+        info("kubetrain run: rerun with --log-dir DIR to keep each rank's output in a file")
     profile = loaded.job.spec.train.profile if loaded.job.spec.train else None
     if profile is not None:
         traces = plan.path_map.rewrite(profile.dir)
@@ -76,7 +80,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
 
 
 
-def _supervise(plan: Any, raw: bool, archive: str | None) -> int:
+def _supervise(plan: Any, raw: bool, archive: str | None) -> tuple[int, list[str]]:
     """Run the plan with its output through the progress renderer (kubetrain.observe.render) and, with
     spec.archive, into the archive (one log per node, as a cluster keeps one per pod)."""
     from kubetrain.local import Supervisor
@@ -87,7 +91,8 @@ def _supervise(plan: Any, raw: bool, archive: str | None) -> int:
     kept = NodeArchive(archive, plan.job_name, renderer.line) if archive else None
     out = LineStream(kept.line) if kept else renderer.stdout
     try:
-        return Supervisor(plan, out=out, err=renderer.stderr).run()  # type: ignore[arg-type]
+        supervisor = Supervisor(plan, out=out, err=renderer.stderr)  # type: ignore[arg-type]
+        return supervisor.run(), supervisor.failures
     finally:
         renderer.close()
         if kept:

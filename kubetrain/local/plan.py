@@ -37,6 +37,9 @@ REDACTED = "<redacted>"
 # torchrun, run in-process by a wrapper that exits 128+signal when stopped and with the root-cause worker's
 # code on failure (torchrun itself exits 1 for both): kubetrain.runtime.launch
 LAUNCHER = "kubetrain.runtime.launch"
+FAILED_RANK = f"{LAUNCHER}: rank "  # starts the launcher's one line per failed rank
+STORE = "kubetrain.local.store"  # hosts the rendezvous store until every agent has exited
+NODE_ENV = "KUBETRAIN_LOCAL_NODE"  # the agent's node index (1-based), to tell agents apart
 # torchrun flags of a command that kubetrain sets itself for the local agents (the operator's PET_*
 # variables do it in a pod; the render warns about those a command pins).
 LOCAL_FLAGS = frozenset({"--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id",
@@ -81,6 +84,7 @@ class RunPlan:
     stop_grace_seconds: float
     trainer_refs: dict[str, str]
     program: list[str]
+    store_argv: list[str]
     kind: str  # of the program: "trainer", "module", "script" or "executable" (LaunchCommand.kind)
     target: str  # the module, the local path of the script, or the executable
 
@@ -91,6 +95,7 @@ class RunPlan:
         for key in sorted(first):
             if os.environ.get(key) != first[key] or key in {RUN_ID_ENV, PATH_MAP_ENV}:
                 lines.append(f"export {key}={shlex.quote(self.redact(first[key]))}")
+        lines.append(f"# rendezvous store\n{shlex.join(self.store_argv)} &")
         for node in self.nodes:
             extra = {k: v for k, v in node.env.items() if first.get(k) != v}
             prefix = "".join(f"{k}={shlex.quote(self.redact(v))} " for k, v in sorted(extra.items()))
@@ -133,7 +138,7 @@ def _agent_argv(spec: JobSpec, plan_args: list[str], *, index: int, nodes: int, 
     nnodes = f"{spec.elastic.minNodes}:{spec.elastic.maxNodes}" if spec.elastic else str(nodes)
     argv = [sys.executable, "-m", LAUNCHER, "--nnodes", nnodes, "--nproc-per-node", str(procs),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-            "--rdzv-conf", f"is_host={1 if index == 1 else 0},last_call_timeout=2",
+            "--rdzv-conf", "is_host=0,last_call_timeout=2",  # the store is in STORE
             "--max-restarts", str(spec.elastic.maxRestarts if spec.elastic else 0),
             "--monitor-interval", "0.5", "--local-addr", "127.0.0.1",
             "--shutdown-timeout", str(spec.checkpoint.sigtermTimeoutSeconds + 2),
@@ -157,6 +162,7 @@ def _sizes(spec: JobSpec, options: RunOptions, command: LaunchCommand) -> tuple[
 def _node_env(spec: JobSpec, env: dict[str, str], index: int, procs: int, total: int) -> dict[str, str]:
     """Per-node variables: disjoint GPUs per node (as on separate machines) and a fair thread count."""
     env = dict(env)
+    env[NODE_ENV] = str(index)
     if spec.gpusPerNode and "CUDA_VISIBLE_DEVICES" not in env:
         first = (index - 1) * spec.gpusPerNode
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(spec.gpusPerNode))
@@ -183,7 +189,8 @@ def build_plan(loaded: LoadedSpec, options: RunOptions, environ: Mapping[str, st
     workdir = spec.code.mountPath if spec.code else None
     program = [path_map.rewrite(arg) for arg in command.torchrun_args(workdir, drop=LOCAL_FLAGS)]
     target = command.program(workdir)[0] if command.kind == "script" else command.target
-    endpoint = f"127.0.0.1:{options.port or free_port()}"
+    port = options.port or free_port()
+    endpoint = f"127.0.0.1:{port}"
     commands = [NodeCommand(i, _agent_argv(spec, program, index=i, nodes=nodes, procs=procs,
                                            endpoint=endpoint, run_id=run_id, log_dir=options.log_dir),
                             _node_env(spec, env, i, procs, nodes * procs)) for i in range(1, nodes + 1)]
@@ -191,7 +198,8 @@ def build_plan(loaded: LoadedSpec, options: RunOptions, environ: Mapping[str, st
             if spec.train and getattr(spec.train, name)}
     return RunPlan(loaded.job.metadata.name, run_id, commands, procs, code_dir or loaded.base_dir, path_map,
                    spec.elastic is not None, frozenset(secrets.values()),
-                   float(spec.checkpoint.sigtermTimeoutSeconds + 10), refs, program, command.kind,
+                   float(spec.checkpoint.sigtermTimeoutSeconds + 10), refs, program,
+                   [sys.executable, "-m", STORE, str(port)], command.kind,
                    path_map.rewrite(target))
 
 
