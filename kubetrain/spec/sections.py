@@ -402,7 +402,7 @@ class Build(Section):
     repository: str | None = None
     """Image repository to tag and push, e.g. ghcr.io/acme/digits. Default: the spec image without its tag."""
     baseImage: str | None = None
-    """Base image for kubetrain's Dockerfile (default pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime)."""
+    """Base image for kubetrain's Dockerfile (default docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime)."""
     variant: Literal["cuda", "cpu"] = "cuda"
     """cuda for GPU clusters, cpu for laptops and CI smoke runs."""
     buildArgs: dict[str, str] = Field(default_factory=dict)
