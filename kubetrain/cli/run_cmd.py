@@ -47,13 +47,16 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
       kubetrain run --env-file .env --volume ckpt=/tmp/ckpt
       kubetrain run --nodes 1 --dry-run
     """
+    from kubetrain.cli.output import warn
     from kubetrain.local import RunOptions, build_plan, parse_env_file
-    from kubetrain.local.preflight import check_program, check_refs, require_torch
+    from kubetrain.local.preflight import check_program, check_refs, gpu_warning, require_torch
 
     loaded = load(filename)
     secrets = parse_env_file(env_file) if env_file else {}
     plan = build_plan(loaded, RunOptions(secrets, list(volumes), nodes, procs_per_node, port, log_dir))
     warn_render(loaded, cloud="local")  # placement does not apply to a local run: only launcher warnings
+    if gpus := gpu_warning(loaded.job.spec.gpusPerNode):
+        warn(gpus)
     if dry_run:
         click.echo("\n".join(plan.describe()))
         return

@@ -79,3 +79,12 @@ def _executable(plan: RunPlan) -> bool:
         path = Path(plan.target) if plan.target.startswith("/") else plan.cwd / plan.target
         return path.is_file() and os.access(path, os.X_OK)
     return shutil.which(plan.target, path=plan.nodes[0].env.get("PATH", os.defpath)) is not None
+
+
+def gpu_warning(gpus_per_node: int | None, dev: Path = Path("/dev")) -> str | None:
+    """gpusPerNode asks for GPUs this machine does not have (no NVIDIA device node): the run goes on, on the
+    CPU, which is worth a line rather than a surprise."""
+    if not gpus_per_node or any(dev.glob("nvidia[0-9]*")):
+        return None
+    return (f"spec.gpusPerNode: {gpus_per_node} GPU(s) per node requested, but this machine has no NVIDIA GPU "
+            f"({dev}/nvidia* absent): the local run uses the CPU; each pod in the cluster gets its GPUs")

@@ -203,7 +203,8 @@ def test_every_base_image_is_fully_qualified(dockerfile: Path) -> None:
     text = dockerfile.read_text()
     args = dict(re.findall(r"^ARG (\w+)=(\S*)", text, re.M))
     stages: set[str] = set()
-    for image, stage in re.findall(r"^FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", text, re.M | re.I):
+    for written, stage in re.findall(r"^FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", text, re.M | re.I):
+        image = written
         for _ in range(3):  # defaults may refer to other ARGs
             image = re.sub(r"\$\{(\w+)\}", lambda match: args[match.group(1)], image)
         if image not in stages:
