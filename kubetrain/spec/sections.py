@@ -164,7 +164,8 @@ class Code(Section):
     mountPath: AbsPath = "/workspace"
     """Where the code appears in the container; it is also the working directory."""
     exclude: list[str] = Field(default_factory=list)
-    """Extra glob patterns to leave out (`.git`, `__pycache__`, `*.pyc` and `.kubetrainignore` always apply)."""
+    """Extra glob patterns to leave out (`.git`, `__pycache__`, `*.pyc`, `venv`/`.venv`, `checkpoints`, `wandb`,
+    `mlruns`, `lightning_logs`, `node_modules`, kubetrain spec files and `.kubetrainignore` always apply)."""
     include: list[str] = Field(default_factory=list)
     """Glob patterns to ship even though `.gitignore`, `.dockerignore` or the secret defaults (`.env*`, private
     keys, certificates) leave them out, e.g. `certs/ca.crt`."""
