@@ -1,0 +1,59 @@
+"""Every command's stdout can fail: a full disk (ENOSPC) is one line and exit 1, a reader that left (EPIPE) is
+a quiet end; never a traceback. `--dry-run` alone means client, as in kubectl."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cli import SPECS
+
+SPEC = str(SPECS / "gke-h100.yaml")
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "digits" / "kubetrain.yaml")
+COMMANDS = [["init", "{tmp}/project"], ["controller", "crd"],
+            ["controller", "install", "--dry-run=client", "-o", "yaml"], ["metrics", "--help"],
+            ["run", "--dry-run", "-f", EXAMPLE], ["render", "-f", SPEC], ["--help"], ["--version"],
+            ["render", "--help"]]
+
+
+def kubetrain(args: list[str], tmp_path: Path, stdout: int) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "100"}
+    argv = [arg.format(tmp=tmp_path) for arg in args]
+    return subprocess.run([sys.executable, "-m", "kubetrain", *argv], stdout=stdout, stderr=subprocess.PIPE,
+                          text=True, timeout=120, env=env, cwd=tmp_path, check=False)
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda args: " ".join(Path(arg).name for arg in args))
+def test_a_full_disk_on_stdout_is_one_line(tmp_path: Path, args: list[str]) -> None:
+    with open("/dev/full", "w") as full:
+        result = kubetrain(args, tmp_path, full.fileno())
+    assert (result.returncode, result.stderr) == (1, "error: cannot write to stdout: No space left on device\n")
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda args: " ".join(Path(arg).name for arg in args))
+def test_a_closed_pipe_on_stdout_is_no_traceback(tmp_path: Path, args: list[str]) -> None:
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte, as with `| head -0`
+    try:
+        result = kubetrain(args, tmp_path, write)
+    finally:
+        os.close(write)
+    assert result.returncode in (0, 1), result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", [["controller", "install"], ["submit", "-f", SPEC]])
+def test_a_bare_dry_run_means_client(tmp_path: Path, command: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from kubetrain.cli.main import cli
+
+    bare = CliRunner().invoke(cli, [*command, "--dry-run", "-o", "yaml"] if command[0] == "controller"
+                              else [*command, "--dry-run"])
+    assert "Invalid value" not in bare.stderr and "requires an argument" not in bare.stderr, bare.stderr
+    if command[0] == "controller":  # client: printed, nothing contacted
+        assert bare.exit_code == 0 and "kind: CustomResourceDefinition" in bare.stdout
