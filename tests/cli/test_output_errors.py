@@ -57,3 +57,17 @@ def test_a_bare_dry_run_means_client(tmp_path: Path, command: list[str]) -> None
     assert "Invalid value" not in bare.stderr and "requires an argument" not in bare.stderr, bare.stderr
     if command[0] == "controller":  # client: printed, nothing contacted
         assert bare.exit_code == 0 and "kind: CustomResourceDefinition" in bare.stdout
+
+
+@pytest.mark.parametrize("args", [["status", "j"], ["list"], ["logs", "j"], ["doctor"], ["metrics", "j"],
+                                  ["delete", "j"], ["status", "j", "--context", "nope"]], ids=" ".join)
+def test_no_usable_kubeconfig_is_a_usage_error_everywhere(tmp_path: Path, args: list[str]) -> None:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")}
+    env.update(HOME=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    result = subprocess.run([sys.executable, "-m", "kubetrain", *args], capture_output=True, text=True, timeout=120,
+                            env=env, cwd=tmp_path, check=False)
+    assert result.returncode == 2  # input to fix (README: 2 usage or unreadable input), not a failed job (1)
+    assert result.stderr == "error: no usable kubeconfig (~/.kube/config does not exist); set KUBECONFIG or pass " \
+                            "--kubeconfig / --context\n"
+    assert result.stdout == ""
