@@ -71,3 +71,18 @@ def test_no_usable_kubeconfig_is_a_usage_error_everywhere(tmp_path: Path, args: 
     assert result.stderr == "error: no usable kubeconfig (~/.kube/config does not exist); set KUBECONFIG or pass " \
                             "--kubeconfig / --context\n"
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("target", ["pytorchjob", "trainjob", "auto"])
+def test_the_starter_renders_for_every_target_it_offers(tmp_path: Path, target: str) -> None:
+    from click.testing import CliRunner
+
+    from kubetrain.cli.main import cli
+
+    assert CliRunner().invoke(cli, ["init", str(tmp_path / "p")]).exit_code == 0
+    spec = tmp_path / "p" / "kubetrain.yaml"
+    text = spec.read_text()
+    assert "pytorchjob (Kubeflow training-operator) | trainjob (Trainer v2) | auto" in text  # what it offers
+    spec.write_text(text.replace("target: pytorchjob", f"target: {target}", 1))
+    result = CliRunner().invoke(cli, ["render", "-f", str(spec)])
+    assert result.exit_code == 0, result.stderr
