@@ -112,7 +112,7 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Endpoint 
     name = context or merged.current
     if not name:
         raise KubeconfigError("no usable kubeconfig (no current-context set); pass --context or "
-                           "`kubectl config use-context NAME`")
+                              "`kubectl config use-context NAME`")
     if name not in merged.contexts:
         have = ", ".join(merged.contexts) or "none"
         if context:
@@ -122,7 +122,7 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Endpoint 
     cluster, cluster_dir = merged.clusters.get(str(ctx.get("cluster")), ({}, Path()))
     if not cluster.get("server"):
         raise KubeconfigError(f"no usable kubeconfig (context {name}: cluster {ctx.get('cluster')!r} "
-                           "is not defined or has no server)")
+                              "is not defined or has no server)")
     user, user_dir = merged.users.get(str(ctx.get("user")), ({}, Path()))
     source = kubeconfig or os.environ.get("KUBECONFIG") or str(files[0])
     return Endpoint(
