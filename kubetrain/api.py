@@ -247,10 +247,10 @@ def run(spec: Spec, *, nodes: int | None = None, procs_per_node: int | None = No
         secrets: dict[str, str] | None = None, port: int = 29500, log_dir: Path | None = None) -> int:
     """Run the job on this machine with torchrun, as `kubetrain run`; returns its exit status."""
     from kubetrain.local import RunOptions, Supervisor, build_plan
-    from kubetrain.local.preflight import check_refs, check_script, require_torch
+    from kubetrain.local.preflight import check_program, check_refs, require_torch
 
     plan = build_plan(_loaded(spec), RunOptions(secrets or {}, list(volumes), nodes, procs_per_node, port, log_dir))
     require_torch()
     check_refs(plan)
-    check_script(plan)
+    check_program(plan)
     return Supervisor(plan).run()

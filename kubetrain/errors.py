@@ -79,6 +79,13 @@ class ClusterError(KubetrainError):
     exit_code = 1
 
 
+class KubeconfigError(ClusterError):
+    """No usable kubeconfig (missing, unreadable, no such context): input the user must fix, not a cluster
+    that failed, so the usage exit code."""
+
+    exit_code = 2
+
+
 class BuildError(KubetrainError):
     """Building or pushing an image failed."""
 

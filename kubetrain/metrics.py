@@ -29,10 +29,19 @@ end: the loop finished (status completed) or stopped on a signal (status stopped
 
 
 def _finite(value: Any) -> Any:
-    """JSON has no NaN/Infinity: non-finite floats become null (a diverged loss still prints)."""
+    """JSON has no NaN/Infinity: non-finite floats become null (a diverged loss still prints); which value it
+    was goes to the record's `nonfinite` map (`{"loss": "nan"}`), so readers can tell a divergence from a
+    value that was not logged."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def nonfinite_text(value: Any) -> str | None:
+    """"nan", "inf" or "-inf" for a non-finite float, else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return None
 
 
 def format_metrics(kind: str, **fields: Any) -> str:
@@ -41,6 +50,8 @@ def format_metrics(kind: str, **fields: Any) -> str:
         raise ValueError(f"unknown metrics kind {kind!r}; expected one of {', '.join(KINDS)}")
     record: dict[str, Any] = {"kind": kind}
     record.update({key: _finite(value) for key, value in fields.items()})
+    if nonfinite := {key: text for key, value in fields.items() if (text := nonfinite_text(value))}:
+        record["nonfinite"] = nonfinite
     record.setdefault("time", round(time.time(), 3))
     return PREFIX + json.dumps(record, separators=(",", ":"), allow_nan=False)
 

@@ -86,7 +86,9 @@ def _install_options(func: click.decorators.FC) -> click.decorators.FC:
                      help="The namespace-scoped variant: a Role in NS instead of the ClusterRole (no CRD)."),
         click.option("--image", default=None, help="Controller image (default: the release's)."),
         click.option("--dry-run", "dry_run", type=click.Choice(["none", "client", "server"]), default="none",
-                     show_default=True, help="client: print only, contact nothing; server: dryRun=All."),
+                     is_flag=False, flag_value="client", show_default=True,
+                     help="client (also a bare --dry-run, as in kubectl): print only, contact nothing; server: "
+                     "dryRun=All."),
         click.option("-o", "--output", type=click.Choice(["name", "yaml", "json"]), default=None,
                      help="stdout: kind/name per object (default) or the objects."),
     ]):

@@ -18,10 +18,8 @@ def main() -> int | None:
         if args[0] == "--version":
             from kubetrain import __version__
 
-            sys.stdout.write(f"kubetrain, version {__version__}\n")
-        else:
-            sys.stdout.write(fast_help())
-        return 0
+            return _write(f"kubetrain, version {__version__}\n")
+        return _write(fast_help())
     without_pydantic_plugins()
     from kubetrain.cli.main import main as click_main
 
@@ -30,6 +28,21 @@ def main() -> int | None:
     finally:
         exit_without_rescans()
     return code
+
+
+def _write(text: str) -> int:
+    """Print, and turn a failed write into one line (as kubetrain.cli.output does for the commands)."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return 0  # the reader left, as `kubetrain --help | head` does
+    except OSError as exc:
+        sys.stderr.write(f"error: cannot write to stdout: {exc.strerror or exc}\n")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)  # the interpreter's flush at exit would fail again
+        return 1
+    return 0
 
 
 def tune_gc() -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 import click
 
 from kubetrain import __version__
 from kubetrain.cli.commands import COMMANDS, GROUP_HELP, HELP_OPTIONS
-from kubetrain.cli.output import fail
+from kubetrain.cli.output import fail, guard_stdout
+from kubetrain.errors import OutputError
 
 
 class LazyGroup(click.Group):
@@ -41,7 +43,13 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> Any:
     """Console entry point: every KubetrainError becomes a one-line message and its exit code."""
+    guard_stdout()
     try:
-        return cli.main(args=argv, prog_name="kubetrain", standalone_mode=True)
+        try:
+            return cli.main(args=argv, prog_name="kubetrain", standalone_mode=True)
+        finally:
+            sys.stdout.flush()  # the last block of output: its ENOSPC is seen here, not at exit
+    except OutputError as exc:  # writing outside a command (--help, usage text) or after one
+        fail(exc.lines(), exc.exit_code)
     except KeyboardInterrupt:  # pragma: no cover - interactive
         fail(["interrupted"], 130)

@@ -65,9 +65,10 @@ def metrics(name: str | None, local: Path | None, output: str, compare: str | No
             info(f"{history.name}: no metrics lines (KUBETRAIN_METRICS) found")
     _print(histories, output, no_plots)
     if html_path is not None:
+        from kubetrain.cli.common import write_atomically
         from kubetrain.observe.html import report_html
 
-        html_path.write_text(report_html(histories), encoding="utf-8")
+        write_atomically(html_path, report_html(histories))  # an unwritable path: one line, exit 2
         info(f"wrote {html_path}")
 
 

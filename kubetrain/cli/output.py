@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import click
 
-from kubetrain.errors import KubetrainError
+from kubetrain.errors import KubetrainError, OutputError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,3 +45,41 @@ def handle_errors(func: F) -> F:
             sys.exit(0)
 
     return wrapper  # type: ignore[return-value]
+
+
+class _Stdout(io.TextIOWrapper):
+    """sys.stdout whose write errors (a full disk, an I/O error; not a closed pipe, which the commands treat as
+    the reader leaving) are OutputError: one line from the CLI edge instead of a traceback. fd 1 then points at
+    /dev/null, so that the interpreter's own flush at exit does not fail a second time."""
+
+    def write(self, text: str) -> int:
+        try:
+            return super().write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _lost(exc) from None
+
+    def flush(self) -> None:
+        try:
+            super().flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _lost(exc) from None
+
+
+def _lost(exc: OSError) -> OutputError:
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    return OutputError(f"cannot write to stdout: {exc.strerror or exc}")
+
+
+def guard_stdout() -> None:
+    """Route stdout through _Stdout (once, for the whole CLI process)."""
+    stream = sys.stdout
+    if isinstance(stream, io.TextIOWrapper) and not isinstance(stream, _Stdout):
+        sys.stdout = _Stdout(stream.detach(), encoding=stream.encoding, errors=stream.errors,
+                             line_buffering=stream.line_buffering)

@@ -47,25 +47,32 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
       kubetrain run --env-file .env --volume ckpt=/tmp/ckpt
       kubetrain run --nodes 1 --dry-run
     """
+    from kubetrain.cli.output import warn
     from kubetrain.local import RunOptions, build_plan, parse_env_file
-    from kubetrain.local.preflight import check_refs, check_script, require_torch
+    from kubetrain.local.preflight import check_program, check_refs, gpu_warning, require_torch
 
     loaded = load(filename)
     secrets = parse_env_file(env_file) if env_file else {}
     plan = build_plan(loaded, RunOptions(secrets, list(volumes), nodes, procs_per_node, port, log_dir))
     warn_render(loaded, cloud="local")  # placement does not apply to a local run: only launcher warnings
+    if gpus := gpu_warning(loaded.job.spec.gpusPerNode):
+        warn(gpus)
     if dry_run:
         click.echo("\n".join(plan.describe()))
         return
     require_torch()
     check_refs(plan)
-    check_script(plan)
+    check_program(plan)
     mapping = ", ".join(f"{mount} -> {local}" for mount, local in plan.path_map.mounts)
     info(f"kubetrain run: {plan.job_name}: {len(plan.nodes)} node(s) x {plan.procs_per_node} process(es)"
          + (f"; {mapping}" if mapping else ""))
     archive = plan.path_map.rewrite(loaded.job.spec.archive) if loaded.job.spec.archive else None
-    code = _supervise(plan, raw, archive)
+    code, failures = _supervise(plan, raw, archive)
     info(f"kubetrain run: {plan.job_name} " + ("succeeded" if code == 0 else f"exited with {code}"))
+    for line in failures:
+        info(f"kubetrain run: {line}")
+    if failures and log_dir is None:
+        info("kubetrain run: rerun with --log-dir DIR to keep each rank's output in a file")
     profile = loaded.job.spec.train.profile if loaded.job.spec.train else None
     if profile is not None:
         traces = plan.path_map.rewrite(profile.dir)
@@ -76,7 +83,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
 
 
 
-def _supervise(plan: Any, raw: bool, archive: str | None) -> int:
+def _supervise(plan: Any, raw: bool, archive: str | None) -> tuple[int, list[str]]:
     """Run the plan with its output through the progress renderer (kubetrain.observe.render) and, with
     spec.archive, into the archive (one log per node, as a cluster keeps one per pod)."""
     from kubetrain.local import Supervisor
@@ -87,7 +94,8 @@ def _supervise(plan: Any, raw: bool, archive: str | None) -> int:
     kept = NodeArchive(archive, plan.job_name, renderer.line) if archive else None
     out = LineStream(kept.line) if kept else renderer.stdout
     try:
-        return Supervisor(plan, out=out, err=renderer.stderr).run()  # type: ignore[arg-type]
+        supervisor = Supervisor(plan, out=out, err=renderer.stderr)  # type: ignore[arg-type]
+        return supervisor.run(), supervisor.failures
     finally:
         renderer.close()
         if kept:

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 @click.option("--build", "build_image", is_flag=True, help="Build and push the image first (`kubetrain build --push`) "
               "and submit with its reference.")
 @click.option("--dry-run", "dry_run", type=click.Choice(["none", "client", "server"]), default="none",
-              show_default=True, help="client: check and print, write nothing; server: also let the API server "
-              "validate (dryRun=All).")
+              is_flag=False, flag_value="client", show_default=True,
+              help="client (also a bare --dry-run, as in kubectl): check and print, write nothing; server: also "
+              "let the API server validate (dryRun=All).")
 @click.option("--replace", is_flag=True, help="If the job exists, delete it (waiting for its pods) and recreate it.")
 @click.option("--skip-preflight", is_flag=True, help="Skip every preflight check.")
 @click.option("--wait-for-capacity", "wait_capacity", is_flag=True,

@@ -19,7 +19,7 @@ from kubetrain.client import kubeconfig as kubeconfigs
 from kubetrain.client.errors import cluster_errors
 from kubetrain.client.kubeconfig import Endpoint
 from kubetrain.client.rest import USER_AGENT, Rest
-from kubetrain.errors import ClusterError
+from kubetrain.errors import KubeconfigError
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -57,15 +57,15 @@ class Connection:
 
 def connect(context: str | None = None, kubeconfig: str | None = None,
             request_timeout: float | None = None) -> Connection:
-    """Load credentials the way kubectl does; a missing or broken config is a one-line ClusterError."""
+    """Load credentials the way kubectl does; a missing or broken config is a one-line KubeconfigError (exit 2)."""
     endpoint = kubeconfigs.load(kubeconfig, context)
     if endpoint is None:
         if context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             endpoint = _in_cluster()
         else:
             where = kubeconfig or os.environ.get("KUBECONFIG") or str(kubeconfigs.DEFAULT)
-            raise ClusterError(f"no usable kubeconfig ({where} does not exist); set KUBECONFIG or pass "
-                               "--kubeconfig / --context")
+            raise KubeconfigError(f"no usable kubeconfig ({where} does not exist); set KUBECONFIG or pass "
+                                  "--kubeconfig / --context")
     auth = None
     if endpoint.needs_plugin:
         from kubetrain.client.auth import plugin_credentials

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubetrain.errors import ClusterError
+from kubetrain.errors import KubeconfigError
 
 DEFAULT = Path("~/.kube/config")
 
@@ -67,7 +67,7 @@ def config_files(kubeconfig: str | None) -> list[Path]:
     if kubeconfig:
         paths = [Path(kubeconfig).expanduser()]
         if not paths[0].is_file():
-            raise ClusterError(f"--kubeconfig {kubeconfig}: no such file")
+            raise KubeconfigError(f"--kubeconfig {kubeconfig}: no such file")
         return paths
     candidates = [Path(p).expanduser() for p in value.split(os.pathsep) if p] or [DEFAULT.expanduser()]
     return [p for p in candidates if p.is_file()]
@@ -82,9 +82,9 @@ def _read(path: Path) -> dict[str, Any]:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ClusterError(f"{path}: not a readable kubeconfig: {str(exc).splitlines()[0]}") from None
+        raise KubeconfigError(f"{path}: not a readable kubeconfig: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict):
-        raise ClusterError(f"{path}: not a kubeconfig (expected a mapping)")
+        raise KubeconfigError(f"{path}: not a kubeconfig (expected a mapping)")
     return data
 
 
@@ -111,18 +111,18 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Endpoint 
     merged = _merge(files)
     name = context or merged.current
     if not name:
-        raise ClusterError("no usable kubeconfig (no current-context set); pass --context or "
-                           "`kubectl config use-context NAME`")
+        raise KubeconfigError("no usable kubeconfig (no current-context set); pass --context or "
+                              "`kubectl config use-context NAME`")
     if name not in merged.contexts:
         have = ", ".join(merged.contexts) or "none"
         if context:
-            raise ClusterError(f"--context {context}: no such context in the kubeconfig (have: {have})")
-        raise ClusterError(f"no usable kubeconfig (current-context {name} is not defined; have: {have})")
+            raise KubeconfigError(f"--context {context}: no such context in the kubeconfig (have: {have})")
+        raise KubeconfigError(f"no usable kubeconfig (current-context {name} is not defined; have: {have})")
     ctx = merged.contexts[name]
     cluster, cluster_dir = merged.clusters.get(str(ctx.get("cluster")), ({}, Path()))
     if not cluster.get("server"):
-        raise ClusterError(f"no usable kubeconfig (context {name}: cluster {ctx.get('cluster')!r} "
-                           "is not defined or has no server)")
+        raise KubeconfigError(f"no usable kubeconfig (context {name}: cluster {ctx.get('cluster')!r} "
+                              "is not defined or has no server)")
     user, user_dir = merged.users.get(str(ctx.get("user")), ({}, Path()))
     source = kubeconfig or os.environ.get("KUBECONFIG") or str(files[0])
     return Endpoint(
@@ -148,7 +148,7 @@ def _b64(value: object) -> bytes | None:
     try:
         return base64.b64decode(str(value), validate=False)
     except (binascii.Error, ValueError):
-        raise ClusterError("kubeconfig: a *-data field is not valid base64") from None
+        raise KubeconfigError("kubeconfig: a *-data field is not valid base64") from None
 
 
 def _path(value: object, base: Path) -> str | None:

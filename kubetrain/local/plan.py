@@ -1,8 +1,12 @@
 """What `kubetrain run` starts: one torchrun agent per node, c10d rendezvous on localhost.
 
-Each agent runs exactly the program the manifests run (`torchrun <kubetrain.render.launch.torchrun_args>`),
-with the container's environment (`kubetrain.render.context.env`), paths mapped to local directories, and
-secrets from `--env-file` or this environment. Building the plan starts nothing and imports no torch.
+Each agent runs exactly the program the manifests run: the command is parsed once
+(`kubetrain.render.command.parse_command`) for both. A torchrun command's own flags pass through, as in the
+pod, except those that place the agent (rendezvous, node rank, node count, logging), which kubetrain sets
+for its local rendezvous as the operator does per pod; its --nproc-per-node sets the process count, as it
+does in the pod. The agents get the container's environment (`kubetrain.render.context.env`), paths
+mapped to local directories, and secrets from `--env-file` or this environment. Building the plan starts
+nothing and imports no torch.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from pathlib import Path
 
 from kubetrain.errors import UsageError
 from kubetrain.local.paths import PathMap, build_path_map
+from kubetrain.render.command import LaunchCommand, parse_command
 from kubetrain.render.context import env as container_env
-from kubetrain.render.launch import torchrun_args
 from kubetrain.spec.load import LoadedSpec
 from kubetrain.spec.model import JobSpec
 
@@ -33,6 +37,15 @@ REDACTED = "<redacted>"
 # torchrun, run in-process by a wrapper that exits 128+signal when stopped and with the root-cause worker's
 # code on failure (torchrun itself exits 1 for both): kubetrain.runtime.launch
 LAUNCHER = "kubetrain.runtime.launch"
+FAILED_RANK = f"{LAUNCHER}: rank "  # starts the launcher's one line per failed rank
+STORE = "kubetrain.local.store"  # hosts the rendezvous store until every agent has exited
+NODE_ENV = "KUBETRAIN_LOCAL_NODE"  # the agent's node index (1-based), to tell agents apart
+# torchrun flags of a command that kubetrain sets itself for the local agents (the operator's PET_*
+# variables do it in a pod; the render warns about those a command pins).
+LOCAL_FLAGS = frozenset({"--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id",
+                         "--rdzv-conf", "--standalone", "--node-rank", "--master-addr", "--master-port",
+                         "--local-addr", "--log-dir", "--tee", "--redirects", "--log-line-prefix-template",
+                         "--monitor-interval", "--shutdown-timeout"})
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,9 @@ class RunPlan:
     stop_grace_seconds: float
     trainer_refs: dict[str, str]
     program: list[str]
+    store_argv: list[str]
+    kind: str  # of the program: "trainer", "module", "script" or "executable" (LaunchCommand.kind)
+    target: str  # the module, the local path of the script, or the executable
 
     def describe(self) -> list[str]:
         """The commands as shell lines, with secret values redacted (for --dry-run)."""
@@ -79,6 +95,7 @@ class RunPlan:
         for key in sorted(first):
             if os.environ.get(key) != first[key] or key in {RUN_ID_ENV, PATH_MAP_ENV}:
                 lines.append(f"export {key}={shlex.quote(self.redact(first[key]))}")
+        lines.append(f"# rendezvous store\n{shlex.join(self.store_argv)} &")
         for node in self.nodes:
             extra = {k: v for k, v in node.env.items() if first.get(k) != v}
             prefix = "".join(f"{k}={shlex.quote(self.redact(v))} " for k, v in sorted(extra.items()))
@@ -121,7 +138,7 @@ def _agent_argv(spec: JobSpec, plan_args: list[str], *, index: int, nodes: int, 
     nnodes = f"{spec.elastic.minNodes}:{spec.elastic.maxNodes}" if spec.elastic else str(nodes)
     argv = [sys.executable, "-m", LAUNCHER, "--nnodes", nnodes, "--nproc-per-node", str(procs),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-            "--rdzv-conf", f"is_host={1 if index == 1 else 0},last_call_timeout=2",
+            "--rdzv-conf", "is_host=0,last_call_timeout=2",  # the store is in STORE
             "--max-restarts", str(spec.elastic.maxRestarts if spec.elastic else 0),
             "--monitor-interval", "0.5", "--local-addr", "127.0.0.1",
             "--shutdown-timeout", str(spec.checkpoint.sigtermTimeoutSeconds + 2),
@@ -131,17 +148,21 @@ def _agent_argv(spec: JobSpec, plan_args: list[str], *, index: int, nodes: int, 
     return argv + plan_args
 
 
-def _sizes(spec: JobSpec, options: RunOptions) -> tuple[int, int]:
+def _sizes(spec: JobSpec, options: RunOptions, command: LaunchCommand) -> tuple[int, int]:
+    """Nodes and processes per node: the flag, else the command's --nproc-per-node (which wins over
+    PET_NPROC_PER_NODE in the pod too), else the spec."""
     nodes = options.nodes or spec.nodes
     if spec.elastic and not spec.elastic.minNodes <= nodes <= spec.elastic.maxNodes:
         raise UsageError(f"--nodes {nodes}: must be between elastic.minNodes ({spec.elastic.minNodes}) and "
                          f"elastic.maxNodes ({spec.elastic.maxNodes})")
-    return nodes, options.procs_per_node or spec.procs_per_node
+    nproc = command.flag("--nproc-per-node") or ""
+    return nodes, options.procs_per_node or (int(nproc) if nproc.isdigit() else spec.procs_per_node)
 
 
 def _node_env(spec: JobSpec, env: dict[str, str], index: int, procs: int, total: int) -> dict[str, str]:
     """Per-node variables: disjoint GPUs per node (as on separate machines) and a fair thread count."""
     env = dict(env)
+    env[NODE_ENV] = str(index)
     if spec.gpusPerNode and "CUDA_VISIBLE_DEVICES" not in env:
         first = (index - 1) * spec.gpusPerNode
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(spec.gpusPerNode))
@@ -158,15 +179,18 @@ def build_plan(loaded: LoadedSpec, options: RunOptions, environ: Mapping[str, st
     """Resolve everything `kubetrain run` needs; raises UsageError naming the field or flag at fault."""
     environ = os.environ if environ is None else environ
     spec = loaded.job.spec
-    nodes, procs = _sizes(spec, options)
+    command = parse_command(spec.command, spec.args)
+    nodes, procs = _sizes(spec, options, command)
     path_map, code_dir = build_path_map(loaded, options.volumes, cwd or Path.cwd())
     secrets = _secret_env(spec, options.env_file_values, environ)
     env = _job_env(loaded, path_map, code_dir, environ, secrets)
     run_id = f"{loaded.job.metadata.name}-{uuid.uuid4().hex[:8]}"
     env[RUN_ID_ENV] = run_id
     workdir = spec.code.mountPath if spec.code else None
-    program = [path_map.rewrite(arg) for arg in torchrun_args(spec, workdir)]
-    endpoint = f"127.0.0.1:{options.port or free_port()}"
+    program = [path_map.rewrite(arg) for arg in command.torchrun_args(workdir, drop=LOCAL_FLAGS)]
+    target = command.program(workdir)[0] if command.kind == "script" else command.target
+    port = options.port or free_port()
+    endpoint = f"127.0.0.1:{port}"
     commands = [NodeCommand(i, _agent_argv(spec, program, index=i, nodes=nodes, procs=procs,
                                            endpoint=endpoint, run_id=run_id, log_dir=options.log_dir),
                             _node_env(spec, env, i, procs, nodes * procs)) for i in range(1, nodes + 1)]
@@ -174,7 +198,9 @@ def build_plan(loaded: LoadedSpec, options: RunOptions, environ: Mapping[str, st
             if spec.train and getattr(spec.train, name)}
     return RunPlan(loaded.job.metadata.name, run_id, commands, procs, code_dir or loaded.base_dir, path_map,
                    spec.elastic is not None, frozenset(secrets.values()),
-                   float(spec.checkpoint.sigtermTimeoutSeconds + 10), refs, program)
+                   float(spec.checkpoint.sigtermTimeoutSeconds + 10), refs, program,
+                   [sys.executable, "-m", STORE, str(port)], command.kind,
+                   path_map.rewrite(target))
 
 
 def free_port() -> int:

@@ -1,13 +1,16 @@
 """Checks before anything starts, so a typo is one line of error instead of N crashed processes.
 
-The Trainer API's 'module:function' refs are located (not imported: that would run user code and torch)
-with importlib's finder in a short-lived interpreter that has the job's environment and working directory.
+The Trainer API's 'module:function' refs and a `python -m module` command's module are located (not
+imported: that would run user code and torch) with importlib's finder in a short-lived interpreter that
+has the job's environment and working directory.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,23 +44,47 @@ def require_torch() -> None:
 
 
 def check_refs(plan: RunPlan) -> None:
-    """Every Trainer ref's module can be found from the job's working directory and PYTHONPATH."""
-    if not plan.trainer_refs:
+    """Every Trainer ref's module, and the command's module, can be found from the job's working directory
+    and PYTHONPATH."""
+    refs = {f"spec.train.{name}": ref for name, ref in plan.trainer_refs.items()}
+    if plan.kind == "module":
+        refs["spec.command"] = plan.target
+    if not refs:
         return
-    result = subprocess.run([sys.executable, "-c", _FIND, json.dumps(plan.trainer_refs)], cwd=plan.cwd,
+    result = subprocess.run([sys.executable, "-c", _FIND, json.dumps(refs)], cwd=plan.cwd,
                             env=plan.nodes[0].env, capture_output=True, text=True, timeout=60, check=False)
     if result.returncode != 0:
-        raise UsageError(f"cannot check spec.train references: {result.stderr.strip().splitlines()[-1:]}")
+        raise UsageError(f"cannot check {', '.join(refs)}: {result.stderr.strip().splitlines()[-1:]}")
     errors = json.loads(result.stdout)
     if errors:
-        raise SpecError([Problem(f"spec.train.{name}", message) for name, message in sorted(errors.items())])
+        raise SpecError([Problem(name, message) for name, message in sorted(errors.items())])
 
 
-def check_script(plan: RunPlan) -> None:
-    """A `python script.py` command must name a file that exists locally."""
-    if not plan.program or plan.program[0] in ("-m", "--no-python"):
-        return
-    script = Path(plan.program[0])
-    script = script if script.is_absolute() else plan.cwd / script
-    if not script.is_file():
-        raise SpecError([Problem("spec.command", f"{script}: no such file")])
+def check_program(plan: RunPlan) -> None:
+    """A script command names a file that exists here; another program one that is on PATH here."""
+    if plan.kind == "script":
+        script = Path(plan.target)
+        script = script if script.is_absolute() else plan.cwd / script
+        if not script.is_file():
+            raise SpecError([Problem("spec.command", f"{script}: no such file")])
+    elif plan.kind == "executable" and not plan.target:
+        raise SpecError([Problem("spec.command", "names no program for torchrun to run")])
+    elif plan.kind == "executable" and not _executable(plan):
+        raise SpecError([Problem("spec.command", f"{plan.target}: no such program here (not on PATH)"
+                                 if "/" not in plan.target else f"{plan.target}: no such executable file")])
+
+
+def _executable(plan: RunPlan) -> bool:
+    if "/" in plan.target:
+        path = Path(plan.target) if plan.target.startswith("/") else plan.cwd / plan.target
+        return path.is_file() and os.access(path, os.X_OK)
+    return shutil.which(plan.target, path=plan.nodes[0].env.get("PATH", os.defpath)) is not None
+
+
+def gpu_warning(gpus_per_node: int | None, dev: Path = Path("/dev")) -> str | None:
+    """gpusPerNode asks for GPUs this machine does not have (no NVIDIA device node): the run goes on, on the
+    CPU, which is worth a line rather than a surprise."""
+    if not gpus_per_node or any(dev.glob("nvidia[0-9]*")):
+        return None
+    return (f"spec.gpusPerNode: {gpus_per_node} GPU(s) per node requested, but this machine has no NVIDIA GPU "
+            f"({dev}/nvidia* absent): the local run uses the CPU; each pod in the cluster gets its GPUs")

@@ -8,6 +8,8 @@
   SIGKILLed `kubetrain run` does not leave a training job running.
 * Every process of the run inherits KUBETRAIN_RUN_ID; after the agents exit, any process still carrying
   this run's id (e.g. a worker whose agent was killed) is killed, so no orphan survives.
+* The rendezvous store runs in a process of its own (kubetrain.local.store), stopped only after every
+  agent has exited, so no agent loses the store while it closes the rendezvous.
 * Log lines become `[node-N rank-R] text` (worker output, via torchrun's --tee) or `[node-N] text` (the
   agent itself), all on stdout, since they are the job's output.
 """
@@ -26,7 +28,7 @@ import time
 from types import FrameType
 from typing import IO, Any, TextIO
 
-from kubetrain.local.plan import RUN_ID_ENV, NodeCommand, RunPlan
+from kubetrain.local.plan import FAILED_RANK, RUN_ID_ENV, NodeCommand, RunPlan
 
 _RANK_LINE = re.compile(r"^\[rank-(\d+)\]:(.*)$", re.DOTALL)
 FAILURE_GRACE_SECONDS = 15.0  # after one node fails (not elastic), how long the others get to notice
@@ -79,24 +81,29 @@ class Supervisor:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.store: subprocess.Popen[bytes] | None = None
         self.readers: list[threading.Thread] = []
         self.lock = threading.Lock()
         self.signum = 0
         self.force = False
         self.stop_deadline: float | None = None
         self.output_open = True
+        self.failures: list[str] = []  # one line per failed rank, for the summary at the end
 
     # --- public ---------------------------------------------------------------------------------------
     def run(self) -> int:
         previous = self._install_signals()
         try:
+            self.store = self._spawn(self.plan.store_argv, self.plan.nodes[0].env, stdout=subprocess.DEVNULL)
             for node in self.plan.nodes:  # all agents first: no reader thread exists while forking
                 self.procs.append(self._start(node))
+            self._read_store(self.store)
             for node, proc in zip(self.plan.nodes, self.procs, strict=True):
                 self._read(node.index, proc)
             code = self._wait()
         finally:
             self._kill_all()
+            self._stop_store()
             self._kill_leftovers()
             for reader in self.readers:
                 reader.join(timeout=5)
@@ -106,9 +113,29 @@ class Supervisor:
 
     # --- processes ------------------------------------------------------------------------------------
     def _start(self, node: NodeCommand) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(node.argv, env=node.env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        return self._spawn(node.argv, node.env, stdout=subprocess.PIPE)
+
+    def _spawn(self, argv: list[str], env: dict[str, str], stdout: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, env=env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL, stdout=stdout,
+                                stderr=subprocess.PIPE, start_new_session=True,
                                 preexec_fn=_term_with_parent)  # noqa: PLW1509 - no threads yet
+
+    def _read_store(self, proc: subprocess.Popen[bytes]) -> None:
+        """The store's stderr (only a failure to start, e.g. --port in use) goes to our stderr."""
+        def pump() -> None:
+            assert proc.stderr is not None
+            for raw in iter(proc.stderr.readline, b""):
+                text = raw.decode("utf-8", "replace").rstrip()
+                print(f"kubetrain run: rendezvous store: {text}", file=self.err, flush=True)
+            proc.stderr.close()
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        self.readers.append(reader)
+
+    def _stop_store(self) -> None:
+        if self.store is not None and self.store.poll() is None:
+            self.store.kill()  # after every agent has exited: nothing uses it any more
+            self.store.wait()
 
     def _read(self, node: int, proc: subprocess.Popen[bytes]) -> None:
         for pipe in (proc.stdout, proc.stderr):
@@ -133,6 +160,8 @@ class Supervisor:
                 for line in lines:
                     self._write(format_line(node, line))
                 continue
+            if text.startswith(FAILED_RANK):
+                self.failures.append(f"node-{node} {text.removeprefix(FAILED_RANK.removesuffix('rank '))}")
             self._write(format_line(node, text))
         for line in held or []:
             self._write(format_line(node, line))
@@ -190,7 +219,8 @@ class Supervisor:
                 proc.wait()
 
     def _kill_leftovers(self) -> None:
-        pids = processes_of_run(self.plan.run_id)
+        store = self.store.pid if self.store is not None and self.store.poll() is None else None
+        pids = [pid for pid in processes_of_run(self.plan.run_id) if pid != store]  # the store is no leftover
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -25,6 +25,7 @@ SERIES = {  # chart title -> (kind of record, field)
     "samples/s": ("train", "samples_per_s"),
     "learning rate": ("train", "lr"),
 }
+NONFINITE = ("nan", "inf", "-inf")
 MAX_FILE_BYTES = 1 << 30  # a log file larger than this is read in part only (the reader streams lines)
 
 
@@ -46,8 +47,29 @@ class History:
         return xs, ys
 
     def rows(self) -> list[dict[str, Any]]:
-        """train and eval records, one row each, in COLUMNS."""
-        return [{c: r.get(c) for c in COLUMNS} for r in self.records if r.get("kind") in ("train", "eval")]
+        """train and eval records, one row each, in COLUMNS; a non-finite value is its text ("nan", "inf")."""
+        return [{c: _value(r, c) for c in COLUMNS} for r in self.records if r.get("kind") in ("train", "eval")]
+
+    def diverged(self, title: str) -> tuple[float, str] | None:
+        """(step, "nan"/"inf"/"-inf") of the first non-finite value of one SERIES entry, or None."""
+        kind, key = SERIES[title]
+        for record in self.records:
+            text = _nonfinite(record).get(key)
+            if record.get("kind") == kind and text and _is_number(record.get("step")):
+                return float(record["step"]), text
+        return None
+
+
+def _nonfinite(record: dict[str, Any]) -> dict[str, str]:
+    found = record.get("nonfinite")
+    if not isinstance(found, dict):
+        return {}
+    return {key: text for key, text in found.items() if text in NONFINITE}
+
+
+def _value(record: dict[str, Any], column: str) -> Any:
+    value = record.get(column)
+    return _nonfinite(record).get(column) if value is None else value
 
 
 def _is_number(value: Any) -> bool:
@@ -102,11 +124,27 @@ def table_text(history: History, limit: int = 30) -> str:
                          _fmt(r["eval_loss"], ".4f"), _fmt(r["eval_accuracy"], ".4f"),
                          _fmt(r["samples_per_s"], ",.0f"), _fmt(r["lr"], ".2e")) for r in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-                     for line in lines) + "\n"
+    table = "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+                      for line in lines) + "\n"
+    for title in ("loss", "eval loss"):
+        if found := history.diverged(title):
+            table += f"DIVERGED: {title} is {found[1]} from step {found[0]:.0f}\n"
+    return table
 
 
 def _fmt(value: Any, spec: str = "") -> str:
+    """A cell: "-" when not logged, "nan"/"inf" when non-finite, "?" for a value that is no number."""
     if value is None:
         return "-"
-    return format(value, spec) if _is_number(value) and spec else str(value)
+    if value in NONFINITE:
+        return str(value)
+    if not _is_number(value):
+        return "?" if spec else _short(value)
+    if spec and abs(value) >= 1e15:
+        return format(value, ".3g")
+    return format(value, spec) if spec else str(value)
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 20 else text[:19] + "…"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from kubetrain.observe.history import SERIES, History
 
 WIDTH, HEIGHT = 100, 14
+MARKERS = ("•", "x")  # without colour, each compared run has its own glyph (shown in the legend)
 
 
 def plot_text(histories: list[History], width: int = WIDTH, height: int = HEIGHT, color: bool = False) -> str:
@@ -20,14 +21,17 @@ def plot_text(histories: list[History], width: int = WIDTH, height: int = HEIGHT
     charts = []
     for title in SERIES:
         data = [(h.name, *h.series(title)) for h in histories]
-        if not any(xs for _, xs, _ in data):
+        if not any(xs for _, xs, _ in data) and not any(h.diverged(title) for h in histories):
             continue
         figure.clear()
         figure.plot_size(width, height)
-        figure.title(f"{title} / step")
-        for name, xs, ys in data:
+        diverged = [f"{h.name + ' ' if len(histories) > 1 else ''}{text} from step {step:.0f}"
+                    for h in histories if (found := h.diverged(title)) for step, text in [found]]
+        figure.title(f"{title} / step" + (f"  DIVERGED: {', '.join(diverged)}" if diverged else ""))
+        for index, (name, xs, ys) in enumerate(data):
             if xs:
-                signal = figure.signal(xs, ys)
+                marker = MARKERS[index % len(MARKERS)] if len(histories) > 1 and not color else None
+                signal = figure.signal(xs, ys, marker=marker) if marker else figure.signal(xs, ys)
                 signal.lines()
                 if len(histories) > 1:
                     signal.label(name)

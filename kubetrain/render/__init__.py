@@ -113,10 +113,23 @@ def _refuse_what_kubernetes_rejects(obj: dict[str, Any]) -> None:
 def render_warnings(job: TrainingJob, options: RenderOptions | None = None) -> list[str]:
     """What render does that the spec may not expect: contradicting launcher flags, an unresolved cloud."""
     warnings = launcher_warnings(job.spec)
+    warnings += _relative_path_warnings(job)
     if job.spec.placement.cloud == "auto" and not (options and options.cloud):
         warnings.append("spec.placement.cloud: auto is resolved by `kubetrain submit` from the cluster's node "
                         "labels; offline, no cloud profile applies (no GPU-model selector, no cloud tolerations)")
     return warnings
+
+
+def _relative_path_warnings(job: TrainingJob) -> list[str]:
+    """A relative checkpoint.dir works locally (the code directory) but in the pod lands under the working
+    directory, which is the read-only code mount (or the image's WORKDIR, lost with the pod)."""
+    directory = job.spec.checkpoint.dir
+    if not directory or "://" in directory or directory.startswith("/"):
+        return []
+    where = (f"the read-only code mount {job.spec.code.mountPath}" if job.spec.code
+             else "the image's working directory, lost with the pod")
+    return [f"spec.checkpoint.dir: {directory!r} is relative: in the pod it is under {where}; use a volume's "
+            "mountPath (e.g. /ckpt/run) or an object store URL"]
 
 
 def _check_inputs(job: TrainingJob, options: RenderOptions) -> None:

@@ -7,6 +7,7 @@ import fnmatch
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,9 +15,15 @@ from pathlib import Path
 from kubetrain.errors import RenderError
 from kubetrain.yamlsrc import CONFIGMAP_LIMIT
 
-ALWAYS_EXCLUDED = (".git", ".hg", ".svn", "__pycache__", "*.pyc", ".venv", ".kubetrain", ".mypy_cache",
-                   ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints", ".DS_Store")
+# Heavy directories of a training project that are never code: environments, checkpoints, run logs.
+HEAVY_DIRS = ("venv", ".venv", "checkpoints", "wandb", "mlruns", "lightning_logs", "node_modules", ".tox", ".nox",
+              "*.egg-info")
+ALWAYS_EXCLUDED = (".git", ".hg", ".svn", "__pycache__", "*.pyc", ".kubetrain", ".mypy_cache", ".pytest_cache",
+                   ".ruff_cache", ".ipynb_checkpoints", ".DS_Store", *HEAVY_DIRS)
 IGNORE_FILE = ".kubetrainignore"
+MAX_FILES = 2000  # every file is a key of the ConfigMap and an item of every pod template's code volume
+_SPEC_MARK = b"kubetrain.dev/"  # in the first bytes of a YAML file: a kubetrain spec (this job's or another's)
+_SPEC_PEEK = 4096
 # Files that usually hold credentials: never shipped unless `code.include` names them (a ConfigMap is readable
 # by anyone who may read the namespace's ConfigMaps, and it lands in etcd unencrypted by default).
 SECRET_PATTERNS = (".env", ".env.*", "*.env", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.crt",
@@ -45,20 +52,27 @@ class CodeBundle:
 
 def collect_code(root: Path, exclude: list[str] | tuple[str, ...] = (), field: str = "spec.code.path",
                  include: list[str] | tuple[str, ...] = ()) -> CodeBundle:
-    """Read every file under `root` except the excluded ones; refuses a bundle over the ConfigMap limit.
+    """Read every file under `root` except the excluded ones; refuses a bundle over the ConfigMap limits.
 
     Left out: ALWAYS_EXCLUDED, `.kubetrainignore` and `exclude` globs, then (unless an `include` glob names the
-    file) SECRET_PATTERNS and what the directory's `.gitignore` (git's rules, via pathspec) and
-    `.dockerignore` (Docker's rules) leave out.
+    file) SECRET_PATTERNS, kubetrain spec files (YAML naming kubetrain.dev/: this job's and other jobs'
+    specs are not code, and editing one must not change every job's code) and what the directory's
+    `.gitignore` (git's rules, via pathspec) and `.dockerignore` (Docker's rules) leave out. Counts and
+    sizes are checked from the file system's metadata before any file is read; a symlink that leaves
+    `root` is refused by name (the pod would not have its target).
     """
     if not root.is_dir():
         raise RenderError(f"{field}: {root} is not a directory")
     patterns = [*ALWAYS_EXCLUDED, IGNORE_FILE, *exclude, *_ignore_file_patterns(root)]
     optional = _optional_exclusions(root)
+    kept = [(path, size) for path, size in sorted(_walk(root, patterns, field))
+            if not (optional(path) or _is_spec(root / path)) or _excluded(path, list(include))]
+    if len(kept) > MAX_FILES:
+        raise RenderError(_too_many_message(kept, root, field))
+    if sum(size for _, size in kept) > CONFIGMAP_LIMIT:
+        raise RenderError(_too_large_message(kept, root, field))
     files = []
-    for path in sorted(_walk(root, patterns)):
-        if optional(path) and not _excluded(path, list(include)):
-            continue
+    for path, _ in kept:
         if path.startswith(".."):  # validateLocalNonReservedPath: the kubelet's atomic writer owns '..' names
             raise RenderError(f"{field}: {path!r}: a file whose name starts with '..' cannot be mounted from a "
                               "ConfigMap (Kubernetes reserves such names); rename it or add it to spec.code.exclude")
@@ -67,8 +81,8 @@ def collect_code(root: Path, exclude: list[str] | tuple[str, ...] = (), field: s
         except OSError as exc:
             raise RenderError(f"{field}: cannot read {path}: {exc.strerror}") from None
     bundle = CodeBundle(tuple(files))
-    if bundle.size > CONFIGMAP_LIMIT:
-        raise RenderError(_too_large_message(bundle, root, field))
+    if bundle.size > CONFIGMAP_LIMIT:  # a file grew while we read it
+        raise RenderError(_too_large_message([(path, len(data)) for path, data in files], root, field))
     return bundle
 
 
@@ -91,26 +105,46 @@ def configmap_payload(bundle: CodeBundle) -> tuple[dict[str, str], dict[str, str
     return data, binary, items
 
 
-def _walk(root: Path, patterns: list[str]) -> list[str]:
+def _walk(root: Path, patterns: list[str], field: str) -> list[tuple[str, int]]:
+    """(relative path, size) of every file not excluded, from stat alone."""
     found = []
+    resolved = root.resolve()
     for current, dirs, names in os.walk(root):
         rel_dir = Path(current).relative_to(root).as_posix()
         dirs[:] = [d for d in dirs if not _excluded(_join(rel_dir, d), patterns)]
+        for name in [*dirs, *names]:
+            full = Path(current) / name
+            if full.is_symlink() and not _excluded(_join(rel_dir, name), patterns) \
+                    and not full.resolve().is_relative_to(resolved):
+                raise RenderError(f"{field}: {_join(rel_dir, name)} is a symlink to {os.readlink(full)}, outside "
+                                  f"{root}: the pod's code would not have it; copy it in, or exclude it in "
+                                  f"{IGNORE_FILE}")
         for name in names:
             rel = _join(rel_dir, name)
-            full = Path(current) / name
-            if full.is_file() and not _excluded(rel, patterns) and _inside(full, root):
-                found.append(rel)
+            if _excluded(rel, patterns):
+                continue
+            try:
+                info = (Path(current) / name).stat()
+            except OSError:
+                continue  # a dangling symlink: nothing to ship
+            if stat.S_ISREG(info.st_mode):
+                found.append((rel, info.st_size))
     return found
+
+
+def _is_spec(path: Path) -> bool:
+    if path.suffix not in (".yaml", ".yml"):
+        return False
+    try:
+        with path.open("rb") as handle:
+            return _SPEC_MARK in handle.read(_SPEC_PEEK)
+    except OSError:
+        return False
 
 
 def _excluded(rel: str, patterns: list[str]) -> bool:
     parts = rel.split("/")
     return any(fnmatch.fnmatch(rel, p) or any(fnmatch.fnmatch(part, p) for part in parts) for p in patterns)
-
-
-def _inside(path: Path, root: Path) -> bool:
-    return path.resolve().is_relative_to(root.resolve())
 
 
 def _join(rel_dir: str, name: str) -> str:
@@ -144,9 +178,31 @@ def _ignore_file_patterns(root: Path) -> list[str]:
     return [line.strip().rstrip("/") for line in lines if line.strip() and not line.startswith("#")]
 
 
-def _too_large_message(bundle: CodeBundle, root: Path, field: str) -> str:
-    largest = sorted(bundle.files, key=lambda f: -len(f[1]))[:3]
-    listing = ", ".join(f"{path} ({len(content) / 1024:.0f} KiB)" for path, content in largest)
-    return (f"{field}: {root} holds {bundle.size / 2**20:.2f} MiB but a ConfigMap holds at most 1 MiB "
-            f"(largest: {listing}); exclude files in {IGNORE_FILE} or bake the code into the image "
-            f"with `kubetrain build`")
+def _too_large_message(files: list[tuple[str, int]], root: Path, field: str) -> str:
+    total = sum(size for _, size in files)
+    largest = sorted(files, key=lambda item: -item[1])[:3]
+    listing = ", ".join(f"{path} ({size / 1024:.0f} KiB)" for path, size in largest)
+    return (f"{field}: {root} holds {total / 2**20:.2f} MiB but a ConfigMap holds at most 1 MiB "
+            f"(largest: {listing}{_heaviest(files, lambda size: size, ' KiB')}); exclude them in {IGNORE_FILE} "
+            f"(one glob per line) or code.exclude, or bake the code into the image with `kubetrain build`")
+
+
+def _too_many_message(files: list[tuple[str, int]], root: Path, field: str) -> str:
+    return (f"{field}: {root} holds {len(files)} files to ship, more than {MAX_FILES} "
+            f"({_heaviest(files, lambda _: 1, ' files').removeprefix('; ')}); exclude them in {IGNORE_FILE} "
+            f"(one glob per line, e.g. `data`) or code.exclude, or bake the code into the image with "
+            f"`kubetrain build`")
+
+
+def _heaviest(files: list[tuple[str, int]], weight: Callable[[int], int], unit: str) -> str:
+    """The top-level directories with the most weight, e.g. `; most in: data/ (1200 files)`."""
+    totals: dict[str, int] = {}
+    for path, size in files:
+        if "/" in path:
+            top = path.split("/")[0] + "/"
+            totals[top] = totals.get(top, 0) + weight(size)
+    if not totals:
+        return ""
+    divisor = 1024 if unit == " KiB" else 1
+    heaviest = sorted(totals.items(), key=lambda item: -item[1])[:3]
+    return "; most in: " + ", ".join(f"{name} ({value / divisor:.0f}{unit})" for name, value in heaviest)

@@ -12,13 +12,9 @@ The container's main process is a POSIX-sh wrapper around torchrun (`container_c
 
 from __future__ import annotations
 
-import posixpath
-
+from kubetrain.render.command import launcher, parse_command
 from kubetrain.spec.model import JobSpec
 
-PYTHONS = {"python", "python3", "python3.11", "python3.12", "python3.13"}
-TRAINER_MODULE = "kubetrain.runtime"
-TORCHRUN_MODULES = {"torch.distributed.run"}
 _REFUSED = {
     "accelerate": "`accelerate launch` starts its own launcher, but kubetrain already runs torchrun on every pod; "
                   "use command: [python, train.py] (Accelerator() reads torchrun's environment)",
@@ -27,7 +23,6 @@ _REFUSED = {
     "torch.distributed.launch": "torch.distributed.launch is deprecated and passes --local-rank to your script; "
                                 "use command: [torchrun, ...] or [python, train.py]",
 }
-_SWITCHES = {"--standalone", "--no-python", "--run-path", "--module", "--m"}  # torchrun flags without a value
 _PINNED = ("--node-rank", "--master-addr", "--master-port", "--rdzv-endpoint", "--rdzv-id")
 
 # The pod's main process. torchrun exits 1 when it is stopped by SIGTERM (its workers have written their stop
@@ -62,24 +57,6 @@ def container_command(archive: str | None = None, job: str | None = None) -> lis
     return command
 
 
-def launcher(command: list[str] | None) -> tuple[str, list[str]] | None:
-    """(launcher name, its arguments) when `command` starts with a known launcher, else None."""
-    if not command:
-        return None
-    program, rest = posixpath.basename(command[0]), command[1:]
-    if program == "torchrun":
-        return "torchrun", rest
-    if program in {"accelerate", "deepspeed"}:
-        return program, rest
-    if program in PYTHONS and len(rest) >= 2 and rest[0] == "-m":
-        module = rest[1]
-        if module in TORCHRUN_MODULES:
-            return "torchrun", rest[2:]
-        if module == "torch.distributed.launch" or module.startswith(("accelerate.", "deepspeed.")):
-            return module.split(".")[0] if not module.startswith("torch.") else module, rest[2:]
-    return None
-
-
 def launcher_problem(command: list[str] | None) -> str | None:
     """Why the command's launcher cannot run under kubetrain's torchrun, or None."""
     found = launcher(command)
@@ -89,39 +66,24 @@ def launcher_problem(command: list[str] | None) -> str | None:
 def torchrun_args(spec: JobSpec, workdir: str | None = None) -> list[str]:
     """Arguments to `torchrun` that run the spec's program (rendezvous settings come from PET_* env).
 
-    `python -m mod` becomes `-m mod`, `python script.py` becomes `script.py` (absolute under `workdir`,
-    since a TrainJob cannot set the working directory), a torchrun command passes its own arguments through,
-    anything else runs with `--no-python`.
+    A torchrun command passes its own flags through; `python -m mod` becomes `-m mod`, `python script.py`
+    becomes `script.py` (absolute under `workdir`, since a TrainJob cannot set the working directory),
+    anything else runs with `--no-python` (kubetrain.render.command).
     """
-    if spec.command is None:
-        return ["-m", TRAINER_MODULE, *spec.args]
-    found = launcher(spec.command)
-    if found and found[0] == "torchrun":
-        return [*found[1], *spec.args]
-    program, *rest = spec.command
-    if posixpath.basename(program) in PYTHONS and rest:
-        if rest[0] == "-m" and len(rest) > 1:
-            return ["-m", *rest[1:], *spec.args]
-        if not rest[0].startswith("-"):
-            script = rest[0]
-            if workdir and not script.startswith("/"):
-                script = posixpath.join(workdir, script)
-            return [script, *rest[1:], *spec.args]
-    return ["--no-python", *spec.command, *spec.args]
+    return parse_command(spec.command, spec.args).torchrun_args(workdir)
 
 
 def launcher_warnings(spec: JobSpec) -> list[str]:
     """Flags of a torchrun command that contradict the spec or pin what the operator sets per pod."""
-    found = launcher(spec.command)
-    if not found or found[0] != "torchrun":
+    command = parse_command(spec.command)
+    if command.launcher != "torchrun":
         return []
-    flags = _flags(found[1])
     warnings = []
-    nproc = flags.get("--nproc-per-node")
+    nproc = command.flag("--nproc-per-node")
     if nproc is not None and nproc != str(spec.procs_per_node):
         warnings.append(f"spec.command: --nproc-per-node={nproc} overrides the spec's {spec.procs_per_node} "
                         "process(es) per pod (procsPerNode/gpusPerNode)")
-    nnodes = flags.get("--nnodes")
+    nnodes = command.flag("--nnodes")
     expected = f"{spec.elastic.minNodes}:{spec.elastic.maxNodes}" if spec.elastic else str(spec.nodes)
     if nnodes is not None and nnodes != expected:
         warnings.append(f"spec.command: --nnodes={nnodes} contradicts the spec ({expected})")
@@ -129,22 +91,10 @@ def launcher_warnings(spec: JobSpec) -> list[str]:
         warnings.append("spec.command: --standalone in a multi-node job: each pod starts its own single-node "
                         "rendezvous and waits for nodes that never join; remove it")
     for flag in _PINNED:
-        if flag in flags:
+        if command.flag(flag) is not None:
             warnings.append(f"spec.command: {flag} is fixed in the command; the operator sets it per pod "
                             "(PET_* variables): remove it")
+    if command.flag("--standalone") is not None and (spec.nodes > 1 or spec.elastic):
+        warnings.append("spec.command: --standalone makes every pod its own one-node job; the operator sets "
+                        "the rendezvous per pod (PET_* variables): remove it")
     return warnings
-
-
-def _flags(args: list[str]) -> dict[str, str]:
-    """torchrun's own flags (before the script), normalised to --dash-case."""
-    flags: dict[str, str] = {}
-    index = 0
-    while index < len(args) and args[index].startswith("-"):
-        name, sep, value = args[index].partition("=")
-        name = "--" + name.lstrip("-").replace("_", "-")
-        if not sep and name not in _SWITCHES and index + 1 < len(args) and not args[index + 1].startswith("-"):
-            index += 1
-            value = args[index]
-        flags[name] = value
-        index += 1
-    return flags

@@ -14,8 +14,12 @@ options, same PET_* handling) and exits with:
 
 from __future__ import annotations
 
+import glob
+import os
 import sys
 from typing import Any
+
+from kubetrain.local.plan import FAILED_RANK
 
 
 def worker_exit_code(exitcode: int) -> int:
@@ -29,10 +33,23 @@ def failure_exit_code(error: Any) -> int:
     return worker_exit_code(int(failure.exitcode)) or 1
 
 
+def failure_lines(error: Any, log_dir: str | None) -> list[str]:
+    """One line per failed rank of torchrun's ChildFailedError, with the rank's stderr file when --log-dir
+    keeps one (torchrun writes LOG_DIR/<run id>_<suffix>/attempt_<n>/<local rank>/stderr.log)."""
+    lines = []
+    for rank, failure in sorted(error.failures.items()):
+        logs = glob.glob(os.path.join(glob.escape(log_dir), "*", "attempt_*", str(failure.local_rank),
+                                      "stderr.log")) if log_dir else []
+        where = f"; log: {max(logs, key=os.path.getmtime)}" if logs else ""
+        lines.append(f"{FAILED_RANK}{rank} exited with {worker_exit_code(int(failure.exitcode))}{where}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun
+    from torch.distributed.run import parse_args
 
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -43,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + int(exc.sigval)
     except ChildFailedError as exc:
         code = failure_exit_code(exc)
+        log_dir = parse_args(argv).log_dir  # type: ignore[no-untyped-call]
+        for line in failure_lines(exc, log_dir):
+            print(line, file=sys.stderr, flush=True)
         print(f"kubetrain.runtime.launch: a worker failed; exit code {code}", file=sys.stderr, flush=True)
         return code
     return 0

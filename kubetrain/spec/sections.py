@@ -167,7 +167,8 @@ class Code(Section):
     mountPath: AbsPath = "/workspace"
     """Where the code appears in the container; it is also the working directory."""
     exclude: list[str] = Field(default_factory=list)
-    """Extra glob patterns to leave out (`.git`, `__pycache__`, `*.pyc` and `.kubetrainignore` always apply)."""
+    """Extra glob patterns to leave out (`.git`, `__pycache__`, `*.pyc`, `venv`/`.venv`, `checkpoints`, `wandb`,
+    `mlruns`, `lightning_logs`, `node_modules`, kubetrain spec files and `.kubetrainignore` always apply)."""
     include: list[str] = Field(default_factory=list)
     """Glob patterns to ship even though `.gitignore`, `.dockerignore` or the secret defaults (`.env*`, private
     keys, certificates) leave them out, e.g. `certs/ca.crt`."""
@@ -414,7 +415,7 @@ class Build(Section):
     repository: str | None = None
     """Image repository to tag and push, e.g. ghcr.io/acme/digits. Default: the spec image without its tag."""
     baseImage: str | None = None
-    """Base image for kubetrain's Dockerfile (default pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime)."""
+    """Base image for kubetrain's Dockerfile (default docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime)."""
     variant: Literal["cuda", "cpu"] = "cuda"
     """cuda for GPU clusters, cpu for laptops and CI smoke runs."""
     buildArgs: dict[str, str] = Field(default_factory=dict)

@@ -222,7 +222,7 @@ def test_unreachable_cluster_and_bad_context_are_one_line(controlplane: Any, kt:
     assert result.exit_code == 3  # could not reach the cluster: not the 1 of a failed job
     assert result.stderr == "error: cannot reach https://127.0.0.1:1: is the cluster running? (kubectl cluster-info)\n"
     bad = kt(*verb, *spec, "--context", "nope")
-    assert bad.exit_code == 1 and bad.stderr == "error: --context nope: no such context in the kubeconfig " \
+    assert bad.exit_code == 2 and bad.stderr == "error: --context nope: no such context in the kubeconfig " \
                                                  "(have: kubetrain-test)\n"
 
 

@@ -84,7 +84,7 @@ def test_cuda_default_base_is_trainer_default_runtime() -> None:
     base = args["BASE_IMAGE"]
     for name in ("TORCH_VERSION", "CUDA_VERSION", "CUDNN_VERSION"):
         base = base.replace("${" + name + "}", args[name])
-    assert base == "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+    assert base == "docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
 
 
 @pytest.mark.parametrize("variant", ["cuda", "cpu"])
@@ -194,3 +194,20 @@ def test_the_runtime_imports_only_what_the_image_installs() -> None:
     assert "torch" in imported and "pydantic" in imported  # the scan sees the runtime's real imports
     missing = sorted(imported - allowed - set(sys.stdlib_module_names) - {"__future__"})
     assert missing == [], f"imported by the runtime but not installed in the image: {missing}"
+
+
+@pytest.mark.parametrize("dockerfile", sorted(IMAGES.glob("Dockerfile*")), ids=lambda path: path.name)
+def test_every_base_image_is_fully_qualified(dockerfile: Path) -> None:
+    """podman and buildah refuse (or prompt for) short names on stock Debian/Ubuntu and enforcing RHEL/Fedora:
+    every FROM names its registry, after the ARG defaults are filled in."""
+    text = dockerfile.read_text()
+    args = dict(re.findall(r"^ARG (\w+)=(\S*)", text, re.M))
+    stages: set[str] = set()
+    for written, stage in re.findall(r"^FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", text, re.M | re.I):
+        image = written
+        for _ in range(3):  # defaults may refer to other ARGs
+            image = re.sub(r"\$\{(\w+)\}", lambda match: args[match.group(1)], image)
+        if image not in stages:
+            registry = image.split("/")[0]
+            assert "/" in image and ("." in registry or ":" in registry or registry == "localhost"), image
+        stages.add(stage)

@@ -9,6 +9,7 @@ import pytest
 from kubetrain.errors import RenderError, SpecError
 from kubetrain.render import RenderOptions, render_job
 from kubetrain.render.code import collect_code
+from kubetrain.render.command import parse_command
 from kubetrain.render.launch import container_command, launcher_warnings
 from tests.render.test_rules import job, pod, pytorchjob
 
@@ -38,6 +39,8 @@ def test_torchrun_flags_that_contradict_the_spec_are_warned_about() -> None:
         "for nodes that never join; remove it",
         "spec.command: --node-rank is fixed in the command; the operator sets it per pod (PET_* variables): "
         "remove it",
+        "spec.command: --standalone makes every pod its own one-node job; the operator sets the rendezvous per "
+        "pod (PET_* variables): remove it",
     ]
     assert launcher_warnings(job(command=["torchrun", "--nproc-per-node=8", "t.py"], gpusPerNode=8).spec) == []
     assert launcher_warnings(job(command=["python", "t.py"]).spec) == []
@@ -184,3 +187,77 @@ def test_spec_archive_runs_the_pod_command_under_the_archive_wrapper(target: str
                        *container_command()]
     plain = render_job(job(nodes=2), target=target)[-1]
     assert "kubetrain.observe.archive" not in str(plain)
+
+
+@pytest.mark.parametrize(("command", "kind", "target", "nproc"), [
+    (["torchrun", "--nproc_per_node=2", "train.py", "--lr", "1"], "script", "train.py", "2"),
+    (["torchrun", "--nproc-per-node", "2", "--standalone", "-m", "pkg.mod"], "module", "pkg.mod", "2"),
+    (["python3", "-m", "torch.distributed.run", "--no_python", "bash", "x.sh"], "executable", "bash", None),
+    (["python", "-m", "pkg"], "module", "pkg", None),
+    (["python", "train.py"], "script", "train.py", None),
+    (["bash", "run.sh"], "executable", "bash", None),
+    (None, "trainer", "kubetrain.runtime", None),
+])
+def test_one_parser_reads_every_command_shape(command: list[str] | None, kind: str, target: str,
+                                              nproc: str | None) -> None:
+    parsed = parse_command(command, ["--extra"])
+    assert (parsed.kind, parsed.target, parsed.flag("--nproc-per-node")) == (kind, target, nproc)
+    assert parsed.args[-1] == "--extra"
+
+
+def test_code_sizes_are_checked_from_metadata_before_any_file_is_read(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "train.py").write_text("x")
+    (tmp_path / "data").mkdir()
+    with (tmp_path / "data" / "big.bin").open("wb") as handle:
+        handle.truncate(2 * 2**30)  # 2 GiB, sparse: reading it would take seconds and gigabytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail(f"read {self} before checking sizes"))
+    with pytest.raises(RenderError) as info:
+        collect_code(tmp_path)
+    assert str(info.value) == (
+        f"spec.code.path: {tmp_path} holds 2048.00 MiB but a ConfigMap holds at most 1 MiB (largest: data/big.bin "
+        "(2097152 KiB), train.py (0 KiB); most in: data/ (2097152 KiB)); exclude them in .kubetrainignore (one glob "
+        "per line) or code.exclude, or bake the code into the image with `kubetrain build`")
+
+
+def test_too_many_files_are_refused_naming_where_they_are(tmp_path: Path) -> None:
+    (tmp_path / "samples").mkdir()
+    for index in range(2001):
+        (tmp_path / "samples" / f"{index}.txt").write_text("1")
+    with pytest.raises(RenderError, match=r"holds 2001 files to ship, more than 2000 \(most in: samples/ \(2001 "
+                                          r"files\)\); exclude them in \.kubetrainignore"):
+        collect_code(tmp_path)
+    (tmp_path / ".kubetrainignore").write_text("samples\n")
+    assert collect_code(tmp_path).files == ()
+
+
+def test_heavy_directories_and_kubetrain_specs_are_not_code(tmp_path: Path) -> None:
+    spec = "apiVersion: kubetrain.dev/v1alpha1\nkind: TrainingJob\n"
+    files = {"train.py": "x", "config.yaml": "lr: 0.1\n", "kubetrain.yaml": spec, "jobs/other.yaml": spec,
+             "checkpoints/step-1.pt": "c", "venv/bin/python": "p", ".venv/lib/x.py": "v", "wandb/run/log": "w",
+             "pkg.egg-info/PKG-INFO": "i"}
+    for name, content in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(content)
+    bundle = collect_code(tmp_path)
+    assert [path for path, _ in bundle.files] == ["config.yaml", "train.py"]
+    (tmp_path / "jobs" / "other.yaml").write_text(spec + "metadata: {name: edited}\n")
+    assert collect_code(tmp_path).digest == bundle.digest  # editing another job's spec changes no code hash
+    assert [path for path, _ in collect_code(tmp_path, include=["kubetrain.yaml"]).files] == [
+        "config.yaml", "kubetrain.yaml", "train.py"]
+
+
+@pytest.mark.parametrize("target", ["file", "directory"])
+def test_a_symlink_out_of_the_code_directory_is_named(tmp_path: Path, target: str) -> None:
+    outside, code = tmp_path / "shared", tmp_path / "code"
+    code.mkdir()
+    outside.mkdir()
+    (outside / "utils.py").write_text("x")
+    (code / "train.py").write_text("x")
+    (code / "utils").symlink_to(outside / "utils.py" if target == "file" else outside)
+    with pytest.raises(RenderError) as info:
+        collect_code(code)
+    assert str(info.value).startswith(f"spec.code.path: utils is a symlink to {outside}")
+    assert str(info.value).endswith("the pod's code would not have it; copy it in, or exclude it in .kubetrainignore")
+    (code / ".kubetrainignore").write_text("utils\n")
+    assert [path for path, _ in collect_code(code).files] == ["train.py"]

@@ -14,6 +14,7 @@ from kubetrain.errors import UsageError
 from kubetrain.local.envfile import parse_env_text
 from kubetrain.local.paths import PathMap
 from kubetrain.local.plan import RUN_ID_ENV, RunOptions, build_plan
+from kubetrain.local.preflight import gpu_warning
 from kubetrain.local.supervisor import format_line
 from kubetrain.spec.load import load_spec
 from tests.runtime.helpers import EXAMPLE, REPO, write_spec
@@ -69,8 +70,9 @@ def test_plan_runs_the_manifests_program_through_one_agent_per_node(tmp_path: Pa
     value = dict(itertools.pairwise(argv))
     assert value["--nnodes"] == "2" and value["--nproc-per-node"] == "1" and value["--rdzv-backend"] == "c10d"
     assert value["--max-restarts"] == "0" and value["--rdzv-endpoint"].startswith("127.0.0.1:")
-    assert "is_host=1" in value["--rdzv-conf"]
-    assert "is_host=0" in dict(itertools.pairwise(plan.nodes[1].argv))["--rdzv-conf"]
+    # every agent is a client of the store that kubetrain.local.store hosts on the endpoint's port
+    assert all("is_host=0" in dict(itertools.pairwise(node.argv))["--rdzv-conf"] for node in plan.nodes)
+    assert plan.store_argv[-2:] == ["kubetrain.local.store", value["--rdzv-endpoint"].split(":")[1]]
     env = plan.nodes[0].env
     assert env[RUN_ID_ENV] == plan.run_id and env["PATH"] == "/bin"
     assert "RANK" not in env and "PET_NNODES" not in env and "MASTER_ADDR" not in env  # launcher leftovers
@@ -156,3 +158,22 @@ def test_run_prints_the_render_warnings_on_stderr(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "spec.command: --nproc-per-node=4 overrides the spec's 1 process(es) per pod" in result.stderr
     assert "overrides" not in result.stdout
+
+
+def test_what_would_differ_in_the_pod_is_warned_about_before_the_run(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "job.yaml", command=["python", "train.py"], checkpoint={"dir": "ckpt"})
+    result = _cli("run", "-f", str(spec), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert ("warning: spec.checkpoint.dir: 'ckpt' is relative: in the pod it is under the read-only code mount "
+            "/workspace; use a volume's mountPath (e.g. /ckpt/run) or an object store URL\n") in result.stderr
+    assert "spec.checkpoint.dir" not in _cli("run", "-f", str(write_spec(
+        tmp_path / "abs.yaml", command=["python", "train.py"], checkpoint={"dir": "/ckpt/run"})), "--dry-run").stderr
+
+
+def test_gpus_requested_on_a_machine_without_any_are_a_warning(tmp_path: Path) -> None:
+    assert gpu_warning(1, dev=tmp_path) == (
+        f"spec.gpusPerNode: 1 GPU(s) per node requested, but this machine has no NVIDIA GPU ({tmp_path}/nvidia* "
+        "absent): the local run uses the CPU; each pod in the cluster gets its GPUs")
+    assert gpu_warning(0, dev=tmp_path) is None
+    (tmp_path / "nvidia0").touch()
+    assert gpu_warning(1, dev=tmp_path) is None

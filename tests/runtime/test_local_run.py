@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.local.plan import free_port
+from kubetrain.local.plan import NODE_ENV, free_port
 from tests.runtime.helpers import (
     EXAMPLE,
     JOBS,
@@ -225,11 +225,15 @@ def test_sigterm_exit_codes_of_a_single_process(tmp_path: Path, sleep: str, expe
     assert bool(written) == (expected == 143), out
 
 
+def environ(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+
+
 def agent_pid(marker: str, node: int) -> int:
     """The torchrun agent (kubetrain.runtime.launch) of `node`: a pod's main process."""
     for pid in pids_with_env("TEST_MARKER", marker):
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        if b"kubetrain.runtime.launch" in cmdline and f"is_host={int(node == 1)}".encode() in cmdline:
+        if b"kubetrain.runtime.launch" in cmdline and f"{NODE_ENV}={node}".encode() in environ(pid):
             return pid
     raise AssertionError(f"no agent of node {node}")
 
