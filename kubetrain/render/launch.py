@@ -110,6 +110,12 @@ def torchrun_args(spec: JobSpec, workdir: str | None = None) -> list[str]:
     return ["--no-python", *spec.command, *spec.args]
 
 
+def nproc_flag(command: list[str] | None) -> str | None:
+    """The --nproc-per-node value of a torchrun command, or None."""
+    found = launcher(command)
+    return _flags(found[1]).get("--nproc-per-node") if found and found[0] == "torchrun" else None
+
+
 def launcher_warnings(spec: JobSpec) -> list[str]:
     """Flags of a torchrun command that contradict the spec or pin what the operator sets per pod."""
     found = launcher(spec.command)
@@ -118,7 +124,8 @@ def launcher_warnings(spec: JobSpec) -> list[str]:
     flags = _flags(found[1])
     warnings = []
     nproc = flags.get("--nproc-per-node")
-    if nproc is not None and nproc != str(spec.procs_per_node):
+    same = nproc in {"gpu", "auto"} and spec.gpusPerNode == spec.procs_per_node  # torchrun counts the pod's GPUs
+    if nproc is not None and nproc != str(spec.procs_per_node) and not same:
         warnings.append(f"spec.command: --nproc-per-node={nproc} overrides the spec's {spec.procs_per_node} "
                         "process(es) per pod (procsPerNode/gpusPerNode)")
     nnodes = flags.get("--nnodes")
