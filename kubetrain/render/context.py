@@ -29,6 +29,10 @@ GPU_POD_ANNOTATIONS = {
     "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
 }
 GPU_ENV = {"NCCL_DEBUG": "WARN", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+# CUDA base images set NVIDIA_VISIBLE_DEVICES=all, and on a node whose default runtime is nvidia's, a container
+# that requests no nvidia.com/gpu then sees every GPU of the node, including GPUs the device plugin gave other
+# pods (NVIDIA/k8s-device-plugin#61). `void` is the NVIDIA Container Toolkit's value for "no GPUs".
+NO_GPU_ENV = {"NVIDIA_VISIBLE_DEVICES": "void"}
 # torch 2.15's agents share one rendezvous TCP store across restarts; after a worker dies, restarted workers
 # can read the previous round's addresses and never connect. Elastic jobs restart in place, so opt out.
 ELASTIC_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -91,6 +95,8 @@ def env(job: TrainingJob) -> list[dict[str, Any]]:
     values = {"PYTHONUNBUFFERED": "1", "KUBETRAIN_JOB_NAME": job.metadata.name}
     if spec.gpusPerNode:
         values.update(GPU_ENV)
+    else:
+        values.update(NO_GPU_ENV)
     if spec.elastic:
         values.update(ELASTIC_ENV)
     if spec.network:
