@@ -43,6 +43,7 @@ from kubetrain.client.pods import (
 )
 from kubetrain.client.targets import Target
 from kubetrain.errors import ClusterError, UsageError
+from kubetrain.observe import nccl
 
 Sink = Callable[[str], None]
 Notice = Callable[[str], None]
@@ -136,12 +137,16 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
         return 0
     readable = [r for r in replicas if _readable(r, options.previous, notice)]
     output = _Output(sink, options)
+    seen: set[str] = set()
     with ThreadPoolExecutor(min(PARALLEL_READS, max(1, len(readable)))) as pool:
         opened = list(pool.map(lambda r: _open(conn.rest, namespace, r, options, notice), readable))
         sources = [(r.label, _lines(resp)) for r, resp in zip(readable, opened, strict=True) if resp is not None]
         for line in merge(sources, output.prefixer, options.timestamps):
             sink(line)
             output.lines += 1
+            seen |= nccl.transports([line]) if "NCCL INFO" in line else set()
+    if fallback := nccl.socket_fallback(nccl.requested_fabric(obj), seen):
+        notice(f"warning: {fallback}")
     return output.lines
 
 
