@@ -4,8 +4,6 @@ devel/full variant (said on stderr); a base or Dockerfile the user chose is refu
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from click.testing import CliRunner
 from recording import FakeBin
