@@ -112,6 +112,21 @@ def autocast(train: Train, device: torch.device) -> contextlib.AbstractContextMa
     return torch.autocast(device.type, dtype=DTYPES[train.precision])
 
 
+def resolve_precision(train: Train, device: torch.device) -> Train:
+    """bf16 only on GPUs that compute it natively (compute capability 8.0+, Ampere or newer): torch emulates it
+    elsewhere (a V100 passes is_bf16_supported() by default, then runs bf16 matmuls without tensor cores).
+    Otherwise fp16 with a GradScaler (fp32 under fsdp, which refuses fp16), said in one line. CPUs keep bf16
+    (autocast supports it everywhere; fast with AVX512-BF16/AMX)."""
+    if train.precision != "bf16" or device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False):
+        return train
+    fallback = "fp32" if train.strategy == "fsdp" else "fp16"
+    major, minor = torch.cuda.get_device_capability(device)
+    print(f"kubetrain.runtime: warning: precision bf16 needs compute capability 8.0+ (Ampere or newer), and "
+          f"{torch.cuda.get_device_name(device)} is {major}.{minor}: training in {fallback}"
+          f"{' with a GradScaler' if fallback == 'fp16' else ''} instead", file=sys.stderr, flush=True)
+    return train.model_copy(update={"precision": fallback})
+
+
 def warn_slow_precision(train: Train, device: torch.device) -> None:
     """fp16 on a CPU is emulated: it trains several times slower than fp32 (measured about 4x)."""
     if train.precision == "fp16" and device.type == "cpu":
