@@ -83,11 +83,20 @@ def _data_parallel(model: nn.Module, env: DistEnv) -> Wrapped:
     return Wrapped(model, replicas, contextlib.nullcontext, "dp")
 
 
+def meta_device(train: Train) -> contextlib.AbstractContextManager[Any]:
+    """Where the model factory runs: on `meta` (shapes only, no storage) with fsdp.metaInit, else as is.
+    kubetrain.runtime.fsdp materialises each rank's shards after sharding."""
+    if train.strategy == "fsdp" and train.fsdp.metaInit:
+        return torch.device("meta")
+    return contextlib.nullcontext()
+
+
 def wrap_model(model: nn.Module, train: Train, env: DistEnv) -> Wrapped:
     """Move to the device, apply the optional features in a safe order, apply the strategy, then compile."""
     if train.syncBatchNorm:
         model = convert_sync_batchnorm(model, env.device)
-    model = model.to(env.device)
+    if not any(p.is_meta for p in model.parameters()):  # a meta model is materialised after sharding
+        model = model.to(env.device)
     if train.activationCheckpointing:
         apply_activation_checkpointing(model)
     if train.strategy == "fsdp":
