@@ -63,10 +63,11 @@ def test_more_processes_than_gpus_is_an_error_with_file_and_line(tmp_path: Path,
 
 @pytest.mark.parametrize("target", ["pytorchjob", "trainjob"])
 def test_fewer_processes_than_gpus_is_a_warning_and_renders(tmp_path: Path, target: str) -> None:
-    code, out, err = _render(_write(tmp_path, target=target, gpus=4, procs=2))
+    path = _write(tmp_path, target=target, gpus=4, procs=2)
+    code, out, err = _render(path)
     assert code == 0
-    assert ("warning: spec.procsPerNode: 2 process(es) per pod on 4 GPUs: 2 GPU(s) per pod stay idle unless "
-            "each process drives several") in err
+    assert (f"warning: {path}:9: spec.procsPerNode: 2 process(es) per pod on 4 GPUs: 2 GPU(s) per pod stay idle "
+            "unless each process drives several") in err
     job = list(yaml.safe_load_all(out))[-1]
     count = job["spec"]["nprocPerNode"] if target == "pytorchjob" else job["spec"]["trainer"]["numProcPerNode"]
     assert str(count) == "2"
@@ -96,7 +97,7 @@ def test_a_torchrun_commands_nproc_per_node_is_checked_too(tmp_path: Path, flag:
     if stream == "error":
         assert code == 2 and err.startswith(f"error: {path}:7: {message}"), err
     else:
-        assert code == 0 and f"warning: {message}" in err, err
+        assert code == 0 and f"warning: {path}:7: {message}" in err, err
 
 
 @pytest.mark.parametrize("flag", ["gpu", "auto", "4"])
