@@ -35,7 +35,10 @@ class LoadedSpec:
 
     def where(self, message: str) -> str:
         """`message` ("spec.field: ...") prefixed with the file and the field's line, when known."""
-        line = line_for(split_path(message.split(":", 1)[0]), self.lines) if ": " in message else None
+        field_name = message.split(": ", 1)[0]
+        if not field_name.startswith(("spec.", "metadata.")) or " " in field_name:
+            return message
+        line = line_for(split_path(field_name), self.lines)
         return f"{self.source}:{line}: {message}" if line else message
 
 

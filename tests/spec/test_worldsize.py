@@ -111,3 +111,13 @@ def test_validate_reports_the_spec_error_with_its_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["validate", str(path)])
     assert result.exit_code == 1, result.output
     assert f"{path}:9" in result.output and "3 processes per pod on 2 GPU(s)" in result.output
+
+
+def test_only_field_messages_get_a_location(tmp_path: Path) -> None:
+    from kubetrain.spec.load import load_spec
+
+    path = _write(tmp_path, gpus=4, procs=4)
+    loaded = load_spec(str(path))
+    assert loaded.where("spec.procsPerNode: x") == f"{path}:9: spec.procsPerNode: x"
+    assert loaded.where("spec.placement.cloud: y") == f"{path}:4: spec.placement.cloud: y"  # unset: its parent
+    assert loaded.where("kubetrain could not: z") == "kubetrain could not: z"
