@@ -16,7 +16,8 @@ Intra-node channels (`via P2P/...`, `via SHM/...`) say nothing about the fabric 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 SOCKET = "Socket"
@@ -77,3 +78,24 @@ def socket_fallback(requested: list[str], seen: set[str]) -> str | None:
             "inter-node traffic bypasses the fabric and runs at a fraction of its speed; check that the image "
             "has the fabric's NCCL plugin (aws-ofi-nccl for EFA, libibverbs/rdma-core for InfiniBand) and "
             "NCCL_NET / NCCL_IB_HCA / NCCL_SOCKET_IFNAME (the NCCL INFO lines of `kubetrain logs` say more)")
+
+
+class SocketWatch:
+    """Reads log lines as they are printed (from any thread) and says once, through `notice`, when a job
+    whose pods request a fabric turns out to run NCCL over sockets: `kubetrain logs`, with and without -f."""
+
+    def __init__(self, job: dict[str, Any], notice: Callable[[str], None]) -> None:
+        self.requested = requested_fabric(job)
+        self.notice = notice
+        self.seen: set[str] = set()
+        self.said = False
+        self._lock = threading.Lock()
+
+    def __call__(self, line: str) -> None:
+        if not self.requested or self.said or "NCCL INFO" not in line:
+            return
+        with self._lock:
+            self.seen |= transports([line])
+            if not self.said and (warning := socket_fallback(self.requested, self.seen)):
+                self.said = True
+                self.notice(f"warning: {warning}")

@@ -14,8 +14,8 @@ from kubetrain.client.connection import Connection
 from kubetrain.client.logs import LogOptions, print_logs
 from kubetrain.client.status import job_status
 from tests.client.logfixtures import stamp
-from tests.client.test_logs import _running, _serve, _served, conn  # noqa: F401 (a fixture)
-from tests.harness.helpers import pytorchjob, server_side_apply
+from tests.client.test_logs import _follow_in_thread, _running, _serve, _served, conn  # noqa: F401 (a fixture)
+from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
 
 pytestmark = pytest.mark.controlplane
 FIXTURES = Path(__file__).parents[1] / "observe" / "fixtures" / "nccl"
@@ -52,3 +52,17 @@ def test_status_and_logs_warn_about_a_socket_fallback(controlplane: Any, namespa
     assert [n[:9 + len(WARNING)] for n in notices if WARNING in n] == ([f"warning: {WARNING}"] if warned else [])
     hints = job_status(conn.rest, None, namespace, "nccl").hints
     assert any(h.startswith(WARNING) for h in hints) is warned
+
+
+def test_follow_warns_once_while_the_job_runs(controlplane: Any, namespace: str, k8s: Any, conn: Connection,  # noqa: F811
+                                              tmp_path: Path) -> None:
+    _start(k8s, tmp_path, namespace, "nccl-f", "socket.log", FABRIC)
+    sink: list[str] = []
+    notices: list[str] = []
+    thread, result = _follow_in_thread(conn, namespace, "nccl-f", sink, notices)
+    wait_for(lambda: any(WARNING in n for n in notices), f"the socket warning ({notices})", timeout=60, interval=0.1)
+    controlplane.set_pod_phase(namespace, "nccl-f-master-0", "Succeeded")
+    thread.join(60)
+    assert not thread.is_alive() and "error" not in result, result
+    assert len([n for n in notices if WARNING in n]) == 1
+    assert len([line for line in sink if "via NET/Socket" in line]) == 4  # every line still printed

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.observe.nccl import requested_fabric, socket_fallback, transports
+from kubetrain.observe.nccl import SocketWatch, requested_fabric, socket_fallback, transports
 from kubetrain.render import render_job
 from tests.render.test_rules import env, job
 
@@ -76,3 +76,17 @@ def test_the_warning_only_for_a_fabric_job_on_sockets() -> None:
     assert socket_fallback(["vpc.amazonaws.com/efa"], transports(lines("efa-ring.log"))) is None
     mixed = socket_fallback(["rdma/ib"], transports(lines("ib.log") + lines("socket.log")))
     assert mixed is not None and "(also seen: IBext_v8)" in mixed
+
+
+def test_the_watch_says_it_once_and_only_for_fabric_jobs() -> None:
+    efa = render_job(job(nodes=2, gpusPerNode=8, network={"fabric": "efa"}))[-1]
+    said: list[str] = []
+    watch = SocketWatch(efa, said.append)
+    for line in lines("socket.log"):
+        watch(line)
+    assert len(said) == 1 and said[0].startswith("warning: NCCL runs over TCP sockets (NET/Socket) although")
+    plain: list[str] = []
+    quiet = SocketWatch(render_job(job(nodes=2, gpusPerNode=8))[-1], plain.append)
+    for line in lines("socket.log"):
+        quiet(line)
+    assert plain == []
