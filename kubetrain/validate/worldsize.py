@@ -53,33 +53,59 @@ def _pytorchjob(obj: dict[str, Any]) -> Iterator[Finding]:
     procs = spec.get("nprocPerNode")
     if procs is None and get(spec, "elasticPolicy", "nProcPerNode") is not None:
         path, procs = ("spec", "elasticPolicy", "nProcPerNode"), get(spec, "elasticPolicy", "nProcPerNode")
-    unset = procs is None
     replicas = spec.get("pytorchReplicaSpecs")
-    seen: set[str] = set()
+    seen: set[tuple[PathKey, str]] = set()
     for replica_type, replica in (replicas.items() if isinstance(replicas, dict) else []):
         containers = get(replica, "template", "spec", "containers")
         if not isinstance(containers, list):
             continue
         index = _trainer_index(containers, "pytorch")
-        gpus = gpu_limit(containers[index].get("resources")) or 0
-        if unset and not _runs_torchrun(containers[index]):
-            continue  # PET_NPROC_PER_NODE only counts where torchrun reads it
-        found = procs_gpus_problem("auto" if unset else procs, gpus)
-        if found is None or found[1] in seen:
+        container = containers[index]
+        gpus = gpu_limit(container.get("resources")) or 0
+        container_path: PathKey = ("spec", "pytorchReplicaSpecs", replica_type, "template", "spec", "containers",
+                                   index)
+        count = _replica_count(container, procs, path, container_path)
+        if count is None or (found := procs_gpus_problem(count[0], gpus)) is None:
             continue
-        seen.add(found[1])
-        severity, message = found
+        _, at, text = count
+        if (at, found[1]) in seen:
+            continue
+        seen.add((at, found[1]))
         where = f"{replica_type} ({gpus} GPU(s) per pod)"
-        if unset:
-            yield Finding(("spec", "pytorchReplicaSpecs", replica_type, "template", "spec", "containers", index),
-                          f"spec.nprocPerNode is unset (the operator's default: auto) for {where}: {message}", severity)
-        else:
-            yield Finding(path, f"{message} [{where}]", severity)
+        yield Finding(at, f"{text} for {where}: {found[1]}" if text else f"{found[1]} [{where}]", found[0])
+
+
+def _replica_count(container: Any, procs: object, path: PathKey, container_path: PathKey
+                   ) -> tuple[object, PathKey, str] | None:
+    """(the count torchrun will use, where it is set, how to name it), or None where torchrun does not run."""
+    flag = _nproc_flag(container)
+    if flag is not None:  # torchrun's own flag wins over PET_NPROC_PER_NODE
+        return flag, container_path, f"--nproc-per-node {flag} in the command"
+    if procs is not None:
+        return procs, path, ""
+    if not _runs_torchrun(container):
+        return None  # PET_NPROC_PER_NODE only counts where torchrun reads it
+    return "auto", container_path, "spec.nprocPerNode is unset (the operator's default: auto)"
+
+
+def _nproc_flag(container: Any) -> str | None:
+    """The value of --nproc-per-node/--nproc_per_node in a container's command and args, if any."""
+    words = _words(container)
+    for i, word in enumerate(words):
+        name, sep, value = word.partition("=")
+        if name in ("--nproc-per-node", "--nproc_per_node"):
+            return value if sep else (words[i + 1] if i + 1 < len(words) else None)
+    return None
+
+
+def _words(container: Any) -> list[str]:
+    if not isinstance(container, dict):
+        return []
+    return [w for w in [*(container.get("command") or []), *(container.get("args") or [])] if isinstance(w, str)]
 
 
 def _runs_torchrun(container: Any) -> bool:
-    words = [*(container.get("command") or []), *(container.get("args") or [])] if isinstance(container, dict) else []
-    return any(isinstance(w, str) and ("torchrun" in w or "torch.distributed.run" in w) for w in words)
+    return any("torchrun" in w or "torch.distributed.run" in w for w in _words(container))
 
 
 def _trainer_index(containers: list[Any], name: str) -> int:

@@ -76,6 +76,17 @@ def test_unset_nproc_is_the_operators_auto_where_torchrun_reads_it() -> None:
     assert _issues(pytorchjob(None, 8)) == []  # auto counts the pod's GPUs
 
 
+def test_a_torchrun_flag_in_the_command_wins_over_nproc_per_node() -> None:
+    job = pytorchjob(None, 0)
+    job["spec"]["pytorchReplicaSpecs"]["Master"] = _replica(0, ["torchrun", "--nproc_per_node=1", "train.py"])
+    assert _issues(job) == []  # explicit: not the operator's auto
+    job = pytorchjob("4", 4)
+    job["spec"]["pytorchReplicaSpecs"]["Master"] = _replica(4, ["torchrun", "--nproc-per-node", "8", "train.py"])
+    [(severity, path, _, message)] = _issues(job)
+    assert (severity, path) == ("error", "spec.pytorchReplicaSpecs.Master.template.spec.containers[0]")
+    assert message.startswith("--nproc-per-node 8 in the command for Master (4 GPU(s) per pod): 8 processes")
+
+
 def trainjob(procs: Any, resources: dict[str, Any] | None) -> dict[str, Any]:
     trainer: dict[str, Any] = {"image": "example.com/t:1", "numNodes": 2}
     if procs is not None:
