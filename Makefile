@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 EXTRAS ?= runtime,examples,dev
 PYTEST_ARGS ?=
 
-.PHONY: install demo testenv test test-fast e2e lint bench clean
+.PHONY: install demo testenv test test-fast e2e lint bench gpu-check clean
 
 install: $(STAMP)
 
@@ -50,6 +50,12 @@ lint: install
 bench: install
 	$(BIN)/python benchmarks/bench_cli.py
 	@for b in benchmarks/bench_*.py; do [ "$$b" = benchmarks/bench_cli.py ] || $(BIN)/python $$b; done
+
+## What only a real NVIDIA GPU can tell (docs/gpu.md); not part of `make test`. Without a GPU: one line, exit 1.
+## Uses .venv when there is one, else $(PYTHON) (a GPU machine's own Python with kubetrain installed).
+GPU_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+gpu-check:
+	$(GPU_PYTHON) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis dist build

@@ -44,7 +44,7 @@ def warn_render(loaded: LoadedSpec, cloud: str | None = None) -> None:
     from kubetrain.render import RenderOptions, render_warnings
 
     for message in render_warnings(loaded.job, RenderOptions(cloud=cloud)):
-        warn(message)
+        warn(loaded.where(message))
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -4,9 +4,10 @@ parsing and the per-pod verdicts are pure functions, tested on their own."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kubernetes import client
@@ -18,13 +19,28 @@ from kubetrain.client.errors import cluster_errors, translate
 from kubetrain.client.pods import Replica, job_replicas, select
 from kubetrain.client.targets import Target
 
-FIELDS = ("index", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu", "power.draw")
+FIELDS = ("index", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu", "power.draw",
+          "mig.mode.current")
 COMMAND = ["nvidia-smi", f"--query-gpu={','.join(FIELDS)}", "--format=csv,noheader,nounits"]
+# With MIG enabled, --query-gpu lists only the parent GPUs (utilization [N/A]: NVML has no per-GPU figure);
+# the slices the pod was given are listed by -L, indented under their parent.
+LIST_COMMAND = ["nvidia-smi", "-L"]
+_GPU_LINE = re.compile(r"^GPU (\d+): (.+?) \(UUID: (GPU-[^)]+)\)\s*$")
+_MIG_LINE = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)\s*$")
 EXEC_TIMEOUT = 20.0  # seconds for one pod's nvidia-smi
 PARALLEL_EXECS = 16
 NOT_FOUND = ("executable file not found", "no such file or directory", "not found in $path", "command not found")
 NO_DRIVER = ("couldn't communicate with the nvidia driver", "no devices were found", "nvml",
              "driver/library version mismatch")
+
+
+@dataclass(frozen=True)
+class MigSlice:
+    """One MIG device (a GPU instance's compute instance) of a parent GPU, as `nvidia-smi -L` lists it."""
+
+    device: int
+    profile: str  # e.g. 1g.10gb
+    uuid: str
 
 
 @dataclass(frozen=True)
@@ -36,6 +52,8 @@ class Gpu:
     memory_total: float | None  # MiB
     temperature: float | None  # °C
     power: float | None  # W
+    mig: bool = False  # MIG mode enabled: utilization is not reported, `slices` are what the pod can use
+    slices: tuple[MigSlice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,7 +68,8 @@ class PodGpus:
 
     def as_dict(self) -> dict[str, Any]:
         return {"replica": self.replica, "pod": self.pod, "node": self.node,
-                "gpus": [asdict(g) for g in self.gpus], "message": self.message or None}
+                "gpus": [{**asdict(g), "slices": [asdict(s) for s in g.slices]} for g in self.gpus],
+                "message": self.message or None}
 
 
 @dataclass(frozen=True)
@@ -76,8 +95,33 @@ def parse_query(text: str) -> list[Gpu]:
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(FIELDS) or not cells[0].isdigit():
             raise ValueError(f"unexpected nvidia-smi output: {line[:120]!r}")
-        gpus.append(Gpu(int(cells[0]), cells[1], *(_number(c) for c in cells[2:])))
+        utilization, used, total, temperature, power = (_number(c) for c in cells[2:-1])
+        gpus.append(Gpu(int(cells[0]), cells[1], utilization, used, total, temperature, power,
+                        mig=cells[-1] == "Enabled"))
     return gpus
+
+
+def parse_list(text: str) -> dict[int, tuple[MigSlice, ...]]:
+    """The MIG devices of `nvidia-smi -L`, by parent GPU index; ValueError on a line of another shape."""
+    slices: dict[int, list[MigSlice]] = {}
+    parent: int | None = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if gpu := _GPU_LINE.match(line):
+            parent = int(gpu.group(1))
+            slices.setdefault(parent, [])
+        elif (mig := _MIG_LINE.match(line)) and parent is not None:
+            slices[parent].append(MigSlice(int(mig.group(2)), mig.group(1), mig.group(3)))
+        else:
+            raise ValueError(f"unexpected nvidia-smi -L output: {line[:120]!r}")
+    return {index: tuple(found) for index, found in slices.items()}
+
+
+def with_slices(gpus: list[Gpu], listing: str) -> list[Gpu]:
+    """`gpus` with the MIG slices of `nvidia-smi -L` attached to their parents."""
+    slices = parse_list(listing)
+    return [replace(g, slices=slices.get(g.index, ())) if g.mig else g for g in gpus]
 
 
 def verdict(result: ExecResult) -> tuple[list[Gpu], str]:
@@ -103,14 +147,15 @@ def _first_line(text: str) -> str:
 
 
 def exec_nvidia_smi(core: client.CoreV1Api, namespace: str, pod: str, container: str,
-                    timeout: float = EXEC_TIMEOUT) -> ExecResult:
-    """Run COMMAND in the container over the exec websocket; stdout, stderr and the exit code kept apart.
+                    command: list[str] = COMMAND, timeout: float = EXEC_TIMEOUT) -> ExecResult:
+    """Run `command` (COMMAND; LIST_COMMAND for MIG slices) in the container over the exec websocket; stdout,
+    stderr and the exit code kept apart.
 
     kubernetes.stream swaps the ApiClient's call_api while it connects, which is not thread-safe: every exec
     gets its own ApiClient (same configuration), so parallel execs and other requests never cross.
     """
     with client.ApiClient(core.api_client.configuration) as own:
-        ws = stream(client.CoreV1Api(own).connect_get_namespaced_pod_exec, pod, namespace, command=COMMAND,
+        ws = stream(client.CoreV1Api(own).connect_get_namespaced_pod_exec, pod, namespace, command=command,
                     container=container, stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
     try:
         ws.run_forever(timeout=timeout)
@@ -137,7 +182,7 @@ def _result(out: str, err: str, status_text: str, still_open: bool) -> ExecResul
     return ExecResult(out, err, code, "" if code is not None else str(status.get("message") or status_text))
 
 
-Exec = Callable[[client.CoreV1Api, str, str, str], ExecResult]
+Exec = Callable[..., ExecResult]  # exec_nvidia_smi's signature
 
 
 def pod_gpus(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec = exec_nvidia_smi) -> PodGpus:
@@ -149,10 +194,23 @@ def pod_gpus(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec
         return PodGpus(replica.label, replica.pod, replica.node,
                        message=f"not running ({replica.reason or replica.phase})")
     gpus, message = verdict(_exec(core, namespace, replica, run))
+    if any(g.mig for g in gpus):
+        gpus, message = _mig_slices(gpus, _exec(core, namespace, replica, run, LIST_COMMAND))
     if replica.gpus == 0:
         message = (f"requests no nvidia.com/gpu, yet sees {len(gpus)} GPU(s)" if gpus
                    else f"no GPU: the pod requests no nvidia.com/gpu ({_no_gpu_reason(message)})")
     return PodGpus(base.replica, base.pod, base.node, gpus, message)
+
+
+def _mig_slices(gpus: list[Gpu], listing: ExecResult) -> tuple[list[Gpu], str]:
+    """The GPUs with their MIG slices, or unchanged with why the slices are not known."""
+    if listing.exit_code != 0:
+        detail = _first_line(listing.stderr or listing.stdout or listing.error) or "no output"
+        return gpus, f"MIG enabled, but nvidia-smi -L failed (exit {listing.exit_code}): {detail}"
+    try:
+        return with_slices(gpus, listing.stdout), ""
+    except ValueError as exc:
+        return gpus, f"MIG enabled: {exc}"
 
 
 def _no_gpu_reason(message: str) -> str:
@@ -162,8 +220,11 @@ def _no_gpu_reason(message: str) -> str:
     return f"checked in the container: {message}"
 
 
-def _exec(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec) -> ExecResult:
+def _exec(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec,
+          command: list[str] | None = None) -> ExecResult:
     try:
+        if command is not None:
+            return run(core, namespace, replica.pod, replica.container, command)
         return run(core, namespace, replica.pod, replica.container)
     except ApiException as exc:
         if exc.status in (401, 403):
@@ -190,12 +251,21 @@ def table_rows(results: list[PodGpus]) -> list[list[str]]:
         if not pod.gpus:
             rows.append([pod.replica, "-", pod.message, "", "", "", ""])
         for gpu in pod.gpus:
-            rows.append([pod.replica, str(gpu.index), gpu.name, _fmt(gpu.utilization, "%"), _memory(gpu),
+            rows.append([pod.replica, str(gpu.index), gpu.name, _utilization(gpu), _memory(gpu),
                          _fmt(gpu.temperature, "°C"), _fmt(gpu.power, " W", 0)])
+            rows += [[pod.replica, f"{gpu.index}/{s.device}", f"MIG {s.profile} {s.uuid}", "", "", "", ""]
+                     for s in gpu.slices]
     return rows
 
 
 HEADERS = ["POD", "GPU", "NAME", "UTIL", "MEMORY", "TEMP", "POWER"]
+
+
+def _utilization(gpu: Gpu) -> str:
+    """nvidia-smi reports [N/A] for a GPU in MIG mode and [Not Supported] on some boards: say so."""
+    if gpu.utilization is not None:
+        return _fmt(gpu.utilization, "%")
+    return "not supported (MIG)" if gpu.mig else "not supported"
 
 
 def _fmt(value: float | None, unit: str, digits: int = 0) -> str:

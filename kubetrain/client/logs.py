@@ -43,6 +43,7 @@ from kubetrain.client.pods import (
 )
 from kubetrain.client.targets import Target
 from kubetrain.errors import ClusterError, UsageError
+from kubetrain.observe import nccl
 
 Sink = Callable[[str], None]
 Notice = Callable[[str], None]
@@ -136,11 +137,13 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
         return 0
     readable = [r for r in replicas if _readable(r, options.previous, notice)]
     output = _Output(sink, options)
+    watch = nccl.SocketWatch(obj, notice)
     with ThreadPoolExecutor(min(PARALLEL_READS, max(1, len(readable)))) as pool:
         opened = list(pool.map(lambda r: _open(conn.rest, namespace, r, options, notice), readable))
         sources = [(r.label, _lines(resp)) for r, resp in zip(readable, opened, strict=True) if resp is not None]
         for line in merge(sources, output.prefixer, options.timestamps):
             sink(line)
+            watch(line)
             output.lines += 1
     return output.lines
 
@@ -306,7 +309,13 @@ def follow_job_logs(conn: Connection, namespace: str, name: str, target: str | T
     archived = _finished_from_archive(conn.rest, found, obj, namespace, name, options, sink, notice)
     if archived is not None:
         return archived
-    output = _Output(sink, options)
+    watch = nccl.SocketWatch(obj, notice)  # called by _Output.emit under its lock, never after close()
+
+    def watched(line: str) -> None:
+        sink(line)
+        watch(line)
+
+    output = _Output(watched, options)
     follow = _Follow(conn.rest, found, namespace, name, wanted, options, output, output.notice_gate(notice))
     try:
         with cluster_errors(f"watch {found.resource} {name} and its pods in namespace {namespace}"):

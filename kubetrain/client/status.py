@@ -10,6 +10,7 @@ from typing import Any
 from kubetrain.client import hints, jobs, pods, queues
 from kubetrain.client.events import list_events, list_selected, selectors, uid_selector
 from kubetrain.client.targets import PYTORCHJOB, Target
+from kubetrain.observe.nccl import requested_fabric, socket_fallback, transports
 
 JOB_KINDS = {"PyTorchJob", "TrainJob", "JobSet", "Job", "Service"}
 CREATED_POD = re.compile(r"Created pod: (\S+)")  # the training-operator's SuccessfulCreatePod event
@@ -176,7 +177,8 @@ def job_status(api: Any, targets: list[Target] | None, namespace: str, name: str
                recent: int = 10, timeline: bool = False) -> JobStatus:
     """`targets`: the kinds the job may be (None: whichever the cluster serves)."""
     target, obj = jobs.find(api, targets, namespace, name)
-    pod_list, listed, head = read_in_parallel(api, target, namespace, obj, head=timeline)
+    fabric = requested_fabric(obj)
+    pod_list, listed, head = read_in_parallel(api, target, namespace, obj, head=timeline or bool(fabric))
     subjects = event_subjects(obj, target, pod_list, STATUS_POD_EVENT_LISTS, STATUS_HEALTHY_POD_EVENT_LISTS)
     event_dicts = job_event_dicts(api, target, namespace, obj, pod_list, subjects, listed)
     again = recreations(event_dicts)
@@ -189,6 +191,8 @@ def job_status(api: Any, targets: list[Target] | None, namespace: str, name: str
     if subjects.omitted:
         queued.append(f"Events of {subjects.omitted} more troubled pod(s) not read (status lists at most "
                       f"{STATUS_POD_EVENT_LISTS} pods' Events): `kubetrain events {name}`")
+    if fallback := socket_fallback(fabric, transports(head)):
+        queued.append(fallback)
     all_hints = hints.unique(queued + recreated + [h for r in rows for h in r.hints] +
                              [h for e in events if e.type == "Warning" for h in e.hints])
     when = ""

@@ -62,6 +62,8 @@ def build(loaded: LoadedSpec, *, push: bool = False, kind_cluster: str | None = 
     if containerd is not None:
         _require_containerd(containerd)
     with staging_dir(plan.context) as staging:
+        for note in plan.notes:
+            echo(f"kubetrain: {note}")
         echo(f"kubetrain: assembling the build context from {plan.context}")
         assembled = assemble(plan, staging, _local_id(engine, plan.base_image))
         ref = assembled.ref

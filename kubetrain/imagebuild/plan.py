@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import kubetrain
 from kubetrain.errors import BuildError
+from kubetrain.imagebuild import toolchain
 from kubetrain.imagebuild.context import Entry, collect, content_hash, stage, write_file
 from kubetrain.imagebuild.dockerignore import PatternMatcher, load_matcher
 from kubetrain.imagebuild.reference import hash_tag, repository_error, split_reference
@@ -45,6 +46,7 @@ class BuildPlan:
     platform: str | None = None
     requirements: Path | None = None
     object_stores: tuple[str, ...] = ()  # fsspec backends the job's checkpoint.dir / archive URLs need
+    notes: tuple[str, ...] = ()  # what planning changed (a devel base for torch.compile), said on stderr
 
 
 @dataclass(frozen=True)
@@ -68,13 +70,45 @@ def plan_build(loaded: LoadedSpec) -> BuildPlan:
     dockerfile = images_dir() / DOCKERFILES[build.variant] if own else context / str(build.dockerfile)
     if not dockerfile.is_file():
         raise _field_error(loaded, "dockerfile", f"{dockerfile} not found")
-    return BuildPlan(
+    return _toolchain(loaded, build, BuildPlan(
         source=loaded.source, context=context, dockerfile=dockerfile, own_dockerfile=own,
         repository=_repository(loaded, build), build_args=_build_args(loaded, build),
         base_image=build.baseImage, platform=build.platform,
         requirements=_requirements(loaded, build, context),
         object_stores=tuple(backend_requirements([spec.checkpoint.dir if spec.checkpoint else None, spec.archive])),
-    )
+    ))
+
+
+_TOOLS = {"compiler": "C compiler", "nvcc": "nvcc (CUDA toolkit)"}
+
+
+def _toolchain(loaded: LoadedSpec, build: Build, plan: BuildPlan) -> BuildPlan:
+    """The plan on a base that has the compilers the spec needs: kubetrain's default base becomes its devel
+    (or full) variant; a base or Dockerfile the user chose is refused, naming the image to use instead."""
+    train = loaded.job.spec.train
+    requirements = _read(plan.requirements).decode(errors="replace") if plan.requirements else ""
+    wanted = toolchain.needs(bool(train and train.compile), requirements)
+    if plan.own_dockerfile and build.variant == "cpu":
+        wanted = [need for need in wanted if need.what == "compiler"]  # no CUDA ops to build on a CPU image
+    if not wanted:
+        return plan
+    text = _read(plan.dockerfile).decode(errors="replace")
+    base = toolchain.base_image(text, plan.build_args)
+    missing = [n for n in wanted if base and toolchain.lacks(base, n.what) and not toolchain.installs(text, n.what)]
+    if base is None or not missing:
+        return plan
+    lacking = " and ".join(sorted({_TOOLS[n.what] for n in missing}))
+    why = "; ".join(n.why for n in missing)
+    better = toolchain.has_variant(base)
+    if plan.own_dockerfile and "BASE_IMAGE" not in plan.build_args and better:
+        note = f"{base} has no {lacking}: {why}; building on {better} instead (larger, but it has them)"
+        return replace(plan, build_args={**plan.build_args, "BASE_IMAGE": better}, base_image=better,
+                       notes=(*plan.notes, note))
+    field_name = ("spec.build.dockerfile" if not plan.own_dockerfile else
+                  "spec.build.baseImage" if build.baseImage else "spec.build.buildArgs.BASE_IMAGE")
+    instead = f"use {better}" if better else "use a -devel CUDA base"
+    raise BuildError(f"{loaded.source}: {field_name}: {base} has no {lacking}: {why}; {instead}, or install it "
+                     "in your Dockerfile (apt-get install build-essential; cuda-nvcc for nvcc)")
 
 
 def _repository(loaded: LoadedSpec, build: Build) -> str:

@@ -21,6 +21,7 @@ from kubetrain.render.context import RenderOptions, code_configmap_name, labels,
 from kubetrain.render.launch import launcher_problem, launcher_warnings
 from kubetrain.render.yamlout import flow, quote
 from kubetrain.spec import names
+from kubetrain.spec.checks import world_size_findings
 from kubetrain.spec.model import TrainingJob
 from kubetrain.validate.k8s import k8s_findings
 from kubetrain.yamlsrc import MAX_OBJECT_BYTES, join_path, object_size_problem
@@ -114,6 +115,8 @@ def render_warnings(job: TrainingJob, options: RenderOptions | None = None) -> l
     """What render does that the spec may not expect: contradicting launcher flags, an unresolved cloud."""
     warnings = launcher_warnings(job.spec)
     warnings += _relative_path_warnings(job)
+    warnings += [f"{field}: {message}" for field, severity, message in world_size_findings(job)
+                 if severity == "warning"]
     if job.spec.placement.cloud == "auto" and not (options and options.cloud):
         warnings.append("spec.placement.cloud: auto is resolved by `kubetrain submit` from the cluster's node "
                         "labels; offline, no cloud profile applies (no GPU-model selector, no cloud tolerations)")

@@ -29,9 +29,16 @@ GPU_POD_ANNOTATIONS = {
     "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
 }
 GPU_ENV = {"NCCL_DEBUG": "WARN", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+# CUDA base images set NVIDIA_VISIBLE_DEVICES=all, and on a node whose default runtime is nvidia's, a container
+# that requests no nvidia.com/gpu then sees every GPU of the node, including GPUs the device plugin gave other
+# pods (NVIDIA/k8s-device-plugin#61). `void` is the NVIDIA Container Toolkit's value for "no GPUs".
+NO_GPU_ENV = {"NVIDIA_VISIBLE_DEVICES": "void"}
 # torch 2.15's agents share one rendezvous TCP store across restarts; after a worker dies, restarted workers
 # can read the previous round's addresses and never connect. Elastic jobs restart in place, so opt out.
 ELASTIC_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# NCCL's INIT lines name the network it picked ("via NET/Socket/0"): status and logs read them to warn when a
+# fabric job fell back to sockets (kubetrain.observe.nccl). INIT keeps it to a few lines per rank.
+FABRIC_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 DEBUG_ENV = {"NCCL_DEBUG": "INFO", "TORCH_DISTRIBUTED_DEBUG": "DETAIL",
              "TORCH_SHOW_CPP_STACKTRACES": "1", "CUDA_LAUNCH_BLOCKING": "1"}
 DEFAULT_SHM = 2 * 2**30
@@ -91,10 +98,13 @@ def env(job: TrainingJob) -> list[dict[str, Any]]:
     values = {"PYTHONUNBUFFERED": "1", "KUBETRAIN_JOB_NAME": job.metadata.name}
     if spec.gpusPerNode:
         values.update(GPU_ENV)
+    else:
+        values.update(NO_GPU_ENV)
     if spec.elastic:
         values.update(ELASTIC_ENV)
     if spec.network:
         values.update(gpudirect_env(spec.network) if spec.network.gpudirect else FABRICS[spec.network.fabric][1])
+        values.update({} if spec.debug else FABRIC_ENV)  # the debug preset logs every subsystem
     if spec.debug:
         values.update(DEBUG_ENV)
     if spec.code:

@@ -73,6 +73,12 @@ def torchrun_args(spec: JobSpec, workdir: str | None = None) -> list[str]:
     return parse_command(spec.command, spec.args).torchrun_args(workdir)
 
 
+def nproc_flag(command: list[str] | None) -> str | None:
+    """The --nproc-per-node value of a torchrun command, or None."""
+    parsed = parse_command(command)
+    return parsed.flag("--nproc-per-node") if parsed.launcher == "torchrun" else None
+
+
 def launcher_warnings(spec: JobSpec) -> list[str]:
     """Flags of a torchrun command that contradict the spec or pin what the operator sets per pod."""
     command = parse_command(spec.command)
@@ -80,21 +86,19 @@ def launcher_warnings(spec: JobSpec) -> list[str]:
         return []
     warnings = []
     nproc = command.flag("--nproc-per-node")
-    if nproc is not None and nproc != str(spec.procs_per_node):
+    same = nproc in {"gpu", "auto"} and spec.gpusPerNode == spec.procs_per_node  # torchrun counts the pod's GPUs
+    if nproc is not None and nproc != str(spec.procs_per_node) and not same:
         warnings.append(f"spec.command: --nproc-per-node={nproc} overrides the spec's {spec.procs_per_node} "
                         "process(es) per pod (procsPerNode/gpusPerNode)")
     nnodes = command.flag("--nnodes")
     expected = f"{spec.elastic.minNodes}:{spec.elastic.maxNodes}" if spec.elastic else str(spec.nodes)
     if nnodes is not None and nnodes != expected:
         warnings.append(f"spec.command: --nnodes={nnodes} contradicts the spec ({expected})")
-    if "--standalone" in flags and (spec.nodes > 1 or spec.elastic):
-        warnings.append("spec.command: --standalone in a multi-node job: each pod starts its own single-node "
-                        "rendezvous and waits for nodes that never join; remove it")
     for flag in _PINNED:
         if command.flag(flag) is not None:
             warnings.append(f"spec.command: {flag} is fixed in the command; the operator sets it per pod "
                             "(PET_* variables): remove it")
     if command.flag("--standalone") is not None and (spec.nodes > 1 or spec.elastic):
-        warnings.append("spec.command: --standalone makes every pod its own one-node job; the operator sets "
-                        "the rendezvous per pod (PET_* variables): remove it")
+        warnings.append("spec.command: --standalone in a multi-node job: each pod starts its own single-node "
+                        "rendezvous and waits for nodes that never join; remove it")
     return warnings

@@ -38,6 +38,29 @@ def shard_units(model: nn.Module, class_names: list[str]) -> list[nn.Module]:
     return [child for child in model.children() if any(True for _ in child.parameters())]
 
 
+def materialize_shards(model: nn.Module, device: torch.device) -> None:
+    """Allocate this rank's shards (`to_empty`) and initialise them in place: the model's `init_weights()`
+    when it has one, else every module's `reset_parameters()`. The initialisers see DTensors whose shape is
+    the full parameter's, so fan-in based schemes (kaiming, xavier) compute the same bounds as unsharded."""
+    model.to_empty(device=device)
+    with torch.no_grad():
+        init = getattr(model, "init_weights", None)
+        if callable(init):
+            init()
+            return
+        uninitialised = []
+        for name, module in model.named_modules():
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset):
+                reset()
+            elif any(True for _ in module.parameters(recurse=False)):
+                uninitialised.append(name or "the model itself")
+        if uninitialised:
+            raise RuntimeConfigError(f"spec.train.fsdp.metaInit: {', '.join(uninitialised)}: parameters but "
+                                     "no reset_parameters(); give the model an init_weights() "
+                                     "method that initialises them, or set metaInit: false")
+
+
 def _policy(train: Train) -> MixedPrecisionPolicy:
     if train.precision == "fp16":
         raise RuntimeConfigError("spec.train.precision: fp16 is not supported with strategy fsdp (it needs a "
@@ -57,6 +80,8 @@ def shard_model(model: nn.Module, train: Train, env: DistEnv) -> Wrapped:
     for unit in shard_units(model, train.fsdp.wrapClasses):
         fully_shard(unit, **options)
     fully_shard(model, **options)
+    if any(p.is_meta for p in model.parameters()):
+        materialize_shards(model, env.device)
 
     @contextlib.contextmanager
     def no_sync() -> Iterator[None]:

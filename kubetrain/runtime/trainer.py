@@ -30,7 +30,14 @@ from kubetrain.runtime.report import Reporter
 from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import seed_everything
 from kubetrain.runtime.stop import StopSignal, TrainingStopped
-from kubetrain.runtime.wrap import autocast, grad_scaler, warn_slow_precision, wrap_model
+from kubetrain.runtime.wrap import (
+    autocast,
+    grad_scaler,
+    meta_device,
+    resolve_precision,
+    warn_slow_precision,
+    wrap_model,
+)
 from kubetrain.spec.sections import Checkpoint, Train
 
 __all__ = ["Factories", "FitResult", "Trainer", "TrainingStopped"]
@@ -115,8 +122,10 @@ class Trainer:
         train, factories = self.train, self.factories
         seed_everything(train.seed)  # identical data split and initial weights on every rank
         train_set, eval_set = split_datasets(factories.dataset())
-        model = _build(factories.model, "model", nn.Module)
+        with meta_device(train):  # fsdp.metaInit: no tensor of the full model is allocated here
+            model = _build(factories.model, "model", nn.Module)
         seed_everything(train.seed + env.rank)  # per-rank streams (dropout, augmentation)
+        train = resolve_precision(train, env.device)
         warn_slow_precision(train, env.device)
         wrapped = wrap_model(model, train, env)
         optimizer = _optimizer(factories, model, train.lr)

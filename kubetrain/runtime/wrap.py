@@ -83,11 +83,20 @@ def _data_parallel(model: nn.Module, env: DistEnv) -> Wrapped:
     return Wrapped(model, replicas, contextlib.nullcontext, "dp")
 
 
+def meta_device(train: Train) -> contextlib.AbstractContextManager[Any]:
+    """Where the model factory runs: on `meta` (shapes only, no storage) with fsdp.metaInit, else as is.
+    kubetrain.runtime.fsdp materialises each rank's shards after sharding."""
+    if train.strategy == "fsdp" and train.fsdp.metaInit:
+        return torch.device("meta")
+    return contextlib.nullcontext()
+
+
 def wrap_model(model: nn.Module, train: Train, env: DistEnv) -> Wrapped:
     """Move to the device, apply the optional features in a safe order, apply the strategy, then compile."""
     if train.syncBatchNorm:
         model = convert_sync_batchnorm(model, env.device)
-    model = model.to(env.device)
+    if not any(p.is_meta for p in model.parameters()):  # a meta model is materialised after sharding
+        model = model.to(env.device)
     if train.activationCheckpointing:
         apply_activation_checkpointing(model)
     if train.strategy == "fsdp":
@@ -110,6 +119,21 @@ def autocast(train: Train, device: torch.device) -> contextlib.AbstractContextMa
     if train.precision == "fp32" or train.strategy == "fsdp":
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=DTYPES[train.precision])
+
+
+def resolve_precision(train: Train, device: torch.device) -> Train:
+    """bf16 only on GPUs that compute it natively (compute capability 8.0+, Ampere or newer): torch emulates it
+    elsewhere (a V100 passes is_bf16_supported() by default, then runs bf16 matmuls without tensor cores).
+    Otherwise fp16 with a GradScaler (fp32 under fsdp, which refuses fp16), said in one line. CPUs keep bf16
+    (autocast supports it everywhere; fast with AVX512-BF16/AMX)."""
+    if train.precision != "bf16" or device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False):
+        return train
+    fallback = "fp32" if train.strategy == "fsdp" else "fp16"
+    major, minor = torch.cuda.get_device_capability(device)
+    print(f"kubetrain.runtime: warning: precision bf16 needs compute capability 8.0+ (Ampere or newer), and "
+          f"{torch.cuda.get_device_name(device)} is {major}.{minor}: training in {fallback}"
+          f"{' with a GradScaler' if fallback == 'fp16' else ''} instead", file=sys.stderr, flush=True)
+    return train.model_copy(update={"precision": fallback})
 
 
 def warn_slow_precision(train: Train, device: torch.device) -> None:

@@ -8,6 +8,7 @@ from kubetrain.spec.gputypes import gpu_type_error
 from kubetrain.spec.model import TrainingJob
 from kubetrain.spec.network import GPUDIRECT_VOLUMES
 from kubetrain.validate.operators import TORCHRUN_RESERVED_ENV
+from kubetrain.spec.worldsize import procs_gpus_problem
 
 RESERVED_VOLUMES = {"dshm", "code", "tmp"}
 TRAINJOB_RUN_POLICY = {"activeDeadlineSeconds"}  # what trainjob.yaml.j2 maps; any other field set is refused
@@ -37,7 +38,23 @@ def spec_problems(job: TrainingJob, target: str | None = None) -> list[tuple[str
     problems += _mount_problems(job)
     problems += _env_problems(job)
     problems += _name_length_problems(job, target or spec.target)
+    problems += [(field, message) for field, severity, message in world_size_findings(job) if severity == "error"]
     return problems
+
+
+def world_size_findings(job: TrainingJob) -> list[tuple[str, str, str]]:
+    """(field, severity, message) for process counts that do not match the pods' GPUs: spec.procsPerNode,
+    and a torchrun command's --nproc-per-node (which overrides it)."""
+    from kubetrain.render.launch import nproc_flag
+
+    spec = job.spec
+    counts = [("spec.procsPerNode", spec.procsPerNode), ("spec.command", nproc_flag(spec.command))]
+    findings: list[tuple[str, str, str]] = []
+    for field, procs in counts:
+        if procs is not None and (found := procs_gpus_problem(procs, spec.gpusPerNode)):
+            severity, message = found
+            findings.append((field, severity, f"{message} (spec.gpusPerNode: {spec.gpusPerNode})"))
+    return findings
 
 
 def _trainjob_problems(job: TrainingJob) -> list[tuple[str, str]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import difflib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,15 @@ class LoadedSpec:
     job: TrainingJob
     source: str
     base_dir: Path
+    lines: dict[PathKey, int] = field(default_factory=dict, compare=False, repr=False)  # for messages
+
+    def where(self, message: str) -> str:
+        """`message` ("spec.field: ...") prefixed with the file and the field's line, when known."""
+        field_name = message.split(": ", 1)[0]
+        if not field_name.startswith(("spec.", "metadata.")) or " " in field_name:
+            return message
+        line = line_for(split_path(field_name), self.lines)
+        return f"{self.source}:{line}: {message}" if line else message
 
 
 def read_text(path: str, limit: int = MAX_INPUT_BYTES) -> tuple[str, str]:
@@ -73,17 +82,22 @@ def _read_stdin(limit: int) -> bytes:
 def load_spec(path: str = DEFAULT_SPEC) -> LoadedSpec:
     name, text = read_text(path, MAX_SPEC_BYTES)
     base = Path.cwd() if path == "-" else Path(path).resolve().parent
-    return LoadedSpec(parse_spec(text, name), name, base)
+    doc = _document(text, name)
+    return LoadedSpec(validate_data(doc.data, doc.lines, name, doc.plain), name, base, doc.lines)
 
 
 def parse_spec(text: str, source: str = DEFAULT_SPEC) -> TrainingJob:
     """Parse and validate spec text; raises SpecError listing every problem."""
+    doc = _document(text, source)
+    return validate_data(doc.data, doc.lines, source, doc.plain)
+
+
+def _document(text: str, source: str) -> ParsedDoc:
     docs = parse_documents(text, source)
     if len(docs) > 1:
         raise SpecError([Problem("", "expected one YAML document, found several (---)", source,
                                  docs[1].start_line)])
-    doc = docs[0] if docs else ParsedDoc(None)
-    return validate_data(doc.data, doc.lines, source, doc.plain)
+    return docs[0] if docs else ParsedDoc(None)
 
 
 def validate_data(data: Any, lines: dict[PathKey, int], source: str,

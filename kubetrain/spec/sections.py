@@ -330,6 +330,10 @@ class FSDP(Section):
     more memory, fewer all-gathers)."""
     cpuOffload: bool = False
     """Keep sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy)."""
+    metaInit: bool = False
+    """Build the model on the `meta` device, shard it, then allocate and initialise only each rank's shards
+    (the model's `init_weights()`, else every module's `reset_parameters()`): no rank ever holds the whole
+    model, so it may be larger than one GPU. Initial weights then depend on the number of ranks."""
     asyncCheckpoint: bool = False
     """Write sharded checkpoints in the background (torch.distributed.checkpoint.async_save); a checkpoint
     is published when it is complete, at the latest before the next one, at the end, or on SIGTERM."""

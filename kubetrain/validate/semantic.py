@@ -8,6 +8,7 @@ from typing import Any
 
 from kubetrain.validate import operators
 from kubetrain.validate.findings import Finding, get
+from kubetrain.validate.worldsize import world_size_findings
 from kubetrain.yamlsrc import PathKey
 
 OPERATOR_RESTART_POLICIES = {"Always", "OnFailure", "Never", "ExitCode"}
@@ -19,6 +20,7 @@ def semantic_findings(obj: dict[str, Any]) -> list[Finding]:
     kind = obj.get("kind")
     findings = list(operators.resource_findings(obj))
     findings += list(_image_findings(obj))
+    findings += list(world_size_findings(obj))
     if kind == "PyTorchJob":
         findings += list(_pytorchjob_findings(obj))
         findings += list(operators.pytorchjob_webhook(obj))

@@ -48,8 +48,8 @@ def test_gpu_table_for_every_running_pod(controlplane, namespace, k8s):
 
 
 def test_parse_query_handles_unsupported_fields():
-    text = ("0, NVIDIA H100 80GB HBM3, 87, 30000, 81559, 52, 512.37\n"
-            "1, Tesla T4, [N/A], 10, 15360, 40, [Not Supported]\n")
+    text = ("0, NVIDIA H100 80GB HBM3, 87, 30000, 81559, 52, 512.37, Disabled\n"
+            "1, Tesla T4, [N/A], 10, 15360, 40, [Not Supported], [N/A]\n")
     assert parse_query(text) == [GPU0, Gpu(1, "Tesla T4", None, 10.0, 15360.0, 40.0, None)]
     with pytest.raises(ValueError, match="unexpected nvidia-smi output"):
         parse_query("index, name\n")
@@ -96,7 +96,7 @@ def test_one_broken_pod_does_not_hide_the_others():
     def fake_exec(core: Any, namespace: str, name: str, container: str) -> ExecResult:
         if name == "w-1":
             raise ConnectionResetError("connection reset by peer")
-        return ExecResult("0, NVIDIA H100 80GB HBM3, 87, 30000, 81559, 52, 512.37\n", "", 0)
+        return ExecResult("0, NVIDIA H100 80GB HBM3, 87, 30000, 81559, 52, 512.37, Disabled\n", "", 0)
 
     results = [pod_gpus(None, "ns", replica_of(pod(n), PYTORCHJOB), fake_exec) for n in ("w-0", "w-1")]
     assert results[0].gpus == [GPU0]

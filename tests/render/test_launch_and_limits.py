@@ -35,12 +35,10 @@ def test_torchrun_flags_that_contradict_the_spec_are_warned_about() -> None:
     assert launcher_warnings(spec) == [
         "spec.command: --nproc-per-node=4 overrides the spec's 8 process(es) per pod (procsPerNode/gpusPerNode)",
         "spec.command: --nnodes=3 contradicts the spec (2)",
-        "spec.command: --standalone in a multi-node job: each pod starts its own single-node rendezvous and waits "
-        "for nodes that never join; remove it",
         "spec.command: --node-rank is fixed in the command; the operator sets it per pod (PET_* variables): "
         "remove it",
-        "spec.command: --standalone makes every pod its own one-node job; the operator sets the rendezvous per "
-        "pod (PET_* variables): remove it",
+        "spec.command: --standalone in a multi-node job: each pod starts its own single-node rendezvous and waits "
+        "for nodes that never join; remove it",
     ]
     assert launcher_warnings(job(command=["torchrun", "--nproc-per-node=8", "t.py"], gpusPerNode=8).spec) == []
     assert launcher_warnings(job(command=["python", "t.py"]).spec) == []
