@@ -64,7 +64,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     info(f"kubetrain run: {plan.job_name}: {len(plan.nodes)} node(s) x {plan.procs_per_node} process(es)"
          + (f"; {mapping}" if mapping else ""))
     archive = plan.path_map.rewrite(loaded.job.spec.archive) if loaded.job.spec.archive else None
-    code = _supervise(plan, raw, archive)
+    code = _supervise(plan, raw, archive, loaded.job.spec.hang)
     info(f"kubetrain run: {plan.job_name} " + ("succeeded" if code == 0 else f"exited with {code}"))
     profile = loaded.job.spec.train.profile if loaded.job.spec.train else None
     if profile is not None:
@@ -76,10 +76,10 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
 
 
 
-def _supervise(plan: Any, raw: bool, archive: str | None) -> int:
+def _supervise(plan: Any, raw: bool, archive: str | None, hang: Any) -> int:
     """Run the plan with its output through the progress renderer (kubetrain.observe.render) and, with
     spec.archive, into the archive (one log per node, as a cluster keeps one per pod)."""
-    from kubetrain.local import Supervisor
+    from kubetrain.local.hangwatch import supervise
     from kubetrain.observe.archive import NodeArchive
     from kubetrain.observe.render import LineStream, Renderer
 
@@ -87,7 +87,7 @@ def _supervise(plan: Any, raw: bool, archive: str | None) -> int:
     kept = NodeArchive(archive, plan.job_name, renderer.line) if archive else None
     out = LineStream(kept.line) if kept else renderer.stdout
     try:
-        return Supervisor(plan, out=out, err=renderer.stderr).run()  # type: ignore[arg-type]
+        return supervise(plan, hang, out, renderer.stderr)  # type: ignore[arg-type]
     finally:
         renderer.close()
         if kept:
