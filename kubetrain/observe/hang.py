@@ -57,6 +57,7 @@ class RankView:
     step_p99: float | None = None
     own_p50: float | None = None
     steps_timed: int = 0
+    own_timed: int = 0
     phase_max: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -65,7 +66,7 @@ class RankView:
                    int(record.get("pid", 0)), int(record["step"]), str(record["phase"]),
                    float(record["phase_since"]), float(record["step_at"]), float(record["written_at"]),
                    record.get("step_p99"), record.get("own_p50"), int(record.get("steps_timed", 0)),
-                   dict(record.get("phase_max") or {}))
+                   int(record.get("own_timed", 0)), dict(record.get("phase_max") or {}))
 
     @property
     def progressed_at(self) -> float:
@@ -101,9 +102,17 @@ class Assessment:
     missing: tuple[int, ...] = ()  # ranks with no record at all
 
 
+def _long_phase(rank: RankView) -> str | None:
+    """The rank's phase if it may take many steps' time. Until its second step a rank counts as starting:
+    its first step includes warm-up (compilation, the first batch, resume)."""
+    if rank.phase in LONG_PHASES:
+        return rank.phase
+    return "start" if rank.steps_timed == 0 else None
+
+
 def limit_for(ranks: Sequence[RankView], thresholds: Thresholds) -> tuple[float, str]:
     """The hang threshold (seconds) that applies now, and the phase it was chosen for."""
-    long_phases = sorted({r.phase for r in ranks if r.phase in LONG_PHASES})
+    long_phases = sorted({phase for r in ranks if (phase := _long_phase(r))})
     if long_phases:
         longest = max((r.phase_max.get(p, 0.0) for r in ranks for p in long_phases), default=0.0)
         return max(thresholds.phase_timeout, thresholds.step_factor * longest), long_phases[0]
@@ -113,7 +122,7 @@ def limit_for(ranks: Sequence[RankView], thresholds: Thresholds) -> tuple[float,
 
 def stragglers(ranks: Sequence[RankView], factor: float) -> tuple[Straggler, ...]:
     """Ranks whose own time per micro-step stays above factor x the median of the others."""
-    timed = [r for r in ranks if r.own_p50 is not None and r.steps_timed >= MIN_STEPS_FOR_STRAGGLER]
+    timed = [r for r in ranks if r.own_p50 is not None and r.own_timed >= MIN_STEPS_FOR_STRAGGLER]
     found = []
     for rank in timed:
         others = [float(r.own_p50) for r in timed if r is not rank]  # type: ignore[arg-type]

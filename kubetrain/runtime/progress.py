@@ -97,6 +97,7 @@ class Progress:
         self.step_no = 0
         self.step_at = self.phase_since
         self.last_step_mono = time.monotonic()
+        self.stepped = False
         self.step_times: deque[float] = deque(maxlen=WINDOW)
         self.own_times: deque[float] = deque(maxlen=WINDOW)
         self.phase_max: dict[str, float] = {}
@@ -123,10 +124,16 @@ class Progress:
     def step(self, step: int) -> None:
         """An optimizer step finished."""
         mono = time.monotonic()
-        self.step_times.append(mono - self.last_step_mono)
-        self.last_step_mono = mono
         self.step_no = step
         self.step_at = time.time()
+        if self.stepped:
+            self.step_times.append(mono - self.last_step_mono)
+            self.last_step_mono = mono
+            return
+        # the first step includes warm-up and resume (not a step time); say at once that start-up is over
+        self.stepped = True
+        self.last_step_mono = mono
+        self.write()
 
     def own_time(self, seconds: float) -> None:
         """Time this rank spent on its own (waiting for data, forward) in a micro-step: the straggler
@@ -142,7 +149,7 @@ class Progress:
             "phase_since": round(self.phase_since, 3), "step_at": round(self.step_at, 3),
             "written_at": round(time.time(), 3), "monotonic": round(time.monotonic(), 3),
             "step_p50": _percentile(steps, 0.5), "step_p99": _percentile(steps, 0.99), "steps_timed": len(steps),
-            "own_p50": _percentile(own, 0.5), "phase_max": {k: round(v, 3) for k, v in self.phase_max.items()},
+            "own_p50": _percentile(own, 0.5), "own_timed": len(own), "phase_max": {k: round(v, 3) for k, v in self.phase_max.items()},
         }
 
     def write(self) -> None:
