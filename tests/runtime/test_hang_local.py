@@ -24,6 +24,7 @@ HANG = {"timeoutSeconds": 4, "phaseTimeoutSeconds": 60}
 
 
 def hang_spec(tmp_path: Path, hang: dict[str, Any], **train: Any) -> Path:
+    tmp_path.mkdir(exist_ok=True)
     path = write_spec(tmp_path / "job.yaml", name="hang", train=ft_train(**train),
                       checkpoint={"dir": "/ckpt/hang", "everySteps": 4})
     doc = yaml.safe_load(path.read_text())
@@ -51,7 +52,6 @@ def test_a_stopped_rank_is_named_with_stacks_and_the_run_fails(tmp_path: Path) -
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
         run.kill()
-    print(err)
     assert code == 1, out[-3000:] + err
     verdict = next(line for line in err.splitlines() if "hung since" in line)
     assert f"rank 1 (node 2, {os.uname().nodename}) stopped (SIGSTOP?), pid {pid}, state T" in verdict, err
@@ -84,13 +84,14 @@ def test_restart_resumes_from_the_checkpoint_with_identical_parameters(tmp_path:
     expected = final_state(tmp_path / "base-ckpt" / "hang")["model"]
     got = final_state(tmp_path / "ckpt" / "hang")["model"]
     assert expected.keys() == got.keys()
-    assert all(torch.equal(expected[k], got[k]) for k in expected), "parameters differ from the uninterrupted run"
+    differ = [k for k, v in expected.items() if not (torch.equal(v, got[k]) if torch.is_tensor(v) else v == got[k])]
+    assert differ == [], "parameters differ from the uninterrupted run"
     assert_no_processes_left(marker)
 
 
 def test_a_slow_rank_is_reported_as_a_straggler_and_normal_runs_are_not_hung(tmp_path: Path) -> None:
-    result = run_sync(["-f", str(hang_spec(tmp_path, {"policy": "fail"}, epochs=2, logEvery=4))],
-                      quiet_env(FT_SLEEP="0.001", FT_SLEEP_RANKS="1"))
+    result = run_sync(["-f", str(hang_spec(tmp_path, {"policy": "fail"}, epochs=20, logEvery=20))],
+                      quiet_env(FT_SLEEP="0.002", FT_SLEEP_RANKS="1"))
     assert result.returncode == 0, result.stderr
     assert "hung" not in result.stderr
     stragglers = [line for line in result.stderr.splitlines() if "straggler:" in line]
