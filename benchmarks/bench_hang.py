@@ -112,8 +112,8 @@ def latency(drills: int, timeout: int) -> list[float]:
 def _fit(steps: int, progress_dir: str | None) -> float:
     """Seconds per optimizer step of a Trainer run of `steps` steps (after 20 warm-up steps)."""
     import torch
-
     from bench_runtime import BATCH, make_data, make_model
+
     from kubetrain.runtime.trainer import Factories, Trainer
     from kubetrain.spec.sections import Train
 
