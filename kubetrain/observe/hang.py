@@ -137,8 +137,11 @@ def stragglers(ranks: Sequence[RankView], factor: float) -> tuple[Straggler, ...
 def assess(ranks: Sequence[RankView], world_size: int, thresholds: Thresholds, now: float | None = None,
            started: float | None = None) -> Assessment:
     """Judge the job from its ranks' records. `started`: when the job started, which counts as progress
-    for ranks that have no record yet (still importing torch, or never started)."""
+    for ranks that have no record yet while others have one (still importing torch, or never started).
+    Without any record there is no judgement: the job's ranks do not use kubetrain.runtime."""
     now = time.time() if now is None else now
+    if not ranks:  # no rank uses kubetrain.runtime (a script job), or none has started yet: no judgement
+        return Assessment(False, None, 0, 0.0, "start")
     live = [r for r in ranks if r.phase != "done"]
     present = {r.rank for r in ranks}
     missing = tuple(sorted(set(range(world_size)) - present))

@@ -116,11 +116,19 @@ def test_a_stopped_rank_is_stale_and_its_old_phase_does_not_pick_the_threshold(c
 
 def test_missing_ranks_get_the_start_up_threshold_from_the_job_start(clock: Clock) -> None:
     started = clock.now
+    present = Progress(0, 2, None)
     clock.now += 59
-    assert not assess([], 2, T, clock.now, started).hung
+    assert not assess([view(present, clock.now)], 2, T, clock.now, started).hung
     clock.now += 2
-    verdict = assess([], 2, T, clock.now, started)
-    assert verdict.hung and verdict.missing == (0, 1)
+    verdict = assess([view(present, clock.now)], 2, T, clock.now, started)
+    assert verdict.hung and verdict.missing == (1,)
+
+
+def test_a_job_without_any_record_is_never_judged(clock: Clock) -> None:
+    """A script job (no kubetrain.runtime): no records, however long it runs."""
+    started = clock.now
+    clock.now += 100_000
+    assert not assess([], 2, T, clock.now, started).hung
 
 
 def test_a_finished_job_is_never_hung(clock: Clock) -> None:
