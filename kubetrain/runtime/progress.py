@@ -149,7 +149,8 @@ class Progress:
             "phase_since": round(self.phase_since, 3), "step_at": round(self.step_at, 3),
             "written_at": round(time.time(), 3), "monotonic": round(time.monotonic(), 3),
             "step_p50": _percentile(steps, 0.5), "step_p99": _percentile(steps, 0.99), "steps_timed": len(steps),
-            "own_p50": _percentile(own, 0.5), "own_timed": len(own), "phase_max": {k: round(v, 3) for k, v in self.phase_max.items()},
+            "own_p50": _percentile(own, 0.5), "own_timed": len(own),
+            "phase_max": {k: round(v, 3) for k, v in self.phase_max.items()},
         }
 
     def write(self) -> None:
