@@ -22,7 +22,17 @@ from typing import Any, TextIO
 
 from kubetrain.local.plan import NodeCommand, RunPlan, free_port
 from kubetrain.local.supervisor import Supervisor, processes_of_run
-from kubetrain.observe.hang import Assessment, RankView, Thresholds, assess
+from kubetrain.observe.hang import (
+    FR_REQUEST,
+    NODE_ENV,
+    PROGRESS_DIR_ENV,
+    Assessment,
+    RankView,
+    Thresholds,
+    assess,
+    flight_record_path,
+    stacks_path,
+)
 from kubetrain.observe.stacks import (
     UNRESPONSIVE,
     collect,
@@ -32,11 +42,7 @@ from kubetrain.observe.stacks import (
     verdict,
 )
 
-# Kept in step with kubetrain.runtime.progress, which imports torch (this module must not).
-PROGRESS_DIR_ENV = "KUBETRAIN_PROGRESS_DIR"
-NODE_ENV = "KUBETRAIN_NODE"
-FR_REQUEST = "flight-recorder.request"
-STACK_SIGNAL = signal.SIGUSR2
+STACK_SIGNAL = signal.SIGUSR2  # kubetrain.runtime.progress registers faulthandler on it
 CHECK_SECONDS = 1.0
 ANSWER_SECONDS = 3.0  # ranks' time to write stacks and flight records (their writer runs every 2 s)
 FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_FR_DUMP_ON_TIMEOUT": "1",
@@ -141,7 +147,7 @@ class HangWatch:
         ours = set(processes_of_run(self.plan.run_id))
         offsets: dict[int, int] = {}
         for rank in ranks:
-            path = self.directory / f"stacks-rank-{rank.rank}.txt"
+            path = stacks_path(self.directory, rank.rank)
             offsets[rank.rank] = path.stat().st_size if path.exists() else 0
             if rank.pid in ours:  # never signal a process that is not this run's (a reused PID)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -164,7 +170,7 @@ class HangWatch:
 
     def _tail(self, rank: int, offset: int) -> str:
         try:
-            with open(self.directory / f"stacks-rank-{rank}.txt", "rb") as handle:
+            with open(stacks_path(self.directory, rank), "rb") as handle:
                 handle.seek(offset)
                 return handle.read().decode("utf-8", "replace")
         except OSError:
@@ -173,7 +179,7 @@ class HangWatch:
     def _flight_records(self, ranks: list[RankView], requested: float) -> dict[int, Any]:
         records = {}
         for rank in ranks:
-            path = self.directory / f"flight-recorder-rank-{rank.rank}.json"
+            path = flight_record_path(self.directory, rank.rank)
             with contextlib.suppress(OSError, ValueError):
                 if path.stat().st_mtime >= requested - 1:
                     records[rank.rank] = json.loads(path.read_bytes())

@@ -18,7 +18,27 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+# The progress directory, shared by the runtime that writes it (kubetrain.runtime.progress, which imports torch)
+# and the readers (kubetrain.local.hangwatch), which must not import torch.
+PROGRESS_DIR_ENV = "KUBETRAIN_PROGRESS_DIR"
+NODE_ENV = "KUBETRAIN_NODE"  # set per node by `kubetrain run` (1-based); pods use GROUP_RANK + 1
+FR_REQUEST = "flight-recorder.request"  # touched by the watch: every rank dumps its flight recorder
+
+
+def record_path(directory: str | Path, rank: int) -> Path:
+    return Path(directory) / f"rank-{rank}.json"
+
+
+def stacks_path(directory: str | Path, rank: int) -> Path:
+    return Path(directory) / f"stacks-rank-{rank}.txt"
+
+
+def flight_record_path(directory: str | Path, rank: int) -> Path:
+    return Path(directory) / f"flight-recorder-rank-{rank}.json"
+
 
 LONG_PHASES = ("start", "eval", "checkpoint")
 STALE_AFTER_SECONDS = 10.0  # a record older than this (5 writer periods) means the process does not run

@@ -1,6 +1,6 @@
 """A progress signal per rank, and stacks on demand, for hang and straggler detection (docs/hangs.md).
 
-With KUBETRAIN_PROGRESS_DIR set (by `kubetrain run`, and in rendered pods), every rank of the Trainer API:
+With KUBETRAIN_PROGRESS_DIR set (by `kubetrain run`), every rank of the Trainer API:
 
 * keeps its step, phase (start, data, train, eval, checkpoint, done) and step-time window in memory - a few
   attribute writes per step on the training thread;
@@ -27,25 +27,19 @@ from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
-PROGRESS_DIR_ENV = "KUBETRAIN_PROGRESS_DIR"
-NODE_ENV = "KUBETRAIN_NODE"  # set per node by `kubetrain run` (1-based); pods use GROUP_RANK + 1
+from kubetrain.observe.hang import (
+    FR_REQUEST,
+    NODE_ENV,
+    PROGRESS_DIR_ENV,
+    flight_record_path,
+    record_path,
+    stacks_path,
+)
+
 STACK_SIGNAL = signal.SIGUSR2
 WRITE_SECONDS = 2.0
 WINDOW = 256  # step times kept for the percentiles
 TIMED_PHASES = ("start", "eval", "checkpoint")
-FR_REQUEST = "flight-recorder.request"  # touched by the supervisor: every rank dumps its flight recorder
-
-
-def record_path(directory: str | Path, rank: int) -> Path:
-    return Path(directory) / f"rank-{rank}.json"
-
-
-def stacks_path(directory: str | Path, rank: int) -> Path:
-    return Path(directory) / f"stacks-rank-{rank}.txt"
-
-
-def flight_record_path(directory: str | Path, rank: int) -> Path:
-    return Path(directory) / f"flight-recorder-rank-{rank}.json"
 
 
 def _flight_recorder() -> bytes | None:

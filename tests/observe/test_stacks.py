@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from kubetrain.observe.hang import Assessment, RankView
+from kubetrain.observe.hang import Assessment, RankView, record_path, stacks_path
 from kubetrain.observe.stacks import (
     RankStack,
     collect,
@@ -22,7 +22,6 @@ from kubetrain.observe.stacks import (
     render,
     verdict,
 )
-from kubetrain.runtime.progress import record_path, stacks_path
 from tests.testenv.polling import wait_for
 
 WORKER = textwrap.dedent("""
