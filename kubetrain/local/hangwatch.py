@@ -188,7 +188,8 @@ class HangWatch:
 
 def supervise(plan: RunPlan, hang: Any, out: TextIO, err: TextIO) -> int:
     """Run the plan under a HangWatch; with policy restart, start it again (resuming from the last checkpoint)
-    up to hang.maxRestarts times. The progress directory is removed unless it holds a hang report."""
+    up to hang.maxRestarts times. The progress directory is removed unless it holds a hang report or a dump
+    of torch's flight recorder (written by its watchdog when a collective times out)."""
     directory = Path(tempfile.mkdtemp(prefix=f"kubetrain-{plan.run_id}-"))
     thresholds = Thresholds.from_spec(hang)
     restarts = 0
@@ -212,7 +213,8 @@ def supervise(plan: RunPlan, hang: Any, out: TextIO, err: TextIO) -> int:
                 stale.unlink(missing_ok=True)
             attempt = with_fresh_endpoint(attempt)
     finally:
-        if reported:
-            print(f"kubetrain run: hang reports and stacks kept in {directory}", file=err, flush=True)
+        if reported or any(directory.glob("fr-dump-rank-*")):  # a report, or torch's dump on a timeout
+            print(f"kubetrain run: hang reports, stacks and flight recorder dumps kept in {directory}", file=err,
+                  flush=True)
         else:
             shutil.rmtree(directory, ignore_errors=True)
