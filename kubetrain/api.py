@@ -15,6 +15,7 @@ torch) are imported only by the functions that need them. See docs/api.md.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,12 +246,15 @@ def delete(name: str, *, namespace: str | None = None, wait: bool = False, timeo
 
 def run(spec: Spec, *, nodes: int | None = None, procs_per_node: int | None = None, volumes: tuple[str, ...] = (),
         secrets: dict[str, str] | None = None, port: int = 29500, log_dir: Path | None = None) -> int:
-    """Run the job on this machine with torchrun, as `kubetrain run`; returns its exit status."""
-    from kubetrain.local import RunOptions, Supervisor, build_plan
+    """Run the job on this machine with torchrun, as `kubetrain run`, with its hang watch (spec.hang, see
+    docs/hangs.md: a hang is reported on stderr and acted on by its policy); returns its exit status."""
+    from kubetrain.local import RunOptions, build_plan
+    from kubetrain.local.hangwatch import supervise
     from kubetrain.local.preflight import check_program, check_refs, require_torch
 
-    plan = build_plan(_loaded(spec), RunOptions(secrets or {}, list(volumes), nodes, procs_per_node, port, log_dir))
+    loaded = _loaded(spec)
+    plan = build_plan(loaded, RunOptions(secrets or {}, list(volumes), nodes, procs_per_node, port, log_dir))
     require_torch()
     check_refs(plan)
     check_program(plan)
-    return Supervisor(plan).run()
+    return supervise(plan, loaded.job.spec.hang, sys.stdout, sys.stderr)[0]

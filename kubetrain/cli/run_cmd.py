@@ -67,7 +67,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     info(f"kubetrain run: {plan.job_name}: {len(plan.nodes)} node(s) x {plan.procs_per_node} process(es)"
          + (f"; {mapping}" if mapping else ""))
     archive = plan.path_map.rewrite(loaded.job.spec.archive) if loaded.job.spec.archive else None
-    code, failures = _supervise(plan, raw, archive)
+    code, failures = _supervise(plan, raw, archive, loaded.job.spec.hang)
     info(f"kubetrain run: {plan.job_name} " + ("succeeded" if code == 0 else f"exited with {code}"))
     for line in failures:
         info(f"kubetrain run: {line}")
@@ -83,10 +83,10 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
 
 
 
-def _supervise(plan: Any, raw: bool, archive: str | None) -> tuple[int, list[str]]:
+def _supervise(plan: Any, raw: bool, archive: str | None, hang: Any) -> tuple[int, list[str]]:
     """Run the plan with its output through the progress renderer (kubetrain.observe.render) and, with
     spec.archive, into the archive (one log per node, as a cluster keeps one per pod)."""
-    from kubetrain.local import Supervisor
+    from kubetrain.local.hangwatch import supervise
     from kubetrain.observe.archive import NodeArchive
     from kubetrain.observe.render import LineStream, Renderer
 
@@ -94,8 +94,7 @@ def _supervise(plan: Any, raw: bool, archive: str | None) -> tuple[int, list[str
     kept = NodeArchive(archive, plan.job_name, renderer.line) if archive else None
     out = LineStream(kept.line) if kept else renderer.stdout
     try:
-        supervisor = Supervisor(plan, out=out, err=renderer.stderr)  # type: ignore[arg-type]
-        return supervisor.run(), supervisor.failures
+        return supervise(plan, hang, out, renderer.stderr)  # type: ignore[arg-type]
     finally:
         renderer.close()
         if kept:

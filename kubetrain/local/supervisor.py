@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import IO, Any, TextIO
+from typing import IO, Any, Protocol, TextIO
 
 from kubetrain.local.plan import FAILED_RANK, RUN_ID_ENV, NodeCommand, RunPlan
 
@@ -73,11 +73,19 @@ def processes_of_run(run_id: str) -> list[int]:
     return found
 
 
+class Watch(Protocol):
+    def check(self) -> bool:
+        """Called every poll; True: stop the job now (it is hung)."""
+
+
 class Supervisor:
     """Runs a plan to completion and returns the job's exit status."""
 
-    def __init__(self, plan: RunPlan, out: TextIO | None = None, err: TextIO | None = None) -> None:
+    def __init__(self, plan: RunPlan, out: TextIO | None = None, err: TextIO | None = None,
+                 watch: Watch | None = None) -> None:
         self.plan = plan
+        self.watch = watch  # the hang watch (kubetrain.local.hangwatch)
+        self.hung = False
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -195,10 +203,21 @@ class Supervisor:
                 self._terminate(f"a node exited with {failure[0]}; stopping the other nodes")
             if self.force or (self.stop_deadline is not None and now > self.stop_deadline):
                 self._kill_all()
+            elif self.stop_deadline is None and self.watch is not None and self.watch.check():
+                self._stop_hung()
             time.sleep(POLL_SECONDS)
+        if self.hung:
+            return 1
         if self.signum:
             return 128 + self.signum
         return next((code for code in codes if code), 0) if failure is None else failure[0]
+
+    def _stop_hung(self) -> None:
+        """A hung job cannot write a stop checkpoint (its ranks wait in a collective): kill it at once."""
+        print("kubetrain run: stopping the hung job (SIGKILL: a rank stuck in a collective cannot checkpoint)",
+              file=self.err, flush=True)
+        self.hung = True
+        self._kill_all()
 
     def _terminate(self, reason: str) -> None:
         print(f"kubetrain run: {reason}", file=self.err, flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +18,7 @@ from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.data import ResumableSampler, batch_size_of, to_device
 from kubetrain.runtime.distributed import DistEnv
 from kubetrain.runtime.profile import StepProfiler
+from kubetrain.runtime.progress import Progress
 from kubetrain.runtime.report import Reporter, Window, gpu_memory_mb
 from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import (
@@ -44,6 +45,9 @@ class FitResult:
     eval_accuracy: float | None
     resumed_from: str | None
     checkpoint: str | None
+
+
+_END = object()
 
 
 def _pair(batch: Any) -> tuple[Any, Any]:
@@ -78,6 +82,7 @@ class Loop:
     autocast: Callable[[], contextlib.AbstractContextManager[Any]]
     sharded: ShardedCheckpoints | None = None  # strategy fsdp: DCP directories instead of files
     profiler: StepProfiler | None = None  # train.profile, on the ranks that profile
+    progress: Progress = field(default_factory=lambda: Progress(0, 1, None))  # hang detection's signal
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0
@@ -119,14 +124,26 @@ class Loop:
         self.sampler.skip(self.batch_in_epoch * self.train.batchSize)
         self.wrapped.module.train()
         self.window.reset()
-        for index, batch in enumerate(self.loader, start=self.batch_in_epoch):
-            if self._micro_step(index, batch):
+        for index, (batch, waited) in enumerate(self._batches(), start=self.batch_in_epoch):
+            if self._micro_step(index, batch, waited):
                 self._after_step(index + 1)
         self.epoch += 1
         self.batch_in_epoch = 0
         if self.eval_loader is not None:
             self._evaluate()
         self._save("epoch")
+
+    def _batches(self) -> Iterator[tuple[Any, float]]:
+        """The epoch's micro-batches, each with the seconds spent waiting for it (phase data)."""
+        iterator = iter(self.loader)
+        while True:
+            self.progress.phase("data")
+            started = time.perf_counter()
+            batch = next(iterator, _END)
+            if batch is _END:
+                return
+            self.progress.phase("train")
+            yield batch, time.perf_counter() - started
 
     def _batch_samples(self, index: int) -> int:
         """Samples in micro-batch `index` of an epoch: batchSize, except a short last one."""
@@ -143,7 +160,7 @@ class Loop:
             return None if group == 1 else float(group)
         return sum(sizes) / sizes[index - group_start]
 
-    def _micro_step(self, index: int, batch: Any) -> bool:
+    def _micro_step(self, index: int, batch: Any, waited: float = 0.0) -> bool:
         """Forward and backward of one micro-batch; True when it completes an optimizer step. All but the
         last micro-batch of a group skip the gradient reduction (no_sync); the loss is weighted so that
         the accumulated gradient is the mean over the group's samples."""
@@ -154,8 +171,10 @@ class Loop:
         inputs, target = _pair(to_device(batch, self.env.device))
         sync = contextlib.nullcontext() if last else self.wrapped.no_sync()
         with sync:
+            started = time.perf_counter()
             with self.autocast():
                 loss = self.loss_fn(self.wrapped.forward(inputs), target)
+            self.progress.own_time(waited + time.perf_counter() - started)
             divisor = self._loss_weight(index, group_start, group)
             scaled = loss / divisor if divisor is not None else loss
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()  # type: ignore[no-untyped-call]
@@ -184,6 +203,7 @@ class Loop:
 
     def _after_step(self, consumed: int) -> None:
         self.batch_in_epoch = consumed
+        self.progress.step(self.step)
         if self.profiler is not None:
             self.profiler.step()
         if self.step % self.train.logEvery == 0:
@@ -210,6 +230,15 @@ class Loop:
     @torch.no_grad()
     def _evaluate(self) -> None:
         """Loss (and accuracy, for class logits) over the held-out set, each rank a disjoint shard."""
+        assert self.eval_loader is not None
+        previous = self.progress.current
+        self.progress.phase("eval")
+        try:
+            self._evaluate_all()
+        finally:
+            self.progress.phase(previous)
+
+    def _evaluate_all(self) -> None:
         assert self.eval_loader is not None
         module = self.wrapped.module
         module.eval()
@@ -267,6 +296,15 @@ class Loop:
         """A checkpoint at the current step (a collective: every rank calls it at the same step)."""
         if self.store is None:
             return
+        previous = self.progress.current
+        self.progress.phase("checkpoint")
+        try:
+            self._save_now(reason)
+        finally:
+            self.progress.phase(previous)
+
+    def _save_now(self, reason: str) -> None:
+        assert self.store is not None
         if self.sharded is not None:
             self._save_sharded(reason)
             return

@@ -26,6 +26,7 @@ from kubetrain.runtime.data import ResumableSampler, ShardSampler, make_loader, 
 from kubetrain.runtime.distributed import DistEnv, distributed
 from kubetrain.runtime.loop import FitResult, Loop
 from kubetrain.runtime.profile import make_profiler
+from kubetrain.runtime.progress import Progress
 from kubetrain.runtime.report import Reporter
 from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import seed_everything
@@ -107,9 +108,11 @@ class Trainer:
                 loop = self._setup(env)
                 stop = loop.stop
                 stop.install()
+                loop.progress.start()
                 try:
                     return loop.run()
                 finally:
+                    loop.progress.stop()
                     stop.uninstall()
                     stop.drain()
                     del loop  # drop the model and optimizer before the process group goes
@@ -150,6 +153,7 @@ class Trainer:
             stop=StopSignal(env, self.checkpoint.sigtermTimeoutSeconds, checkpointing=store is not None),
             reporter=reporter, autocast=lambda: autocast(train, env.device), sharded=sharded,
             profiler=make_profiler(train.profile, env, reporter),
+            progress=Progress.from_env(env.rank, env.world_size),
         )
 
 

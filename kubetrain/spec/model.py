@@ -15,6 +15,7 @@ from kubetrain.spec.sections import (
     DnsLabel,
     Elastic,
     EnvName,
+    Hang,
     Placement,
     Resources,
     RunPolicy,
@@ -126,6 +127,8 @@ class JobSpec(Section):
     """Time between SIGTERM and SIGKILL: enough for the runtime's checkpoint on SIGTERM."""
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     """Checkpoint settings used by the kubetrain runtime."""
+    hang: Hang = Field(default_factory=Hang)
+    """Hang and straggler detection: threshold, and what `kubetrain run` does about a hung job."""
     archive: Text | None = None
     """Where every replica's log (with rank 0's metrics lines) is kept while the job runs, so `kubetrain logs`
     and `kubetrain metrics` still work when the pods are gone: a directory (a volume's mountPath) or an

@@ -17,7 +17,7 @@ _SPLIT = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 
 
 def is_quantity(text: str) -> bool:
-    return bool(QUANTITY_RE.match(text))
+    return bool(QUANTITY_RE.fullmatch(text))
 
 
 def parse_quantity(text: str | int | float) -> Decimal:

@@ -102,7 +102,7 @@ def _abs_path(value: str) -> str:
 
 
 def _module_ref(value: str) -> str:
-    if not names.MODULE_REF.match(value):
+    if not names.MODULE_REF.fullmatch(value):
         raise ValueError(f"{value!r} must be a 'package.module:function' reference")
     return value
 
@@ -304,6 +304,27 @@ class Checkpoint(Section):
     """On start, resume from the newest complete checkpoint."""
     sigtermTimeoutSeconds: Annotated[int, Field(ge=1)] = 25
     """Time allowed for the checkpoint written on SIGTERM (keep below terminationGracePeriodSeconds)."""
+
+
+class Hang(Section):
+    """Hang and straggler detection from the runtime's progress signal (docs/hangs.md)."""
+
+    timeoutSeconds: Annotated[int, Field(ge=1)] = 300
+    """A job is hung when no rank finished a step for the larger of this and stepFactor x the observed
+    p99 step time."""
+    stepFactor: Annotated[float, Field(ge=1)] = 10.0
+    """k in k x p99 step time (the adaptive part of the threshold)."""
+    phaseTimeoutSeconds: Annotated[int, Field(ge=1)] = 1800
+    """The threshold while a rank starts up (first step, resume), evaluates or checkpoints: the larger of
+    this and stepFactor x the longest earlier run of that phase."""
+    policy: Literal["observe", "fail", "restart"] = "observe"
+    """What `kubetrain run` does with a hung job after reporting it with every rank's stack: observe (keep
+    waiting), fail (stop the job, exit 1), restart (stop it and start again from the last checkpoint)."""
+    maxRestarts: Annotated[int, Field(ge=0)] = 2
+    """With policy restart: restarts allowed before the job fails."""
+    stragglerFactor: Annotated[float, Field(gt=1)] = 2.0
+    """A rank straggles when its own time per micro-step (waiting for data, forward) stays above this times
+    the median of the other ranks."""
 
 
 class DDP(Section):

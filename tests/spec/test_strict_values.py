@@ -83,3 +83,14 @@ def test_stdin_closed_or_empty_is_a_one_line_usage_error(redirect: str) -> None:
     assert "Traceback" not in result.stderr
     assert ("stdin is closed" if redirect == "<&-" else "no documents to validate") in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+@pytest.mark.parametrize(("checker", "value"), [
+    ("image_error", "null\n"), ("image_error", "ghcr.io/acme/digits:1.0\n"), ("label_value_error", "a\n"),
+])
+def test_a_trailing_newline_is_not_a_valid_name(checker: str, value: str) -> None:
+    # Python's `$` also matches before a final newline: the patterns must match the whole value.
+    from kubetrain.spec import names
+
+    assert getattr(names, checker)(value) is not None
+    assert getattr(names, checker)(value.rstrip("\n")) is None

@@ -1,6 +1,7 @@
 """A tiny job for the runtime's fault-tolerance tests (imported by the training processes).
 
-* FT_SLEEP: seconds each sample takes to load, so a test has time to interfere mid-training;
+* FT_SLEEP: seconds each sample takes to load, so a test has time to interfere mid-training (only on the
+  ranks listed in FT_SLEEP_RANKS, e.g. "1", when set: a straggler);
 * FT_SLOW_SAVE_FLAG: while this file exists, the model's extra state takes FT_SLOW_SAVE_SECONDS to pickle
   (touching FT_SLOW_SAVE_FLAG + ".writing" first), so a test can kill rank 0 in the middle of a checkpoint.
 """
@@ -21,6 +22,9 @@ class SlowDataset(Dataset[Any]):
     def __init__(self, inner: TensorDataset) -> None:
         self.inner = inner
         self.sleep = float(os.environ.get("FT_SLEEP", "0"))
+        ranks = os.environ.get("FT_SLEEP_RANKS")
+        if ranks and os.environ.get("RANK", "0") not in ranks.split(","):
+            self.sleep = 0.0
 
     def __len__(self) -> int:
         return len(self.inner)

@@ -1,0 +1,222 @@
+"""`kubetrain run`'s hang watch: read every rank's progress record, declare a hang, show every rank's stack,
+and act on spec.hang.policy (observe, fail, restart from the last checkpoint). See docs/hangs.md.
+
+The ranks write their records into a per-run directory (KUBETRAIN_PROGRESS_DIR, kubetrain.runtime.progress);
+reading it costs one small file per rank per CHECK_SECONDS. On a hang the watch sends SIGUSR2 to every rank
+(faulthandler appends the stacks to the rank's stacks file), asks the ranks' writer threads for torch's flight
+recorder, and reads /proc/PID/stat of the ranks that cannot answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from kubetrain.local.plan import NodeCommand, RunPlan, free_port
+from kubetrain.local.supervisor import Supervisor, processes_of_run
+from kubetrain.observe.hang import (
+    FR_REQUEST,
+    NODE_ENV,
+    PROGRESS_DIR_ENV,
+    Assessment,
+    RankView,
+    Thresholds,
+    assess,
+    flight_record_path,
+    stacks_path,
+)
+from kubetrain.observe.stacks import (
+    UNRESPONSIVE,
+    collect,
+    flight_recorder_summary,
+    process_state,
+    render,
+    verdict,
+)
+
+STACK_SIGNAL = signal.SIGUSR2  # kubetrain.runtime.progress registers faulthandler on it
+CHECK_SECONDS = 1.0
+ANSWER_SECONDS = 3.0  # ranks' time to write stacks and flight records (their writer runs every 2 s)
+FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_FR_DUMP_ON_TIMEOUT": "1",
+                       "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+HANG_EXIT_CODE = 1
+
+
+def read_ranks(directory: Path) -> list[RankView]:
+    """Every rank's last record (unreadable or half-known files are skipped: the next check reads them)."""
+    ranks = []
+    for path in directory.glob("rank-*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            ranks.append(RankView.parse(json.loads(path.read_text())))
+    return ranks
+
+
+def with_progress(plan: RunPlan, directory: Path) -> RunPlan:
+    """The plan with the progress directory, node numbers and torch's flight recorder in every agent's env
+    (values the user set in spec.env win)."""
+    nodes = [NodeCommand(node.index, node.argv, {**FLIGHT_RECORDER_ENV, **node.env, PROGRESS_DIR_ENV: str(directory),
+                                                  NODE_ENV: str(node.index),
+                                                  "TORCH_FR_DUMP_TEMP_FILE": str(directory / "fr-dump-rank-")})
+             for node in plan.nodes]
+    return dataclasses.replace(plan, nodes=nodes)
+
+
+def with_fresh_endpoint(plan: RunPlan) -> RunPlan:
+    """The plan with a new rendezvous port (the previous attempt's port may still be in TIME_WAIT)."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    nodes = []
+    for node in plan.nodes:
+        argv = list(node.argv)
+        argv[argv.index("--rdzv-endpoint") + 1] = endpoint
+        nodes.append(NodeCommand(node.index, argv, node.env))
+    return dataclasses.replace(plan, nodes=nodes)
+
+
+class HangWatch:
+    """Called by the Supervisor's wait loop; `check()` is True when the job must be stopped (policy fail
+    or restart), after the report has been printed."""
+
+    def __init__(self, plan: RunPlan, directory: Path, thresholds: Thresholds, policy: str, err: TextIO) -> None:
+        self.plan = plan
+        self.directory = directory
+        self.world_size = len(plan.nodes) * plan.procs_per_node
+        self.thresholds = thresholds
+        self.policy = policy
+        self.err = err
+        self.started = time.time()
+        self.next_check = 0.0
+        self.reported_since: float | None = None
+        self.stragglers_told: set[int] = set()
+        self.hangs = 0
+        self.stopped = False
+
+    def check(self) -> bool:
+        now = time.time()
+        if now < self.next_check:
+            return False
+        self.next_check = now + CHECK_SECONDS
+        assessment = assess(read_ranks(self.directory), self.world_size, self.thresholds, now, self.started)
+        for straggler in assessment.stragglers:
+            if straggler.rank.rank not in self.stragglers_told:
+                self.stragglers_told.add(straggler.rank.rank)
+                self.say(f"straggler: {straggler.describe()}")
+        if not assessment.hung:
+            self.reported_since = None
+            return False
+        if self.reported_since == assessment.since:
+            return False  # this hang has been reported
+        self.reported_since = assessment.since
+        self.hangs += 1
+        self._report(assessment)
+        self.stopped = self.policy != "observe"
+        return self.stopped
+
+    def say(self, text: str) -> None:
+        print(f"kubetrain run: {text}", file=self.err, flush=True)
+
+    def _report(self, assessment: Assessment) -> None:
+        ranks = [r for r in read_ranks(self.directory) if r.phase != "done"]
+        dumps, states, records = self.ask(ranks)
+        stacks = collect(ranks, dumps, states)
+        lines = [verdict(assessment, stacks)]
+        summary = flight_recorder_summary(records, self.world_size)
+        if summary:
+            lines.append(summary)
+        lines += render(stacks)
+        action = {"observe": "policy observe: still waiting (spec.hang.policy fail or restart acts on it)",
+                  "fail": "policy fail: stopping the job", "restart": "policy restart: stopping the job to restart "
+                  "it from its last checkpoint"}[self.policy]
+        lines.append(action)
+        report = self.directory / f"hang-{self.hangs}.txt"
+        with contextlib.suppress(OSError):
+            report.write_text("\n".join(lines) + "\n")
+        for line in lines:
+            self.say(line)
+
+    def ask(self, ranks: list[RankView]) -> tuple[dict[int, str], dict[int, str | None], dict[int, Any]]:
+        """Signal every rank for its stacks and flight record; (new stack text, /proc state, flight record)
+        per rank, after at most ANSWER_SECONDS."""
+        ours = set(processes_of_run(self.plan.run_id))
+        offsets: dict[int, int] = {}
+        for rank in ranks:
+            path = stacks_path(self.directory, rank.rank)
+            offsets[rank.rank] = path.stat().st_size if path.exists() else 0
+            if rank.pid in ours:  # never signal a process that is not this run's (a reused PID)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(rank.pid, STACK_SIGNAL)
+        requested = time.time()
+        with contextlib.suppress(OSError):
+            (self.directory / FR_REQUEST).write_text(str(requested))
+        states = {r.rank: process_state(r.pid) if r.pid in ours else None for r in ranks}
+        responsive = [r for r in ranks if states[r.rank] not in UNRESPONSIVE and states[r.rank] is not None]
+        deadline = time.monotonic() + ANSWER_SECONDS
+        dumps: dict[int, str] = {}
+        while True:
+            dumps = {r.rank: self._tail(r.rank, offsets[r.rank]) for r in ranks}
+            records = self._flight_records(ranks, requested)
+            if time.monotonic() > deadline or all(dumps[r.rank] and r.rank in records for r in responsive):
+                break
+            time.sleep(0.2)
+        states = {r.rank: process_state(r.pid) if r.pid in ours else None for r in ranks}
+        return dumps, states, records
+
+    def _tail(self, rank: int, offset: int) -> str:
+        try:
+            with open(stacks_path(self.directory, rank), "rb") as handle:
+                handle.seek(offset)
+                return handle.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _flight_records(self, ranks: list[RankView], requested: float) -> dict[int, Any]:
+        records = {}
+        for rank in ranks:
+            path = flight_record_path(self.directory, rank.rank)
+            with contextlib.suppress(OSError, ValueError):
+                if path.stat().st_mtime >= requested - 1:
+                    records[rank.rank] = json.loads(path.read_bytes())
+        return records
+
+
+def supervise(plan: RunPlan, hang: Any, out: TextIO, err: TextIO) -> tuple[int, list[str]]:
+    """Run the plan under a HangWatch; with policy restart, start it again (resuming from the last checkpoint)
+    up to hang.maxRestarts times; returns the exit status and the last attempt's failed ranks (one line each).
+    The progress directory is removed unless it holds a hang report or a dump
+    of torch's flight recorder (written by its watchdog when a collective times out)."""
+    directory = Path(tempfile.mkdtemp(prefix=f"kubetrain-{plan.run_id}-"))
+    thresholds = Thresholds.from_spec(hang)
+    restarts = 0
+    reported = False
+    try:
+        attempt = with_progress(plan, directory)
+        while True:
+            watch = HangWatch(attempt, directory, thresholds, hang.policy, err)
+            supervisor = Supervisor(attempt, out=out, err=err, watch=watch)
+            code = supervisor.run()
+            reported = reported or watch.hangs > 0
+            if not watch.stopped:
+                return code, supervisor.failures
+            if hang.policy != "restart":
+                return HANG_EXIT_CODE, []
+            if restarts >= hang.maxRestarts:
+                watch.say(f"the job hung again after {restarts} restart(s) (spec.hang.maxRestarts); giving up")
+                return HANG_EXIT_CODE, []
+            restarts += 1
+            watch.say(f"restarting the job from its last checkpoint (restart {restarts} of {hang.maxRestarts})")
+            for stale in directory.glob("rank-*.json"):
+                stale.unlink(missing_ok=True)
+            attempt = with_fresh_endpoint(attempt)
+    finally:
+        if reported or any(directory.glob("fr-dump-rank-*")):  # a report, or torch's dump on a timeout
+            print(f"kubetrain run: hang reports, stacks and flight recorder dumps kept in {directory}", file=err,
+                  flush=True)
+        else:
+            shutil.rmtree(directory, ignore_errors=True)

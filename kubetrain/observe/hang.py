@@ -1,0 +1,182 @@
+"""Hang and straggler detection from the ranks' progress records (kubetrain.runtime.progress): pure functions.
+
+A job is hung when no rank has made progress (finished a step, or changed phase) for longer than its
+threshold:
+
+* training: max(timeoutSeconds, stepFactor x the largest p99 step time any rank reports);
+* while a rank starts up, evaluates or checkpoints: max(phaseTimeoutSeconds, stepFactor x the longest earlier
+  run of that phase), since one eval or checkpoint may take many steps' time.
+
+A rank whose record is not refreshed (the writer thread runs every WRITE_SECONDS) does not run at all: that
+is the prime suspect (stopped, or stuck holding the GIL). A straggler's own time per micro-step (data + forward,
+the part that is not equalised by the collectives) stays above stragglerFactor x the median of the others.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# The progress directory, shared by the runtime that writes it (kubetrain.runtime.progress, which imports torch)
+# and the readers (kubetrain.local.hangwatch), which must not import torch.
+PROGRESS_DIR_ENV = "KUBETRAIN_PROGRESS_DIR"
+NODE_ENV = "KUBETRAIN_NODE"  # set per node by `kubetrain run` (1-based); pods use GROUP_RANK + 1
+FR_REQUEST = "flight-recorder.request"  # touched by the watch: every rank dumps its flight recorder
+
+
+def record_path(directory: str | Path, rank: int) -> Path:
+    return Path(directory) / f"rank-{rank}.json"
+
+
+def stacks_path(directory: str | Path, rank: int) -> Path:
+    return Path(directory) / f"stacks-rank-{rank}.txt"
+
+
+def flight_record_path(directory: str | Path, rank: int) -> Path:
+    return Path(directory) / f"flight-recorder-rank-{rank}.json"
+
+
+LONG_PHASES = ("start", "eval", "checkpoint")
+STALE_AFTER_SECONDS = 10.0  # a record older than this (5 writer periods) means the process does not run
+MIN_STEPS_FOR_STRAGGLER = 20
+MIN_STRAGGLER_GAP_SECONDS = 0.002
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """spec.hang, as numbers."""
+
+    timeout: float = 300.0
+    step_factor: float = 10.0
+    phase_timeout: float = 1800.0
+    straggler_factor: float = 2.0
+
+    @classmethod
+    def from_spec(cls, hang: Any) -> Thresholds:
+        return cls(float(hang.timeoutSeconds), float(hang.stepFactor), float(hang.phaseTimeoutSeconds),
+                   float(hang.stragglerFactor))
+
+
+@dataclass(frozen=True)
+class RankView:
+    """One rank's record, as read from its file."""
+
+    rank: int
+    node: int
+    host: str
+    pid: int
+    step: int
+    phase: str
+    phase_since: float
+    step_at: float
+    written_at: float
+    step_p99: float | None = None
+    own_p50: float | None = None
+    steps_timed: int = 0
+    own_timed: int = 0
+    phase_max: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, record: Mapping[str, Any]) -> RankView:
+        return cls(int(record["rank"]), int(record.get("node", 0)), str(record.get("host", "")),
+                   int(record.get("pid", 0)), int(record["step"]), str(record["phase"]),
+                   float(record["phase_since"]), float(record["step_at"]), float(record["written_at"]),
+                   record.get("step_p99"), record.get("own_p50"), int(record.get("steps_timed", 0)),
+                   int(record.get("own_timed", 0)), dict(record.get("phase_max") or {}))
+
+    @property
+    def progressed_at(self) -> float:
+        return max(self.step_at, self.phase_since)
+
+    def label(self) -> str:
+        return f"rank {self.rank} (node {self.node}" + (f", {self.host})" if self.host else ")")
+
+
+@dataclass(frozen=True)
+class Straggler:
+    rank: RankView
+    own: float
+    median: float
+
+    def describe(self) -> str:
+        return (f"{self.rank.label()} straggles: {self.own * 1000:.1f} ms of its own per micro-step (data + "
+                f"forward) vs a median of {self.median * 1000:.1f} ms on the other ranks")
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """The job at one instant: hung or not, since when, and who is behind."""
+
+    hung: bool
+    since: float | None  # the last progress of any rank (wall time)
+    step: int
+    limit: float
+    phase: str  # the phase the limit was chosen for
+    stale: tuple[RankView, ...] = ()  # ranks whose record is not refreshed: they do not run
+    behind: tuple[RankView, ...] = ()  # ranks at a lower step than the others
+    stragglers: tuple[Straggler, ...] = ()
+    missing: tuple[int, ...] = ()  # ranks with no record at all
+
+
+def _long_phase(rank: RankView) -> str | None:
+    """The rank's phase if it may take many steps' time. Until its second step a rank counts as starting:
+    its first step includes warm-up (compilation, the first batch, resume)."""
+    if rank.phase in LONG_PHASES:
+        return rank.phase
+    return "start" if rank.steps_timed == 0 else None
+
+
+def limit_for(ranks: Sequence[RankView], thresholds: Thresholds) -> tuple[float, str]:
+    """The hang threshold (seconds) that applies now, and the phase it was chosen for."""
+    long_phases = sorted({phase for r in ranks if (phase := _long_phase(r))})
+    if long_phases:
+        longest = max((r.phase_max.get(p, 0.0) for r in ranks for p in long_phases), default=0.0)
+        return max(thresholds.phase_timeout, thresholds.step_factor * longest), long_phases[0]
+    p99 = max((r.step_p99 for r in ranks if r.step_p99 is not None), default=0.0)
+    return max(thresholds.timeout, thresholds.step_factor * p99), "train"
+
+
+def stragglers(ranks: Sequence[RankView], factor: float) -> tuple[Straggler, ...]:
+    """Ranks whose own time per micro-step stays above factor x the median of the others."""
+    timed = [r for r in ranks if r.own_p50 is not None and r.own_timed >= MIN_STEPS_FOR_STRAGGLER]
+    found = []
+    for rank in timed:
+        others = [float(r.own_p50) for r in timed if r is not rank]  # type: ignore[arg-type]
+        if not others:
+            continue
+        median, own = statistics.median(others), float(rank.own_p50)  # type: ignore[arg-type]
+        if own > factor * median and own - median > MIN_STRAGGLER_GAP_SECONDS:
+            found.append(Straggler(rank, own, median))
+    return tuple(found)
+
+
+def assess(ranks: Sequence[RankView], world_size: int, thresholds: Thresholds, now: float | None = None,
+           started: float | None = None) -> Assessment:
+    """Judge the job from its ranks' records. `started`: when the job started, which counts as progress
+    for ranks that have no record yet while others have one (still importing torch, or never started).
+    Without any record there is no judgement: the job's ranks do not use kubetrain.runtime."""
+    now = time.time() if now is None else now
+    if not ranks:  # no rank uses kubetrain.runtime (a script job), or none has started yet: no judgement
+        return Assessment(False, None, 0, 0.0, "start")
+    live = [r for r in ranks if r.phase != "done"]
+    present = {r.rank for r in ranks}
+    missing = tuple(sorted(set(range(world_size)) - present))
+    if not live and not missing:
+        return Assessment(False, None, max((r.step for r in ranks), default=0), 0.0, "done")
+    stale = tuple(r for r in live if now - r.written_at > STALE_AFTER_SECONDS)
+    # The phase of a rank that does not run is old news (a rank stopped right after start still says
+    # start): the running ranks tell which threshold applies.
+    limit, phase = limit_for([r for r in live if r not in stale] or live, thresholds)
+    if missing:
+        limit, phase = max(limit, thresholds.phase_timeout), "start"
+    times = [r.progressed_at for r in live] + ([started] if missing and started is not None else [])
+    since = max(times) if times else started
+    step = max((r.step for r in ranks), default=0)
+    behind = tuple(r for r in live if r.step < step)
+    hung = since is not None and now - since > limit
+    return Assessment(hung, since, step, limit, phase, stale, behind,
+                      stragglers(live, thresholds.straggler_factor), missing)

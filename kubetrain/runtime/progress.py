@@ -1,0 +1,200 @@
+"""A progress signal per rank, and stacks on demand, for hang and straggler detection (docs/hangs.md).
+
+With KUBETRAIN_PROGRESS_DIR set (by `kubetrain run`), every rank of the Trainer API:
+
+* keeps its step, phase (start, data, train, eval, checkpoint, done) and step-time window in memory - a few
+  attribute writes per step on the training thread;
+* has a daemon thread replace `rank-R.json` in that directory atomically every WRITE_SECONDS. The thread
+  keeps writing while the training thread waits in a collective (that releases the GIL), so a stale file
+  means the process itself does not run (stopped, or stuck holding the GIL);
+* registers faulthandler on SIGUSR2: `kill -USR2 PID` appends every thread's Python stack to
+  `stacks-rank-R.txt`, even while the training thread is blocked in C++ (faulthandler writes from the
+  signal handler, without the GIL). Nothing needs ptrace or extra privileges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import IO, Any
+
+from kubetrain.observe.hang import (
+    FR_REQUEST,
+    NODE_ENV,
+    PROGRESS_DIR_ENV,
+    flight_record_path,
+    record_path,
+    stacks_path,
+)
+
+STACK_SIGNAL = signal.SIGUSR2
+WRITE_SECONDS = 2.0
+WINDOW = 256  # step times kept for the percentiles
+TIMED_PHASES = ("start", "eval", "checkpoint")
+
+
+def _flight_recorder() -> bytes | None:
+    """torch's flight recorder as JSON (TORCH_FR_BUFFER_SIZE > 0; gloo and nccl), None when off or absent.
+    Safe from another thread while the training thread waits in a collective."""
+    try:
+        import torch.distributed as dist
+        from torch._C import _distributed_c10d as c10d
+
+        if not dist.is_initialized():
+            return None
+        return bytes(c10d._dump_fr_trace_json(True, False, dist.get_backend()))
+    except Exception:  # a private torch API: any failure means no record, never a crash
+        return None
+
+
+def _replace(target: Path, data: bytes) -> None:
+    """Write atomically: a reader sees the old file or the new one, never a part."""
+    temp = target.with_name(f".{target.name}.{os.getpid()}")
+    with contextlib.suppress(OSError):
+        temp.write_bytes(data)
+        os.replace(temp, target)
+
+
+def _percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 6)
+
+
+def _node() -> int:
+    raw = os.environ.get(NODE_ENV) or str(int(os.environ.get("GROUP_RANK", "0") or 0) + 1)
+    try:
+        return int(raw)
+    except ValueError:
+        return 0
+
+
+class Progress:
+    """This rank's progress; `step()`, `phase()` and `own_time()` are called by the training loop."""
+
+    def __init__(self, rank: int, world_size: int, directory: str | None) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.directory = Path(directory) if directory else None
+        self.current = "start"
+        self.phase_since = time.time()
+        self.step_no = 0
+        self.step_at = self.phase_since
+        self.last_step_mono = time.monotonic()
+        self.stepped = False
+        self.step_times: deque[float] = deque(maxlen=WINDOW)
+        self.own_times: deque[float] = deque(maxlen=WINDOW)
+        self.phase_max: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stacks: IO[str] | None = None
+        self._fr_handled = time.time()
+
+    @classmethod
+    def from_env(cls, rank: int, world_size: int) -> Progress:
+        return cls(rank, world_size, os.environ.get(PROGRESS_DIR_ENV) or None)
+
+    # --- the training thread ----------------------------------------------------------------------------
+    def phase(self, name: str) -> None:
+        """Enter phase `name`; the time spent in start/eval/checkpoint phases is kept (longest of each)."""
+        if name == self.current:
+            return
+        now = time.time()
+        if self.current in TIMED_PHASES:
+            spent = now - self.phase_since
+            self.phase_max[self.current] = max(self.phase_max.get(self.current, 0.0), spent)
+        self.current, self.phase_since = name, now
+
+    def step(self, step: int) -> None:
+        """An optimizer step finished."""
+        mono = time.monotonic()
+        self.step_no = step
+        self.step_at = time.time()
+        if self.stepped:
+            self.step_times.append(mono - self.last_step_mono)
+            self.last_step_mono = mono
+            return
+        # the first step includes warm-up and resume (not a step time); say at once that start-up is over
+        self.stepped = True
+        self.last_step_mono = mono
+        self.write()
+
+    def own_time(self, seconds: float) -> None:
+        """Time this rank spent on its own (waiting for data, forward) in a micro-step: the straggler
+        signal. Step times are equal on every rank of a synchronous job; this part is not."""
+        self.own_times.append(seconds)
+
+    # --- the record ------------------------------------------------------------------------------------
+    def record(self) -> dict[str, Any]:
+        steps, own = list(self.step_times), list(self.own_times)
+        return {
+            "rank": self.rank, "world_size": self.world_size, "node": _node(), "host": socket.gethostname(),
+            "pid": os.getpid(), "step": self.step_no, "phase": self.current,
+            "phase_since": round(self.phase_since, 3), "step_at": round(self.step_at, 3),
+            "written_at": round(time.time(), 3), "monotonic": round(time.monotonic(), 3),
+            "step_p50": _percentile(steps, 0.5), "step_p99": _percentile(steps, 0.99), "steps_timed": len(steps),
+            "own_p50": _percentile(own, 0.5), "own_timed": len(own),
+            "phase_max": {k: round(v, 3) for k, v in self.phase_max.items()},
+        }
+
+    def write(self) -> None:
+        if self.directory is None:
+            return
+        _replace(record_path(self.directory, self.rank), json.dumps(self.record(), separators=(",", ":")).encode())
+
+    # --- lifetime --------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Create the directory, register the stack signal, start the writer thread."""
+        if self.directory is None:
+            return
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._stacks = open(stacks_path(self.directory, self.rank), "a")  # noqa: SIM115 - open for life
+        except OSError as exc:
+            print(f"kubetrain.runtime: progress directory {self.directory}: {exc.strerror}; no hang "
+                  "detection for this rank", file=sys.stderr, flush=True)
+            self.directory = None
+            return
+        with contextlib.suppress(ValueError, RuntimeError):  # not the main thread: no signal handlers
+            faulthandler.register(STACK_SIGNAL, file=self._stacks, all_threads=True, chain=False)
+        self.write()
+        self._thread = threading.Thread(target=self._run, name="kubetrain-progress", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(WRITE_SECONDS):
+            self.write()
+            self._answer_flight_recorder_request()
+
+    def _answer_flight_recorder_request(self) -> None:
+        assert self.directory is not None
+        try:
+            requested = (self.directory / FR_REQUEST).stat().st_mtime
+        except OSError:
+            return
+        if requested <= self._fr_handled:
+            return
+        self._fr_handled = requested
+        data = _flight_recorder()
+        if data:
+            _replace(flight_record_path(self.directory, self.rank), data)
+
+    def stop(self) -> None:
+        """Final record (phase done) and stop the thread; the stack signal stays registered."""
+        if self.directory is None:
+            return
+        self.phase("done")
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.write()

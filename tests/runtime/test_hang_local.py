@@ -1,0 +1,98 @@
+"""Hang and straggler detection on real `kubetrain run` jobs: two torchrun agents, gloo, a SIGSTOPped rank."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.runtime.helpers import Run, final_state, ft_train, quiet_env, records, run_sync, worker_pid, write_spec
+from tests.runtime.test_local_run import assert_no_processes_left
+from tests.runtime.torchmod import require_torch
+
+torch = require_torch()
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(300)]
+
+# Small thresholds so that a test takes seconds: a step of this job takes ~10-40 ms.
+HANG = {"timeoutSeconds": 4, "phaseTimeoutSeconds": 60}
+
+
+def hang_spec(tmp_path: Path, hang: dict[str, Any], **train: Any) -> Path:
+    tmp_path.mkdir(exist_ok=True)
+    path = write_spec(tmp_path / "job.yaml", name="hang", train=ft_train(**train),
+                      checkpoint={"dir": "/ckpt/hang", "everySteps": 4})
+    doc = yaml.safe_load(path.read_text())
+    doc["spec"]["hang"] = {**HANG, **hang}
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def stop_rank_1(run: Run, marker: str, at_step: int) -> int:
+    run.wait_for(lambda r: r["kind"] == "train" and r["step"] >= at_step)
+    pid = worker_pid(marker, 1)
+    os.kill(pid, signal.SIGSTOP)
+    return pid
+
+
+def test_a_stopped_rank_is_named_with_stacks_and_the_run_fails(tmp_path: Path) -> None:
+    marker = uuid.uuid4().hex
+    spec = hang_spec(tmp_path, {"policy": "fail"}, epochs=40, logEvery=2)
+    run = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker, FT_SLEEP="0.001"))
+    pid = 0
+    try:
+        pid = stop_rank_1(run, marker, 8)
+        code, out, err = run.finish(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        run.kill()
+    assert code == 1, out[-3000:] + err
+    verdict = next(line for line in err.splitlines() if "hung since" in line)
+    assert f"rank 1 (node 2, {os.uname().nodename}) stopped (SIGSTOP?), pid {pid}, state T" in verdict, err
+    assert "1 rank waits in " in verdict, err
+    assert "flight recorder: rank 0 in gloo:" in err and "rank 1 never entered it" in err, err
+    assert "--- rank 0 (node 1): training thread" in err, err
+    assert "_micro_step (loop.py:" in err or "_after_step (loop.py:" in err, err
+    assert f"--- rank 1 (node 2, {os.uname().nodename}) stopped" in err, err
+    assert "policy fail: stopping the job" in err
+    assert_no_processes_left(marker)
+
+
+def test_restart_resumes_from_the_checkpoint_with_identical_parameters(tmp_path: Path) -> None:
+    baseline = run_sync(["-f", str(hang_spec(tmp_path / "base", {"policy": "restart"}, epochs=3)),
+                         "--volume", f"ckpt={tmp_path / 'base-ckpt'}"], quiet_env())
+    assert baseline.returncode == 0, baseline.stderr
+    marker = uuid.uuid4().hex
+    spec = hang_spec(tmp_path, {"policy": "restart", "maxRestarts": 1}, epochs=3)
+    run = Run(["-f", str(spec), "--volume", f"ckpt={tmp_path / 'ckpt'}"],
+              quiet_env(TEST_MARKER=marker, FT_SLEEP="0.002"))
+    try:
+        stop_rank_1(run, marker, 10)
+        code, out, err = run.finish(timeout=180)
+    finally:
+        run.kill()
+    assert code == 0, out[-3000:] + err
+    assert "restarting the job from its last checkpoint (restart 1 of 1)" in err, err
+    resumed = records(out, "resume")
+    assert resumed and resumed[-1]["step"] >= 8, out[-3000:]
+    expected = final_state(tmp_path / "base-ckpt" / "hang")["model"]
+    got = final_state(tmp_path / "ckpt" / "hang")["model"]
+    assert expected.keys() == got.keys()
+    differ = [k for k, v in expected.items() if not (torch.equal(v, got[k]) if torch.is_tensor(v) else v == got[k])]
+    assert differ == [], "parameters differ from the uninterrupted run"
+    assert_no_processes_left(marker)
+
+
+def test_a_slow_rank_is_reported_as_a_straggler_and_normal_runs_are_not_hung(tmp_path: Path) -> None:
+    result = run_sync(["-f", str(hang_spec(tmp_path, {"policy": "fail"}, epochs=20, logEvery=20))],
+                      quiet_env(FT_SLEEP="0.002", FT_SLEEP_RANKS="1"))
+    assert result.returncode == 0, result.stderr
+    assert "hung" not in result.stderr
+    stragglers = [line for line in result.stderr.splitlines() if "straggler:" in line]
+    assert len(stragglers) == 1 and "rank 1 (node 2" in stragglers[0], result.stderr
