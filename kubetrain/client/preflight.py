@@ -73,7 +73,11 @@ def run(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], na
 def check_pod_templates(api: client.ApiClient, job: dict[str, Any], namespace: str) -> CheckResult:
     """Each pod template, dry-run created as a Pod: what the operator will create, judged by the server."""
     from kubetrain.client.podcheck import pod_template_problems
+    from kubetrain.validate.k8s.templates import pod_templates
 
+    if not any(t.stage and not t.partial for t in pod_templates(job)):
+        return CheckResult("pod templates", OK, "none to dry-run (a TrainJob's runtime patches are merged into the "
+                           "runtime by the Trainer)")
     def post(where: str, pod: dict[str, Any]) -> None:  # raw: the typed client would vet the body itself
         rest_of(api).json("POST", f"/api/v1/namespaces/{where}/pods", {"dryRun": "All"}, pod)
 
