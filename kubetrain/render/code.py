@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import functools
 import hashlib
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,10 +66,14 @@ def collect_code(root: Path, exclude: list[str] | tuple[str, ...] = (), field: s
         raise RenderError(f"{field}: {root} is not a directory")
     patterns = [*ALWAYS_EXCLUDED, IGNORE_FILE, *exclude, *_ignore_file_patterns(root)]
     optional = _optional_exclusions(root)
-    kept = [(path, size) for path, size in sorted(_walk(root, patterns, field))
-            if not (optional(path) or _is_spec(root / path)) or _excluded(path, list(include))]
-    if len(kept) > MAX_FILES:
-        raise RenderError(_too_many_message(kept, root, field))
+    kept = []
+    for path, size in _walk(root, patterns, field):
+        if (optional(path) or _is_spec(root / path)) and not _excluded(path, list(include)):
+            continue
+        kept.append((path, size))
+        if len(kept) > MAX_FILES:  # stop here: the rest of a 100,000-file tree need not be looked at
+            raise RenderError(_too_many_message(kept, root, field))
+    kept.sort()
     if sum(size for _, size in kept) > CONFIGMAP_LIMIT:
         raise RenderError(_too_large_message(kept, root, field))
     files = []
@@ -105,31 +110,31 @@ def configmap_payload(bundle: CodeBundle) -> tuple[dict[str, str], dict[str, str
     return data, binary, items
 
 
-def _walk(root: Path, patterns: list[str], field: str) -> list[tuple[str, int]]:
+def _walk(root: Path, patterns: list[str], field: str) -> Iterator[tuple[str, int]]:
     """(relative path, size) of every file not excluded, from stat alone."""
-    found = []
     resolved = root.resolve()
     for current, dirs, names in os.walk(root):
         rel_dir = Path(current).relative_to(root).as_posix()
         dirs[:] = [d for d in dirs if not _excluded(_join(rel_dir, d), patterns)]
-        for name in [*dirs, *names]:
-            full = Path(current) / name
-            if full.is_symlink() and not _excluded(_join(rel_dir, name), patterns) \
-                    and not full.resolve().is_relative_to(resolved):
-                raise RenderError(f"{field}: {_join(rel_dir, name)} is a symlink to {os.readlink(full)}, outside "
-                                  f"{root}: the pod's code would not have it; copy it in, or exclude it in "
-                                  f"{IGNORE_FILE}")
+        for name in dirs:  # os.walk does not follow them: one that leaves root is reported
+            _check_link(Path(current) / name, _join(rel_dir, name), resolved, field)
         for name in names:
             rel = _join(rel_dir, name)
             if _excluded(rel, patterns):
                 continue
+            _check_link(Path(current) / name, rel, resolved, field)
             try:
                 info = (Path(current) / name).stat()
             except OSError:
                 continue  # a dangling symlink: nothing to ship
             if stat.S_ISREG(info.st_mode):
-                found.append((rel, info.st_size))
-    return found
+                yield rel, info.st_size
+
+
+def _check_link(path: Path, rel: str, root: Path, field: str) -> None:
+    if path.is_symlink() and not path.resolve().is_relative_to(root):
+        raise RenderError(f"{field}: {rel} is a symlink to {os.readlink(path)}, outside {root}: the pod's code "
+                          f"would not have it; copy it in, or exclude it in {IGNORE_FILE}")
 
 
 def _is_spec(path: Path) -> bool:
@@ -143,8 +148,14 @@ def _is_spec(path: Path) -> bool:
 
 
 def _excluded(rel: str, patterns: list[str]) -> bool:
-    parts = rel.split("/")
-    return any(fnmatch.fnmatch(rel, p) or any(fnmatch.fnmatch(part, p) for part in parts) for p in patterns)
+    """Whether a glob matches the path or one of its parts (fnmatch's rules, all globs in one regex)."""
+    match = _globs(tuple(patterns)).match
+    return bool(match(rel)) or any(match(part) for part in rel.split("/"))
+
+
+@functools.lru_cache(maxsize=64)
+def _globs(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)")
 
 
 def _join(rel_dir: str, name: str) -> str:
@@ -188,7 +199,7 @@ def _too_large_message(files: list[tuple[str, int]], root: Path, field: str) -> 
 
 
 def _too_many_message(files: list[tuple[str, int]], root: Path, field: str) -> str:
-    return (f"{field}: {root} holds {len(files)} files to ship, more than {MAX_FILES} "
+    return (f"{field}: {root} holds more than {MAX_FILES} files to ship "
             f"({_heaviest(files, lambda _: 1, ' files').removeprefix('; ')}); exclude them in {IGNORE_FILE} "
             f"(one glob per line, e.g. `data`) or code.exclude, or bake the code into the image with "
             f"`kubetrain build`")
