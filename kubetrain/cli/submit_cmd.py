@@ -33,7 +33,9 @@ if TYPE_CHECKING:
               show_default=True, help="client: check and print, write nothing; server: also let the API server "
               "validate (dryRun=All).")
 @click.option("--replace", is_flag=True, help="If the job exists, delete it (waiting for its pods) and recreate it.")
-@click.option("--skip-preflight", is_flag=True, help="Skip every preflight check.")
+@click.option("--skip-preflight", "skip_preflight", is_flag=False, flag_value="all", multiple=True, metavar="[CHECK]",
+              help="Skip every preflight check, or with =CHECK only that one (repeatable, or a comma list): "
+              "permissions, crd, operator, namespace, references, fit, queue.")
 @click.option("--wait-for-capacity", "wait_capacity", is_flag=True,
               help="If the job fits the cluster but not its free GPUs now, wait (up to --timeout) until it does, "
                    "then submit.")
@@ -51,7 +53,8 @@ if TYPE_CHECKING:
 @handle_errors
 def submit(filename: str, context: str | None, kubeconfig: str | None, namespace: str | None,
            request_timeout: float | None, target: str | None,
-           image: str | None, build_image: bool, dry_run: str, replace: bool, skip_preflight: bool, skip_fit: bool,
+           image: str | None, build_image: bool, dry_run: str, replace: bool, skip_preflight: tuple[str, ...],
+           skip_fit: bool,
            wait_capacity: bool,
            output: str | None, wait: bool, follow: bool, timeout: float | None, via_controller: bool) -> None:
     """Render, validate, preflight and apply the job to a cluster.
@@ -81,13 +84,26 @@ def submit(filename: str, context: str | None, kubeconfig: str | None, namespace
 
     if build_image:
         image = _build(loaded)
-    options = SubmitOptions(target, image, dry_run, replace, not skip_preflight, skip_fit, wait_capacity, timeout)
+    skipped = _skipped_checks(skip_preflight)
+    options = SubmitOptions(target, image, dry_run, replace, "all" not in skipped, skip_fit, wait_capacity, timeout,
+                            skipped - {"all"})
     submitted = run_submit(connection, loaded, ns, options, _CliReporter())
     _print_result(submitted, output)
     if follow:
         _follow(connection, submitted.target, ns, submitted.name, timeout)
     if wait:
         _wait(connection, submitted.target, ns, submitted.name, timeout)
+
+
+def _skipped_checks(values: tuple[str, ...]) -> frozenset[str]:
+    """--skip-preflight (all), --skip-preflight=queue, --skip-preflight=fit,queue, repeated: the names."""
+    from kubetrain.client.preflight import SKIPPABLE
+
+    names = frozenset(n.strip().lower() for value in values for n in value.split(",") if n.strip())
+    unknown = sorted(names - {*SKIPPABLE, "all"})
+    if unknown:
+        raise UsageError(f"--skip-preflight: unknown check {', '.join(unknown)} (one of: all, {', '.join(SKIPPABLE)})")
+    return names
 
 
 class _CliReporter:

@@ -168,7 +168,8 @@ def test_preflight_failures_block_the_submit(kt: Any, namespace: str, tmp_path: 
            f"generic hf -n {namespace} --from-literal=KEY=VALUE" in lines
     assert any(line.startswith("✗ fit: can never fit: 4 pods × 8 nvidia.com/gpu, but the eligible nodes hold at "
                                "most 3 such pod(s) even when idle") for line in lines)
-    assert lines[-1] == "error: preflight failed (2 check(s) marked ✗): fix them, or --skip-preflight to submit anyway"
+    assert lines[-1] == ("error: preflight failed (2 check(s) marked ✗): fix them, or "
+                         "--skip-preflight=fit,references to submit anyway")
     missing_ns = kt("submit", "-f", spec, "-n", "no-such-ns", "--skip-preflight")
     assert missing_ns.stderr == ("error: namespace no-such-ns does not exist: create it: kubectl create namespace "
                                  "no-such-ns\n") and missing_ns.exit_code == 1
