@@ -180,15 +180,17 @@ def crd(output: str) -> None:
 
 
 def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str,
-                         output: str | None) -> None:
-    """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest."""
+                         output: str | None, overrides: dict[str, str] | None = None) -> str:
+    """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest. Returns its name."""
     from kubetrain.cli.common import render_loaded
     from kubetrain.controller.handoff import hand_over, training_job
 
-    rendered = render_loaded(loaded, namespace=namespace) if loaded.job.spec.code else []
-    body = training_job(loaded, namespace, rendered)
-    applied = hand_over(connection.api, body, rendered[:-1], None if dry_run == "none" else dry_run)
-    name = applied["metadata"]["name"]
+    # Rendered as the controller will (with the overrides): a bad --image or --target is refused here.
+    rendered = render_loaded(loaded, namespace=namespace, **_render_overrides(overrides or {}))
+    body = training_job(loaded, namespace, rendered if loaded.job.spec.code else [], overrides)
+    applied = hand_over(connection.api, body, rendered[:-1] if loaded.job.spec.code else [],
+                        None if dry_run == "none" else dry_run)
+    name = str(applied["metadata"]["name"])
     suffix = f" ({dry_run} dry run)" if dry_run != "none" else ""
     info(f"TrainingJob {namespace}/{name} handed to the controller{suffix}; follow it with "
          f"`kubectl get tj {name} -n {namespace} -w` or `kubetrain status {name}`")
@@ -196,3 +198,9 @@ def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: 
         _emit([applied], [], output)
     else:
         click.echo(f"trainingjob.kubetrain.dev/{name}" if output == "name" else name)
+    return name
+
+
+def _render_overrides(overrides: dict[str, str]) -> dict[str, Any]:
+    target = overrides.get("target")
+    return {"image": overrides.get("image"), "target": None if target == "auto" else target}

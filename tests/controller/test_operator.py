@@ -234,3 +234,66 @@ def test_submit_hands_over_and_the_cluster_verbs_work_on_the_child(controlplane,
     wait_for(lambda: tj(k8s, namespace, "handed") is None, "TrainingJob deleted", 30)
     time.sleep(3)  # the controller would have re-created the child by now if it still owned one
     assert pytorchjob(k8s, namespace, "handed") is None
+
+
+def _invoke_in_background(runner: Any, argv: list[str]) -> Any:
+    """Run the CLI in a thread (it blocks in --wait/--follow while the test ends the pods); .result() waits."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kubetrain.cli.main import cli
+
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(runner.invoke, cli, argv, catch_exceptions=False)
+    pool.shutdown(wait=False)
+    return future
+
+
+def _end_pods(controlplane: Any, k8s: Any, namespace: str, name: str, phase: str) -> None:
+    for pod in wait_for(lambda: pods(k8s, namespace, name, 1), f"{name}'s pod Running", 90):
+        controlplane.set_pod_phase(namespace, pod, phase)
+
+
+def test_submit_controller_honours_image_target_wait_follow_timeout(controlplane, k8s, namespace, start, tmp_path):
+    from click.testing import CliRunner
+
+    from kubetrain.cli.main import cli
+
+    start()
+    spec = tmp_path / "kubetrain.yaml"
+    spec.write_text(yaml.safe_dump(training_job("flags", namespace, nodes=1)))
+    runner = CliRunner(env={"KUBECONFIG": str(controlplane.kubeconfig)})
+    submit = ["submit", "--controller", "-f", str(spec)]
+    # What the controller cannot do is refused as a usage error, before anything is applied.
+    refused = runner.invoke(cli, [*submit, "--replace"], catch_exceptions=False)
+    assert refused.exit_code == 2 and "--replace cannot be combined with --controller" in refused.stderr
+    dry = runner.invoke(cli, [*submit, "--target", "trainjob", "--image", "ghcr.io/example/train:3.0",
+                              "--dry-run=client", "-o", "yaml"], catch_exceptions=False)
+    assert dry.exit_code == 0, dry.output
+    printed = yaml.safe_load(dry.stdout)
+    assert (printed["spec"]["target"], printed["spec"]["image"]) == ("trainjob", "ghcr.io/example/train:3.0")
+    assert tj(k8s, namespace, "flags") is None
+
+    # --image reaches the TrainingJob and its child; --wait waits for the end: here --timeout (exit 4).
+    waited = runner.invoke(cli, [*submit, "--image", "ghcr.io/example/train:2.0", "--wait", "--timeout", "4"],
+                           catch_exceptions=False)
+    assert waited.exit_code == 4, waited.output
+    assert "timed out after" in waited.stderr
+    assert tj(k8s, namespace, "flags")["spec"]["image"] == "ghcr.io/example/train:2.0"
+    child = wait_for(lambda: pytorchjob(k8s, namespace, "flags"), "child", 60)
+    assert child["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"] == \
+        "ghcr.io/example/train:2.0"
+    # The same submit again, waiting while the pod succeeds: exit 0 once the TrainingJob is Succeeded.
+    again = _invoke_in_background(runner, [*submit, "--image", "ghcr.io/example/train:2.0", "--wait"])
+    _end_pods(controlplane, k8s, namespace, "flags", "Succeeded")
+    done = again.result(timeout=120)
+    assert done.exit_code == 0, done.output
+    assert done.stderr.splitlines()[-1] == f"TrainingJob {namespace}/flags Succeeded"
+
+    # --follow: the child's logs, then the TrainingJob's end; a failed job exits 1.
+    spec.write_text(yaml.safe_dump(training_job("follow", namespace, nodes=1)))
+    followed = _invoke_in_background(runner, [*submit, "--follow", "--timeout", "120"])
+    _end_pods(controlplane, k8s, namespace, "follow", "Failed")
+    result = followed.result(timeout=150)
+    assert result.exit_code == 1, result.output
+    assert "training complete" in result.stdout  # kwok's log of the pod, followed
+    assert result.stderr.splitlines()[-1].startswith(f"TrainingJob {namespace}/follow Failed")
