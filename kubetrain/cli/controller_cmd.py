@@ -53,12 +53,15 @@ def controller() -> None:
               metavar="SECONDS", help="Read each running job's rank-0 log tail this often (0: never).")
 @click.option("--progress-tail", type=click.IntRange(1, 10000), default=200, show_default=True, metavar="LINES",
               help="Log lines read per progress read.")
+@click.option("--probe-address", default="127.0.0.1", show_default=True, metavar="IP",
+              help="Address of /healthz, /readyz and /metrics: loopback by default; in a pod the one the kubelet "
+              "and Prometheus reach (the Deployment passes the pod IP; 0.0.0.0: every interface).")
 @click.option("--probe-port", type=click.IntRange(0, 65535), default=8081, show_default=True,
               help="Port of /healthz, /readyz and /metrics (0: any free port).")
 @handle_errors
 def run(context: str | None, kubeconfig: str | None, watch_namespace: str | None, leader_elect: bool,
         lease_namespace: str | None, lease_name: str, lease_duration: float, workers: int, update_policy: str,
-        progress_interval: float, progress_tail: int, probe_port: int) -> None:
+        progress_interval: float, progress_tail: int, probe_address: str, probe_port: int) -> None:
     """Reconcile TrainingJobs until SIGTERM (exit 0) or a lost Lease (exit 1).
 
     \b
@@ -75,7 +78,7 @@ def run(context: str | None, kubeconfig: str | None, watch_namespace: str | None
                         progress_interval=progress_interval, progress_tail=progress_tail)
     election = Election(lease_namespace or os.environ.get("POD_NAMESPACE") or "kubetrain-system", lease_name,
                         duration=lease_duration, enabled=leader_elect)
-    sys.exit(run_controller(connection.api, settings, election, probe_port))
+    sys.exit(run_controller(connection.api, settings, election, probe_port, probe_address))
 
 
 def _install_options(func: click.decorators.FC) -> click.decorators.FC:

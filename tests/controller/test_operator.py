@@ -297,3 +297,22 @@ def test_submit_controller_honours_image_target_wait_follow_timeout(controlplane
     assert result.exit_code == 1, result.output
     assert "training complete" in result.stdout  # kwok's log of the pod, followed
     assert result.stderr.splitlines()[-1].startswith(f"TrainingJob {namespace}/follow Failed")
+
+
+def test_probes_listen_on_loopback_unless_told(namespace, start):
+    import re
+    import urllib.error
+    import urllib.request
+
+    def port_of(op: Any) -> tuple[str, str]:
+        found = wait_for(lambda: re.search(r"/metrics on ([\d.]+):(\d+)", op.text()), "the probe address", 30)
+        return found.group(1), found.group(2)
+
+    host, port = port_of(start())
+    assert host == "127.0.0.1"
+    assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read() == b"ok\n"
+    with pytest.raises(urllib.error.URLError):  # another local address: nothing listens there
+        urllib.request.urlopen(f"http://127.0.0.2:{port}/healthz", timeout=5)
+    host, port = port_of(start("--probe-address", "127.0.0.2", "--no-leader-elect", name="pod-ip"))
+    assert host == "127.0.0.2"
+    assert urllib.request.urlopen(f"http://127.0.0.2:{port}/metrics", timeout=5).read().startswith(b"kubetrain_")
