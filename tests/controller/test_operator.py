@@ -110,10 +110,32 @@ def _patch_spec(k8s: Any, namespace: str, name: str, spec: dict[str, Any], **ann
     custom(k8s).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
 
 
-def test_spec_update_is_reported_then_recreated_under_the_policy(k8s, namespace, start):
+def _metrics_lines(*steps: int, total: int = 100) -> list[str]:
+    return [format_metrics("train", rank=0, step=s, total_steps=total, loss=1 / s, samples_per_s=64.0,
+                           time=1000.0 + s) for s in steps]
+
+
+def test_progress_is_read_once_more_when_the_job_ends(controlplane, k8s, namespace, start):
+    # An hour between periodic reads: none happens during the test; what the status shows at the end is the
+    # read made when the child finished.
+    start("--progress-interval", "3600")
+    create(k8s, training_job("last", namespace, nodes=1))
+    pod = wait_for(lambda: pods(k8s, namespace, "last", 1), "Running pod", 90)[0]
+    controlplane.set_pod_logs(namespace, pod, _metrics_lines(10, 50, 100))
+    controlplane.set_pod_phase(namespace, pod, "Succeeded")
+    done = wait_for(lambda: phase_is(k8s, namespace, "last", "Succeeded"), "phase Succeeded", 90)
+    progress = wait_for(lambda: (tj(k8s, namespace, "last")["status"].get("progress")), "final progress", 30)
+    assert progress["stepText"] == "100/100" and "eta" not in progress, progress
+    assert progress["updateTime"] >= done["status"]["completionTime"]
+
+
+def test_spec_update_is_reported_then_recreated_under_the_policy(controlplane, k8s, namespace, start):
     start()
     create(k8s, training_job("upd", namespace, nodes=1))
     first = wait_for(lambda: pytorchjob(k8s, namespace, "upd"), "child", 60)
+    pod = wait_for(lambda: pods(k8s, namespace, "upd", 1), "Running pod", 90)[0]
+    controlplane.set_pod_logs(namespace, pod, _metrics_lines(10, 30))
+    wait_for(lambda: (tj(k8s, namespace, "upd")["status"].get("progress") or {}).get("step") == 30, "progress", 60)
     _patch_spec(k8s, namespace, "upd", {"image": "ghcr.io/example/train:2.0"})
     changed = wait_for(lambda: (o := tj(k8s, namespace, "upd")) and any(
         c["type"] == "SpecChanged" and c["status"] == "True" for c in (o.get("status") or {}).get("conditions", []))
@@ -129,8 +151,12 @@ def test_spec_update_is_reported_then_recreated_under_the_policy(k8s, namespace,
     child = wait_for(recreated, "recreated child", 120)
     image = child["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"]
     assert image == "ghcr.io/example/train:2.0"
-    wait_for(lambda: (o := tj(k8s, namespace, "upd")) and all(
-        c["type"] != "SpecChanged" for c in o["status"]["conditions"]), "SpecChanged cleared", 60)
+    cleared = wait_for(lambda: (o := tj(k8s, namespace, "upd")) and all(
+        c["type"] != "SpecChanged" for c in o["status"]["conditions"]) and o, "SpecChanged cleared", 60)
+    # The old child's progress (step 30) is not the new child's: gone until the new one's pod reports (kwok
+    # serves the same log for the pod of the same name: a read after the new child started is fine).
+    progress = cleared["status"].get("progress")
+    assert progress is None or progress["updateTime"] >= child["metadata"]["creationTimestamp"], cleared["status"]
 
 
 def test_delete_cascades_to_the_child(k8s, namespace, start):
