@@ -63,6 +63,11 @@ def pytorchjob(controlplane: Any, namespace: str, name: str) -> dict[str, Any]:
     return dict(custom.get_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", name))
 
 
+def job_pods(controlplane: Any, namespace: str, job: str) -> list[Any]:
+    core = kubernetes.client.CoreV1Api(controlplane.api_client())
+    return list(core.list_namespaced_pod(namespace, label_selector=f"training.kubeflow.org/job-name={job}").items)
+
+
 def _reserved_gpus(controlplane: Any, cluster_queue: str) -> int:
     """nvidia.com/gpu reserved in the ClusterQueue's status (what preflight's "free now" is computed from)."""
     cq = kubernetes.client.CustomObjectsApi(controlplane.api_client()).get_cluster_custom_object(
@@ -88,6 +93,10 @@ def test_pytorchjob_admitted_then_one_over_quota_stays_pending(controlplane: Any
     assert wl["status"]["admission"]["clusterQueue"] == "team-b"
     # Kueue unsuspended it (its webhook had suspended it at create), and put the flavor's node labels in.
     watch_until(lambda: not pytorchjob(controlplane, queued, "first")["spec"]["runPolicy"].get("suspend"), 30)
+    # ... and the admitted job runs: its pod Running on a node of the flavor (Kueue's nodeSelector).
+    pod = watch_until(lambda: [p for p in job_pods(controlplane, queued, "first")
+                               if p.status.phase == "Running"], 60)[0]
+    assert pod.spec.node_selector["cloud.google.com/gke-accelerator"] == "nvidia-h100-80gb"
     status = kt("status", "first", "-n", queued)
     assert "→ Kueue: admitted by ClusterQueue team-b (LocalQueue team-b)" in status.stdout
 
@@ -103,6 +112,7 @@ def test_pytorchjob_admitted_then_one_over_quota_stays_pending(controlplane: Any
     pending = watch_until(lambda: (c := condition(workload(controlplane, queued, uid), "QuotaReserved"))
                           and c["status"] == "False" and "insufficient" in c["message"] and c, 30)
     assert pytorchjob(controlplane, queued, "second")["spec"]["runPolicy"]["suspend"] is True
+    assert job_pods(controlplane, queued, "second") == []  # suspended: no pod holds GPUs outside the quota
     status = kt("status", "second", "-n", queued)
     assert f"→ Kueue: pending in LocalQueue team-b, position 1: {pending['message']}" in status.stdout
     listing = {j["name"]: j for j in json.loads(kt("list", "-n", queued, "-o", "json").stdout)}
@@ -190,6 +200,8 @@ def test_gang_not_ready_in_time_is_evicted_and_requeued(controlplane: Any, kt: A
     result = kt("submit", "-f", str(spec), "-n", queued)
     assert result.exit_code == 0, result.stderr
     uid = pytorchjob(controlplane, queued, "gang")["metadata"]["uid"]
+    # Pods exist (on nodes, held before Ready): the eviction is about readiness, not about missing pods.
+    watch_until(lambda: len([p for p in job_pods(controlplane, queued, "gang") if p.spec.node_name]) == 2, 60)
     evicted = watch_until(lambda: (c := condition(workload(controlplane, queued, uid), "Evicted"))
                           and c["status"] == "True" and c, harness.PODS_READY_TIMEOUT_S + 60)
     assert evicted["reason"] == "PodsReadyTimeout"
