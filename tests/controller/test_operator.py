@@ -316,7 +316,8 @@ def test_submit_controller_honours_image_target_wait_follow_timeout(controlplane
     assert done.stderr.splitlines()[-1] == f"TrainingJob {namespace}/flags Succeeded"
 
     # --follow: the child's logs, then the TrainingJob's end; a failed job exits 1.
-    spec.write_text(yaml.safe_dump(training_job("follow", namespace, nodes=1)))
+    spec.write_text(yaml.safe_dump(training_job("follow", namespace, nodes=1,
+                                                runPolicy={"restartPolicy": "Never", "backoffLimit": 0})))
     followed = _invoke_in_background(runner, [*submit, "--follow", "--timeout", "120"])
     _end_pods(controlplane, k8s, namespace, "follow", "Failed")
     result = followed.result(timeout=150)
