@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 
 def metrics(op: Any) -> dict[str, float]:
-    port = re.search(r"/metrics on :(\d+)", op.text())
+    port = re.search(r"/metrics on [\d.]*:(\d+)", op.text())
     assert port, op.text()
     text = urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=10).read().decode()
     return {line.rsplit(" ", 1)[0].removeprefix("kubetrain_controller_"): float(line.rsplit(" ", 1)[1])

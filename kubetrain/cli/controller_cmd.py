@@ -53,12 +53,15 @@ def controller() -> None:
               metavar="SECONDS", help="Read each running job's rank-0 log tail this often (0: never).")
 @click.option("--progress-tail", type=click.IntRange(1, 10000), default=200, show_default=True, metavar="LINES",
               help="Log lines read per progress read.")
+@click.option("--probe-address", default="127.0.0.1", show_default=True, metavar="IP",
+              help="Address of /healthz, /readyz and /metrics: loopback by default; in a pod the one the kubelet "
+              "and Prometheus reach (the Deployment passes the pod IP; 0.0.0.0: every interface).")
 @click.option("--probe-port", type=click.IntRange(0, 65535), default=8081, show_default=True,
               help="Port of /healthz, /readyz and /metrics (0: any free port).")
 @handle_errors
 def run(context: str | None, kubeconfig: str | None, watch_namespace: str | None, leader_elect: bool,
         lease_namespace: str | None, lease_name: str, lease_duration: float, workers: int, update_policy: str,
-        progress_interval: float, progress_tail: int, probe_port: int) -> None:
+        progress_interval: float, progress_tail: int, probe_address: str, probe_port: int) -> None:
     """Reconcile TrainingJobs until SIGTERM (exit 0) or a lost Lease (exit 1).
 
     \b
@@ -75,7 +78,7 @@ def run(context: str | None, kubeconfig: str | None, watch_namespace: str | None
                         progress_interval=progress_interval, progress_tail=progress_tail)
     election = Election(lease_namespace or os.environ.get("POD_NAMESPACE") or "kubetrain-system", lease_name,
                         duration=lease_duration, enabled=leader_elect)
-    sys.exit(run_controller(connection.api, settings, election, probe_port))
+    sys.exit(run_controller(connection.api, settings, election, probe_port, probe_address))
 
 
 def _install_options(func: click.decorators.FC) -> click.decorators.FC:
@@ -182,15 +185,17 @@ def crd(output: str) -> None:
 
 
 def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str,
-                         output: str | None) -> None:
-    """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest."""
+                         output: str | None, overrides: dict[str, str] | None = None) -> str:
+    """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest. Returns its name."""
     from kubetrain.cli.common import render_loaded
     from kubetrain.controller.handoff import hand_over, training_job
 
-    rendered = render_loaded(loaded, namespace=namespace) if loaded.job.spec.code else []
-    body = training_job(loaded, namespace, rendered)
-    applied = hand_over(connection.api, body, rendered[:-1], None if dry_run == "none" else dry_run)
-    name = applied["metadata"]["name"]
+    # Rendered as the controller will (with the overrides): a bad --image or --target is refused here.
+    rendered = render_loaded(loaded, namespace=namespace, **_render_overrides(overrides or {}))
+    body = training_job(loaded, namespace, rendered if loaded.job.spec.code else [], overrides)
+    applied = hand_over(connection.api, body, rendered[:-1] if loaded.job.spec.code else [],
+                        None if dry_run == "none" else dry_run)
+    name = str(applied["metadata"]["name"])
     suffix = f" ({dry_run} dry run)" if dry_run != "none" else ""
     info(f"TrainingJob {namespace}/{name} handed to the controller{suffix}; follow it with "
          f"`kubectl get tj {name} -n {namespace} -w` or `kubetrain status {name}`")
@@ -198,3 +203,9 @@ def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: 
         _emit([applied], [], output)
     else:
         click.echo(f"trainingjob.kubetrain.dev/{name}" if output == "name" else name)
+    return name
+
+
+def _render_overrides(overrides: dict[str, str]) -> dict[str, Any]:
+    target = overrides.get("target")
+    return {"image": overrides.get("image"), "target": None if target == "auto" else target}

@@ -98,7 +98,7 @@ class _Lost:
 
 
 def _show(name: str, results: list[PodGpus], output: str, clear: bool) -> None:
-    from kubetrain.client.gpu import HEADERS, table_rows
+    from kubetrain.client.gpu import HEADERS, notes, table_rows
 
     if output == "json":
         click.echo(json.dumps({"job": name, "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -111,3 +111,5 @@ def _show(name: str, results: list[PodGpus], output: str, clear: bool) -> None:
         click.echo(f"{name} has no pods yet", err=True)
         return
     print_table(HEADERS, table_rows(results))
+    for note in notes(results):
+        click.echo(note, err=True)

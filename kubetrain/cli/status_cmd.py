@@ -71,20 +71,21 @@ def _print_status(result: JobStatus) -> None:
     print_table(["REPLICA", "POD", "PHASE", "NODE", "RESTARTS", "LAST TERMINATION"], pod_rows)
     if result.events:
         click.echo("\nRecent events:")
-        _print_events(result.events)
+        _print_events(result.events, with_hints=False)  # they are among the Hints below
     if result.hints:
         click.echo("\nHints:")
         for hint in result.hints:
             click.echo(f"  → {hint}")
 
 
-def _print_events(events: list[EventRow]) -> None:
+def _print_events(events: list[EventRow], with_hints: bool = True) -> None:
+    from kubetrain.client.hints import shorten
+
     rows = []
     for event in events:
         count = f" (x{event.count})" if event.count > 1 else ""
-        rows.append([age(event.time), event.type, event.reason, event.object, event.message.splitlines()[0] + count
-                     if event.message else count])
-        rows += [["", "", "", "", f"→ {hint}"] for hint in event.hints]
+        rows.append([age(event.time), event.type, event.reason, event.object, shorten(event.message) + count])
+        rows += [["", "", "", "", f"→ {hint}"] for hint in event.hints if with_hints]
     print_table(["AGE", "TYPE", "REASON", "OBJECT", "MESSAGE"], rows)
 
 

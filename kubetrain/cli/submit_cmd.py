@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import TYPE_CHECKING
 
 import click
@@ -34,7 +35,9 @@ if TYPE_CHECKING:
               help="client (also a bare --dry-run, as in kubectl): check and print, write nothing; server: also "
               "let the API server validate (dryRun=All).")
 @click.option("--replace", is_flag=True, help="If the job exists, delete it (waiting for its pods) and recreate it.")
-@click.option("--skip-preflight", is_flag=True, help="Skip every preflight check.")
+@click.option("--skip-preflight", "skip_preflight", is_flag=False, flag_value="all", multiple=True, metavar="[CHECK]",
+              help="Skip every preflight check, or with =CHECK only that one (repeatable, or a comma list): "
+              "permissions, crd, operator, namespace, references, pod-templates, fit, queue.")
 @click.option("--wait-for-capacity", "wait_capacity", is_flag=True,
               help="If the job fits the cluster but not its free GPUs now, wait (up to --timeout) until it does, "
                    "then submit.")
@@ -52,7 +55,8 @@ if TYPE_CHECKING:
 @handle_errors
 def submit(filename: str, context: str | None, kubeconfig: str | None, namespace: str | None,
            request_timeout: float | None, target: str | None,
-           image: str | None, build_image: bool, dry_run: str, replace: bool, skip_preflight: bool, skip_fit: bool,
+           image: str | None, build_image: bool, dry_run: str, replace: bool, skip_preflight: tuple[str, ...],
+           skip_fit: bool,
            wait_capacity: bool,
            output: str | None, wait: bool, follow: bool, timeout: float | None, via_controller: bool) -> None:
     """Render, validate, preflight and apply the job to a cluster.
@@ -73,22 +77,75 @@ def submit(filename: str, context: str | None, kubeconfig: str | None, namespace
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace, loaded.job.metadata.namespace)
     if via_controller:
-        from kubetrain.cli.controller_cmd import submit_to_controller
-
-        submit_to_controller(connection, loaded, ns, dry_run, output)
+        _via_controller(connection, loaded, ns, dry_run, output, target=target, image=image, build=build_image,
+                        replace=replace, wait_capacity=wait_capacity, wait=wait, follow=follow, timeout=timeout)
         return
     from kubetrain.client.submit import SubmitOptions
     from kubetrain.client.submit import submit as run_submit
 
     if build_image:
         image = _build(loaded)
-    options = SubmitOptions(target, image, dry_run, replace, not skip_preflight, skip_fit, wait_capacity, timeout)
+    skipped = _skipped_checks(skip_preflight)
+    options = SubmitOptions(target, image, dry_run, replace, "all" not in skipped, skip_fit, wait_capacity, timeout,
+                            skipped - {"all"})
     submitted = run_submit(connection, loaded, ns, options, _CliReporter())
     _print_result(submitted, output)
     if follow:
         _follow(connection, submitted.target, ns, submitted.name, timeout)
     if wait:
         _wait(connection, submitted.target, ns, submitted.name, timeout)
+
+
+def _via_controller(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str, output: str | None,
+                    *, target: str | None, image: str | None, build: bool, replace: bool, wait_capacity: bool,
+                    wait: bool, follow: bool, timeout: float | None) -> None:
+    """`submit --controller`: the same flags, applied to the TrainingJob; --wait/--follow follow it (and its
+    child) to the end with the exit codes of a direct submit. The preflight and capacity checks are the
+    controller's to make, and it applies spec changes by its update policy: those flags are refused."""
+    from kubetrain.cli.controller_cmd import submit_to_controller
+
+    for flag, given in (("--replace", replace), ("--wait-for-capacity", wait_capacity)):
+        if given:
+            raise UsageError(f"{flag} cannot be combined with --controller: the controller applies a changed spec "
+                             "by its update policy (docs/operator.md) and starts the child itself")
+    if build:
+        image = _build(loaded)
+    overrides = {key: value for key, value in (("image", image), ("target", target)) if value}
+    name = submit_to_controller(connection, loaded, namespace, dry_run, output, overrides)
+    if not (wait or follow):
+        return
+    from kubetrain.controller.handoff import outcome, wait_trainingjob
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    if follow:
+        handed = wait_trainingjob(connection.api, namespace, name, timeout, "child", on_retry=info)
+        child = (handed.get("status") or {}).get("target")
+        if child and outcome(handed)[0] != "Invalid":
+            from kubetrain.client.targets import TARGETS
+
+            _follow(connection, TARGETS[child], namespace, name, _left(deadline), exit_on_failure=False)
+    else:
+        info(f"waiting for TrainingJob {namespace}/{name} to finish")
+    final = wait_trainingjob(connection.api, namespace, name, _left(deadline), "final", on_retry=info)
+    phase, why = outcome(final)
+    info(f"TrainingJob {namespace}/{name} {phase}" + (f": {why}" if why and phase != "Succeeded" else ""))
+    if phase != "Succeeded":
+        sys.exit(1)
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.001, deadline - time.monotonic())
+
+
+def _skipped_checks(values: tuple[str, ...]) -> frozenset[str]:
+    """--skip-preflight (all), --skip-preflight=queue, --skip-preflight=fit,queue, repeated: the names."""
+    from kubetrain.client.preflight import SKIPPABLE
+
+    names = frozenset(n.strip().lower() for value in values for n in value.split(",") if n.strip())
+    unknown = sorted(names - {*SKIPPABLE, "all"})
+    if unknown:
+        raise UsageError(f"--skip-preflight: unknown check {', '.join(unknown)} (one of: all, {', '.join(SKIPPABLE)})")
+    return names
 
 
 class _CliReporter:
@@ -139,7 +196,8 @@ def _wait(connection: Connection, target: Target, namespace: str, name: str, tim
         sys.exit(1)
 
 
-def _follow(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None) -> None:
+def _follow(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None,
+            exit_on_failure: bool = True) -> None:
     """`kubetrain logs -f` (merged logs, live progress line from the metrics); exit 1 if the job fails."""
     from kubetrain.cli.logs_cmd import follow_renderer, use_color
     from kubetrain.client import logs
@@ -152,5 +210,5 @@ def _follow(connection: Connection, target: Target, namespace: str, name: str, t
     finally:
         renderer.close()
     info(f"{target.kind} {namespace}/{name} {result.state}" + (f": {result.message}" if result.message else ""))
-    if not result.ok:
+    if not result.ok and exit_on_failure:
         sys.exit(1)

@@ -245,11 +245,12 @@ def job_gpus(api: client.ApiClient, target: Target, namespace: str, name: str, r
 
 
 def table_rows(results: list[PodGpus]) -> list[list[str]]:
-    """POD, GPU, NAME, UTIL, MEMORY, TEMP, POWER rows; a pod without GPUs gets one row with its message."""
+    """POD, GPU, NAME, UTIL, MEMORY, TEMP, POWER rows; a pod without GPUs gets one row of dashes (its
+    message is among the `notes`)."""
     rows = []
     for pod in results:
         if not pod.gpus:
-            rows.append([pod.replica, "-", pod.message, "", "", "", ""])
+            rows.append([pod.replica, *["-"] * (len(HEADERS) - 1)])
         for gpu in pod.gpus:
             rows.append([pod.replica, str(gpu.index), gpu.name, _utilization(gpu), _memory(gpu),
                          _fmt(gpu.temperature, "°C"), _fmt(gpu.power, " W", 0)])
@@ -266,6 +267,11 @@ def _utilization(gpu: Gpu) -> str:
     if gpu.utilization is not None:
         return _fmt(gpu.utilization, "%")
     return "not supported (MIG)" if gpu.mig else "not supported"
+
+
+def notes(results: list[PodGpus]) -> list[str]:
+    """"worker-0: not running (Completed)": what a pod's row cannot say, one line per pod that has a message."""
+    return [f"{pod.replica}: {pod.message}" for pod in results if pod.message]
 
 
 def _fmt(value: float | None, unit: str, digits: int = 0) -> str:

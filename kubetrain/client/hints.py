@@ -11,6 +11,12 @@ _INSUFFICIENT = re.compile(r"(\d+) Insufficient ([\w./-]*\w)")
 _TAINT = re.compile(r"(\d+) node\(s\) had untolerated taint(?:s)? \{([^}]*)\}")
 _AFFINITY = re.compile(r"(\d+) node\(s\) didn't match Pod's node affinity/selector")
 _CORDONED = re.compile(r"(\d+) node\(s\) were unschedulable")
+_DENIED = re.compile(r'admission webhook "([^"]+)" denied the request: ([\w.\[\]-]+): ')
+# An operator's Events that say it could not create or update the job's children (Trainer v2: the JobSet).
+CREATION_FAILED = {"TrainJobResourcesCreationFailed", "FailedCreate"}
+SHORT = 200  # characters of an Event message shown in a table or a hint
+# The kubelet retries these by itself a moment later: not worth a hint unless they last (see event_hints).
+TRANSIENT_MOUNT = ("configmap cache", "not registered")
 
 
 def scheduling_hints(message: str) -> list[str]:
@@ -53,10 +59,25 @@ def event_hints(event: dict[str, Any]) -> list[str]:
     if reason in {"OOMKilling", "OOMKilled"}:
         return [_oom_hint()]
     if reason == "FailedMount":
-        return [f"a volume could not be mounted: {message.splitlines()[0] if message else '?'}"]
+        if any(text in message for text in TRANSIENT_MOUNT) and int(event.get("count") or 1) < 5:
+            return []  # "failed to sync configmap cache": the kubelet's informer was not synced yet; it retries
+        return [f"a volume could not be mounted: {shorten(message)}"]
     if reason == "FailedCreate" and "forbidden" in message:
-        return [f"the operator could not create a pod: {message}"]
+        return [f"the operator could not create a pod: {shorten(message)}"]
+    if reason in CREATION_FAILED:
+        return [f"the operator could not create or update the job's resources ({reason}): {shorten(message)}"]
     return []
+
+
+def shorten(message: str, limit: int = SHORT) -> str:
+    """One line of at most `limit` characters; a webhook denial keeps who denied it, the field and why (the
+    middle is a dump of the whole object, often over 1,000 characters)."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    if denied := _DENIED.search(first):
+        why = first.rsplit(": ", 1)[-1]
+        first = f'{first[:denied.start()]}admission webhook "{denied.group(1)}" denied the request: ' \
+            f"{denied.group(2)}: {why}"
+    return first if len(first) <= limit else first[:limit - 1] + "…"
 
 
 def pod_hints(pod: dict[str, Any]) -> list[str]:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from kubernetes import client
@@ -18,9 +19,12 @@ from kubetrain.client.rest import rest_of
 from kubetrain.client.targets import Target, served
 from kubetrain.errors import ClusterError
 from kubetrain.yamlsrc import join_path
+from kubetrain.spec.quantity import parse_quantity
 
 OK, FAIL, WARN = "ok", "fail", "warn"
 MARKS = {OK: "✓", FAIL: "✗", WARN: "!"}
+# What `--skip-preflight=NAME` accepts (the API server's reachability is always checked), and "all".
+SKIPPABLE = ("permissions", "crd", "operator", "namespace", "references", "pod-templates", "fit", "queue")
 
 
 @dataclass(frozen=True)
@@ -46,28 +50,49 @@ def failed(results: list[CheckResult]) -> list[CheckResult]:
 
 
 def run(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], namespace: str,
-        server: str = "", skip_fit: bool = False) -> list[CheckResult]:
-    """Every check, in order; stops after the first if the API server cannot be reached."""
+        server: str = "", skip: Collection[str] = ()) -> list[CheckResult]:
+    """Every check, in order, but those named in `skip` (SKIPPABLE); stops after the first if the API server
+    cannot be reached."""
     reach = check_reachable(api, server)
     if reach.status == FAIL:
         return [reach]
     job = objects[-1]
     name = job["metadata"]["name"]
-    results = [reach, check_access(api, target, namespace, with_configmap=len(objects) > 1)]
-    installed = check_crd(api, target)
-    results += [installed] + ([check_operator(api, target)] if installed.status == OK else [])
-    ns = check_namespace(api, namespace)
-    results.append(ns)
-    if ns.status != FAIL:
-        results += check_references(api, namespace, references(job))
-        results.append(check_pod_templates(api, job, namespace))
-    if skip_fit:
-        results.append(CheckResult("fit", WARN, "not checked (--skip-fit)"))
-    else:
-        results.append(check_fit(api, job, target, namespace, name))
-    if (queue := queue_of(job)) and ns.status != FAIL:
-        results.append(check_queue(api, job, namespace, queue))
+    results = [reach]
+    add = _adder(results, skip)
+    add("permissions", lambda: check_access(api, target, namespace, with_configmap=len(objects) > 1))
+    installed = add("crd", lambda: check_crd(api, target))
+    if installed is None or installed.status == OK:
+        add("operator", lambda: check_operator(api, target))
+    ns = add("namespace", lambda: check_namespace(api, namespace))
+    if ns is None or ns.status != FAIL:
+        if "references" in skip:
+            results.append(_skipped("references"))
+        else:
+            results += check_references(api, namespace, references(job))
+        add("pod-templates", lambda: check_pod_templates(api, job, namespace))
+    add("fit", lambda: check_fit(api, job, target, namespace, name))
+    if (queue := queue_of(job)) and (ns is None or ns.status != FAIL):
+        add("queue", lambda: check_queue(api, job, namespace, queue))
     return results
+
+
+def _skipped(name: str) -> CheckResult:
+    return CheckResult(name, WARN, f"not checked (--skip-preflight={name})")
+
+
+def _adder(results: list[CheckResult], skip: Collection[str]) -> Callable[[str, Callable[[], CheckResult]],
+                                                                          CheckResult | None]:
+    """add(name, check): run the check and append its result, or append "not checked" if it is skipped."""
+    def add(name: str, check: Callable[[], CheckResult]) -> CheckResult | None:
+        if name in skip:
+            results.append(_skipped(name))
+            return None
+        result = check()
+        results.append(result)
+        return result
+
+    return add
 
 
 def check_pod_templates(api: client.ApiClient, job: dict[str, Any], namespace: str) -> CheckResult:
@@ -76,7 +101,7 @@ def check_pod_templates(api: client.ApiClient, job: dict[str, Any], namespace: s
     from kubetrain.validate.k8s.templates import pod_templates
 
     if not any(t.stage and not t.partial for t in pod_templates(job)):
-        return CheckResult("pod templates", OK, "none to dry-run (a TrainJob's runtime patches are merged into the "
+        return CheckResult("pod-templates", OK, "none to dry-run (a TrainJob's runtime patches are merged into the "
                            "runtime by the Trainer)")
     def post(where: str, pod: dict[str, Any]) -> None:  # raw: the typed client would vet the body itself
         rest_of(api).json("POST", f"/api/v1/namespaces/{where}/pods", {"dryRun": "All"}, pod)
@@ -84,11 +109,11 @@ def check_pod_templates(api: client.ApiClient, job: dict[str, Any], namespace: s
     try:
         problems = pod_template_problems(post, job, namespace)
     except Exception as exc:
-        return CheckResult("pod templates", WARN, f"not checked: {translate(exc, 'dry-run create pods')}")
+        return CheckResult("pod-templates", WARN, f"not checked: {translate(exc, 'dry-run create pods')}")
     if problems:
-        return CheckResult("pod templates", FAIL, "; ".join(f"{join_path(path)}: {message}"
+        return CheckResult("pod-templates", FAIL, "; ".join(f"{join_path(path)}: {message}"
                                                             for path, message in problems))
-    return CheckResult("pod templates", OK, "the API server accepts every pod template as a Pod (dry run)")
+    return CheckResult("pod-templates", OK, "the API server accepts every pod template as a Pod (dry run)")
 
 
 def check_reachable(api: client.ApiClient, server: str) -> CheckResult:
@@ -324,15 +349,30 @@ def _owned(pod: dict[str, Any], target: Target, namespace: str, name: str) -> bo
 
 
 def check_queue(api: client.ApiClient, job: dict[str, Any], namespace: str, queue: str) -> CheckResult:
-    """Kueue: the LocalQueue exists, which ClusterQueue it feeds, and whether its GPU quota can ever (or now)
-    hold the job: never → refusal, not now → a warning (the job waits in the queue)."""
+    """Kueue: the LocalQueue exists, which ClusterQueue it feeds, and whether its quota can ever (or now) hold
+    what the job asks for: its GPUs, or for a CPU job its CPUs. Never → refusal, not now → a warning (the
+    job waits in the queue)."""
     from kubetrain.client import queues_quota as quota
 
     request = fit_request(job)
+    resource, demand = request.resource, Decimal(request.pods * request.gpus_per_pod)
+    if not demand:  # a CPU job: a ClusterQueue without GPU quota is fine; its CPU quota is what counts
+        resource, demand = "cpu", cpu_demand(job)
     try:
-        verdict = quota.quota_verdict(api, namespace, queue, request.pods * request.gpus_per_pod, request.resource)
+        verdict = quota.quota_verdict(api, namespace, queue, demand, resource)
     except (ClusterError, ApiError) as exc:
         reason = api_message(exc) if isinstance(exc, ApiError) else str(exc)
         return CheckResult("queue", WARN, f"cannot check LocalQueue {queue}: {reason}")
     status = {quota.NOW: OK, quota.NOT_NOW: WARN, quota.NEVER: FAIL}.get(verdict.verdict, WARN)
     return CheckResult("queue", FAIL if verdict.missing else status, verdict.message, verdict.hint)
+
+
+def cpu_demand(job: dict[str, Any]) -> Decimal:
+    """CPUs the job's pods request (requests default to limits), as Kueue sums them for its quota."""
+    total = Decimal(0)
+    for replicas, spec in pod_specs(job):
+        for container in spec.get("containers") or []:
+            res = container.get("resources") or {}
+            cpu = (res.get("requests") or {}).get("cpu", (res.get("limits") or {}).get("cpu", 0))
+            total += replicas * parse_quantity(cpu)
+    return total

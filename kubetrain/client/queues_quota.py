@@ -104,7 +104,7 @@ def _cohort_members(api: Any, cq: dict[str, Any]) -> list[dict[str, Any]]:
     return [o for o in items if cohort_of(o) == cohort and (o.get("metadata") or {}).get("name") != name]
 
 
-def quota_verdict(api: Any, namespace: str, queue: str, demand: int, resource: str = GPU) -> QuotaVerdict:
+def quota_verdict(api: Any, namespace: str, queue: str, demand: Decimal | int, resource: str = GPU) -> QuotaVerdict:
     """Where a job needing `demand` of `resource` stands with LocalQueue `queue`. 2–3 requests."""
     lq = kueue_get(api, "localqueues", namespace, queue)
     if lq is None:
@@ -126,9 +126,11 @@ def quota_verdict(api: Any, namespace: str, queue: str, demand: int, resource: s
     return _judge(cq, others, where, demand, resource)
 
 
-def _judge(cq: dict[str, Any], others: list[dict[str, Any]], where: str, demand: int,
+def _judge(cq: dict[str, Any], others: list[dict[str, Any]], where: str, demand: Decimal | int,
            resource: str) -> QuotaVerdict:
     name = str((cq.get("metadata") or {}).get("name") or "")
+    if not demand:
+        return QuotaVerdict(NOW, f"{where}: the job requests no {resource} quota", cluster_queue=name)
     quotas = _flavor_quotas(cq, resource)
     if not quotas:
         return QuotaVerdict(NEVER, f"{where} has no quota for {resource}", "use a queue whose ClusterQueue "
@@ -137,17 +139,18 @@ def _judge(cq: dict[str, Any], others: list[dict[str, Any]], where: str, demand:
     most = max(r[0] for r in rooms)
     details = "; ".join(r[2] for r in rooms)
     if demand > most:
-        return QuotaVerdict(NEVER, f"needs {demand} {resource} but {where} can get at most {_n(most)} "
+        return QuotaVerdict(NEVER, f"needs {_n(demand)} {resource} but {where} can get at most {_n(most)} "
                             f"({details})", "fewer nodes or GPUs per node, or a queue with more quota", name)
     if any(demand <= free for _, free, _ in rooms):
-        return QuotaVerdict(NOW, f"{where}: quota for {demand} {resource} free now ({details})",
+        return QuotaVerdict(NOW, f"{where}: quota for {_n(demand)} {resource} free now ({details})",
                             cluster_queue=name)
     free = max(r[1] for r in rooms)
     pending = int((cq.get("status") or {}).get("pendingWorkloads") or 0)
-    return QuotaVerdict(NOT_NOW, f"will wait in {where}: needs {demand} {resource}, {_n(free)} free now, "
+    return QuotaVerdict(NOT_NOW, f"will wait in {where}: needs {_n(demand)} {resource}, {_n(free)} free now, "
                         f"{pending} workload(s) pending ({details})",
                         "it starts when quota frees up; `kubetrain status` shows its place", name)
 
 
-def _n(value: Decimal) -> str:
+def _n(value: Decimal | int) -> str:
+    value = Decimal(value)
     return str(int(value)) if value == value.to_integral_value() else str(value)

@@ -163,14 +163,20 @@ def job_events(api: Any, target: Target, namespace: str, obj: dict[str, Any],
 
 
 def event_rows(mine: list[dict[str, Any]]) -> list[EventRow]:
-    rows = []
+    """One row per distinct Event (oldest first). Events that differ only past their first SHORT characters
+    (an operator retrying the same failed update, each with a new dump of the object) are one row: the
+    latest time, the counts added up."""
+    rows: dict[tuple[str, ...], EventRow] = {}
     for event in mine:
         involved = event.get("involvedObject") or {}
-        rows.append(EventRow(_event_time(event), str(event.get("type") or ""), str(event.get("reason") or ""),
-                             f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}",
-                             str(event.get("message") or "").strip(), int(event.get("count") or 1),
-                             hints.event_hints(event)))
-    return rows
+        row = EventRow(_event_time(event), str(event.get("type") or ""), str(event.get("reason") or ""),
+                       f"{str(involved.get('kind', '')).lower()}/{involved.get('name', '')}",
+                       str(event.get("message") or "").strip(), int(event.get("count") or 1), hints.event_hints(event))
+        key = (row.type, row.reason, row.object, hints.shorten(row.message))
+        if (seen := rows.pop(key, None)) is not None:
+            row = replace(row, count=row.count + seen.count, hints=hints.unique([*seen.hints, *row.hints]))
+        rows[key] = row  # re-inserted: the dict's order stays "by latest occurrence"
+    return list(rows.values())
 
 
 def job_status(api: Any, targets: list[Target] | None, namespace: str, name: str,
@@ -186,7 +192,7 @@ def job_status(api: Any, targets: list[Target] | None, namespace: str, name: str
     events = event_rows(event_dicts)[-recent:] if recent else []
     recreated = [f"pod {r.name} was re-created {r.recreated} time(s) by the operator (its restart count "
                  f"starts again each time): see why with `kubetrain events {name}`" for r in rows if r.recreated]
-    queued = [line] if (line := queues.job_hint(api, obj)) else []  # Kueue: pending/admitted/evicted, one line
+    queued = [_no_pods(line, pod_list)] if (line := queues.job_hint(api, obj)) else []  # Kueue: one line
     queued += [line] if (line := operator_hint(obj, target)) else []
     if subjects.omitted:
         queued.append(f"Events of {subjects.omitted} more troubled pod(s) not read (status lists at most "
@@ -201,6 +207,15 @@ def job_status(api: Any, targets: list[Target] | None, namespace: str, name: str
 
         when = timeline_of(obj, pod_list, event_dicts, head)
     return JobStatus(jobs.summary(obj, target), jobs.conditions(obj), rows, events, all_hints, when)
+
+
+def _no_pods(line: str, pod_list: list[dict[str, Any]]) -> str:
+    """Kueue evicts a job whose pods are not Ready in time (PodsReadyTimeout), also when there are none: then
+    readiness is not what to look at, but why no pod was created (the operator's Events, among the hints)."""
+    if pod_list or "PodsReadyTimeout" not in line:
+        return line
+    return (f"{line.split(' (', 1)[0]}: no pod was ever created, so Kueue's waitForPodsReady timed out "
+            "(PodsReadyTimeout); look at why none was created, not at readiness")
 
 
 Reads = tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]], list[str]]

@@ -38,6 +38,11 @@ class SubmitOptions:
     skip_fit: bool = False
     wait_for_capacity: bool = False
     timeout: float | None = None  # for --wait-for-capacity and --replace (300 s by default)
+    skip: frozenset[str] = frozenset()  # preflight checks not run (preflight.SKIPPABLE); skip_fit adds "fit"
+
+    @property
+    def skipped(self) -> frozenset[str]:
+        return self.skip | ({"fit"} if self.skip_fit else set())
 
 
 @dataclass
@@ -75,8 +80,8 @@ def submit(connection: Connection, loaded: LoadedSpec, namespace: str, options: 
     validate_rendered(connection, target, objects, report)
     checks: list[CheckResult] = []
     if options.preflight and (options.replace or not unchanged(connection, target, objects, report)):
-        checks = run_preflight(connection, target, objects, namespace, options.skip_fit, report)
-        if options.wait_for_capacity and not options.skip_fit and options.dry_run == "none":
+        checks = run_preflight(connection, target, objects, namespace, options.skipped, report)
+        if options.wait_for_capacity and "fit" not in options.skipped and options.dry_run == "none":
             wait_for_capacity(connection, target, objects, namespace, options.timeout, report)
     result = apply_objects(connection, target, objects, options, report)
     return Submitted(target, namespace, str(objects[-1]["metadata"]["name"]), result, checks)
@@ -138,17 +143,19 @@ def unchanged(connection: Connection, target: Target, objects: list[dict[str, An
 
 
 def run_preflight(connection: Connection, target: Target, objects: list[dict[str, Any]], namespace: str,
-                  skip_fit: bool, report: Reporter) -> list[CheckResult]:
+                  skip: frozenset[str], report: Reporter) -> list[CheckResult]:
     from kubetrain.client import preflight
 
-    results = preflight.run(connection.api, target, objects, namespace, connection.server, skip_fit)
+    results = preflight.run(connection.api, target, objects, namespace, connection.server, skip)
     for result in results:
         report.check(result)
     failures = preflight.failed(results)
     if failures:
-        fit_only = all(f.name == "fit" for f in failures)
+        names = sorted({f.name.lower() for f in failures})
+        option = f"--skip-preflight={','.join(names)}" if set(names) <= set(preflight.SKIPPABLE) else \
+            "--skip-preflight"
         raise ClusterError(f"preflight failed ({len(failures)} check(s) marked ✗): fix them, "
-                           f"or {'--skip-fit' if fit_only else '--skip-preflight'} to submit anyway")
+                           f"or {option} to submit anyway")
     return results
 
 

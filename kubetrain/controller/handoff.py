@@ -10,21 +10,26 @@ kubetrain.dev/code (name + the key → path items), which the controller reads t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
-from kubetrain.client import apply, targets
+from kubetrain.client import apply, targets, watch
 from kubetrain.client.controller_api import ApiClient
 from kubetrain.client.errors import cluster_errors
+from kubetrain.client.rest import path_of
 from kubetrain.controller.crd import NAME
 from kubetrain.controller.reconcile import CODE_ANNOTATION
 from kubetrain.errors import ClusterError, Problem, SpecError
 from kubetrain.spec.load import LoadedSpec
 
 
-def training_job(loaded: LoadedSpec, namespace: str, rendered: list[dict[str, Any]]) -> dict[str, Any]:
-    """The object to apply. `rendered`: the CLI's render of the spec (used only for the code ConfigMap)."""
+def training_job(loaded: LoadedSpec, namespace: str, rendered: list[dict[str, Any]],
+                 overrides: dict[str, str] | None = None) -> dict[str, Any]:
+    """The object to apply. `rendered`: the CLI's render of the spec (used only for the code ConfigMap);
+    `overrides`: spec fields the command line sets (--image, --target), as a direct submit applies them."""
     body = loaded.job.model_dump(mode="json", by_alias=True, exclude_unset=True)
     body["metadata"] = {**body["metadata"], "namespace": namespace}
+    body["spec"] = {**body["spec"], **(overrides or {})}
     configmaps = rendered[:-1]
     if configmaps:
         volume = code_volume(rendered[-1])
@@ -63,3 +68,45 @@ def hand_over(api: ApiClient, body: dict[str, Any], configmaps: list[dict[str, A
     for configmap in configmaps:
         apply.apply_configmap(api, apply.with_owner(configmap, applied), dry_run is not None)
     return applied
+
+
+FINAL = ("Succeeded", "Failed", "Invalid")
+
+
+def _current(obj: dict[str, Any]) -> dict[str, Any]:
+    """The status, if the controller has reconciled this generation of the spec (else an old child's)."""
+    status = obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    return dict(status) if status.get("observedGeneration") == generation else {}
+
+
+def wait_trainingjob(api: ApiClient, namespace: str, name: str, timeout: float | None, until: str,
+                     on_retry: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The TrainingJob once the controller has reconciled its current spec and `until` holds: "child" (its
+    child job exists, or it ended without one: Invalid) or "final" (Succeeded, Failed or Invalid).
+    WaitTimeout after `timeout`; a deleted TrainingJob is a ClusterError."""
+    def check(cache: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any] | None:
+        obj = cache.get((namespace, name))
+        if obj is None:
+            raise ClusterError(f"TrainingJob {namespace}/{name} was deleted while waiting for it")
+        status = _current(obj)
+        if status.get("phase") in FINAL or (until == "child" and status.get("target") and
+                                            any(c.get("kind") != "ConfigMap" for c in status.get("children") or [])):
+            return obj
+        return None
+
+    list_fn = watch.rest_list(api, path_of(targets.TRAININGJOB.group, targets.TRAININGJOB.version,
+                                           targets.TRAININGJOB.plural, namespace))
+    with cluster_errors(f"watch trainingjobs in namespace {namespace}"):
+        return watch.wait_for(list_fn, check, timeout=timeout, on_retry=on_retry, what=f"TrainingJob {name}",
+                              field_selector=f"metadata.name={name}")
+
+
+def outcome(obj: dict[str, Any]) -> tuple[str, str]:
+    """(phase, why) of a TrainingJob: why is the message of its Valid=False or Failed condition."""
+    status = obj.get("status") or {}
+    phase = str(status.get("phase") or "Pending")
+    for cond in status.get("conditions") or []:
+        if (cond.get("type"), cond.get("status")) in {("Valid", "False"), ("Failed", "True")}:
+            return phase, str(cond.get("message") or cond.get("reason") or "")
+    return phase, ""

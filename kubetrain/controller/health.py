@@ -7,8 +7,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-def serve(port: int, ready: Callable[[], bool], metrics: Callable[[], dict[str, float]]) -> ThreadingHTTPServer:
-    """Serve on 0.0.0.0:`port` in a daemon thread (port 0: pick a free one; see server.server_port)."""
+def serve(port: int, ready: Callable[[], bool], metrics: Callable[[], dict[str, float]],
+          address: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """Serve on `address`:`port` in a daemon thread (port 0: pick a free one; see server.server_port)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -32,6 +33,6 @@ def serve(port: int, ready: Callable[[], bool], metrics: Callable[[], dict[str, 
         def log_message(self, format: str, *args: object) -> None:  # probes every few seconds: not logged
             return
 
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    server = ThreadingHTTPServer((address, port), Handler)
     threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
     return server

@@ -16,12 +16,13 @@ from typing import Any, cast
 
 from kubetrain.client import apply, controller_api, queues, targets, watch
 from kubetrain.client.controller_api import ApiClient
+from kubetrain.client.jobs import TERMINAL
 from kubetrain.client.targets import Target
-from kubetrain.controller import kube, kueue, mirror
+from kubetrain.controller import kube, kueue, mirror, progress
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
 from kubetrain.controller.informer import Informer, Key, wait_synced
 from kubetrain.controller.queue import WorkQueue
-from kubetrain.controller.reconcile import Desired, DesiredCache, owned_by, owner_name, update_policy
+from kubetrain.controller.reconcile import Desired, DesiredCache, now, owned_by, owner_name, update_policy
 
 log = logging.getLogger("kubetrain.controller")
 MANAGED = "app.kubernetes.io/managed-by=kubetrain"
@@ -160,7 +161,28 @@ class Controller:
             child, extra = self._sync_child(key, obj, want)
         latest = self._latest(obj)
         status = mirror.status_for(latest, want, child, extra, self._queued(want, child))
+        if child is not None and want.target and self._ended(latest, status):
+            status = self._with_final_progress(key, want.target, status)
         self._write_status(obj, latest.get("status") or {}, status)
+
+    def _ended(self, latest: dict[str, Any], status: dict[str, Any]) -> bool:
+        """The child just ended (or ended while no controller ran): its progress is read once more."""
+        before = (latest.get("status") or {}).get("phase")
+        return self.settings.progress_interval > 0 and status["phase"] in TERMINAL and before not in TERMINAL
+
+    def _with_final_progress(self, key: Key, target: str, status: dict[str, Any]) -> dict[str, Any]:
+        """The last metrics line of the finished run (the periodic reads stop at Running: without this, a
+        Succeeded job would show its last sample, e.g. 680/720)."""
+        try:
+            lines = progress.read_tail(self.api, targets.TARGETS[target], key[0], key[1], self.settings.progress_tail)
+        except Exception as exc:  # pods gone (cleanPodPolicy) or unreadable: keep what was read before
+            log.info("final progress of %s/%s: %s", key[0], key[1], exc)
+            return status
+        final = progress.progress_of(lines)
+        if not final:
+            return status
+        removed = {k: None for k in status.get("progress") or {} if k not in final}  # e.g. the ETA
+        return {**status, "progress": {**removed, **final, "updateTime": now()}}
 
     def _sync_child(self, key: Key, obj: dict[str, Any], want: Desired
                     ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:

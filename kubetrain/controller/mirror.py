@@ -79,8 +79,8 @@ def status_for(obj: dict[str, Any], want: Desired, child: dict[str, Any] | None,
         meta = child["metadata"]
         status.update(replicas=replicas(child), specHash=want.spec_hash or old.get("specHash"), **times(child),
                       children=[{"apiVersion": child["apiVersion"], "kind": child["kind"], "name": meta["name"]}])
-    if old.get("progress"):
-        status["progress"] = old["progress"]
+    if (kept := old.get("progress")) and child and str(kept.get("updateTime") or "") >= times(child)["startTime"]:
+        status["progress"] = kept  # read from this child (an earlier child's progress is not this one's)
     return {k: v for k, v in status.items() if v is not None}
 
 

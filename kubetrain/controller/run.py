@@ -34,7 +34,8 @@ def identity() -> str:
     return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def run(api: ApiClient, settings: Settings, election: Election, probe_port: int) -> int:
+def run(api: ApiClient, settings: Settings, election: Election, probe_port: int,
+        probe_address: str = "127.0.0.1") -> int:
     """Until SIGTERM/SIGINT (exit 0) or a lost Lease (exit 1, so the Deployment restarts us)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop, lost = threading.Event(), threading.Event()
@@ -42,8 +43,9 @@ def run(api: ApiClient, settings: Settings, election: Election, probe_port: int)
         signal.signal(sig, lambda *_: stop.set())
     state: dict[str, Controller] = {}
     started = time.monotonic()
-    server = health.serve(probe_port, ready=lambda: True, metrics=lambda: _metrics(state, started))
-    log.info("controller: probes and /metrics on :%d", server.server_port)
+    server = health.serve(probe_port, ready=lambda: True, metrics=lambda: _metrics(state, started),
+                          address=probe_address)
+    log.info("controller: probes and /metrics on %s:%d", probe_address, server.server_port)
     elector = LeaseElector(api, election.namespace, election.name, election.identity or identity(),
                            duration=election.duration, renew_deadline=election.duration * 2 / 3)
     if election.enabled:

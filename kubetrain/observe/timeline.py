@@ -61,14 +61,39 @@ def cluster_moments(job: dict[str, Any], pods: list[dict[str, Any]], events: lis
     moments["admitted"] = _first(_when(e.get("lastTimestamp") or e.get("eventTime")) for e in events
                                  if e.get("reason") == "Admitted")
     moments["scheduled"] = _first(_condition_time(p, "PodScheduled") for p in pods)
-    pulled = [_when(e.get("lastTimestamp") or e.get("eventTime")) for e in events if e.get("reason") == "Pulled"]
-    moments["image pulled"] = max((t for t in pulled if t is not None), default=None)
+    moments["image pulled"] = None if any(_pulling(p) for p in pods) else _images_pulled(events)
     moments.update({k: v for k, v in metrics_moments(tracker).items() if v is not None})
     if moments.get("done") is None:
         conditions = (job.get("status") or {}).get("conditions") or []
         moments["done"] = _first(_when(c.get("lastTransitionTime")) for c in conditions
                                  if c.get("type") in ("Succeeded", "Complete", "Failed") and c.get("status") == "True")
     return moments
+
+
+IMAGE_WAITING = {"ImagePullBackOff", "ErrImagePull", "ContainerCreating", "PodInitializing"}
+
+
+def _pulling(pod: dict[str, Any]) -> bool:
+    """A container of the pod still waits for its image (or was never started): the images are not all in."""
+    status = pod.get("status") or {}
+    return any(((c.get("state") or {}).get("waiting") or {}).get("reason") in IMAGE_WAITING
+               and not c.get("restartCount")
+               for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])])
+
+
+def _images_pulled(events: list[dict[str, Any]]) -> float | None:
+    """When the last container got its image: each container's first Pulled Event (a restarted container
+    gets another, "already present on machine", which is not a pull of the job's start), the latest of them."""
+    first: dict[tuple[str, str], float] = {}
+    for event in events:
+        if event.get("reason") != "Pulled":
+            continue
+        involved = event.get("involvedObject") or {}
+        when = _when(event.get("firstTimestamp") or event.get("eventTime") or event.get("lastTimestamp"))
+        key = (str(involved.get("uid") or involved.get("name") or ""), str(involved.get("fieldPath") or ""))
+        if when is not None and (key not in first or when < first[key]):
+            first[key] = when
+    return max(first.values(), default=None)
 
 
 def _condition_time(pod: dict[str, Any], kind: str) -> float | None:

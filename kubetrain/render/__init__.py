@@ -120,6 +120,12 @@ def render_warnings(job: TrainingJob, options: RenderOptions | None = None) -> l
     if job.spec.placement.cloud == "auto" and not (options and options.cloud):
         warnings.append("spec.placement.cloud: auto is resolved by `kubetrain submit` from the cluster's node "
                         "labels; offline, no cloud profile applies (no GPU-model selector, no cloud tolerations)")
+    spec = job.spec
+    if spec.target == "trainjob" and spec.scheduling.queue and "terminationGracePeriodSeconds" in spec.model_fields_set:
+        warnings.append("spec.terminationGracePeriodSeconds: not rendered for a TrainJob under Kueue (Kueue 0.19 "
+                        "drops it on admission and the Trainer's JobSet update is then refused); the pods get the "
+                        "ClusterTrainingRuntime's grace period (Kubernetes' default 30 s): set it there "
+                        "(docs/queues.md)")
     return warnings
 
 

@@ -168,7 +168,8 @@ def test_preflight_failures_block_the_submit(kt: Any, namespace: str, tmp_path: 
            f"generic hf -n {namespace} --from-literal=KEY=VALUE" in lines
     assert any(line.startswith("✗ fit: can never fit: 4 pods × 8 nvidia.com/gpu, but the eligible nodes hold at "
                                "most 3 such pod(s) even when idle") for line in lines)
-    assert lines[-1] == "error: preflight failed (2 check(s) marked ✗): fix them, or --skip-preflight to submit anyway"
+    assert lines[-1] == ("error: preflight failed (2 check(s) marked ✗): fix them, or "
+                         "--skip-preflight=fit,references to submit anyway")
     missing_ns = kt("submit", "-f", spec, "-n", "no-such-ns", "--skip-preflight")
     assert missing_ns.stderr == ("error: namespace no-such-ns does not exist: create it: kubectl create namespace "
                                  "no-such-ns\n") and missing_ns.exit_code == 1
@@ -208,6 +209,66 @@ def test_events_and_status_hints_from_the_real_scheduler(controlplane: Any, kt: 
     as_json = json.loads(kt("events", "big", "-n", namespace, "-o", "json").stdout)
     assert any(e["reason"] == "FailedScheduling" and e["hints"] for e in as_json)
 
+
+
+def _post_event(core: Any, namespace: str, obj: dict[str, Any], reason: str, message: str, first: str,
+                last: str | None = None, count: int = 1, kind: str = "Normal", field_path: str = "") -> None:
+    """An Event as the kubelet or an operator writes it (core/v1, first/last timestamps and a count)."""
+    meta = obj["metadata"]
+    core.create_namespaced_event(namespace, {
+        "metadata": {"generateName": f"{meta['name']}."}, "type": kind, "reason": reason, "message": message,
+        "involvedObject": {"kind": obj["kind"], "apiVersion": obj["apiVersion"], "name": meta["name"],
+                           "namespace": namespace, "uid": meta["uid"], **({"fieldPath": field_path} if field_path
+                                                                          else {})},
+        "firstTimestamp": first, "lastTimestamp": last or first, "count": count,
+        "source": {"component": "kubelet"}})
+
+
+def _stamp(seconds: float) -> str:
+    import datetime as dt
+
+    return (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_status_timeline_events_and_hints_say_what_happened_once(controlplane: Any, kt: Any, namespace: str,
+                                                               tmp_path: Path) -> None:
+    spec = str(write_spec(tmp_path, "told", nodes=1, gpus=0))
+    assert kt("submit", "-f", spec, "-n", namespace).exit_code == 0
+    pod = pods_of(controlplane, namespace, "told", 1)[0]
+    pod = {**pod, "kind": "Pod", "apiVersion": "v1"}
+    core = kubernetes.client.CoreV1Api(controlplane.api_client())
+    job = kubernetes.client.CustomObjectsApi(controlplane.api_client()).get_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "pytorchjobs", "told")
+    # The image came 2 s after the job; a restart 30 s later "pulls" it again (already present): not the start.
+    container = "spec.containers{pytorch}"
+    _post_event(core, namespace, pod, "Pulled", 'Successfully pulled image "x" in 1.9s', _stamp(2), _stamp(30),
+                count=2, field_path=container)
+    _post_event(core, namespace, pod, "Pulled", 'Container image "x" already present on machine', _stamp(60),
+                field_path=container)
+    # The kubelet's informer was not synced yet: it retries by itself, no hint.
+    _post_event(core, namespace, pod, "FailedMount", 'MountVolume.SetUp failed for volume "code" : failed to sync '
+                "configmap cache: timed out waiting for the condition", _stamp(1), kind="Warning")
+    # An operator retrying a denied update: five Events, each with a dump of the whole object.
+    for i in range(5):
+        dump = "{" + ", ".join(f'Field{n}:"value-{i}-{n}"' for n in range(60)) + "}"
+        _post_event(core, namespace, job, "FailedCreate", 'failed to apply JobSet: admission webhook "vjobset.kb.io" '
+                    f"denied the request: spec.replicatedJobs: Invalid value: {dump}: field is immutable",
+                    _stamp(3 + i), kind="Warning")
+    status = kt("status", "told", "-n", namespace, "--events", "20").stdout
+    timeline = status.split("Timeline: ", 1)[1]
+    import re
+
+    pulled = re.search(r"image pulled \+([\d.]+)s", timeline)
+    assert pulled and float(pulled.group(1)) < 20, timeline  # the first pull, not the restart's (+30 s, +60 s)
+    events = status.split("Recent events:", 1)[1].split("Hints:", 1)[0]
+    assert max(len(line) for line in events.splitlines()) < 300, events
+    denied = [line for line in events.splitlines() if "FailedCreate" in line]
+    assert len(denied) == 1 and "(x5)" in denied[0], events
+    assert "→" not in events  # the hints are listed once, below
+    hints = status.split("Hints:", 1)[1].split("Timeline:", 1)[0]
+    assert hints.count('admission webhook "vjobset.kb.io" denied the request: spec.replicatedJobs: field is '
+                       "immutable") == 1, hints
+    assert "configmap cache" not in hints and "volume could not be mounted" not in hints, hints
 
 
 @pytest.mark.parametrize("verb", [["status", "x"], ["list"], ["events", "x"], ["delete", "x"], ["submit"]])

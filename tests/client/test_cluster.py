@@ -300,9 +300,9 @@ def test_preflight_flags_a_claim_that_can_never_bind(conn: Connection, namespace
 
 def test_preflight_dry_runs_each_pod_template_as_a_pod(conn: Connection, namespace: str, tmp_path: Path) -> None:
     objects = render(write_spec(tmp_path, "pods", nodes=2, gpus=0), namespace)
-    [ok] = [r for r in preflight.run(conn.api, PYTORCHJOB, objects, namespace) if r.name == "pod templates"]
+    [ok] = [r for r in preflight.run(conn.api, PYTORCHJOB, objects, namespace) if r.name == "pod-templates"]
     assert ok.status == preflight.OK, ok.line()
     kubernetes.client.CoreV1Api(conn.api).patch_namespace(namespace, {"metadata": {"labels": {
         "pod-security.kubernetes.io/enforce": "restricted"}}})  # PodSecurity refuses root pods from now on
-    [refused] = [r for r in preflight.run(conn.api, PYTORCHJOB, objects, namespace) if r.name == "pod templates"]
+    [refused] = [r for r in preflight.run(conn.api, PYTORCHJOB, objects, namespace) if r.name == "pod-templates"]
     assert refused.status == preflight.FAIL and "violates PodSecurity" in refused.line(), refused.line()

@@ -9,7 +9,7 @@ import kubernetes
 import pytest
 
 from kubetrain.client.connection import connect
-from kubetrain.client.gpu import ExecResult, Gpu, _result, job_gpus, parse_query, table_rows, verdict
+from kubetrain.client.gpu import ExecResult, Gpu, _result, job_gpus, notes, parse_query, table_rows, verdict
 from kubetrain.client.pods import replica_of
 from kubetrain.client.targets import PYTORCHJOB
 from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
@@ -45,6 +45,9 @@ def test_gpu_table_for_every_running_pod(controlplane, namespace, k8s):
     wait_for(lambda: core.read_namespaced_pod("smi-worker-0", namespace).status.phase == "Succeeded", "Succeeded")
     after = job_gpus(api, PYTORCHJOB, namespace, "smi", replica="worker")
     assert [(r.replica, r.message) for r in after] == [("worker-0", "not running (Completed)")]
+    # The table keeps its shape (a dash per GPU column); the message goes to the notes, under the table.
+    assert table_rows(after) == [["worker-0", "-", "-", "-", "-", "-", "-"]]
+    assert notes(after) == ["worker-0: not running (Completed)"]
 
 
 def test_parse_query_handles_unsupported_fields():

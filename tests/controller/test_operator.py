@@ -110,10 +110,32 @@ def _patch_spec(k8s: Any, namespace: str, name: str, spec: dict[str, Any], **ann
     custom(k8s).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
 
 
-def test_spec_update_is_reported_then_recreated_under_the_policy(k8s, namespace, start):
+def _metrics_lines(*steps: int, total: int = 100) -> list[str]:
+    return [format_metrics("train", rank=0, step=s, total_steps=total, loss=1 / s, samples_per_s=64.0,
+                           time=1000.0 + s) for s in steps]
+
+
+def test_progress_is_read_once_more_when_the_job_ends(controlplane, k8s, namespace, start):
+    # An hour between periodic reads: none happens during the test; what the status shows at the end is the
+    # read made when the child finished.
+    start("--progress-interval", "3600")
+    create(k8s, training_job("last", namespace, nodes=1))
+    pod = wait_for(lambda: pods(k8s, namespace, "last", 1), "Running pod", 90)[0]
+    controlplane.set_pod_logs(namespace, pod, _metrics_lines(10, 50, 100))
+    controlplane.set_pod_phase(namespace, pod, "Succeeded")
+    done = wait_for(lambda: phase_is(k8s, namespace, "last", "Succeeded"), "phase Succeeded", 90)
+    progress = wait_for(lambda: (tj(k8s, namespace, "last")["status"].get("progress")), "final progress", 30)
+    assert progress["stepText"] == "100/100" and "eta" not in progress, progress
+    assert progress["updateTime"] >= done["status"]["completionTime"]
+
+
+def test_spec_update_is_reported_then_recreated_under_the_policy(controlplane, k8s, namespace, start):
     start()
     create(k8s, training_job("upd", namespace, nodes=1))
     first = wait_for(lambda: pytorchjob(k8s, namespace, "upd"), "child", 60)
+    pod = wait_for(lambda: pods(k8s, namespace, "upd", 1), "Running pod", 90)[0]
+    controlplane.set_pod_logs(namespace, pod, _metrics_lines(10, 30))
+    wait_for(lambda: (tj(k8s, namespace, "upd")["status"].get("progress") or {}).get("step") == 30, "progress", 60)
     _patch_spec(k8s, namespace, "upd", {"image": "ghcr.io/example/train:2.0"})
     changed = wait_for(lambda: (o := tj(k8s, namespace, "upd")) and any(
         c["type"] == "SpecChanged" and c["status"] == "True" for c in (o.get("status") or {}).get("conditions", []))
@@ -129,8 +151,12 @@ def test_spec_update_is_reported_then_recreated_under_the_policy(k8s, namespace,
     child = wait_for(recreated, "recreated child", 120)
     image = child["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"]
     assert image == "ghcr.io/example/train:2.0"
-    wait_for(lambda: (o := tj(k8s, namespace, "upd")) and all(
-        c["type"] != "SpecChanged" for c in o["status"]["conditions"]), "SpecChanged cleared", 60)
+    cleared = wait_for(lambda: (o := tj(k8s, namespace, "upd")) and all(
+        c["type"] != "SpecChanged" for c in o["status"]["conditions"]) and o, "SpecChanged cleared", 60)
+    # The old child's progress (step 30) is not the new child's: gone until the new one's pod reports (kwok
+    # serves the same log for the pod of the same name: a read after the new child started is fine).
+    progress = cleared["status"].get("progress")
+    assert progress is None or progress["updateTime"] >= child["metadata"]["creationTimestamp"], cleared["status"]
 
 
 def test_delete_cascades_to_the_child(k8s, namespace, start):
@@ -234,3 +260,86 @@ def test_submit_hands_over_and_the_cluster_verbs_work_on_the_child(controlplane,
     wait_for(lambda: tj(k8s, namespace, "handed") is None, "TrainingJob deleted", 30)
     time.sleep(3)  # the controller would have re-created the child by now if it still owned one
     assert pytorchjob(k8s, namespace, "handed") is None
+
+
+def _invoke_in_background(runner: Any, argv: list[str]) -> Any:
+    """Run the CLI in a thread (it blocks in --wait/--follow while the test ends the pods); .result() waits."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kubetrain.cli.main import cli
+
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(runner.invoke, cli, argv, catch_exceptions=False)
+    pool.shutdown(wait=False)
+    return future
+
+
+def _end_pods(controlplane: Any, k8s: Any, namespace: str, name: str, phase: str) -> None:
+    for pod in wait_for(lambda: pods(k8s, namespace, name, 1), f"{name}'s pod Running", 90):
+        controlplane.set_pod_phase(namespace, pod, phase)
+
+
+def test_submit_controller_honours_image_target_wait_follow_timeout(controlplane, k8s, namespace, start, tmp_path):
+    from click.testing import CliRunner
+
+    from kubetrain.cli.main import cli
+
+    start()
+    spec = tmp_path / "kubetrain.yaml"
+    spec.write_text(yaml.safe_dump(training_job("flags", namespace, nodes=1)))
+    runner = CliRunner(env={"KUBECONFIG": str(controlplane.kubeconfig)})
+    submit = ["submit", "--controller", "-f", str(spec)]
+    # What the controller cannot do is refused as a usage error, before anything is applied.
+    refused = runner.invoke(cli, [*submit, "--replace"], catch_exceptions=False)
+    assert refused.exit_code == 2 and "--replace cannot be combined with --controller" in refused.stderr
+    dry = runner.invoke(cli, [*submit, "--target", "trainjob", "--image", "ghcr.io/example/train:3.0",
+                              "--dry-run=client", "-o", "yaml"], catch_exceptions=False)
+    assert dry.exit_code == 0, dry.output
+    printed = yaml.safe_load(dry.stdout)
+    assert (printed["spec"]["target"], printed["spec"]["image"]) == ("trainjob", "ghcr.io/example/train:3.0")
+    assert tj(k8s, namespace, "flags") is None
+
+    # --image reaches the TrainingJob and its child; --wait waits for the end: here --timeout (exit 4).
+    waited = runner.invoke(cli, [*submit, "--image", "ghcr.io/example/train:2.0", "--wait", "--timeout", "4"],
+                           catch_exceptions=False)
+    assert waited.exit_code == 4, waited.output
+    assert "timed out after" in waited.stderr
+    assert tj(k8s, namespace, "flags")["spec"]["image"] == "ghcr.io/example/train:2.0"
+    child = wait_for(lambda: pytorchjob(k8s, namespace, "flags"), "child", 60)
+    assert child["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"] == \
+        "ghcr.io/example/train:2.0"
+    # The same submit again, waiting while the pod succeeds: exit 0 once the TrainingJob is Succeeded.
+    again = _invoke_in_background(runner, [*submit, "--image", "ghcr.io/example/train:2.0", "--wait"])
+    _end_pods(controlplane, k8s, namespace, "flags", "Succeeded")
+    done = again.result(timeout=120)
+    assert done.exit_code == 0, done.output
+    assert done.stderr.splitlines()[-1] == f"TrainingJob {namespace}/flags Succeeded"
+
+    # --follow: the child's logs, then the TrainingJob's end; a failed job exits 1.
+    spec.write_text(yaml.safe_dump(training_job("follow", namespace, nodes=1,
+                                                runPolicy={"restartPolicy": "Never", "backoffLimit": 0})))
+    followed = _invoke_in_background(runner, [*submit, "--follow", "--timeout", "120"])
+    _end_pods(controlplane, k8s, namespace, "follow", "Failed")
+    result = followed.result(timeout=150)
+    assert result.exit_code == 1, result.output
+    assert "training complete" in result.stdout  # kwok's log of the pod, followed
+    assert result.stderr.splitlines()[-1].startswith(f"TrainingJob {namespace}/follow Failed")
+
+
+def test_probes_listen_on_loopback_unless_told(namespace, start):
+    import re
+    import urllib.error
+    import urllib.request
+
+    def port_of(op: Any) -> tuple[str, str]:
+        found = wait_for(lambda: re.search(r"/metrics on ([\d.]+):(\d+)", op.text()), "the probe address", 30)
+        return found.group(1), found.group(2)
+
+    host, port = port_of(start())
+    assert host == "127.0.0.1"
+    assert urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read() == b"ok\n"
+    with pytest.raises(urllib.error.URLError):  # another local address: nothing listens there
+        urllib.request.urlopen(f"http://127.0.0.2:{port}/healthz", timeout=5)
+    host, port = port_of(start("--probe-address", "127.0.0.2", "--no-leader-elect", name="pod-ip"))
+    assert host == "127.0.0.2"
+    assert urllib.request.urlopen(f"http://127.0.0.2:{port}/metrics", timeout=5).read().startswith(b"kubetrain_")

@@ -63,6 +63,11 @@ def pytorchjob(controlplane: Any, namespace: str, name: str) -> dict[str, Any]:
     return dict(custom.get_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs", name))
 
 
+def job_pods(controlplane: Any, namespace: str, job: str) -> list[Any]:
+    core = kubernetes.client.CoreV1Api(controlplane.api_client())
+    return list(core.list_namespaced_pod(namespace, label_selector=f"training.kubeflow.org/job-name={job}").items)
+
+
 def _reserved_gpus(controlplane: Any, cluster_queue: str) -> int:
     """nvidia.com/gpu reserved in the ClusterQueue's status (what preflight's "free now" is computed from)."""
     cq = kubernetes.client.CustomObjectsApi(controlplane.api_client()).get_cluster_custom_object(
@@ -88,6 +93,10 @@ def test_pytorchjob_admitted_then_one_over_quota_stays_pending(controlplane: Any
     assert wl["status"]["admission"]["clusterQueue"] == "team-b"
     # Kueue unsuspended it (its webhook had suspended it at create), and put the flavor's node labels in.
     watch_until(lambda: not pytorchjob(controlplane, queued, "first")["spec"]["runPolicy"].get("suspend"), 30)
+    # ... and the admitted job runs: its pod Running on a node of the flavor (Kueue's nodeSelector).
+    pod = watch_until(lambda: [p for p in job_pods(controlplane, queued, "first")
+                               if p.status.phase == "Running"], 60)[0]
+    assert pod.spec.node_selector["cloud.google.com/gke-accelerator"] == "nvidia-h100-80gb"
     status = kt("status", "first", "-n", queued)
     assert "→ Kueue: admitted by ClusterQueue team-b (LocalQueue team-b)" in status.stdout
 
@@ -103,6 +112,7 @@ def test_pytorchjob_admitted_then_one_over_quota_stays_pending(controlplane: Any
     pending = watch_until(lambda: (c := condition(workload(controlplane, queued, uid), "QuotaReserved"))
                           and c["status"] == "False" and "insufficient" in c["message"] and c, 30)
     assert pytorchjob(controlplane, queued, "second")["spec"]["runPolicy"]["suspend"] is True
+    assert job_pods(controlplane, queued, "second") == []  # suspended: no pod holds GPUs outside the quota
     status = kt("status", "second", "-n", queued)
     assert f"→ Kueue: pending in LocalQueue team-b, position 1: {pending['message']}" in status.stdout
     listing = {j["name"]: j for j in json.loads(kt("list", "-n", queued, "-o", "json").stdout)}
@@ -129,11 +139,15 @@ def test_never_fits_the_quota_or_no_such_queue_is_refused(controlplane: Any, kt:
     assert custom.list_namespaced_custom_object("kubeflow.org", "v1", queued, "pytorchjobs")["items"] == []
 
 
-def test_trainjob_admitted(controlplane: Any, kt: Any, queued: str, tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, "tj", nodes=1, target="trainjob", scheduling={"queue": "team-a"})
+def test_trainjob_admitted_gets_pods_and_succeeds(controlplane: Any, kt: Any, queued: str, tmp_path: Path) -> None:
+    # Not only admitted and unsuspended: Kueue 0.19.2 (built against Trainer 2.2's API) rewrites the TrainJob
+    # on admission and drops what 2.2 does not know; the Trainer's JobSet update must still be accepted, pods
+    # created, and the job run to its end.
+    spec = write_spec(tmp_path, "tj", nodes=2, gpus=4, target="trainjob", scheduling={"queue": "team-a"})
     result = kt("submit", "-f", str(spec), "-n", queued)
     assert result.exit_code == 0, result.stderr
     custom = kubernetes.client.CustomObjectsApi(controlplane.api_client())
+    core = kubernetes.client.CoreV1Api(controlplane.api_client())
 
     def trainjob() -> dict[str, Any]:
         return dict(custom.get_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", queued, "trainjobs", "tj"))
@@ -141,7 +155,38 @@ def test_trainjob_admitted(controlplane: Any, kt: Any, queued: str, tmp_path: Pa
     wl = admitted(controlplane, queued, trainjob())
     assert wl["status"]["admission"]["clusterQueue"] == "team-a"
     watch_until(lambda: trainjob()["spec"].get("suspend") is False, 30)
+
+    def running() -> list[Any]:
+        pods = core.list_namespaced_pod(queued, label_selector="jobset.sigs.k8s.io/jobset-name=tj").items
+        return pods if len(pods) == 2 and all(p.status.phase == "Running" for p in pods) else []
+
+    pods = watch_until(running, 60)
+    # The flavor's node labels reached the pods (Kueue's runtime patch), and so did kubetrain's own.
+    assert all(p.spec.node_selector.get("cloud.google.com/gke-accelerator") == "nvidia-h100-80gb" for p in pods)
     assert "→ Kueue: admitted by ClusterQueue team-a (LocalQueue team-a)" in kt("status", "tj", "-n", queued).stdout
+    for pod in pods:
+        controlplane.set_pod_phase(queued, pod.metadata.name, "Succeeded")
+    watch_until(lambda: (condition(trainjob(), "Complete") or {}).get("status") == "True", 60)
+    assert f"{queued}/tj: Succeeded" in kt("status", "tj", "-n", queued).stdout
+
+
+def test_cpu_job_on_a_queue_without_gpu_quota(controlplane: Any, kt: Any, queued: str, tmp_path: Path) -> None:
+    # The CPU ClusterQueue covers cpu and memory only: a CPU job is judged on its CPUs, not refused for GPUs.
+    spec = write_spec(tmp_path, "cpujob", nodes=2, gpus=0, resources={"cpu": "2"}, scheduling={"queue": "cpu"})
+    result = kt("submit", "-f", str(spec), "-n", queued, "--dry-run=server")
+    assert result.exit_code == 0, result.stderr
+    assert "✓ queue: LocalQueue cpu → ClusterQueue cpu: quota for 4 cpu free now (flavor cpu-any: 8 nominal" \
+        in result.stderr
+    # More CPUs than the ClusterQueue ever has: refused, naming the CPUs; the one check can be skipped alone.
+    big = write_spec(tmp_path, "bigcpu", nodes=3, gpus=0, resources={"cpu": "4"}, scheduling={"queue": "cpu"})
+    refused = kt("submit", "-f", str(big), "-n", queued, "--dry-run=server")
+    assert refused.exit_code == 1
+    assert "✗ queue: needs 12 cpu but LocalQueue cpu → ClusterQueue cpu can get at most 8" in refused.stderr
+    assert refused.stderr.splitlines()[-1].endswith("or --skip-preflight=queue to submit anyway")
+    skipped = kt("submit", "-f", str(big), "-n", queued, "--dry-run=server", "--skip-preflight=queue")
+    assert skipped.exit_code == 0, skipped.stderr
+    assert "! queue: not checked (--skip-preflight=queue)" in skipped.stderr
+    assert "✓ namespace:" in skipped.stderr  # the other checks still ran
 
 
 def test_gang_not_ready_in_time_is_evicted_and_requeued(controlplane: Any, kt: Any, queued: str,
@@ -155,6 +200,8 @@ def test_gang_not_ready_in_time_is_evicted_and_requeued(controlplane: Any, kt: A
     result = kt("submit", "-f", str(spec), "-n", queued)
     assert result.exit_code == 0, result.stderr
     uid = pytorchjob(controlplane, queued, "gang")["metadata"]["uid"]
+    # Pods exist (on nodes, held before Ready): the eviction is about readiness, not about missing pods.
+    watch_until(lambda: len([p for p in job_pods(controlplane, queued, "gang") if p.spec.node_name]) == 2, 60)
     evicted = watch_until(lambda: (c := condition(workload(controlplane, queued, uid), "Evicted"))
                           and c["status"] == "True" and c, harness.PODS_READY_TIMEOUT_S + 60)
     assert evicted["reason"] == "PodsReadyTimeout"

@@ -244,10 +244,13 @@ CLUSTER_QUEUES: dict[str, tuple[int, int | None, int | None]] = {
     "team-b": (8, 0, 8),  # never borrows; lends all of its quota
 }
 FLAVOR_OF_PRODUCT = {kwok.GPU_PRODUCT: "h100"}
+# A CPU-only ClusterQueue (no GPU quota, outside the cohort) whose flavor has no node labels, so that its
+# jobs' pods can land on the real node (the h100 flavor's label keeps pods on the kwok GPU nodes).
+CPU_QUEUE, CPU_FLAVOR = "cpu", "cpu-any"
 
 
 def flavors() -> list[dict[str, Any]]:
-    """A ResourceFlavor per GPU type of the kwok nodes (their accelerator label), and one for CPU."""
+    """A ResourceFlavor per GPU type of the kwok nodes (their accelerator label), and one for CPU (no labels)."""
     out = [
         {
             "apiVersion": f"{GROUP}/{VERSION}",
@@ -257,6 +260,7 @@ def flavors() -> list[dict[str, Any]]:
         }
         for product, name in FLAVOR_OF_PRODUCT.items()
     ]
+    out.append({"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor", "metadata": {"name": CPU_FLAVOR}})
     return out
 
 
@@ -282,6 +286,20 @@ def cluster_queue(name: str, gpus: int, borrowing: int | None, lending: int | No
                     "flavors": [{"name": flavor, "resources": resources}],
                 }
             ],
+        },
+    }
+
+
+def cpu_cluster_queue() -> dict[str, Any]:
+    resources = [{"name": "cpu", "nominalQuota": 8}, {"name": "memory", "nominalQuota": "64Gi"}]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ClusterQueue",
+        "metadata": {"name": CPU_QUEUE},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory"],
+                                "flavors": [{"name": CPU_FLAVOR, "resources": resources}]}],
         },
     }
 
@@ -317,7 +335,8 @@ class QueueSetup:
             custom.create_cluster_custom_object(
                 GROUP, VERSION, "clusterqueues", cluster_queue(name, gpus, borrowing, lending)
             )
-        wait_until(lambda: all(self.active(n) for n in CLUSTER_QUEUES), "ClusterQueues Active", 30)
+        custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cpu_cluster_queue())
+        wait_until(lambda: all(self.active(n) for n in (*CLUSTER_QUEUES, CPU_QUEUE)), "ClusterQueues Active", 30)
 
     def active(self, name: str) -> bool:
         cq = self._custom().get_cluster_custom_object(GROUP, VERSION, "clusterqueues", name)
@@ -327,11 +346,11 @@ class QueueSetup:
     def add_local_queues(self, namespace: str) -> dict[str, str]:
         """A LocalQueue per ClusterQueue in `namespace` (named like it); returns LocalQueue -> ClusterQueue."""
         custom = self._custom()
-        for name in CLUSTER_QUEUES:
+        for name in (*CLUSTER_QUEUES, CPU_QUEUE):
             custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, "localqueues", local_queue(namespace, name, name)
             )
-        return {name: name for name in CLUSTER_QUEUES}
+        return {name: name for name in (*CLUSTER_QUEUES, CPU_QUEUE)}
 
     def delete(self) -> None:
         custom = self._custom()

@@ -45,6 +45,7 @@ SERVICE_NAME = "training-operator"
 WEBHOOK_CONFIG_NAME = "validator.training-operator.kubeflow.org"
 LEADER_ELECTION_ID = "1ca428e5.training-operator.kubeflow.org"
 CA_NAME = "training-operator-ca"
+INIT_TEMPLATE = Path(__file__).resolve().parent / "initimage" / "initContainer.yaml"
 
 _MOUNT_WRAPPER = r"""
 set -e
@@ -148,6 +149,8 @@ def command(
         # Workers' init container waits for the master's DNS name with busybox; upstream's default
         # alpine:3.10 cannot be pulled here, so the real node gets an image built on the machine.
         f"--pytorch-init-container-image={binaries.versions()['INIT_IMAGE']}",
+        # ... and a template whose shell ends on SIGTERM (upstream's waits out the pod's grace period).
+        f"--pytorch-init-container-template-file={INIT_TEMPLATE}",
     ]
     env = {
         "MY_POD_NAMESPACE": NAMESPACE,
