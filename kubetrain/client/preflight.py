@@ -18,8 +18,8 @@ from kubetrain.client.queues import queue_of
 from kubetrain.client.rest import rest_of
 from kubetrain.client.targets import Target, served
 from kubetrain.errors import ClusterError
-from kubetrain.yamlsrc import join_path
 from kubetrain.spec.quantity import parse_quantity
+from kubetrain.yamlsrc import join_path
 
 OK, FAIL, WARN = "ok", "fail", "warn"
 MARKS = {OK: "✓", FAIL: "✗", WARN: "!"}

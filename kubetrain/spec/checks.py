@@ -7,8 +7,8 @@ from collections import Counter
 from kubetrain.spec.gputypes import gpu_type_error
 from kubetrain.spec.model import TrainingJob
 from kubetrain.spec.network import GPUDIRECT_VOLUMES
-from kubetrain.validate.operators import TORCHRUN_RESERVED_ENV
 from kubetrain.spec.worldsize import procs_gpus_problem
+from kubetrain.validate.operators import TORCHRUN_RESERVED_ENV
 
 RESERVED_VOLUMES = {"dshm", "code", "tmp"}
 TRAINJOB_RUN_POLICY = {"activeDeadlineSeconds"}  # what trainjob.yaml.j2 maps; any other field set is refused
