@@ -113,6 +113,7 @@ def _kubernetes_client(connection: Connection) -> client.ApiClient:
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its "Retrying (...)" warnings are not for users
     api = RetryingApiClient(configuration, request_timeout=rest.request_timeout)
     api.user_agent = USER_AGENT
+    api._kubetrain_rest = rest  # rest_of(api): this connection's pool, not a second one over the same server
     return api
 
 

@@ -5,7 +5,7 @@ request counter behind its /metrics. Leases are in kubetrain.client.lease, the i
 
 from __future__ import annotations
 
-import json
+import contextlib
 import threading
 import time
 from collections import Counter, defaultdict
@@ -15,11 +15,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.client import watch
-from kubetrain.client.rest import rest_of
+from kubetrain.client.errors import ApiError, NotFound
+from kubetrain.client.rest import path_of, rest_of
 
 ApiClient = client.ApiClient
 # What a failed list/watch raises besides urllib3's errors (the informer backs off and re-lists on any).
-WATCH_ERRORS: tuple[type[BaseException], ...] = (ApiException, OSError, ValueError)
+WATCH_ERRORS: tuple[type[BaseException], ...] = (ApiException, ApiError, OSError, ValueError)
 HTTP_METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE"}
 
 
@@ -79,21 +80,15 @@ def custom_list_fn(api: client.ApiClient, namespace: str | None) -> watch.ListFn
 def patch_status(api: client.ApiClient, group: str, version: str, plural: str, namespace: str, name: str,
                  status: dict[str, Any]) -> None:
     """A merge patch of the status subresource: lists (conditions) are replaced whole, as intended."""
-    # Raw responses (here and for Events): the generated models' deserialization is most of a write's CPU.
-    _drain(client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        group, version, namespace, plural, name, {"status": status}, _preload_content=False))
-
-
-def _drain(response: Any) -> None:
-    """Read the body, so the connection goes back to the pool."""
-    response.data  # noqa: B018 (reading the property reads the body)
+    rest_of(api).request("PATCH", path_of(group, version, plural, namespace, name) + "/status",
+                         body={"status": status}, content_type="application/merge-patch+json")
 
 
 def create_event(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> str | None:
     """POST a core/v1 Event; None when done, else the API's reason (an Event is never worth a failure)."""
     try:
-        _drain(client.CoreV1Api(api).create_namespaced_event(namespace, body, _preload_content=False))  # type: ignore
-    except ApiException as exc:
+        rest_of(api).request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
+    except ApiError as exc:
         return str(exc.reason)
     return None
 
@@ -101,24 +96,17 @@ def create_event(api: client.ApiClient, namespace: str, body: dict[str, Any]) ->
 def delete_custom(api: client.ApiClient, group: str, version: str, plural: str, namespace: str, name: str,
                   propagation: str = "Foreground") -> None:
     """Delete a custom object; already gone is fine."""
-    try:
-        client.CustomObjectsApi(api).delete_namespaced_custom_object(
-            group, version, namespace, plural, name, propagation_policy=propagation)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
+    with contextlib.suppress(NotFound):
+        rest_of(api).request("DELETE", path_of(group, version, plural, namespace, name),
+                             body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
 
 
 def read_configmap(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
     """The ConfigMap as a dict, None if it does not exist."""
     try:
-        response = client.CoreV1Api(api).read_namespaced_config_map(name, namespace, _preload_content=False)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    found: dict[str, Any] = json.loads(response.data)  # type: ignore[attr-defined,arg-type,unused-ignore]
-    return found
+        return rest_of(api).get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+    except NotFound:
+        return None
 
 
 def pod_log_tail(api: client.ApiClient, namespace: str, pod: str, container: str | None, tail: int,

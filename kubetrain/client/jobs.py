@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.client import watch
-from kubetrain.client.errors import as_dict, cluster_errors, is_api_error, status_body
+from kubetrain.client.errors import as_dict, cluster_errors, is_not_found, status_body
 from kubetrain.client.rest import path_of, rest_of
 from kubetrain.client.targets import AUTO_ORDER, NOT_INSTALLED, Target
 from kubetrain.errors import ClusterError
@@ -131,7 +131,7 @@ def _get(api: Any, target: Target, namespace: str, name: str, probe: bool) -> di
         try:
             return as_dict(rest_of(api).get(_path(target, namespace, name)))
         except Exception as exc:
-            if is_api_error(exc) and getattr(exc, "status", None) == 404 and _object_missing(exc, name):
+            if is_not_found(exc) and _object_missing(exc, name):
                 return None
             if probe and _not_served(exc):
                 return _NotServed()
@@ -139,7 +139,7 @@ def _get(api: Any, target: Target, namespace: str, name: str, probe: bool) -> di
 
 
 def _not_served(exc: Exception) -> bool:
-    return is_api_error(exc) and getattr(exc, "status", None) == 404 and not status_body(exc)
+    return is_not_found(exc) and not status_body(exc)
 
 
 def _object_missing(exc: Any, name: str) -> bool:
@@ -169,7 +169,7 @@ def check_namespace(api: Any, namespace: str) -> None:
     try:
         rest_of(api).get(f"/api/v1/namespaces/{namespace}")
     except Exception as exc:
-        if is_api_error(exc) and getattr(exc, "status", None) == 404:
+        if is_not_found(exc):
             raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
                                f"(kubectl get namespaces) or create it: kubectl create namespace {namespace}"
                                ) from None
@@ -203,7 +203,7 @@ def delete(api: Any, target: Target, namespace: str, name: str, propagation: str
             rest_of(api).json("DELETE", _path(target, namespace, name),
                               body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
         except Exception as exc:
-            if is_api_error(exc) and getattr(exc, "status", None) == 404 and _object_missing(exc, name):
+            if is_not_found(exc) and _object_missing(exc, name):
                 return False
             raise
     return True

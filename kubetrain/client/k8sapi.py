@@ -16,7 +16,7 @@ from urllib3 import Retry
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
 from kubetrain.client.errors import translate
-from kubetrain.client.rest import CONNECT_TIMEOUT, REQUEST_TIMEOUT
+from kubetrain.client.rest import CONNECT_TIMEOUT, REQUEST_TIMEOUT, Rest
 from kubetrain.client.retry import DEFAULT_POLICY, RetryPolicy, delay_for
 
 
@@ -24,6 +24,7 @@ class RetryingApiClient(client.ApiClient):
     """An ApiClient whose every request is retried by `policy` (see the module docstring)."""
 
     retry_policy: RetryPolicy = DEFAULT_POLICY
+    _kubetrain_rest: Rest | None = None  # the Connection's REST client, which rest_of(api) hands out
     sleep: Callable[[float], None] = staticmethod(time.sleep)
 
     def __init__(self, configuration: client.Configuration | None = None, *args: Any,

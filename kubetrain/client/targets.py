@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.client.errors import CRD_HINT, cluster_errors, is_api_error
+from kubetrain.client.errors import CRD_HINT, cluster_errors, is_not_found
 from kubetrain.client.rest import rest_of
 from kubetrain.errors import ClusterError
 
@@ -65,7 +65,7 @@ def serves(api: Any, group: str, version: str, plural: str) -> bool:
     try:
         resources = rest_of(api).get(f"/apis/{group}/{version}")
     except Exception as exc:
-        if is_api_error(exc) and getattr(exc, "status", None) == 404:
+        if is_not_found(exc):
             return False
         raise
     return any(r.get("name") == plural for r in resources.get("resources") or [])
