@@ -21,7 +21,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.client import jobs, watch
-from kubetrain.client.errors import as_dict, cluster_errors
+from kubetrain.client.errors import as_dict, cluster_errors, is_not_found
+from kubetrain.client.objects import meta_of
 from kubetrain.client.targets import Target
 from kubetrain.errors import ClusterError
 from kubetrain.render.context import SPEC_HASH_ANNOTATION
@@ -45,7 +46,7 @@ class ApplyResult:
 
 
 def spec_hash(obj: dict[str, Any]) -> str | None:
-    return ((obj.get("metadata") or {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+    return (meta_of(obj).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
 
 
 def submit(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], *, dry_run: str | None = None,
@@ -95,7 +96,7 @@ def apply_object(api: client.ApiClient, target: Target, job: dict[str, Any], dry
 
 def with_owner(configmap: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
     """The ConfigMap owned by the job (no owner if the job has no uid yet, as in a client dry run)."""
-    uid = (owner.get("metadata") or {}).get("uid")
+    uid = meta_of(owner).get("uid")
     if not uid:
         return configmap
     ref = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
@@ -124,7 +125,7 @@ def _ensure_configmaps(api: client.ApiClient, job: dict[str, Any], configmaps: l
                 out.append(api.sanitize_for_serialization(core.read_namespaced_config_map(name, namespace)))
                 continue
             except ApiException as exc:
-                if exc.status != 404:
+                if not is_not_found(exc):
                     raise
         out.append(apply_configmap(api, with_owner(cm, job)))
     return out
@@ -140,6 +141,6 @@ def delete_configmaps(api: client.ApiClient, namespace: str, job_name: str, labe
             try:
                 core.delete_namespaced_config_map(cm["metadata"]["name"], namespace)
             except ApiException as exc:
-                if exc.status != 404:
+                if not is_not_found(exc):
                     raise
     return len(items)

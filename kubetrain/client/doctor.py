@@ -20,6 +20,7 @@ from kubetrain.client.access import can_i
 from kubetrain.client.cloud import allocatable_gpus, detect_cloud, gpu_groups, has_gpu_labels, is_gpu_node
 from kubetrain.client.connection import Connection
 from kubetrain.client.errors import CRD_HINT, api_message, cluster_errors
+from kubetrain.client.objects import meta_of, status_of
 from kubetrain.client.targets import Target
 from kubetrain.client.webhooks import webhook_checks
 
@@ -218,13 +219,13 @@ def _group_check(group: Any) -> Check:
 
 
 def _ready(node: dict[str, Any]) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
+    conditions = status_of(node).get("conditions") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     return ready and not (node.get("spec") or {}).get("unschedulable")
 
 
 def is_device_plugin(daemonset: dict[str, Any]) -> bool:
-    name = str((daemonset.get("metadata") or {}).get("name", "")).lower()
+    name = str(meta_of(daemonset).get("name", "")).lower()
     pod_spec = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
     images = " ".join(str(c.get("image", "")) for c in pod_spec.get("containers") or []).lower()
     return any(n in name for n in DEVICE_PLUGIN_NAMES) or "k8s-device-plugin" in images
@@ -247,7 +248,7 @@ def device_plugin_checks(nodes: list[dict[str, Any]], daemonsets: list[dict[str,
 
 
 def _plugin_check(daemonset: dict[str, Any]) -> Check:
-    meta, status = daemonset.get("metadata") or {}, daemonset.get("status") or {}
+    meta, status = meta_of(daemonset), status_of(daemonset)
     desired, ready = int(status.get("desiredNumberScheduled") or 0), int(status.get("numberReady") or 0)
     where = f"DaemonSet {meta.get('namespace')}/{meta.get('name')}"
     if desired and ready >= desired:

@@ -8,11 +8,12 @@ from typing import Any
 
 from kubetrain.client import watch
 from kubetrain.client.errors import as_dict, cluster_errors, is_not_found, status_body
+from kubetrain.client.objects import GPU_RESOURCE as GPU
+from kubetrain.client.objects import conditions_of, meta_of, status_of
 from kubetrain.client.rest import path_of, rest_of
 from kubetrain.client.targets import AUTO_ORDER, NOT_INSTALLED, Target
 from kubetrain.errors import ClusterError
 
-GPU = "nvidia.com/gpu"
 TERMINAL = ("Succeeded", "Failed")
 # Later entries win: a job that is Running and then Succeeded is Succeeded.
 PYTORCHJOB_STATES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
@@ -38,8 +39,7 @@ class JobSummary:
         return out | ({"queue": self.queue, "kueue": self.kueue} if self.queue else {})
 
 
-def conditions(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    return list((obj.get("status") or {}).get("conditions") or [])
+conditions = conditions_of  # the job's status.conditions (kubetrain.client.objects)
 
 
 def state(obj: dict[str, Any]) -> str:
@@ -60,7 +60,7 @@ def state(obj: dict[str, Any]) -> str:
 
 
 def _trainjob_active(obj: dict[str, Any]) -> bool:
-    statuses = (obj.get("status") or {}).get("jobsStatus") or []
+    statuses = status_of(obj).get("jobsStatus") or []
     return any((s.get("active") or 0) > 0 for s in statuses)
 
 
@@ -98,7 +98,7 @@ def shape(obj: dict[str, Any]) -> tuple[int, int]:
 
 
 def summary(obj: dict[str, Any], target: Target) -> JobSummary:
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     pods, gpus = shape(obj)
     queue = str((meta.get("labels") or {}).get("kueue.x-k8s.io/queue-name") or "")
     return JobSummary(meta.get("name", ""), meta.get("namespace", ""), target.name, state(obj), pods, gpus,

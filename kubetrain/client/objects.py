@@ -4,6 +4,7 @@ RFC 3339 times and well-known names. Imports nothing from kubetrain, so every la
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource
@@ -14,40 +15,41 @@ JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # Kueue: on a Workload, the uid of its
 FINAL_CONDITIONS = ("Succeeded", "Complete", "Failed")
 
 Obj = dict[str, Any]
+In = Mapping[str, Any]  # what the accessors read: any JSON object
 
 
-def meta(obj: Obj) -> Obj:
+def meta_of(obj: In) -> Obj:
     """metadata, {} when absent."""
     return obj.get("metadata") or {}
 
 
-def name(obj: Obj) -> str:
-    return str(meta(obj).get("name") or "")
+def name_of(obj: In) -> str:
+    return str(meta_of(obj).get("name") or "")
 
 
-def namespace(obj: Obj) -> str:
-    return str(meta(obj).get("namespace") or "")
+def namespace_of(obj: In) -> str:
+    return str(meta_of(obj).get("namespace") or "")
 
 
-def labels(obj: Obj) -> dict[str, str]:
-    return meta(obj).get("labels") or {}
+def labels_of(obj: In) -> dict[str, str]:
+    return meta_of(obj).get("labels") or {}
 
 
-def status(obj: Obj) -> Obj:
+def status_of(obj: In) -> Obj:
     """status, {} when absent."""
     return obj.get("status") or {}
 
 
-def conditions(obj: Obj) -> list[Obj]:
-    return list(status(obj).get("conditions") or [])
+def conditions_of(obj: In) -> list[Obj]:
+    return list(status_of(obj).get("conditions") or [])
 
 
-def true_condition(obj: Obj, *types: str) -> Obj | None:
+def true_condition(obj: In, *types: str) -> Obj | None:
     """The first condition of one of `types` whose status is "True"."""
-    return next((c for c in conditions(obj) if c.get("type") in types and c.get("status") == "True"), None)
+    return next((c for c in conditions_of(obj) if c.get("type") in types and c.get("status") == "True"), None)
 
 
-def final_condition(obj: Obj) -> Obj | None:
+def final_condition(obj: In) -> Obj | None:
     """The job's true Succeeded / Complete / Failed condition, if it has finished."""
     return true_condition(obj, *FINAL_CONDITIONS)
 

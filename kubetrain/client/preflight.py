@@ -11,8 +11,9 @@ from kubernetes.client.exceptions import ApiException
 
 from kubetrain.client import fit as fitting
 from kubetrain.client.access import can_i
-from kubetrain.client.errors import CRD_HINT, ApiError, api_message, translate
+from kubetrain.client.errors import CRD_HINT, ApiError, api_message, is_not_found, translate
 from kubetrain.client.jobs import pod_specs
+from kubetrain.client.objects import meta_of, status_of
 from kubetrain.client.queues import queue_of
 from kubetrain.client.rest import rest_of
 from kubetrain.client.targets import Target, served
@@ -129,7 +130,7 @@ def check_namespace(api: client.ApiClient, namespace: str) -> CheckResult:
     try:
         client.CoreV1Api(api).read_namespace(namespace)
     except ApiException as exc:
-        if exc.status == 404:
+        if is_not_found(exc):
             return CheckResult("namespace", FAIL, f"{namespace} does not exist",
                                f"create it: kubectl create namespace {namespace}")
         return CheckResult("namespace", WARN, f"cannot check {namespace}: {api_message(exc)}")
@@ -188,7 +189,7 @@ def check_references(api: client.ApiClient, namespace: str, refs: list[Reference
             if ref.kind == "PersistentVolumeClaim" and (unbound := pvc_binding(api, found)) is not None:
                 results.append(unbound)
         except ApiException as exc:
-            if exc.status == 404:
+            if is_not_found(exc):
                 results.append(CheckResult("references", FAIL, f"{ref.kind} {ref.name} not found in namespace "
                                            f"{namespace}", _missing_hint(ref, namespace)))
             else:
@@ -206,7 +207,7 @@ def pvc_binding(api: client.ApiClient, pvc: Any) -> CheckResult | None:
     """A Pending claim that nothing can bind: a StorageClass that does not exist, or no class at all and no
     Available PersistentVolume big enough with its access modes. None when it is (or can get) bound."""
     claim: dict[str, Any] = api.sanitize_for_serialization(pvc)
-    if (claim.get("status") or {}).get("phase") != "Pending":
+    if status_of(claim).get("phase") != "Pending":
         return None
     name, spec = claim["metadata"]["name"], claim.get("spec") or {}
     classes: list[dict[str, Any]] = api.sanitize_for_serialization(client.StorageV1Api(api).list_storage_class().items)
@@ -237,7 +238,7 @@ def _matching_volume(api: client.ApiClient, claim: dict[str, Any], wanted: str) 
     volumes: list[dict[str, Any]] = api.sanitize_for_serialization(client.CoreV1Api(api).list_persistent_volume().items)
     for pv in volumes:
         spec = pv.get("spec") or {}
-        if ((pv.get("status") or {}).get("phase") == "Available" and (spec.get("storageClassName") or "") == wanted
+        if (status_of(pv).get("phase") == "Available" and (spec.get("storageClassName") or "") == wanted
                 and parse_quantity((spec.get("capacity") or {}).get("storage") or "0") >= size
                 and modes <= set(spec.get("accessModes") or [])):
             return True
@@ -296,7 +297,7 @@ def fit_inputs(api: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def _owned(pod: dict[str, Any], target: Target, namespace: str, name: str) -> bool:
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     return bool(meta.get("namespace") == namespace and (meta.get("labels") or {}).get(target.pod_label) == name)
 
 

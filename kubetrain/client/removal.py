@@ -15,7 +15,7 @@ def delete_job(connection: Connection, target: Target, job: dict[str, Any], name
     """Delete; returns one line per thing deleted (`said`, if given, gets each line as it happens)."""
     from kubetrain.client import apply, jobs
     from kubetrain.client.targets import TRAININGJOB, controlling_trainingjob
-    from kubetrain.render.context import JOB_LABEL
+    from kubetrain.client.objects import JOB_LABEL
 
     name = job["metadata"]["name"]
     lines: list[str] = []

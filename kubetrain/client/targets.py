@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.client.errors import CRD_HINT, cluster_errors, is_not_found
+from kubetrain.client.objects import meta_of
 from kubetrain.client.rest import rest_of
 from kubetrain.errors import ClusterError
 
@@ -89,7 +90,7 @@ def resolve(api: Any, wanted: str) -> Target:
 
 def controlling_trainingjob(job: dict[str, Any]) -> str | None:
     """The name of the TrainingJob that controls this PyTorchJob/TrainJob (made by kubetrain controller), if any."""
-    for ref in (job.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in meta_of(job).get("ownerReferences") or []:
         if ref.get("controller") and ref.get("kind") == TRAININGJOB.kind \
                 and ref.get("apiVersion") == TRAININGJOB.api_version:
             return str(ref.get("name"))

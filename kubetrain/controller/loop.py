@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from kubetrain.client import apply, controller_api, queues, targets, watch
 from kubetrain.client.controller_api import ApiClient
+from kubetrain.client.objects import meta_of, status_of
 from kubetrain.client.targets import Target
 from kubetrain.controller import kube, kueue, mirror
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
@@ -116,13 +117,13 @@ class Controller:
 
     # ------------------------------------------------------------------ events
     def _on_job(self, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
+        meta = meta_of(obj)
         self.queue.add((meta.get("namespace", ""), meta.get("name", "")))
 
     def _on_child(self, obj: dict[str, Any]) -> None:
         owner = owner_name(obj)
         if owner:
-            key = ((obj.get("metadata") or {}).get("namespace", ""), owner)
+            key = (meta_of(obj).get("namespace", ""), owner)
             if self.children[str(obj.get("kind"))].get(watch.key(obj)) is None:
                 self.applied.pop(key, None)  # deleted: the next reconcile creates it again
             self.queue.add(key)
@@ -142,14 +143,14 @@ class Controller:
         if not queue or self.workloads is None:
             return None
         namespace = want.job.metadata.namespace if want.job else None
-        candidates = [w for w in self.workloads.items() if (w.get("metadata") or {}).get("namespace") == namespace]
+        candidates = [w for w in self.workloads.items() if meta_of(w).get("namespace") == namespace]
         return kueue.conditions(queue, child, candidates)
 
     # ------------------------------------------------------------------ reconcile
     def reconcile(self, key: Key) -> None:
         self.reconciles += 1
         obj = self.jobs.get(key)
-        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if obj is None or meta_of(obj).get("deletionTimestamp"):
             self.applied.pop(key, None)
             self.written.pop(str(((obj or {}).get("metadata") or {}).get("uid")), None)
             return  # the garbage collector deletes the children (controller ownerReferences)
@@ -160,7 +161,7 @@ class Controller:
             child, extra = self._sync_child(key, obj, want)
         latest = self._latest(obj)
         status = mirror.status_for(latest, want, child, extra, self._queued(want, child))
-        self._write_status(obj, latest.get("status") or {}, status)
+        self._write_status(obj, status_of(latest), status)
 
     def _sync_child(self, key: Key, obj: dict[str, Any], want: Desired
                     ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -173,7 +174,7 @@ class Controller:
             raise_conflict(target, key)
         if child is None:
             return self._apply(key, target, want.child, obj, created=True), []
-        if (child.get("metadata") or {}).get("deletionTimestamp"):
+        if meta_of(child).get("deletionTimestamp"):
             return child, [mirror.condition("SpecChanged", True, "Recreating", "waiting for the old child to go")]
         if apply.spec_hash(child) != want.spec_hash:
             return child, self._spec_changed(obj, child, target, want)
@@ -222,11 +223,11 @@ class Controller:
         written = self.written.get(obj["metadata"]["uid"])
         if written is None:
             return obj
-        progress = (obj.get("status") or {}).get("progress")
+        progress = status_of(obj).get("progress")
         return {**obj, "status": {**written, **({"progress": progress} if progress else {})}}
 
     def _write_status(self, obj: dict[str, Any], previous: dict[str, Any], status: dict[str, Any]) -> None:
-        old = obj.get("status") or {}
+        old = status_of(obj)
         meta = obj["metadata"]
         mine = {k: v for k, v in status.items() if k != "progress"}
         if status == old or mine == self.written.get(meta["uid"]):

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kubetrain.client.objects import GPU_RESOURCE as GPU
 from kubetrain.validate import operators
 from kubetrain.validate.findings import Finding, get
 from kubetrain.yamlsrc import PathKey
 
 OPERATOR_RESTART_POLICIES = {"Always", "OnFailure", "Never", "ExitCode"}
 PYTORCH_REPLICA_TYPES = {"Master", "Worker"}
-GPU = "nvidia.com/gpu"
 
 
 def semantic_findings(obj: dict[str, Any]) -> list[Finding]:

@@ -120,7 +120,7 @@ def test_namespaced_variant_uses_the_same_rules_in_a_role() -> None:
 def test_client_target_names_the_crd_and_finds_the_owner() -> None:
     from kubetrain.client.targets import TRAININGJOB, controlling_trainingjob
     from kubetrain.controller.crd import GROUP, KIND, PLURAL, VERSION
-    from kubetrain.render.context import JOB_LABEL
+    from kubetrain.client.objects import JOB_LABEL
 
     assert (TRAININGJOB.group, TRAININGJOB.version, TRAININGJOB.plural, TRAININGJOB.kind) == (
         GROUP, VERSION, PLURAL, KIND)
