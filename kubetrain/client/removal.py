@@ -14,8 +14,8 @@ def delete_job(connection: Connection, target: Target, job: dict[str, Any], name
                timeout: float | None, said: Any = None) -> list[str]:
     """Delete; returns one line per thing deleted (`said`, if given, gets each line as it happens)."""
     from kubetrain.client import apply, jobs
-    from kubetrain.client.targets import TRAININGJOB, controlling_trainingjob
     from kubetrain.client.objects import JOB_LABEL
+    from kubetrain.client.targets import TRAININGJOB, controlling_trainingjob
 
     name = job["metadata"]["name"]
     lines: list[str] = []
