@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path.cwd()
@@ -79,7 +80,7 @@ def move_files(modules: dict[str, str], packages: dict[str, str]) -> None:
     for package, doc in INIT_DOCS.items():
         init = ROOT / package.replace(".", "/") / "__init__.py"
         if init.parent.is_dir() and (not init.exists() or init.read_text().startswith('"""Talking to a cluster.')):
-            init.write_text(f'"""{doc}"""\n')
+            init.write_text('"""' + textwrap.fill(doc, 116, subsequent_indent="") + '"""\n')
             git("add", str(init))
 
 
