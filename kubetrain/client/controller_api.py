@@ -71,10 +71,11 @@ def widen_pool(api: client.ApiClient, size: int) -> None:
         api.rest_client = type(api.rest_client)(api.configuration)
 
 
-def custom_list_fn(api: client.ApiClient, namespace: str | None) -> watch.ListFn:
-    """The list (and watch) call of a custom resource, in one namespace or in all."""
-    custom = client.CustomObjectsApi(api)
-    return custom.list_namespaced_custom_object if namespace else custom.list_cluster_custom_object
+def custom_list_fn(api: client.ApiClient, group: str, version: str, plural: str,
+                   namespace: str | None) -> watch.ListFn:
+    """The list (and watch) call of a custom resource, in one namespace or in all, on the one REST client: its
+    retries are the only ones under the informer's backoff (kubetrain.controller.informer)."""
+    return watch.rest_list(api, path_of(group, version, plural, namespace))
 
 
 def patch_status(api: client.ApiClient, group: str, version: str, plural: str, namespace: str, name: str,

@@ -70,11 +70,8 @@ class Controller:
         self.threads: list[threading.Thread] = []
 
     def _informer(self, group: str, version: str, plural: str, handler: Any, **kwargs: Any) -> Informer:
-        list_fn = controller_api.custom_list_fn(self.api, self.settings.namespace)
-        scope: dict[str, Any] = {"group": group, "version": version, "plural": plural, **kwargs}
-        if self.settings.namespace:
-            scope["namespace"] = self.settings.namespace
-        return Informer(plural, list_fn, handler, **scope)
+        list_fn = controller_api.custom_list_fn(self.api, group, version, plural, self.settings.namespace)
+        return Informer(plural, list_fn, handler, **kwargs)
 
     # ------------------------------------------------------------------ running
     def start(self) -> None:
