@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kubetrain.cli.cluster_opts import connect_from
-from kubetrain.cli.output import handle_errors, info
+from kubetrain.cli.output import emit_objects, handle_errors, info
 from kubetrain.render.yamlout import dump_json, dump_yaml
 
 if TYPE_CHECKING:
-    from kubetrain.client.connection import Connection
-    from kubetrain.spec.load import LoadedSpec
+    pass
 
 
 @click.group()
@@ -100,16 +99,6 @@ def _objects(watch_namespace: str | None, image: str | None) -> list[dict[str, A
     return objects_for("namespaced" if watch_namespace else "cluster", image, watch_namespace)
 
 
-def _emit(objects: list[dict[str, Any]], names: list[str], output: str | None) -> None:
-    if output == "yaml":
-        click.echo(dump_yaml(objects), nl=False)
-    elif output == "json":
-        click.echo(dump_json(objects), nl=False)
-    else:
-        for name in names:
-            click.echo(name)
-
-
 @controller.command()
 @_install_options
 @handle_errors
@@ -133,11 +122,11 @@ def _act(objects: list[dict[str, Any]], action: Callable[..., list[str]], done: 
          kubeconfig: str | None, dry_run: str, output: str | None) -> None:
     """Print (client dry run) or apply/delete the objects, then report them like kubectl does."""
     if dry_run == "client":
-        _emit(objects, [f"{o['kind']}/{o['metadata']['name']}".lower() for o in objects], output)
+        emit_objects(objects, [f"{o['kind']}/{o['metadata']['name']}".lower() for o in objects], output)
         return
     names = action(connect_from(context, kubeconfig).api, objects, dry_run=dry_run == "server")
     info(f"{done} {len(names)} objects" + (" (server dry run)" if dry_run == "server" else ""))
-    _emit(objects, names, output)
+    emit_objects(objects, names, output)
 
 
 @controller.command()
@@ -177,22 +166,3 @@ def crd(output: str) -> None:
         click.echo(dump_json([make_crd()]), nl=False)
     else:
         click.echo(dump_yaml([make_crd()]), nl=False)
-
-
-def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str,
-                         output: str | None) -> None:
-    """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest."""
-    from kubetrain.cli.common import render_loaded
-    from kubetrain.controller.handoff import hand_over, training_job
-
-    rendered = render_loaded(loaded, namespace=namespace) if loaded.job.spec.code else []
-    body = training_job(loaded, namespace, rendered)
-    applied = hand_over(connection.api, body, rendered[:-1], None if dry_run == "none" else dry_run)
-    name = applied["metadata"]["name"]
-    suffix = f" ({dry_run} dry run)" if dry_run != "none" else ""
-    info(f"TrainingJob {namespace}/{name} handed to the controller{suffix}; follow it with "
-         f"`kubectl get tj {name} -n {namespace} -w` or `kubetrain status {name}`")
-    if output in ("yaml", "json"):
-        _emit([applied], [], output)
-    else:
-        click.echo(f"trainingjob.kubetrain.dev/{name}" if output == "name" else name)

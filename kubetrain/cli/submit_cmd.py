@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from
-from kubetrain.cli.common import load, spec_file_option
-from kubetrain.cli.output import handle_errors, info, warn
+from kubetrain.cli.common import load, render_loaded, spec_file_option
+from kubetrain.cli.output import emit_objects, handle_errors, info, warn
 from kubetrain.errors import UsageError
 from kubetrain.render.yamlout import dump_json, dump_yaml
 from kubetrain.spec.load import LoadedSpec
@@ -72,8 +72,6 @@ def submit(filename: str, context: str | None, kubeconfig: str | None, namespace
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace, loaded.job.metadata.namespace)
     if via_controller:
-        from kubetrain.cli.controller_cmd import submit_to_controller
-
         submit_to_controller(connection, loaded, ns, dry_run, output)
         return
     from kubetrain.client.submit import SubmitOptions
@@ -140,7 +138,7 @@ def _wait(connection: Connection, target: Target, namespace: str, name: str, tim
 
 def _follow(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None) -> None:
     """`kubetrain logs -f` (merged logs, live progress line from the metrics); exit 1 if the job fails."""
-    from kubetrain.cli.logs_cmd import follow_renderer, use_color
+    from kubetrain.cli.common import follow_renderer, use_color
     from kubetrain.client import logs
 
     renderer = follow_renderer()
@@ -153,3 +151,21 @@ def _follow(connection: Connection, target: Target, namespace: str, name: str, t
     info(f"{target.kind} {namespace}/{name} {result.state}" + (f": {result.message}" if result.message else ""))
     if not result.ok:
         sys.exit(1)
+
+
+def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str,
+                         output: str | None) -> None:
+    """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest."""
+    from kubetrain.controller.handoff import hand_over, training_job
+
+    rendered = render_loaded(loaded, namespace=namespace) if loaded.job.spec.code else []
+    body = training_job(loaded, namespace, rendered)
+    applied = hand_over(connection.api, body, rendered[:-1], None if dry_run == "none" else dry_run)
+    name = applied["metadata"]["name"]
+    suffix = f" ({dry_run} dry run)" if dry_run != "none" else ""
+    info(f"TrainingJob {namespace}/{name} handed to the controller{suffix}; follow it with "
+         f"`kubectl get tj {name} -n {namespace} -w` or `kubetrain status {name}`")
+    if output in ("yaml", "json"):
+        emit_objects([applied], [], output)
+    else:
+        click.echo(f"trainingjob.kubetrain.dev/{name}" if output == "name" else name)
