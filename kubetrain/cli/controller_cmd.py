@@ -74,7 +74,7 @@ def run(context: str | None, kubeconfig: str | None, watch_namespace: str | None
                         progress_interval=progress_interval, progress_tail=progress_tail)
     election = Election(lease_namespace or os.environ.get("POD_NAMESPACE") or "kubetrain-system", lease_name,
                         duration=lease_duration, enabled=leader_elect)
-    sys.exit(run_controller(connection.api, settings, election, probe_port))
+    sys.exit(run_controller(connection.rest, settings, election, probe_port))
 
 
 def _install_options(func: click.decorators.FC) -> click.decorators.FC:

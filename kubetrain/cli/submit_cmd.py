@@ -160,7 +160,7 @@ def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: 
 
     rendered = render_loaded(loaded, namespace=namespace) if loaded.job.spec.code else []
     body = training_job(loaded, namespace, rendered)
-    applied = hand_over(connection.api, body, rendered[:-1], None if dry_run == "none" else dry_run)
+    applied = hand_over(connection.rest, body, rendered[:-1], None if dry_run == "none" else dry_run)
     name = applied["metadata"]["name"]
     suffix = f" ({dry_run} dry run)" if dry_run != "none" else ""
     info(f"TrainingJob {namespace}/{name} handed to the controller{suffix}; follow it with "
