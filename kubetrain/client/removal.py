@@ -32,7 +32,7 @@ def delete_job(connection: Connection, target: Target, job: dict[str, Any], name
     jobs.delete(connection.rest, target, namespace, name, propagation="Background")
     # Owned by the job, so the garbage collector removes it anyway; deleting it here also covers
     # ConfigMaps of an older kubetrain or a submit interrupted between its writes.
-    configmaps = apply.delete_configmaps(connection.api, namespace, name, JOB_LABEL)
+    configmaps = apply.delete_configmaps(connection.rest, namespace, name, JOB_LABEL)
     say(f"{target.kind} {namespace}/{name} deleted" + (f" (and {configmaps} code ConfigMap(s))" if configmaps else ""))
     if wait:
         jobs.wait_gone(connection.rest, target, namespace, name, timeout)
