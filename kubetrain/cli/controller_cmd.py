@@ -124,7 +124,7 @@ def _act(objects: list[dict[str, Any]], action: Callable[..., list[str]], done: 
     if dry_run == "client":
         emit_objects(objects, [f"{o['kind']}/{o['metadata']['name']}".lower() for o in objects], output)
         return
-    names = action(connect_from(context, kubeconfig).api, objects, dry_run=dry_run == "server")
+    names = action(connect_from(context, kubeconfig).rest, objects, dry_run=dry_run == "server")
     info(f"{done} {len(names)} objects" + (" (server dry run)" if dry_run == "server" else ""))
     emit_objects(objects, names, output)
 

@@ -1,6 +1,7 @@
 """The kubernetes package's ApiClient with kubetrain's retries (kubetrain.client.retry) and timeouts.
 
-Only `Connection.api` builds one (lazily): apply, preflight, doctor and gpu exec use the typed API.
+Only `Connection.api` builds one (lazily), for what only the kubernetes package does: exec into a pod over
+WebSocket (`kubetrain gpu`). Every other call goes through the REST client (kubetrain.client.rest).
 """
 
 from __future__ import annotations
