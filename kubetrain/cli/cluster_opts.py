@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from kubetrain.client.objects import parse_time
+
 if TYPE_CHECKING:
     from kubetrain.client.connection import Connection
 
@@ -74,9 +76,8 @@ def age(created: str, now: dt.datetime | None = None) -> str:
     """kubectl's AGE: 45s, 12m, 5h, 3d."""
     if not created:
         return "?"
-    try:
-        then = dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
-    except ValueError:
+    then = parse_time(created)
+    if then is None:
         return "?"
     seconds = int(((now or dt.datetime.now(dt.UTC)) - then).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):

@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kubetrain.cli.cluster_opts import connect_from
-from kubetrain.cli.output import handle_errors, info
+from kubetrain.cli.output import emit_objects, handle_errors, info
 from kubetrain.render.yamlout import dump_json, dump_yaml
 
 if TYPE_CHECKING:
-    from kubetrain.client.connection import Connection
-    from kubetrain.spec.load import LoadedSpec
+    pass
 
 
 @click.group()
@@ -78,7 +77,7 @@ def run(context: str | None, kubeconfig: str | None, watch_namespace: str | None
                         progress_interval=progress_interval, progress_tail=progress_tail)
     election = Election(lease_namespace or os.environ.get("POD_NAMESPACE") or "kubetrain-system", lease_name,
                         duration=lease_duration, enabled=leader_elect)
-    sys.exit(run_controller(connection.api, settings, election, probe_port, probe_address))
+    sys.exit(run_controller(connection.rest, settings, election, probe_port, probe_address))
 
 
 def _install_options(func: click.decorators.FC) -> click.decorators.FC:
@@ -105,16 +104,6 @@ def _objects(watch_namespace: str | None, image: str | None) -> list[dict[str, A
     return objects_for("namespaced" if watch_namespace else "cluster", image, watch_namespace)
 
 
-def _emit(objects: list[dict[str, Any]], names: list[str], output: str | None) -> None:
-    if output == "yaml":
-        click.echo(dump_yaml(objects), nl=False)
-    elif output == "json":
-        click.echo(dump_json(objects), nl=False)
-    else:
-        for name in names:
-            click.echo(name)
-
-
 @controller.command()
 @_install_options
 @handle_errors
@@ -138,11 +127,11 @@ def _act(objects: list[dict[str, Any]], action: Callable[..., list[str]], done: 
          kubeconfig: str | None, dry_run: str, output: str | None) -> None:
     """Print (client dry run) or apply/delete the objects, then report them like kubectl does."""
     if dry_run == "client":
-        _emit(objects, [f"{o['kind']}/{o['metadata']['name']}".lower() for o in objects], output)
+        emit_objects(objects, [f"{o['kind']}/{o['metadata']['name']}".lower() for o in objects], output)
         return
-    names = action(connect_from(context, kubeconfig).api, objects, dry_run=dry_run == "server")
+    names = action(connect_from(context, kubeconfig).rest, objects, dry_run=dry_run == "server")
     info(f"{done} {len(names)} objects" + (" (server dry run)" if dry_run == "server" else ""))
-    _emit(objects, names, output)
+    emit_objects(objects, names, output)
 
 
 @controller.command()
@@ -182,30 +171,3 @@ def crd(output: str) -> None:
         click.echo(dump_json([make_crd()]), nl=False)
     else:
         click.echo(dump_yaml([make_crd()]), nl=False)
-
-
-def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str,
-                         output: str | None, overrides: dict[str, str] | None = None) -> str:
-    """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest. Returns its name."""
-    from kubetrain.cli.common import render_loaded
-    from kubetrain.controller.handoff import hand_over, training_job
-
-    # Rendered as the controller will (with the overrides): a bad --image or --target is refused here.
-    rendered = render_loaded(loaded, namespace=namespace, **_render_overrides(overrides or {}))
-    body = training_job(loaded, namespace, rendered if loaded.job.spec.code else [], overrides)
-    applied = hand_over(connection.api, body, rendered[:-1] if loaded.job.spec.code else [],
-                        None if dry_run == "none" else dry_run)
-    name = str(applied["metadata"]["name"])
-    suffix = f" ({dry_run} dry run)" if dry_run != "none" else ""
-    info(f"TrainingJob {namespace}/{name} handed to the controller{suffix}; follow it with "
-         f"`kubectl get tj {name} -n {namespace} -w` or `kubetrain status {name}`")
-    if output in ("yaml", "json"):
-        _emit([applied], [], output)
-    else:
-        click.echo(f"trainingjob.kubetrain.dev/{name}" if output == "name" else name)
-    return name
-
-
-def _render_overrides(overrides: dict[str, str]) -> dict[str, Any]:
-    target = overrides.get("target")
-    return {"image": overrides.get("image"), "target": None if target == "auto" else target}

@@ -55,7 +55,7 @@ def gpu(name: str, replica: str, watch: bool, interval: float, count: int | None
     wanted = check_replica_filter(replica)
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    found, _ = find_job(connection.api, ns, name, target)
+    found, _ = find_job(connection.rest, ns, name, target)
     refreshes = 0
     lost = _Lost()
     while True:

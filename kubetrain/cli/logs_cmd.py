@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING
 
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from, target_option
+from kubetrain.cli.common import Terminal, archive_option, follow_renderer, read_job_logs, use_color
 from kubetrain.cli.output import fail, handle_errors
 from kubetrain.errors import UsageError
 
 if TYPE_CHECKING:
-    from kubetrain.client.logs import LogOptions
-    from kubetrain.observe.render import Renderer
+    pass
 
 _DURATION = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -32,54 +30,6 @@ def parse_duration(text: str) -> int:
     if seconds <= 0:
         raise UsageError(f"--since {text}: must be more than 0s")
     return seconds
-
-
-def use_color(choice: str, stream: TextIO) -> bool:
-    if choice != "auto":
-        return choice == "always"
-    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
-
-
-class Terminal:
-    """`kubetrain logs` without -f: log lines on stdout, notices on stderr, as they are."""
-
-    def line(self, text: str) -> None:
-        sys.stdout.write(text + "\n")
-
-    def notice(self, text: str) -> None:
-        click.echo(text, err=True)
-
-
-def archive_option(func: Any) -> Any:
-    return click.option("--archive", metavar="URL", default=None,
-                        help="Where the job's logs are archived (its spec.archive): read it when the job or its "
-                             "pods are gone. Default: the location recorded on the job.")(func)
-
-
-def read_job_logs(name: str, target: str | None, archive: str | None, options: LogOptions,
-                  sink: Callable[[str], None], cluster: tuple[str | None, str | None, str | None, float | None]) -> int:
-    """The job's logs so far (`logs NAME`, `metrics NAME`), or its archive once its pods or the job are gone
-    (kubetrain.client.logs). With --archive, a cluster that cannot be reached also falls back to it."""
-    from kubetrain.client import logs as client_logs
-    from kubetrain.errors import ClusterError
-
-    context, kubeconfig, namespace, request_timeout = cluster
-    notice = Terminal().notice
-    try:
-        connection = connect_from(context, kubeconfig, request_timeout)
-        ns = connection.namespace(namespace)
-    except ClusterError as exc:
-        if archive is None:
-            raise
-        return client_logs.print_archive(archive, name, options, sink, notice, str(exc))
-    return client_logs.print_logs(connection, ns, name, target, options, sink, notice, archive=archive)
-
-
-def follow_renderer(raw: bool = False) -> Renderer:
-    """`logs -f` and `submit --follow`: the same view as `kubetrain run` (kubetrain.observe.render)."""
-    from kubetrain.observe.render import Renderer
-
-    return Renderer(sys.stdout, sys.stderr, raw=raw)
 
 
 @click.command()

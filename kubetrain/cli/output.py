@@ -83,3 +83,27 @@ def guard_stdout() -> None:
     if isinstance(stream, io.TextIOWrapper) and not isinstance(stream, _Stdout):
         sys.stdout = _Stdout(stream.detach(), encoding=stream.encoding, errors=stream.errors,
                              line_buffering=stream.line_buffering)
+
+
+def emit(text: str) -> None:
+    """Write data to stdout and flush, so a full disk (ENOSPC) or a closed pipe is seen here, not at exit."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"cannot write to stdout: {exc.strerror or exc}") from None
+
+
+def emit_objects(objects: list[dict[str, Any]], names: list[str], output: str | None) -> None:
+    """-o yaml / json: the objects; else one name a line."""
+    from kubetrain.render.yamlout import dump_json, dump_yaml
+
+    if output == "yaml":
+        click.echo(dump_yaml(objects), nl=False)
+    elif output == "json":
+        click.echo(dump_json(objects), nl=False)
+    else:
+        for name in names:
+            click.echo(name)

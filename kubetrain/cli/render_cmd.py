@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from kubetrain.cli.common import load, namespace_option, render_loaded, spec_file_option, warn_render, write_atomically
-from kubetrain.cli.output import handle_errors, info
-from kubetrain.errors import OutputError, UsageError
+from kubetrain.cli.output import emit, handle_errors, info
+from kubetrain.errors import UsageError
 from kubetrain.render.yamlout import dump_json, dump_yaml
 
 
@@ -44,17 +43,6 @@ def render(filename: str, output: str, out_dir: Path | None, target: str | None,
         emit(dump_yaml(objects) if output == "yaml" else dump_json(objects))
         return
     _write_dir(out_dir, objects, output)
-
-
-def emit(text: str) -> None:
-    """Write data to stdout and flush, so a full disk (ENOSPC) or a closed pipe is seen here, not at exit."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        raise OutputError(f"cannot write to stdout: {exc.strerror or exc}") from None
 
 
 def _write_dir(out_dir: Path, objects: list[dict[str, Any]], output: str) -> None:

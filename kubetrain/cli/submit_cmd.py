@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from
-from kubetrain.cli.common import load, spec_file_option
-from kubetrain.cli.output import handle_errors, info, warn
+from kubetrain.cli.common import load, render_loaded, spec_file_option
+from kubetrain.cli.output import emit_objects, handle_errors, info, warn
 from kubetrain.errors import UsageError
 from kubetrain.render.yamlout import dump_json, dump_yaml
 from kubetrain.spec.load import LoadedSpec
@@ -102,8 +102,6 @@ def _via_controller(connection: Connection, loaded: LoadedSpec, namespace: str, 
     """`submit --controller`: the same flags, applied to the TrainingJob; --wait/--follow follow it (and its
     child) to the end with the exit codes of a direct submit. The preflight and capacity checks are the
     controller's to make, and it applies spec changes by its update policy: those flags are refused."""
-    from kubetrain.cli.controller_cmd import submit_to_controller
-
     for flag, given in (("--replace", replace), ("--wait-for-capacity", wait_capacity)):
         if given:
             raise UsageError(f"{flag} cannot be combined with --controller: the controller applies a changed spec "
@@ -118,7 +116,7 @@ def _via_controller(connection: Connection, loaded: LoadedSpec, namespace: str, 
 
     deadline = None if timeout is None else time.monotonic() + timeout
     if follow:
-        handed = wait_trainingjob(connection.api, namespace, name, timeout, "child", on_retry=info)
+        handed = wait_trainingjob(connection.rest, namespace, name, timeout, "child", on_retry=info)
         child = (handed.get("status") or {}).get("target")
         if child and outcome(handed)[0] != "Invalid":
             from kubetrain.client.targets import TARGETS
@@ -126,7 +124,7 @@ def _via_controller(connection: Connection, loaded: LoadedSpec, namespace: str, 
             _follow(connection, TARGETS[child], namespace, name, _left(deadline), exit_on_failure=False)
     else:
         info(f"waiting for TrainingJob {namespace}/{name} to finish")
-    final = wait_trainingjob(connection.api, namespace, name, _left(deadline), "final", on_retry=info)
+    final = wait_trainingjob(connection.rest, namespace, name, _left(deadline), "final", on_retry=info)
     phase, why = outcome(final)
     info(f"TrainingJob {namespace}/{name} {phase}" + (f": {why}" if why and phase != "Succeeded" else ""))
     if phase != "Succeeded":
@@ -199,7 +197,7 @@ def _wait(connection: Connection, target: Target, namespace: str, name: str, tim
 def _follow(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None,
             exit_on_failure: bool = True) -> None:
     """`kubetrain logs -f` (merged logs, live progress line from the metrics); exit 1 if the job fails."""
-    from kubetrain.cli.logs_cmd import follow_renderer, use_color
+    from kubetrain.cli.common import follow_renderer, use_color
     from kubetrain.client import logs
 
     renderer = follow_renderer()
@@ -212,3 +210,29 @@ def _follow(connection: Connection, target: Target, namespace: str, name: str, t
     info(f"{target.kind} {namespace}/{name} {result.state}" + (f": {result.message}" if result.message else ""))
     if not result.ok and exit_on_failure:
         sys.exit(1)
+
+
+def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str,
+                         output: str | None, overrides: dict[str, str] | None = None) -> str:
+    """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest. Returns its name."""
+    from kubetrain.controller.handoff import hand_over, training_job
+
+    # Rendered as the controller will (with the overrides): a bad --image or --target is refused here.
+    rendered = render_loaded(loaded, namespace=namespace, **_render_overrides(overrides or {}))
+    body = training_job(loaded, namespace, rendered if loaded.job.spec.code else [], overrides)
+    applied = hand_over(connection.rest, body, rendered[:-1] if loaded.job.spec.code else [],
+                        None if dry_run == "none" else dry_run)
+    name = str(applied["metadata"]["name"])
+    suffix = f" ({dry_run} dry run)" if dry_run != "none" else ""
+    info(f"TrainingJob {namespace}/{name} handed to the controller{suffix}; follow it with "
+         f"`kubectl get tj {name} -n {namespace} -w` or `kubetrain status {name}`")
+    if output in ("yaml", "json"):
+        emit_objects([applied], [], output)
+    else:
+        click.echo(f"trainingjob.kubetrain.dev/{name}" if output == "name" else name)
+    return name
+
+
+def _render_overrides(overrides: dict[str, str]) -> dict[str, Any]:
+    target = overrides.get("target")
+    return {"image": overrides.get("image"), "target": None if target == "auto" else target}

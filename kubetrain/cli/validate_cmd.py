@@ -9,8 +9,7 @@ from typing import Any
 
 import click
 
-from kubetrain.cli.output import handle_errors, info
-from kubetrain.cli.render_cmd import emit
+from kubetrain.cli.output import emit, handle_errors, info
 from kubetrain.errors import SpecError, UsageError
 from kubetrain.spec.load import read_text
 from kubetrain.validate import Report, SchemaStore, validate_sources

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from kubernetes import client
+from typing import Any
+
+from kubetrain.client.objects import status_of
+from kubetrain.client.rest import rest_of
 
 
-def can_i(api: client.ApiClient, verb: str, group: str, resource: str, namespace: str | None) -> tuple[bool, str]:
+def can_i(api: Any, verb: str, group: str, resource: str, namespace: str | None) -> tuple[bool, str]:
     """(allowed, the authorizer's reason). `resource` may name a subresource: "pods/exec"."""
     resource, _, subresource = resource.partition("/")
-    attributes = client.V1ResourceAttributes(verb=verb, group=group, resource=resource,
-                                             subresource=subresource or None, namespace=namespace)
-    review = client.V1SelfSubjectAccessReview(spec=client.V1SelfSubjectAccessReviewSpec(
-        resource_attributes=attributes))
-    status = client.AuthorizationV1Api(api).create_self_subject_access_review(review).status
-    return (bool(status.allowed), str(status.reason or "")) if status else (False, "no status")
+    attributes = {"verb": verb, "group": group, "resource": resource, "subresource": subresource or None,
+                  "namespace": namespace}
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+              "spec": {"resourceAttributes": {k: v for k, v in attributes.items() if v is not None}}}
+    answer = rest_of(api).json("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=review)
+    status = status_of(answer)
+    return (bool(status.get("allowed")), str(status.get("reason") or "")) if status else (False, "no status")

@@ -13,15 +13,14 @@ the spec, code digest, image and cloud profile), not by diffing what the operato
 
 from __future__ import annotations
 
-import json
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from kubetrain.client import jobs, watch
-from kubetrain.client.errors import as_dict, cluster_errors
+from kubetrain.client.errors import NotFound, cluster_errors
+from kubetrain.client.objects import meta_of
+from kubetrain.client.rest import path_of, rest_of
 from kubetrain.client.targets import Target
 from kubetrain.errors import ClusterError
 from kubetrain.render.context import SPEC_HASH_ANNOTATION
@@ -45,10 +44,10 @@ class ApplyResult:
 
 
 def spec_hash(obj: dict[str, Any]) -> str | None:
-    return ((obj.get("metadata") or {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+    return (meta_of(obj).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
 
 
-def submit(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], *, dry_run: str | None = None,
+def submit(api: Any, target: Target, objects: list[dict[str, Any]], *, dry_run: str | None = None,
            replace: bool = False, timeout: float | None = 300) -> ApplyResult:
     """Create the job (and its ConfigMaps), or do nothing if this spec is already there, or replace it."""
     job, configmaps = objects[-1], objects[:-1]
@@ -82,20 +81,23 @@ def _changed_message(target: Target, existing: dict[str, Any], job: dict[str, An
             f"and recreate it (stops its pods), or change metadata.name")
 
 
-def apply_object(api: client.ApiClient, target: Target, job: dict[str, Any], dry_run: bool = False,
+def apply_object(api: Any, target: Target, job: dict[str, Any], dry_run: bool = False,
                  force: bool = False) -> dict[str, Any]:
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     with cluster_errors(f"apply {target.resource} {name} in namespace {namespace}"):
-        # Raw response: the client maps only 200 for PATCH, and apply answers 201 when it creates.
-        response = client.CustomObjectsApi(api).patch_namespaced_custom_object(
-            target.group, target.version, namespace, target.plural, name, job, field_manager=FIELD_MANAGER,
-            force=force, dry_run="All" if dry_run else None, _content_type=APPLY_PATCH, _preload_content=False)
-    return as_dict(json.loads(response.data))  # type: ignore[attr-defined]
+        return _apply(api, path_of(target.group, target.version, target.plural, namespace, name), job, dry_run,
+                      force)
+
+
+def _apply(api: Any, path: str, body: dict[str, Any], dry_run: bool, force: bool = False) -> dict[str, Any]:
+    """Server-side apply (a JSON body is valid YAML): 201 when it creates, 200 when it updates."""
+    query = {"fieldManager": FIELD_MANAGER, "force": force or None, "dryRun": "All" if dry_run else None}
+    return rest_of(api).json("PATCH", path, query, body, content_type=APPLY_PATCH)
 
 
 def with_owner(configmap: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
     """The ConfigMap owned by the job (no owner if the job has no uid yet, as in a client dry run)."""
-    uid = (owner.get("metadata") or {}).get("uid")
+    uid = meta_of(owner).get("uid")
     if not uid:
         return configmap
     ref = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": owner["metadata"]["name"],
@@ -103,43 +105,34 @@ def with_owner(configmap: dict[str, Any], owner: dict[str, Any]) -> dict[str, An
     return {**configmap, "metadata": {**configmap["metadata"], "ownerReferences": [ref]}}
 
 
-def apply_configmap(api: client.ApiClient, configmap: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+def apply_configmap(api: Any, configmap: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     name, namespace = configmap["metadata"]["name"], configmap["metadata"]["namespace"]
     with cluster_errors(f"apply configmap {name} in namespace {namespace}"):
-        response = client.CoreV1Api(api).patch_namespaced_config_map(
-            name, namespace, configmap, field_manager=FIELD_MANAGER, dry_run="All" if dry_run else None,
-            _content_type=APPLY_PATCH, _preload_content=False)
-    return as_dict(json.loads(response.data))  # type: ignore[arg-type]
+        return _apply(api, path_of("", "v1", "configmaps", namespace, name), configmap, dry_run)
 
 
-def _ensure_configmaps(api: client.ApiClient, job: dict[str, Any], configmaps: list[dict[str, Any]]
+def _ensure_configmaps(api: Any, job: dict[str, Any], configmaps: list[dict[str, Any]]
                        ) -> list[dict[str, Any]]:
     """An unchanged job's ConfigMaps exist (they may not, if a submit died between its two writes)."""
     out = []
-    core = client.CoreV1Api(api)
     for cm in configmaps:
         name, namespace = cm["metadata"]["name"], cm["metadata"]["namespace"]
         with cluster_errors(f"get configmap {name} in namespace {namespace}"):
             try:
-                out.append(api.sanitize_for_serialization(core.read_namespaced_config_map(name, namespace)))
+                out.append(rest_of(api).get(path_of("", "v1", "configmaps", namespace, name)))
                 continue
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            except NotFound:
+                pass
         out.append(apply_configmap(api, with_owner(cm, job)))
     return out
 
 
-def delete_configmaps(api: client.ApiClient, namespace: str, job_name: str, label: str) -> int:
+def delete_configmaps(api: Any, namespace: str, job_name: str, label: str) -> int:
     """Delete the job's ConfigMaps by label (normally the garbage collector does it via the owner)."""
-    core = client.CoreV1Api(api)
+    configmaps = path_of("", "v1", "configmaps", namespace)
     with cluster_errors(f"delete configmaps of {job_name} in namespace {namespace}"):
-        items, _ = watch.list_objects(core.list_namespaced_config_map, namespace=namespace,
-                                      label_selector=f"{label}={job_name}")
+        items, _ = watch.list_objects(watch.rest_list(api, configmaps), label_selector=f"{label}={job_name}")
         for cm in items:
-            try:
-                core.delete_namespaced_config_map(cm["metadata"]["name"], namespace)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            with contextlib.suppress(NotFound):
+                rest_of(api).request("DELETE", f"{configmaps}/{cm['metadata']['name']}")
     return len(items)

@@ -1,11 +1,10 @@
-"""Credentials from kubeconfig plugins (exec: gke-gcloud-auth-plugin, aws eks get-token, kubelogin...;
-auth-provider: gcp, oidc), run by the kubernetes package's own implementations.
+"""Credentials from kubeconfig plugins: exec (gke-gcloud-auth-plugin, aws eks get-token, kubelogin...), run by
+kubetrain itself (kubetrain.client.execplugin), and the legacy auth-providers (gcp, oidc), which only the
+kubernetes package implements: it is imported (~1 s) for those users alone.
 
-The kubernetes package's loader logs a failed exec plugin and carries on without credentials, so the
-server answers "system:anonymous cannot get ..." — an RBAC-looking error for what is a login problem.
-Here the plugin is run directly (`ExecProvider`, the same code) and a failure is an `AuthPluginError`
-naming the plugin and its own first line of stderr. Importing kubernetes costs ~1 s, paid only by
-users with a plugin.
+The kubernetes package's loader logs a failed plugin and carries on without credentials, so the server
+answers "system:anonymous cannot get ..." — an RBAC-looking error for what is a login problem. Here a
+failure is an `AuthPluginError` naming the plugin and its own first line of error.
 """
 
 from __future__ import annotations
@@ -13,9 +12,9 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from dataclasses import replace
-from typing import Any
 
 from kubetrain.client.errors import AuthPluginError
+from kubetrain.client.execplugin import Credential, ExecPlugin
 from kubetrain.client.kubeconfig import Endpoint
 from kubetrain.client.rest import Auth
 
@@ -31,11 +30,10 @@ def plugin_credentials(endpoint: Endpoint) -> tuple[Endpoint, Auth]:
 
 def _exec(endpoint: Endpoint) -> tuple[Endpoint, Auth]:
     runner = _ExecRunner(endpoint)
-    status = runner.status()
-    if status.get("clientCertificateData"):
-        cert = str(status["clientCertificateData"]).encode()
-        key = str(status.get("clientKeyData") or "").encode()
-        return replace(endpoint, cert_data=cert, key_data=key, cert_file=None, key_file=None), lambda: None
+    credential = runner.refresh()
+    if credential.cert_data:
+        return replace(endpoint, cert_data=credential.cert_data, key_data=credential.key_data, cert_file=None,
+                       key_file=None), lambda: None
     return endpoint, runner.header
 
 
@@ -43,9 +41,7 @@ class _ExecRunner:
     """Runs the plugin, caches its token until shortly before `expirationTimestamp`, and re-runs it."""
 
     def __init__(self, endpoint: Endpoint) -> None:
-        self.endpoint = endpoint
-        self.config = endpoint.exec_config or {}
-        self.command = str(self.config.get("command") or "?")
+        self.plugin = ExecPlugin(endpoint)
         self._lock = threading.Lock()
         self._token: str | None = None
         self._expires: dt.datetime | None = None
@@ -53,45 +49,19 @@ class _ExecRunner:
     def header(self) -> str | None:
         with self._lock:
             if self._token is None or (self._expires and dt.datetime.now(dt.UTC) > self._expires - REFRESH_MARGIN):
-                self.status()
+                self.refresh()
             return f"Bearer {self._token}" if self._token else None
 
-    def status(self) -> dict[str, Any]:
-        from kubernetes.config.config_exception import ConfigException
-        from kubernetes.config.exec_provider import ExecProvider
-        from kubernetes.config.kube_config import ConfigNode
-
-        node = ConfigNode("exec", self.config)
-        try:
-            status = ExecProvider(node, self.endpoint.base_dir).run()
-        except FileNotFoundError:
-            hint = str(self.config.get("installHint") or "").strip().splitlines()
-            raise AuthPluginError(f"kubeconfig user {self.endpoint.user}: auth plugin {self.command} is not "
-                                  f"installed (not on PATH){': ' + hint[0] if hint else ''}") from None
-        except (ConfigException, OSError) as exc:
-            raise AuthPluginError(f"kubeconfig user {self.endpoint.user}: auth plugin {self.command} failed: "
-                                  f"{_first_line(str(exc))} (log in again with the cloud's CLI, e.g. "
-                                  "`gcloud auth login`, `aws sso login`, `az login`)") from None
-        if not isinstance(status, dict):
-            raise AuthPluginError(f"auth plugin {self.command}: its ExecCredential has no status")
-        self._token = status.get("token")
-        expiry = status.get("expirationTimestamp")
-        self._expires = _parse_time(expiry) if expiry else None
-        return status
+    def refresh(self) -> Credential:
+        credential = self.plugin.run()
+        self._token, self._expires = credential.token, credential.expires
+        return credential
 
 
 def _first_line(message: str) -> str:
-    """ExecProvider's 'exec: process returned 1. <stderr>': the exit code and the plugin's first line."""
-    head, _, stderr = message.partition(". ")
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    return f"{head.removeprefix('exec: ')}: {lines[0]}" if lines else head.removeprefix("exec: ")
-
-
-def _parse_time(value: str) -> dt.datetime | None:
-    try:
-        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    """The first line of an auth-provider library's error."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[0] if lines else message
 
 
 def _auth_provider(endpoint: Endpoint) -> Auth:

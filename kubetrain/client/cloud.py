@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.render.placement import GPU_RESOURCE, GPU_TYPE_LABEL
+from kubetrain.client.objects import GPU_RESOURCE, meta_of, status_of
+from kubetrain.render.placement import GPU_TYPE_LABEL
 
 # Labels naming a node's GPU model, most specific first, with the profile that uses each.
 GPU_MODEL_LABELS = (
@@ -27,11 +28,11 @@ PROVIDER_PREFIX = {"gce://": "gke", "aws://": "eks", "azure://": "aks", "kind://
 
 
 def labels_of(node: Mapping[str, Any]) -> dict[str, str]:
-    return dict((node.get("metadata") or {}).get("labels") or {})
+    return dict(meta_of(node).get("labels") or {})
 
 
 def allocatable_gpus(node: Mapping[str, Any]) -> int:
-    value = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
+    value = (status_of(node).get("allocatable") or {}).get(GPU_RESOURCE)
     try:
         return int(str(value))
     except (TypeError, ValueError):
@@ -45,7 +46,7 @@ def has_gpu_labels(node: Mapping[str, Any]) -> bool:
 
 def is_gpu_node(node: Mapping[str, Any]) -> bool:
     """Allocatable nvidia.com/gpu, or labels saying it has GPUs (then 0 allocatable is a device-plugin problem)."""
-    capacity = ((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE)
+    capacity = (status_of(node).get("capacity") or {}).get(GPU_RESOURCE)
     return allocatable_gpus(node) > 0 or has_gpu_labels(node) or str(capacity or "0") != "0"
 
 
@@ -124,7 +125,7 @@ def gpu_groups(nodes: Iterable[Mapping[str, Any]]) -> list[GpuGroup]:
         model = gpu_model(node)
         key = (model[0] if model else None, model[1] if model else None, allocatable_gpus(node),
                tuple(taints_of(node)))
-        groups.setdefault(key, []).append(str((node.get("metadata") or {}).get("name", "")))
+        groups.setdefault(key, []).append(str(meta_of(node).get("name", "")))
     return [GpuGroup(m, lbl, alloc, taints, tuple(sorted(names)))
             for (m, lbl, alloc, taints), names in sorted(groups.items(), key=_group_order)]
 

@@ -1,11 +1,11 @@
 """Connect like kubectl: KUBECONFIG / ~/.kube/config with --context, else in-cluster config.
 
-A Connection has two clients over the same credentials:
+A Connection holds the one REST client:
 
-* `rest` (kubetrain.client.rest): http.client, no kubernetes or urllib3 import, for the hot paths (status, list,
-  events, logs, watches). A fresh `kubetrain status` is mostly Python start-up this way.
-* `api`: the kubernetes package's ApiClient, built on first use (its import costs 0.6–1.5 s) for
-  apply, preflight, doctor and gpu exec.
+* `rest` (kubetrain.client.rest): http.client, no kubernetes or urllib3 import, for every API call of the CLI,
+  the Python API and the controller. A fresh `kubetrain status` is mostly Python start-up this way.
+* `api`: the kubernetes package's ApiClient, built on first use (its import costs 0.6–1.5 s) only for exec
+  into pods over WebSocket (`kubetrain gpu`); `rest_of(api)` is this connection's `rest`, not a second pool.
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ def _kubernetes_client(connection: Connection) -> client.ApiClient:
     logging.getLogger("urllib3").setLevel(logging.ERROR)  # its "Retrying (...)" warnings are not for users
     api = RetryingApiClient(configuration, request_timeout=rest.request_timeout)
     api.user_agent = USER_AGENT
+    api._kubetrain_rest = rest  # rest_of(api): this connection's pool, not a second one over the same server
     return api
 
 

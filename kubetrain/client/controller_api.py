@@ -1,25 +1,25 @@
-"""The API calls of the in-cluster controller (kubetrain.controller), behind kubetrain.client like every other
-call: informer lists, status patches, Events, child deletes, the code ConfigMap, pod log tails, and the
-request counter behind its /metrics. Leases are in kubetrain.client.lease, the install in client.install.
+"""The API calls of the in-cluster controller (kubetrain.controller), all on the one REST client: informer lists
+and watches, status patches, Events, child deletes, the code ConfigMap, pod log tails, and the request counter
+behind its /metrics. Leases are in kubetrain.client.lease, the install in controller.install.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import threading
 import time
 from collections import Counter, defaultdict
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from kubetrain.client import watch
-from kubetrain.client.rest import rest_of
+from kubetrain.client.errors import ApiError, NotFound
+from kubetrain.client.rest import path_of, rest_of
 
-ApiClient = client.ApiClient
-# What a failed list/watch raises besides urllib3's errors (the informer backs off and re-lists on any).
-WATCH_ERRORS: tuple[type[BaseException], ...] = (ApiException, OSError, ValueError)
+# What the controller's calls take: its Connection's Rest (what `kubetrain controller run` passes), or anything
+# rest_of() takes (a Connection, a kubernetes ApiClient in tests).
+ApiClient = Any
+# What a failed list/watch raises (the informer backs off and re-lists on any).
+WATCH_ERRORS: tuple[type[BaseException], ...] = (ApiError, OSError, ValueError)
 HTTP_METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE"}
 
 
@@ -28,11 +28,11 @@ class RequestCounter:
     over it (pod lists, discovery, Kueue reads) — and the seconds spent waiting for the response headers,
     by HTTP method (for /metrics and the benchmark: where a reconcile's time goes)."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: ApiClient) -> None:
         self.counts: Counter[str] = Counter()
         self.seconds: dict[str, float] = defaultdict(float)
         self._lock = threading.Lock()
-        typed, rest = api.call_api, rest_of(api)
+        typed, rest = getattr(api, "call_api", None), rest_of(api)
         plain = rest.request
 
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -44,7 +44,8 @@ class RequestCounter:
             verb = "WATCH" if query and query.get("watch") else method
             return self._timed(verb, plain, (method, path, query, *args), kwargs)
 
-        api.call_api = counted  # type: ignore[method-assign]
+        if typed is not None:  # a kubernetes ApiClient (tests): its typed calls count too
+            api.call_api = counted
         rest.request = counted_rest  # type: ignore[method-assign]
 
     def _timed(self, verb: str, call: Any, args: Any, kwargs: Any) -> Any:
@@ -62,68 +63,58 @@ class RequestCounter:
             return sum(self.counts.values())
 
 
-def widen_pool(api: client.ApiClient, size: int) -> None:
+def widen_pool(api: ApiClient, size: int) -> None:
     """Let `size` requests run at once: urllib3 keeps cpu_count · 5 connections per host by default, and
     further concurrent requests each open (and then drop) a fresh TLS connection."""
+    if not hasattr(api, "configuration"):  # the REST client's pool never blocks: nothing to widen
+        return
     if (api.configuration.connection_pool_maxsize or 0) < size:
         api.configuration.connection_pool_maxsize = size
         api.rest_client = type(api.rest_client)(api.configuration)
 
 
-def custom_list_fn(api: client.ApiClient, namespace: str | None) -> watch.ListFn:
-    """The list (and watch) call of a custom resource, in one namespace or in all."""
-    custom = client.CustomObjectsApi(api)
-    return custom.list_namespaced_custom_object if namespace else custom.list_cluster_custom_object
+def custom_list_fn(api: ApiClient, group: str, version: str, plural: str,
+                   namespace: str | None) -> watch.ListFn:
+    """The list (and watch) call of a custom resource, in one namespace or in all, on the one REST client: its
+    retries are the only ones under the informer's backoff (kubetrain.controller.informer)."""
+    return watch.rest_list(api, path_of(group, version, plural, namespace))
 
 
-def patch_status(api: client.ApiClient, group: str, version: str, plural: str, namespace: str, name: str,
+def patch_status(api: ApiClient, group: str, version: str, plural: str, namespace: str, name: str,
                  status: dict[str, Any]) -> None:
     """A merge patch of the status subresource: lists (conditions) are replaced whole, as intended."""
-    # Raw responses (here and for Events): the generated models' deserialization is most of a write's CPU.
-    _drain(client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-        group, version, namespace, plural, name, {"status": status}, _preload_content=False))
+    rest_of(api).request("PATCH", path_of(group, version, plural, namespace, name) + "/status",
+                         body={"status": status}, content_type="application/merge-patch+json")
 
 
-def _drain(response: Any) -> None:
-    """Read the body, so the connection goes back to the pool."""
-    response.data  # noqa: B018 (reading the property reads the body)
-
-
-def create_event(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> str | None:
+def create_event(api: ApiClient, namespace: str, body: dict[str, Any]) -> str | None:
     """POST a core/v1 Event; None when done, else the API's reason (an Event is never worth a failure)."""
     try:
-        _drain(client.CoreV1Api(api).create_namespaced_event(namespace, body, _preload_content=False))  # type: ignore
-    except ApiException as exc:
+        rest_of(api).request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
+    except ApiError as exc:
         return str(exc.reason)
     return None
 
 
-def delete_custom(api: client.ApiClient, group: str, version: str, plural: str, namespace: str, name: str,
+def delete_custom(api: ApiClient, group: str, version: str, plural: str, namespace: str, name: str,
                   propagation: str = "Foreground") -> None:
     """Delete a custom object; already gone is fine."""
-    try:
-        client.CustomObjectsApi(api).delete_namespaced_custom_object(
-            group, version, namespace, plural, name, propagation_policy=propagation)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
+    with contextlib.suppress(NotFound):
+        rest_of(api).request("DELETE", path_of(group, version, plural, namespace, name),
+                             body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
 
 
-def read_configmap(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+def read_configmap(api: ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
     """The ConfigMap as a dict, None if it does not exist."""
     try:
-        response = client.CoreV1Api(api).read_namespaced_config_map(name, namespace, _preload_content=False)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    found: dict[str, Any] = json.loads(response.data)  # type: ignore[attr-defined,arg-type,unused-ignore]
-    return found
+        return rest_of(api).get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+    except NotFound:
+        return None
 
 
-def pod_log_tail(api: client.ApiClient, namespace: str, pod: str, container: str | None, tail: int,
+def pod_log_tail(api: ApiClient, namespace: str, pod: str, container: str | None, tail: int,
                  limit_bytes: int) -> list[str]:
     """The last `tail` lines (at most `limit_bytes`) of a pod's log: never the whole log, never a stream."""
-    text = client.CoreV1Api(api).read_namespaced_pod_log(pod, namespace, container=container, tail_lines=tail,
-                                                         limit_bytes=limit_bytes)
-    return str(text).splitlines()
+    query = {"container": container, "tailLines": tail, "limitBytes": limit_bytes}
+    response = rest_of(api).request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", query)
+    return response.data.decode("utf-8", "replace").splitlines()

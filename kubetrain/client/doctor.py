@@ -7,19 +7,19 @@ A list the user may not read becomes a warning, never an error: the report is fo
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from kubetrain.client import targets, watch
+from kubetrain.client import errors, targets, watch
 from kubetrain.client.access import can_i
 from kubetrain.client.cloud import allocatable_gpus, detect_cloud, gpu_groups, has_gpu_labels, is_gpu_node
 from kubetrain.client.connection import Connection
 from kubetrain.client.errors import CRD_HINT, api_message, cluster_errors
+from kubetrain.client.objects import meta_of, status_of
+from kubetrain.client.rest import path_of, rest_of
 from kubetrain.client.targets import Target
 from kubetrain.client.webhooks import webhook_checks
 
@@ -62,17 +62,17 @@ class Forbidden(Exception):
 
 def run_doctor(conn: Connection, namespace: str) -> Report:
     """Every check, in report order. Unreachable cluster / rejected credentials raise a one-line ClusterError."""
-    api = conn.api
-    report = Report(conn.context, str(api.configuration.host), namespace)
+    api = conn.rest
+    report = Report(conn.context, conn.server, namespace)
     with cluster_errors("read the server version", report.server):
-        version = client.VersionApi(api).get_code()
-    report.checks.append(Check(OK, "server", f"Kubernetes {version.git_version} at {report.server}"))
+        version = api.get("/version")
+    report.checks.append(Check(OK, "server", f"Kubernetes {version.get('gitVersion')} at {report.server}"))
     with cluster_errors("discover the cluster's APIs", report.server):
         installed = [t for t in targets.AUTO_ORDER if targets.served(api, t)]
         report.checks += training_checks(installed, targets.serves(api, *JOBSET[:3]),
                                          lambda t: find_operator(api, t.operators))
-        nodes = _list(api, client.CoreV1Api(api).list_node)
-        daemonsets = _list(api, client.AppsV1Api(api).list_daemon_set_for_all_namespaces)
+        nodes = _list(api, "/api/v1/nodes")
+        daemonsets = _list(api, "/apis/apps/v1/daemonsets")
         report.checks += gpu_checks(nodes, daemonsets)
         report.cloud, cloud_check = cloud_profile(nodes)
         report.checks.append(cloud_check)
@@ -85,37 +85,29 @@ def run_doctor(conn: Connection, namespace: str) -> Report:
 
 def list_node_dicts(conn: Connection) -> list[dict[str, Any]] | None:
     """Every Node as a dict, or None when the user may not list nodes (for `placement.cloud: auto`)."""
-    with cluster_errors("list nodes", str(conn.api.configuration.host)):
-        nodes = _list(conn.api, client.CoreV1Api(conn.api).list_node)
+    with cluster_errors("list nodes", conn.server):
+        nodes = _list(conn.rest, "/api/v1/nodes")
     return None if isinstance(nodes, Forbidden) else nodes
 
 
-def _list(api: client.ApiClient, list_fn: Callable[..., Any]) -> list[dict[str, Any]] | Forbidden:
+def _list(api: Any, path: str, **query: Any) -> list[dict[str, Any]] | Forbidden:
     try:
-        items, _ = watch.list_objects(list_fn)
-    except ApiException as exc:
-        if exc.status == 403:
-            return Forbidden(api_message(exc))
-        raise
+        items, _ = watch.list_objects(watch.rest_list(api, path), **query)
+    except errors.Forbidden as exc:
+        return Forbidden(api_message(exc))
     return items
 
 
 # ---- training APIs and their operators ------------------------------------------------------------------
-def find_operator(api: client.ApiClient, where: tuple[tuple[str, str], ...]) -> dict[str, Any] | Forbidden | None:
+def find_operator(api: Any, where: tuple[tuple[str, str], ...]) -> dict[str, Any] | Forbidden | None:
     """The operator's Deployment: at its usual place, else a Deployment of that name in any namespace."""
-    apps = client.AppsV1Api(api)
     for namespace, name in where:
-        try:
-            found: dict[str, Any] = api.sanitize_for_serialization(apps.read_namespaced_deployment(name, namespace))
-            return found
-        except ApiException as exc:
-            if exc.status not in (403, 404):
-                raise
+        with contextlib.suppress(errors.Forbidden, errors.NotFound):
+            return rest_of(api).get(path_of("apps", "v1", "deployments", namespace, name))
     names = sorted({name for _, name in where})
     items: list[dict[str, Any]] = []
     for name in names:
-        found_items = _list(api, lambda n=name, **kw: apps.list_deployment_for_all_namespaces(
-            field_selector=f"metadata.name={n}", **kw))
+        found_items = _list(api, "/apis/apps/v1/deployments", field_selector=f"metadata.name={name}")
         if isinstance(found_items, Forbidden):
             return found_items
         items += found_items
@@ -218,13 +210,13 @@ def _group_check(group: Any) -> Check:
 
 
 def _ready(node: dict[str, Any]) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
+    conditions = status_of(node).get("conditions") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     return ready and not (node.get("spec") or {}).get("unschedulable")
 
 
 def is_device_plugin(daemonset: dict[str, Any]) -> bool:
-    name = str((daemonset.get("metadata") or {}).get("name", "")).lower()
+    name = str(meta_of(daemonset).get("name", "")).lower()
     pod_spec = ((daemonset.get("spec") or {}).get("template") or {}).get("spec") or {}
     images = " ".join(str(c.get("image", "")) for c in pod_spec.get("containers") or []).lower()
     return any(n in name for n in DEVICE_PLUGIN_NAMES) or "k8s-device-plugin" in images
@@ -247,7 +239,7 @@ def device_plugin_checks(nodes: list[dict[str, Any]], daemonsets: list[dict[str,
 
 
 def _plugin_check(daemonset: dict[str, Any]) -> Check:
-    meta, status = daemonset.get("metadata") or {}, daemonset.get("status") or {}
+    meta, status = meta_of(daemonset), status_of(daemonset)
     desired, ready = int(status.get("desiredNumberScheduled") or 0), int(status.get("numberReady") or 0)
     where = f"DaemonSet {meta.get('namespace')}/{meta.get('name')}"
     if desired and ready >= desired:
@@ -271,7 +263,7 @@ def cloud_profile(nodes: list[dict[str, Any]] | Forbidden) -> tuple[str | None, 
 
 
 # ---- queues and access ----------------------------------------------------------------------------------------
-def queue_checks(api: client.ApiClient) -> list[Check]:
+def queue_checks(api: Any) -> list[Check]:
     found = [name for name, group, version, plural in QUEUES if targets.serves(api, group, version, plural)]
     if not found:
         return [Check(OK, "queue", "no Kueue or Volcano: jobs start as soon as their pods fit")]
@@ -286,7 +278,7 @@ OPTIONAL_NEEDS = (("", "pods/exec", ("create",), "kubetrain gpu"), ("", "nodes",
 JOB_VERBS = ("get", "list", "watch", "create", "patch", "delete")
 
 
-def rbac_checks(api: client.ApiClient, namespace: str, installed: list[Target]) -> list[Check]:
+def rbac_checks(api: Any, namespace: str, installed: list[Target]) -> list[Check]:
     needs = [(t.group, t.plural, JOB_VERBS) for t in installed] + list(CORE_NEEDS)
     asks = [(g, r, v, namespace) for g, r, verbs in needs for v in verbs]
     optional = [((g, r, v, None if r == "nodes" else namespace), use) for g, r, verbs, use in OPTIONAL_NEEDS

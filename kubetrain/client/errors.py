@@ -45,10 +45,61 @@ class ApiError(Exception):
         self.status, self.reason, self.body, self.headers = status, reason, body, dict(headers or {})
 
     @classmethod
+    def of(cls, status: int, reason: str, body: str, headers: Mapping[str, str] | None = None) -> ApiError:
+        """The ApiError subclass for `status` (NotFound for 404, Conflict for 409...)."""
+        return BY_STATUS.get(status, ApiError)(status, reason, body, headers)
+
+    @classmethod
     def from_response(cls, response: Any) -> ApiError:
         data = response.data if hasattr(response, "data") else b""
-        return cls(int(response.status), str(getattr(response, "reason", "") or ""),
-                   (data or b"").decode("utf-8", "replace"), dict(response.headers or {}))
+        return cls.of(int(response.status), str(getattr(response, "reason", "") or ""),
+                      (data or b"").decode("utf-8", "replace"), dict(response.headers or {}))
+
+    @property
+    def status_object(self) -> dict[str, Any]:
+        """The server's Status object ({} when the body is not one): reason, message, details."""
+        return status_body(self)
+
+
+class Unauthorized(ApiError):
+    """401: no or expired credentials."""
+
+
+class Forbidden(ApiError):
+    """403: RBAC (or an admission webhook) refused."""
+
+
+class NotFound(ApiError):
+    """404: the object, or the whole resource (a CRD not installed: then the body is no Status naming it)."""
+
+
+class Conflict(ApiError):
+    """409: AlreadyExists, or a stale resourceVersion."""
+
+
+class Gone(ApiError):
+    """410: a watch's resourceVersion is too old (Expired)."""
+
+
+class Invalid(ApiError):
+    """422: the server's validation rejected the object."""
+
+
+BY_STATUS: dict[int, type[ApiError]] = {401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
+                                         410: Gone, 422: Invalid}
+
+
+def api_status(exc: BaseException) -> int | None:
+    """The HTTP status of an API error from either client (ours or the kubernetes package's), else None."""
+    return int(getattr(exc, "status", 0) or 0) if is_api_error(exc) else None
+
+
+def is_not_found(exc: BaseException) -> bool:
+    return api_status(exc) == 404
+
+
+def is_conflict(exc: BaseException) -> bool:
+    return api_status(exc) == 409
 
 
 def api_error_types() -> tuple[type[Exception], ...]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from kubetrain.client import watch
 from kubetrain.client.errors import cluster_errors
+from kubetrain.client.objects import meta_of
 from kubetrain.client.rest import path_of
 
 PARALLEL = 8
@@ -29,7 +30,7 @@ def list_events(api: Any, namespace: str, uids: Iterable[str] = (), named: Itera
     done.update(list_selected(api, namespace, [s for s in wanted if s not in done]))
     seen: dict[str, dict[str, Any]] = {}
     for event in (e for selector in wanted for e in done[selector]):
-        seen.setdefault(str((event.get("metadata") or {}).get("uid") or id(event)), event)
+        seen.setdefault(str(meta_of(event).get("uid") or id(event)), event)
     return list(seen.values())
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-GPU = "nvidia.com/gpu"
+from kubetrain.client.objects import GPU_RESOURCE as GPU
+from kubetrain.client.objects import meta_of, status_of
+
 BLOCKING_EFFECTS = {"NoSchedule", "NoExecute"}
 
 
@@ -74,7 +76,7 @@ def used_by_node(pods: list[dict[str, Any]], resource: str = GPU) -> dict[str, i
     used: dict[str, int] = {}
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
-        phase = (pod.get("status") or {}).get("phase")
+        phase = status_of(pod).get("phase")
         if node and phase not in ("Succeeded", "Failed"):
             used[node] = used.get(node, 0) + pod_request(pod, resource)
     return used
@@ -100,10 +102,10 @@ def tolerates(tolerations: list[dict[str, Any]], taint: dict[str, Any]) -> bool:
 def exclusion(node: dict[str, Any], request: FitRequest) -> str | None:
     """Why the job's pods cannot be scheduled on `node`, or None."""
     spec = node.get("spec") or {}
-    labels = (node.get("metadata") or {}).get("labels") or {}
+    labels = meta_of(node).get("labels") or {}
     if spec.get("unschedulable"):
         return "cordoned"
-    ready = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"]
+    ready = [c for c in status_of(node).get("conditions") or [] if c.get("type") == "Ready"]
     if not ready or ready[0].get("status") != "True":
         return "NotReady"
     for key, value in request.node_selector.items():
@@ -124,8 +126,8 @@ def node_fits(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], request: 
     used = used_by_node(pods, request.resource)
     out = []
     for node in nodes:
-        name = (node.get("metadata") or {}).get("name", "?")
-        allocatable = quantity(((node.get("status") or {}).get("allocatable") or {}).get(request.resource, 0))
+        name = meta_of(node).get("name", "?")
+        allocatable = quantity((status_of(node).get("allocatable") or {}).get(request.resource, 0))
         out.append(NodeFit(name, allocatable, max(0, allocatable - used.get(name, 0)), exclusion(node, request)))
     return out
 
@@ -186,7 +188,7 @@ def holders(pods: list[dict[str, Any]], nodes: list[NodeFit], resource: str = GP
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         held = pod_request(pod, resource)
-        if node in busy and held and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+        if node in busy and held and status_of(pod).get("phase") not in ("Succeeded", "Failed"):
             owner = per_node.setdefault(node, {}).setdefault(_owner(pod), [0, 0])
             owner[0], owner[1] = owner[0] + 1, owner[1] + held
     parts = []
@@ -201,7 +203,7 @@ OWNER_LABELS = ("training.kubeflow.org/job-name", "jobset.sigs.k8s.io/jobset-nam
 
 def _owner(pod: dict[str, Any]) -> str:
     """namespace/job for a training pod, else namespace/owner-name, else namespace/pod."""
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     labels = meta.get("labels") or {}
     namespace = meta.get("namespace", "?")
     for label in OWNER_LABELS:

@@ -6,6 +6,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from kubetrain.client.objects import status_of
+
 IMAGE_REASONS = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"}
 _INSUFFICIENT = re.compile(r"(\d+) Insufficient ([\w./-]*\w)")
 _TAINT = re.compile(r"(\d+) node\(s\) had untolerated taint(?:s)? \{([^}]*)\}")
@@ -82,7 +84,7 @@ def shorten(message: str, limit: int = SHORT) -> str:
 
 def pod_hints(pod: dict[str, Any]) -> list[str]:
     """Hints from a pod's status: image pulls, crash loops, OOM kills, evictions, scheduling."""
-    status = pod.get("status") or {}
+    status = status_of(pod)
     hints: list[str] = []
     if status.get("reason") == "Evicted":
         hints.append(f"pod evicted: {status.get('message', '')}".rstrip(": "))
@@ -112,7 +114,7 @@ def _container_hints(container: dict[str, Any]) -> list[str]:
 
 def last_termination(pod: dict[str, Any]) -> str:
     """'OOMKilled (exit 137)' for the most recent termination of any container, or ''."""
-    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+    for container in status_of(pod).get("containerStatuses") or []:
         for source in ((container.get("state") or {}).get("terminated"),
                        (container.get("lastState") or {}).get("terminated")):
             if source:

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.client import watch
-from kubetrain.client.errors import as_dict, cluster_errors, is_api_error, status_body
+from kubetrain.client.errors import as_dict, cluster_errors, is_not_found, status_body
+from kubetrain.client.objects import GPU_RESOURCE as GPU
+from kubetrain.client.objects import conditions_of, meta_of, status_of
 from kubetrain.client.rest import path_of, rest_of
 from kubetrain.client.targets import AUTO_ORDER, NOT_INSTALLED, Target
 from kubetrain.errors import ClusterError
 
-GPU = "nvidia.com/gpu"
 TERMINAL = ("Succeeded", "Failed")
 # Later entries win: a job that is Running and then Succeeded is Succeeded.
 PYTORCHJOB_STATES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
@@ -38,8 +39,7 @@ class JobSummary:
         return out | ({"queue": self.queue, "kueue": self.kueue} if self.queue else {})
 
 
-def conditions(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    return list((obj.get("status") or {}).get("conditions") or [])
+conditions = conditions_of  # the job's status.conditions (kubetrain.client.objects)
 
 
 def state(obj: dict[str, Any]) -> str:
@@ -60,7 +60,7 @@ def state(obj: dict[str, Any]) -> str:
 
 
 def _trainjob_active(obj: dict[str, Any]) -> bool:
-    statuses = (obj.get("status") or {}).get("jobsStatus") or []
+    statuses = status_of(obj).get("jobsStatus") or []
     return any((s.get("active") or 0) > 0 for s in statuses)
 
 
@@ -98,7 +98,7 @@ def shape(obj: dict[str, Any]) -> tuple[int, int]:
 
 
 def summary(obj: dict[str, Any], target: Target) -> JobSummary:
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     pods, gpus = shape(obj)
     queue = str((meta.get("labels") or {}).get("kueue.x-k8s.io/queue-name") or "")
     return JobSummary(meta.get("name", ""), meta.get("namespace", ""), target.name, state(obj), pods, gpus,
@@ -131,7 +131,7 @@ def _get(api: Any, target: Target, namespace: str, name: str, probe: bool) -> di
         try:
             return as_dict(rest_of(api).get(_path(target, namespace, name)))
         except Exception as exc:
-            if is_api_error(exc) and getattr(exc, "status", None) == 404 and _object_missing(exc, name):
+            if is_not_found(exc) and _object_missing(exc, name):
                 return None
             if probe and _not_served(exc):
                 return _NotServed()
@@ -139,7 +139,7 @@ def _get(api: Any, target: Target, namespace: str, name: str, probe: bool) -> di
 
 
 def _not_served(exc: Exception) -> bool:
-    return is_api_error(exc) and getattr(exc, "status", None) == 404 and not status_body(exc)
+    return is_not_found(exc) and not status_body(exc)
 
 
 def _object_missing(exc: Any, name: str) -> bool:
@@ -169,7 +169,7 @@ def check_namespace(api: Any, namespace: str) -> None:
     try:
         rest_of(api).get(f"/api/v1/namespaces/{namespace}")
     except Exception as exc:
-        if is_api_error(exc) and getattr(exc, "status", None) == 404:
+        if is_not_found(exc):
             raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
                                f"(kubectl get namespaces) or create it: kubectl create namespace {namespace}"
                                ) from None
@@ -203,7 +203,7 @@ def delete(api: Any, target: Target, namespace: str, name: str, propagation: str
             rest_of(api).json("DELETE", _path(target, namespace, name),
                               body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
         except Exception as exc:
-            if is_api_error(exc) and getattr(exc, "status", None) == 404 and _object_missing(exc, name):
+            if is_not_found(exc) and _object_missing(exc, name):
                 return False
             raise
     return True

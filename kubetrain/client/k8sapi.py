@@ -1,6 +1,7 @@
 """The kubernetes package's ApiClient with kubetrain's retries (kubetrain.client.retry) and timeouts.
 
-Only `Connection.api` builds one (lazily): apply, preflight, doctor and gpu exec use the typed API.
+Only `Connection.api` builds one (lazily), for what only the kubernetes package does: exec into a pod over
+WebSocket (`kubetrain gpu`). Every other call goes through the REST client (kubetrain.client.rest).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from urllib3 import Retry
 from urllib3.exceptions import MaxRetryError, ProtocolError
 
 from kubetrain.client.errors import translate
-from kubetrain.client.rest import CONNECT_TIMEOUT, REQUEST_TIMEOUT
+from kubetrain.client.rest import CONNECT_TIMEOUT, REQUEST_TIMEOUT, Rest
 from kubetrain.client.retry import DEFAULT_POLICY, RetryPolicy, delay_for
 
 
@@ -24,6 +25,7 @@ class RetryingApiClient(client.ApiClient):
     """An ApiClient whose every request is retried by `policy` (see the module docstring)."""
 
     retry_policy: RetryPolicy = DEFAULT_POLICY
+    _kubetrain_rest: Rest | None = None  # the Connection's REST client, which rest_of(api) hands out
     sleep: Callable[[float], None] = staticmethod(time.sleep)
 
     def __init__(self, configuration: client.Configuration | None = None, *args: Any,

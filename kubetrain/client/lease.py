@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
+from kubetrain.client.errors import ApiError, Conflict, Invalid, NotFound
+from kubetrain.client.rest import rest_of
 
 
 class LeaseConflict(Exception):
@@ -20,36 +19,35 @@ class LeaseError(Exception):
 
 
 class Leases:
-    def __init__(self, api: client.ApiClient, namespace: str, name: str) -> None:
-        self._coord = client.CoordinationV1Api(api)
+    def __init__(self, api: Any, namespace: str, name: str) -> None:
+        self._rest = rest_of(api)
         self.namespace, self.name = namespace, name
+        self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
     def read(self) -> dict[str, Any] | None:
         """The Lease, None if there is none."""
         try:
-            response = self._coord.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
+            return self._rest.get(f"{self._path}/{self.name}")
+        except NotFound:
+            return None
+        except ApiError as exc:
             raise LeaseError(exc.reason) from None
-        lease: dict[str, Any] = json.loads(response.data)  # type: ignore[attr-defined]
-        return lease
 
     def create(self, body: dict[str, Any]) -> None:
         with _translated():
-            self._coord.create_namespaced_lease(self.namespace, body)  # type: ignore[arg-type]
+            self._rest.json("POST", self._path, body=body)
 
     def replace(self, body: dict[str, Any]) -> None:
         """Replace (PUT): fails with LeaseConflict when `body`'s resourceVersion is no longer current."""
         with _translated():
-            self._coord.replace_namespaced_lease(self.name, self.namespace, body)  # type: ignore[arg-type]
+            self._rest.json("PUT", f"{self._path}/{self.name}", body=body)
 
 
 @contextmanager
 def _translated() -> Iterator[None]:
     try:
         yield
-    except ApiException as exc:
-        if exc.status in (409, 422):
-            raise LeaseConflict(exc.reason) from None
+    except (Conflict, Invalid) as exc:
+        raise LeaseConflict(exc.reason) from None
+    except ApiError as exc:
         raise LeaseError(exc.reason) from None

@@ -30,6 +30,7 @@ from kubetrain.client.connection import Connection
 from kubetrain.client.errors import api_message, cluster_errors, is_api_error
 from kubetrain.client.logmerge import LineAssembler, Prefixer, merge
 from kubetrain.client.logstream import PodFollower
+from kubetrain.client.objects import meta_of
 from kubetrain.client.pending import PendingReporter
 from kubetrain.client.pods import (
     Replica,
@@ -153,7 +154,7 @@ def archive_of(job: dict[str, Any]) -> str | None:
     """The job's spec.archive, as `kubetrain render` records it on the job (kubetrain.dev/archive)."""
     from kubetrain.render.context import ARCHIVE_ANNOTATION
 
-    return ((job.get("metadata") or {}).get("annotations") or {}).get(ARCHIVE_ANNOTATION) or None
+    return (meta_of(job).get("annotations") or {}).get(ARCHIVE_ANNOTATION) or None
 
 
 def _archived(url: str, name: str) -> bool:
@@ -377,7 +378,7 @@ class _Follow:
         if state in jobs.TERMINAL:
             return self._finish(state, _final_message(job, state))
         self.pending.report([r for r in replicas if not r.started], bool(replicas), state, time.monotonic(),
-                            str((job.get("metadata") or {}).get("uid") or ""))
+                            str(meta_of(job).get("uid") or ""))
         return None
 
     def _sync_followers(self, replicas: Iterable[Replica], present: set[str]) -> None:

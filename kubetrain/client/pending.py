@@ -7,6 +7,7 @@ from typing import Any
 
 from kubetrain.client import hints
 from kubetrain.client.events import list_events
+from kubetrain.client.objects import meta_of
 from kubetrain.client.pods import Replica
 
 EVENTS_EVERY = 2.0  # seconds between event lists while something is pending
@@ -61,7 +62,7 @@ class PendingReporter:
         else:
             return
         count = (event.get("series") or {}).get("count") or event.get("count") or 1
-        key = (str((event.get("metadata") or {}).get("uid", "")), f"{count}/{event.get('message')}")
+        key = (str(meta_of(event).get("uid", "")), f"{count}/{event.get('message')}")
         if key in self._seen:
             return
         self._seen.add(key)
@@ -74,4 +75,4 @@ class PendingReporter:
 
 def _time(event: dict[str, Any]) -> str:
     return str(event.get("lastTimestamp") or event.get("eventTime") or
-               (event.get("metadata") or {}).get("creationTimestamp") or "")
+               meta_of(event).get("creationTimestamp") or "")

@@ -14,11 +14,12 @@ from typing import Any
 
 from kubetrain.client import watch
 from kubetrain.client.errors import cluster_errors
+from kubetrain.client.objects import GPU_RESOURCE as GPU
+from kubetrain.client.objects import meta_of, status_of
 from kubetrain.client.rest import path_of, rest_of
 from kubetrain.client.targets import PYTORCHJOB, TRAINJOB, Target
 from kubetrain.errors import UsageError
 
-GPU = "nvidia.com/gpu"
 REPLICA_TYPE = "training.kubeflow.org/replica-type"
 REPLICA_INDEX = "training.kubeflow.org/replica-index"
 REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -60,12 +61,12 @@ class Replica:
 
 
 def _labels(pod: dict[str, Any]) -> dict[str, str]:
-    return dict((pod.get("metadata") or {}).get("labels") or {})
+    return dict(meta_of(pod).get("labels") or {})
 
 
 def role_and_index(pod: dict[str, Any], job: str = "") -> tuple[str, int]:
     labels = _labels(pod)
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    annotations = meta_of(pod).get("annotations") or {}
     if REPLICA_TYPE in labels:
         return labels[REPLICA_TYPE].lower(), _int(labels.get(REPLICA_INDEX))
     if REPLICATED_JOB in labels:
@@ -73,7 +74,7 @@ def role_and_index(pod: dict[str, Any], job: str = "") -> tuple[str, int]:
         job_index = _int(labels.get(JOB_INDEX))
         role = labels[REPLICATED_JOB] if job_index == 0 else f"{labels[REPLICATED_JOB]}-{job_index}"
         return role, completion
-    name = str((pod.get("metadata") or {}).get("name", ""))
+    name = str(meta_of(pod).get("name", ""))
     suffix = name[len(job) + 1:] if job and name.startswith(job + "-") else name
     role, _, index = suffix.rpartition("-")
     return (role, int(index)) if role and index.isdigit() else (suffix or "pod", 0)
@@ -94,7 +95,7 @@ def container_of(pod: dict[str, Any], target: Target | None) -> str:
 
 
 def _container_status(pod: dict[str, Any], container: str) -> dict[str, Any]:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    statuses = status_of(pod).get("containerStatuses") or []
     return next((s for s in statuses if s.get("name") == container), {})
 
 
@@ -117,14 +118,14 @@ def gpus_requested(pod: dict[str, Any], container: str | None = None) -> int:
 
 
 def replica_of(pod: dict[str, Any], target: Target | None = None, job: str = "") -> Replica:
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     role, index = role_and_index(pod, job)
     container = container_of(pod, target)
     status = _container_status(pod, container)
     state, reason, exit_code = _state(status)
     return Replica(
         label=f"{role}-{index}", role=role, index=index, pod=str(meta.get("name", "")), uid=str(meta.get("uid", "")),
-        container=container, phase=str((pod.get("status") or {}).get("phase") or "Unknown"),
+        container=container, phase=str(status_of(pod).get("phase") or "Unknown"),
         node=(pod.get("spec") or {}).get("nodeName"), restarts=_int(status.get("restartCount")), state=state,
         reason=reason, exit_code=exit_code, gpus=gpus_requested(pod, container),
         deleting=bool(meta.get("deletionTimestamp")), obj=pod)

@@ -7,15 +7,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from kubetrain.client import fit as fitting
 from kubetrain.client.access import can_i
-from kubetrain.client.errors import CRD_HINT, ApiError, api_message, translate
+from kubetrain.client.errors import CRD_HINT, ApiError, api_message, is_not_found, translate
 from kubetrain.client.jobs import pod_specs
+from kubetrain.client.objects import meta_of, status_of
 from kubetrain.client.queues import queue_of
-from kubetrain.client.rest import rest_of
+from kubetrain.client.rest import path_of, rest_of
 from kubetrain.client.targets import Target, served
 from kubetrain.errors import ClusterError
 from kubetrain.spec.quantity import parse_quantity
@@ -49,7 +47,7 @@ def failed(results: list[CheckResult]) -> list[CheckResult]:
     return [r for r in results if r.status == FAIL]
 
 
-def run(api: client.ApiClient, target: Target, objects: list[dict[str, Any]], namespace: str,
+def run(api: Any, target: Target, objects: list[dict[str, Any]], namespace: str,
         server: str = "", skip: Collection[str] = ()) -> list[CheckResult]:
     """Every check, in order, but those named in `skip` (SKIPPABLE); stops after the first if the API server
     cannot be reached."""
@@ -95,7 +93,7 @@ def _adder(results: list[CheckResult], skip: Collection[str]) -> Callable[[str, 
     return add
 
 
-def check_pod_templates(api: client.ApiClient, job: dict[str, Any], namespace: str) -> CheckResult:
+def check_pod_templates(api: Any, job: dict[str, Any], namespace: str) -> CheckResult:
     """Each pod template, dry-run created as a Pod: what the operator will create, judged by the server."""
     from kubetrain.client.podcheck import pod_template_problems
     from kubetrain.validate.k8s.templates import pod_templates
@@ -116,22 +114,23 @@ def check_pod_templates(api: client.ApiClient, job: dict[str, Any], namespace: s
     return CheckResult("pod-templates", OK, "the API server accepts every pod template as a Pod (dry run)")
 
 
-def check_reachable(api: client.ApiClient, server: str) -> CheckResult:
+def check_reachable(api: Any, server: str) -> CheckResult:
     try:
-        version = client.VersionApi(api).get_code()
+        version = rest_of(api).get("/version")
     except Exception as exc:  # any failure here is "cannot talk to the cluster"; say why in one line
         error = exc if isinstance(exc, ClusterError) else translate(exc, "reach the API server", server)
         return CheckResult("API server", FAIL, str(error))
-    return CheckResult("API server", OK, f"{server or 'reachable'} (Kubernetes {version.major}.{version.minor})")
+    return CheckResult("API server", OK, f"{server or 'reachable'} (Kubernetes {version.get('major')}."
+                                         f"{version.get('minor')})")
 
 
-def check_access(api: client.ApiClient, target: Target, namespace: str, with_configmap: bool) -> CheckResult:
+def check_access(api: Any, target: Target, namespace: str, with_configmap: bool) -> CheckResult:
     wanted = [("create", target.group, target.plural), ("get", target.group, target.plural)]
     if with_configmap:
         wanted.append(("create", "", "configmaps"))
     try:
         denied = [(verb, group, res) for verb, group, res in wanted if not can_i(api, verb, group, res, namespace)[0]]
-    except ApiException as exc:
+    except ApiError as exc:
         return CheckResult("permissions", WARN, f"cannot ask the API server ({api_message(exc)})")
     if not denied:
         return CheckResult("permissions", OK, f"may create {target.resource} in namespace {namespace}")
@@ -143,17 +142,17 @@ def check_access(api: client.ApiClient, target: Target, namespace: str, with_con
                        f"-n {namespace})")
 
 
-def check_crd(api: client.ApiClient, target: Target) -> CheckResult:
+def check_crd(api: Any, target: Target) -> CheckResult:
     try:
         present = served(api, target)
-    except ApiException as exc:
+    except ApiError as exc:
         return CheckResult("CRD", WARN, f"cannot discover {target.api_version}: {api_message(exc)}")
     if present:
         return CheckResult("CRD", OK, f"{target.kind} ({target.api_version}) installed")
     return CheckResult("CRD", FAIL, f"{target.kind} ({target.api_version}) is not installed", CRD_HINT)
 
 
-def check_operator(api: client.ApiClient, target: Target) -> CheckResult:
+def check_operator(api: Any, target: Target) -> CheckResult:
     """The operator's Deployment (the same lookup and verdict as `kubetrain doctor`); it may run elsewhere,
     or we may not read Deployments: then a note."""
     from kubetrain.client.doctor import Forbidden, deployment_health, find_operator
@@ -173,11 +172,11 @@ def check_operator(api: client.ApiClient, target: Target) -> CheckResult:
                        f"jobs will not start until it is: kubectl -n {namespace} describe deployment {name}")
 
 
-def check_namespace(api: client.ApiClient, namespace: str) -> CheckResult:
+def check_namespace(api: Any, namespace: str) -> CheckResult:
     try:
-        client.CoreV1Api(api).read_namespace(namespace)
-    except ApiException as exc:
-        if exc.status == 404:
+        rest_of(api).get(f"/api/v1/namespaces/{namespace}")
+    except ApiError as exc:
+        if is_not_found(exc):
             return CheckResult("namespace", FAIL, f"{namespace} does not exist",
                                f"create it: kubectl create namespace {namespace}")
         return CheckResult("namespace", WARN, f"cannot check {namespace}: {api_message(exc)}")
@@ -208,11 +207,13 @@ def references(job: dict[str, Any]) -> list[Reference]:
     return list(dict.fromkeys(found))
 
 
-def _reader(api: client.ApiClient, kind: str) -> Callable[[str, str], Any]:
-    core = client.CoreV1Api(api)
-    return {"Secret": core.read_namespaced_secret, "imagePullSecret": core.read_namespaced_secret,
-            "PersistentVolumeClaim": core.read_namespaced_persistent_volume_claim,
-            "ServiceAccount": core.read_namespaced_service_account}[kind]
+READ_PLURALS = {"Secret": "secrets", "imagePullSecret": "secrets", "PersistentVolumeClaim": "persistentvolumeclaims",
+                "ServiceAccount": "serviceaccounts"}
+
+
+def _reader(api: Any, kind: str) -> Callable[[str, str], dict[str, Any]]:
+    rest = rest_of(api)
+    return lambda name, namespace: rest.get(path_of("", "v1", READ_PLURALS[kind], namespace, name))
 
 
 def _missing_hint(ref: Reference, namespace: str) -> str:
@@ -225,7 +226,7 @@ def _missing_hint(ref: Reference, namespace: str) -> str:
     }[ref.kind]
 
 
-def check_references(api: client.ApiClient, namespace: str, refs: list[Reference]) -> list[CheckResult]:
+def check_references(api: Any, namespace: str, refs: list[Reference]) -> list[CheckResult]:
     if not refs:
         return [CheckResult("references", OK, "the job references no Secret, PVC or ServiceAccount")]
     results, present = [], []
@@ -235,8 +236,8 @@ def check_references(api: client.ApiClient, namespace: str, refs: list[Reference
             present.append(f"{ref.kind} {ref.name}")
             if ref.kind == "PersistentVolumeClaim" and (unbound := pvc_binding(api, found)) is not None:
                 results.append(unbound)
-        except ApiException as exc:
-            if exc.status == 404:
+        except ApiError as exc:
+            if is_not_found(exc):
                 results.append(CheckResult("references", FAIL, f"{ref.kind} {ref.name} not found in namespace "
                                            f"{namespace}", _missing_hint(ref, namespace)))
             else:
@@ -250,14 +251,13 @@ def check_references(api: client.ApiClient, namespace: str, refs: list[Reference
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 
 
-def pvc_binding(api: client.ApiClient, pvc: Any) -> CheckResult | None:
+def pvc_binding(api: Any, claim: dict[str, Any]) -> CheckResult | None:
     """A Pending claim that nothing can bind: a StorageClass that does not exist, or no class at all and no
     Available PersistentVolume big enough with its access modes. None when it is (or can get) bound."""
-    claim: dict[str, Any] = api.sanitize_for_serialization(pvc)
-    if (claim.get("status") or {}).get("phase") != "Pending":
+    if status_of(claim).get("phase") != "Pending":
         return None
     name, spec = claim["metadata"]["name"], claim.get("spec") or {}
-    classes: list[dict[str, Any]] = api.sanitize_for_serialization(client.StorageV1Api(api).list_storage_class().items)
+    classes: list[dict[str, Any]] = rest_of(api).get("/apis/storage.k8s.io/v1/storageclasses").get("items") or []
     by_name = {c["metadata"]["name"]: c for c in classes}
     wanted = spec.get("storageClassName")
     if wanted is None:  # the default class, if the cluster has one
@@ -277,15 +277,15 @@ def pvc_binding(api: client.ApiClient, pvc: Any) -> CheckResult | None:
                        "a StorageClass that provisions volumes (kubectl get storageclass)")
 
 
-def _matching_volume(api: client.ApiClient, claim: dict[str, Any], wanted: str) -> bool:
+def _matching_volume(api: Any, claim: dict[str, Any], wanted: str) -> bool:
     from kubetrain.spec.quantity import parse_quantity
 
     size = parse_quantity(((claim.get("resources") or {}).get("requests") or {}).get("storage") or "0")
     modes = set(claim.get("accessModes") or [])
-    volumes: list[dict[str, Any]] = api.sanitize_for_serialization(client.CoreV1Api(api).list_persistent_volume().items)
+    volumes: list[dict[str, Any]] = rest_of(api).get("/api/v1/persistentvolumes").get("items") or []
     for pv in volumes:
         spec = pv.get("spec") or {}
-        if ((pv.get("status") or {}).get("phase") == "Available" and (spec.get("storageClassName") or "") == wanted
+        if (status_of(pv).get("phase") == "Available" and (spec.get("storageClassName") or "") == wanted
                 and parse_quantity((spec.get("capacity") or {}).get("storage") or "0") >= size
                 and modes <= set(spec.get("accessModes") or [])):
             return True
@@ -301,7 +301,7 @@ def fit_request(job: dict[str, Any]) -> fitting.FitRequest:
     return fitting.FitRequest(pods, gpus, dict(first.get("nodeSelector") or {}), list(first.get("tolerations") or []))
 
 
-def check_fit(api: client.ApiClient, job: dict[str, Any], target: Target, namespace: str, name: str) -> CheckResult:
+def check_fit(api: Any, job: dict[str, Any], target: Target, namespace: str, name: str) -> CheckResult:
     request = fit_request(job)
     if request.gpus_per_pod == 0:
         return CheckResult("fit", OK, "CPU job: no GPUs needed")
@@ -344,11 +344,11 @@ def fit_inputs(api: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def _owned(pod: dict[str, Any], target: Target, namespace: str, name: str) -> bool:
-    meta = pod.get("metadata") or {}
+    meta = meta_of(pod)
     return bool(meta.get("namespace") == namespace and (meta.get("labels") or {}).get(target.pod_label) == name)
 
 
-def check_queue(api: client.ApiClient, job: dict[str, Any], namespace: str, queue: str) -> CheckResult:
+def check_queue(api: Any, job: dict[str, Any], namespace: str, queue: str) -> CheckResult:
     """Kueue: the LocalQueue exists, which ClusterQueue it feeds, and whether its quota can ever (or now) hold
     what the job asks for: its GPUs, or for a CPU job its CPUs. Never → refusal, not now → a warning (the
     job waits in the queue)."""

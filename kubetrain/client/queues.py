@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from kubetrain.client.errors import ApiError
+from kubetrain.client.errors import ApiError, NotFound
+from kubetrain.client.objects import JOB_UID_LABEL, QUEUE_LABEL, meta_of, status_of
 from kubetrain.client.rest import path_of, rest_of
 
 if TYPE_CHECKING:
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
 
 GROUP = "kueue.x-k8s.io"
 VERSIONS = ("v1beta2", "v1beta1")  # Kueue >= 0.15 serves v1beta2; older ones only v1beta1
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 
 def kueue_get(api: Any, plural: str, namespace: str | None = None, name: str | None = None,
@@ -41,9 +40,7 @@ def kueue_get(api: Any, plural: str, namespace: str | None = None, name: str | N
     for version in VERSIONS:
         try:
             return rest.get(path_of(GROUP, version, plural, namespace, name), **query)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        except NotFound:
             if name is not None and _served(api, version, plural):
                 return None  # the kind is there, the object is not
     return None
@@ -58,18 +55,18 @@ def _served(api: Any, version: str, plural: str) -> bool:
 
 
 def queue_of(obj: dict[str, Any]) -> str | None:
-    return ((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+    return (meta_of(obj).get("labels") or {}).get(QUEUE_LABEL)
 
 
 def _condition(wl: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for cond in (wl.get("status") or {}).get("conditions") or []:
+    for cond in status_of(wl).get("conditions") or []:
         if cond.get("type") == kind and cond.get("status") == "True":
             return dict(cond)
     return None
 
 
 def _false_condition(wl: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for cond in (wl.get("status") or {}).get("conditions") or []:
+    for cond in status_of(wl).get("conditions") or []:
         if cond.get("type") == kind and cond.get("status") == "False":
             return dict(cond)
     return None
@@ -87,7 +84,7 @@ class WorkloadState:
 
 
 def workload_state(wl: dict[str, Any]) -> WorkloadState:
-    admission = (wl.get("status") or {}).get("admission") or {}
+    admission = status_of(wl).get("admission") or {}
     cq = str(admission.get("clusterQueue") or "")
     if done := _condition(wl, "Finished"):
         return WorkloadState("finished", str(done.get("reason", "")), str(done.get("message", "")), cq)
@@ -112,7 +109,7 @@ def workloads(api: Any, namespace: str | None) -> list[dict[str, Any]]:
 
 
 def _order(wl: dict[str, Any]) -> tuple[int, str]:
-    return -int((wl.get("spec") or {}).get("priority") or 0), str((wl.get("metadata") or {}).get("creationTimestamp"))
+    return -int((wl.get("spec") or {}).get("priority") or 0), str(meta_of(wl).get("creationTimestamp"))
 
 
 def position(wl: dict[str, Any], others: list[dict[str, Any]]) -> int:
@@ -124,9 +121,9 @@ def position(wl: dict[str, Any], others: list[dict[str, Any]]) -> int:
 
 
 def for_job(obj: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any] | None:
-    uid = (obj.get("metadata") or {}).get("uid")
+    uid = meta_of(obj).get("uid")
     for wl in candidates:
-        if ((wl.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL) == uid:
+        if (meta_of(wl).get("labels") or {}).get(JOB_UID_LABEL) == uid:
             return wl
     return None
 
@@ -157,10 +154,10 @@ def hint(obj: dict[str, Any], candidates: list[dict[str, Any]]) -> str | None:
 
 def _requeued(wl: dict[str, Any]) -> str:
     """", after 2 eviction(s) (PodsReadyTimeout)" for a Workload Kueue has evicted and admitted again."""
-    count = int(((wl.get("status") or {}).get("requeueState") or {}).get("count") or 0)
+    count = int((status_of(wl).get("requeueState") or {}).get("count") or 0)
     if not count:
         return ""
-    reasons = [c.get("reason") for c in (wl.get("status") or {}).get("conditions") or [] if c.get("type") == "Evicted"]
+    reasons = [c.get("reason") for c in status_of(wl).get("conditions") or [] if c.get("type") == "Evicted"]
     return f", after {count} eviction(s)" + (f" ({reasons[0]})" if reasons and reasons[0] else "")
 
 
@@ -168,7 +165,7 @@ def job_hint(api: Any, obj: dict[str, Any]) -> str | None:
     """`hint` for one job: one request (its namespace's Workloads), none without a queue label."""
     if not queue_of(obj):
         return None
-    namespace = str((obj.get("metadata") or {}).get("namespace") or "")
+    namespace = str(meta_of(obj).get("namespace") or "")
     return hint(obj, workloads(api, namespace))
 
 
@@ -177,7 +174,7 @@ def states(api: Any, namespace: str | None) -> dict[str, str]:
     found = workloads(api, namespace)
     out = {}
     for wl in found:
-        uid = ((wl.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
+        uid = (meta_of(wl).get("labels") or {}).get(JOB_UID_LABEL)
         if uid:
             state = workload_state(wl)
             out[uid] = f"pending #{position(wl, found)}" if state.state == "pending" else state.short()

@@ -21,11 +21,12 @@ from decimal import Decimal
 from typing import Any
 
 from kubetrain.client.errors import ApiError
+from kubetrain.client.objects import GPU_RESOURCE as GPU
+from kubetrain.client.objects import meta_of, status_of
 from kubetrain.client.queues import kueue_get
 from kubetrain.spec.quantity import parse_quantity
 
 NOW, NOT_NOW, NEVER, UNKNOWN = "now", "not-now", "never", "unknown"
-GPU = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def _flavor_quotas(cq: dict[str, Any], resource: str) -> dict[str, dict[str, Any
 
 
 def _usage(cq: dict[str, Any], flavor: str, resource: str) -> Decimal:
-    status = cq.get("status") or {}
+    status = status_of(cq)
     for item in status.get("flavorsReservation") or status.get("flavorsUsage") or []:
         if item.get("name") == flavor:
             for res in item.get("resources") or []:
@@ -100,8 +101,8 @@ def _cohort_members(api: Any, cq: dict[str, Any]) -> list[dict[str, Any]]:
     if not cohort:
         return []
     items = (kueue_get(api, "clusterqueues") or {}).get("items") or []
-    name = (cq.get("metadata") or {}).get("name")
-    return [o for o in items if cohort_of(o) == cohort and (o.get("metadata") or {}).get("name") != name]
+    name = meta_of(cq).get("name")
+    return [o for o in items if cohort_of(o) == cohort and meta_of(o).get("name") != name]
 
 
 def quota_verdict(api: Any, namespace: str, queue: str, demand: Decimal | int, resource: str = GPU) -> QuotaVerdict:
@@ -128,7 +129,7 @@ def quota_verdict(api: Any, namespace: str, queue: str, demand: Decimal | int, r
 
 def _judge(cq: dict[str, Any], others: list[dict[str, Any]], where: str, demand: Decimal | int,
            resource: str) -> QuotaVerdict:
-    name = str((cq.get("metadata") or {}).get("name") or "")
+    name = str(meta_of(cq).get("name") or "")
     if not demand:
         return QuotaVerdict(NOW, f"{where}: the job requests no {resource} quota", cluster_queue=name)
     quotas = _flavor_quotas(cq, resource)
@@ -145,7 +146,7 @@ def _judge(cq: dict[str, Any], others: list[dict[str, Any]], where: str, demand:
         return QuotaVerdict(NOW, f"{where}: quota for {_n(demand)} {resource} free now ({details})",
                             cluster_queue=name)
     free = max(r[1] for r in rooms)
-    pending = int((cq.get("status") or {}).get("pendingWorkloads") or 0)
+    pending = int(status_of(cq).get("pendingWorkloads") or 0)
     return QuotaVerdict(NOT_NOW, f"will wait in {where}: needs {_n(demand)} {resource}, {_n(free)} free now, "
                         f"{pending} workload(s) pending ({details})",
                         "it starts when quota frees up; `kubetrain status` shows its place", name)

@@ -14,8 +14,8 @@ def delete_job(connection: Connection, target: Target, job: dict[str, Any], name
                timeout: float | None, said: Any = None) -> list[str]:
     """Delete; returns one line per thing deleted (`said`, if given, gets each line as it happens)."""
     from kubetrain.client import apply, jobs
+    from kubetrain.client.objects import JOB_LABEL
     from kubetrain.client.targets import TRAININGJOB, controlling_trainingjob
-    from kubetrain.render.context import JOB_LABEL
 
     name = job["metadata"]["name"]
     lines: list[str] = []
@@ -32,7 +32,7 @@ def delete_job(connection: Connection, target: Target, job: dict[str, Any], name
     jobs.delete(connection.rest, target, namespace, name, propagation="Background")
     # Owned by the job, so the garbage collector removes it anyway; deleting it here also covers
     # ConfigMaps of an older kubetrain or a submit interrupted between its writes.
-    configmaps = apply.delete_configmaps(connection.api, namespace, name, JOB_LABEL)
+    configmaps = apply.delete_configmaps(connection.rest, namespace, name, JOB_LABEL)
     say(f"{target.kind} {namespace}/{name} deleted" + (f" (and {configmaps} code ConfigMap(s))" if configmaps else ""))
     if wait:
         jobs.wait_gone(connection.rest, target, namespace, name, timeout)

@@ -4,10 +4,10 @@ Why not the kubernetes package's ApiClient: importing it costs 0.6–1.5 s (ever
 loaded), which alone is 3–5× the budget of a `kubetrain status`. Why not urllib3 either (which this
 client used until issue 16): its import is ~95 ms of the 300 ms budget, while the standard library's
 http.client and ssl are loaded anyway. kubetrain.client.transport keeps connections alive (a thread-safe
-pool), does TLS with client certificates and tls-server-name, and streams chunked responses. The
-kubernetes package (and with it urllib3) stays for what only it does well: exec/auth-provider
-credentials (kubetrain.client.auth), and the typed calls of apply, preflight, doctor and gpu exec
-(`Connection.api`, built lazily from the same credentials).
+pool), does TLS with client certificates and tls-server-name, and streams chunked responses. Every call of
+the CLI, the Python API and the controller goes through it (issue 28). The kubernetes package (and with it
+urllib3) stays, imported lazily, only for what nothing else here does: exec into a pod over WebSocket
+(`kubetrain gpu`, `Connection.api`) and the legacy auth-provider plugins (kubetrain.client.auth).
 
 Every request has a connect timeout and a read timeout (`--request-timeout`). 429/5xx answers and
 connections reset mid-request are retried with backoff (kubetrain.client.retry); a refused connection

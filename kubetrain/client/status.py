@@ -9,6 +9,7 @@ from typing import Any
 
 from kubetrain.client import hints, jobs, pods, queues
 from kubetrain.client.events import list_events, list_selected, selectors, uid_selector
+from kubetrain.client.objects import meta_of, parse_time, status_of
 from kubetrain.client.targets import PYTORCHJOB, Target
 from kubetrain.observe.nccl import requested_fabric, socket_fallback, transports
 
@@ -66,22 +67,19 @@ def pod_rows(pod_list: list[dict[str, Any]], target: Target, job: str) -> list[P
 def _event_time(event: dict[str, Any]) -> str:
     """When it last happened: core/v1 lastTimestamp, or an events.k8s.io series/eventTime (the scheduler's)."""
     return str(event.get("lastTimestamp") or (event.get("series") or {}).get("lastObservedTime") or
-               event.get("eventTime") or (event.get("metadata") or {}).get("creationTimestamp") or "")
+               event.get("eventTime") or meta_of(event).get("creationTimestamp") or "")
 
 
 def _sort_key(event: dict[str, Any]) -> tuple[dt.datetime, str]:
-    try:
-        when = dt.datetime.fromisoformat(_event_time(event).replace("Z", "+00:00"))
-    except ValueError:
-        when = dt.datetime.min.replace(tzinfo=dt.UTC)
-    return when, str((event.get("metadata") or {}).get("resourceVersion", ""))
+    when = parse_time(_event_time(event)) or dt.datetime.min.replace(tzinfo=dt.UTC)
+    return when, str(meta_of(event).get("resourceVersion", ""))
 
 
 def _expected_pods(obj: dict[str, Any], target: Target) -> list[str]:
     """A PyTorchJob's pod names (NAME-master-0, NAME-worker-3): deleted pods' Events are found by name."""
     if target is not PYTORCHJOB:
         return []
-    name = str((obj.get("metadata") or {}).get("name") or "")
+    name = str(meta_of(obj).get("name") or "")
     replicas = (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
     return [f"{name}-{kind.lower()}-{i}" for kind, spec in replicas.items()
             for i in range(int(spec.get("replicas", 1)))]
@@ -108,8 +106,8 @@ def event_subjects(obj: dict[str, Any], target: Target, pod_list: list[dict[str,
     """The job, and its pods with the ones that need explaining first: not Running-and-ready or restarted, then
     deleted ones, then at most `max_healthy` healthy ones; at most `max_pods` pods in all (the field selectors
     have no OR, so each pod is one request: without a bound, a 64-replica job's status made 65 lists)."""
-    meta = obj.get("metadata") or {}
-    present = {str((p.get("metadata") or {}).get("name") or "") for p in pod_list}
+    meta = meta_of(obj)
+    present = {str(meta_of(p).get("name") or "") for p in pod_list}
     deleted = [("Pod", pod) for pod in _expected_pods(obj, target) if pod not in present]
     ranked = pods.replicas_of(pod_list, target, str(meta.get("name") or ""))  # master first
     sick = [r.uid for r in ranked if not _healthy(r)]
@@ -136,7 +134,7 @@ def job_event_dicts(api: Any, target: Target, namespace: str, obj: dict[str, Any
     `subjects` (event_subjects) says whose; `listed`: lists already read (read_in_parallel)."""
     chosen = subjects or event_subjects(obj, target, pod_list)
     items = list_events(api, namespace, chosen.uids, chosen.named, listed)
-    return own_events(items, chosen.uids, str((obj.get("metadata") or {}).get("creationTimestamp") or ""))
+    return own_events(items, chosen.uids, str(meta_of(obj).get("creationTimestamp") or ""))
 
 
 def own_events(items: list[dict[str, Any]], uids: set[str], created: str) -> list[dict[str, Any]]:
@@ -228,7 +226,7 @@ def read_in_parallel(api: Any, target: Target, namespace: str, obj: dict[str, An
     then also serves as the list by that UID). The log head (the timeline's) is read once the pods are known."""
     from concurrent.futures import ThreadPoolExecutor
 
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     name = str(meta.get("name") or "")
     master = [("Pod", pod) for pod in _expected_pods(obj, target) if pod.endswith("-master-0")]
     early = selectors([str(meta.get("uid") or "")], master if target is PYTORCHJOB else [("JobSet", name)])
@@ -241,7 +239,7 @@ def read_in_parallel(api: Any, target: Target, namespace: str, obj: dict[str, An
             heading = pool.submit(rank0_head, api, target, namespace, name, pod_list)
         listed = reading.result()
         lines = heading.result() if head else []
-    uids = {str((p.get("metadata") or {}).get("name")): str((p.get("metadata") or {}).get("uid") or "")
+    uids = {str(meta_of(p).get("name")): str(meta_of(p).get("uid") or "")
             for p in pod_list}
     for kind, pod in master:  # the master's list by name also answers the list by its current UID
         if uid := uids.get(pod):
@@ -256,12 +254,11 @@ UNRECONCILED_AFTER = 15  # seconds: the operator sets a first condition within a
 def operator_hint(obj: dict[str, Any], target: Target, now: dt.datetime | None = None) -> str | None:
     """A job that nobody has given a status in UNRECONCILED_AFTER seconds: its operator is not running
     (stopped, crash-looping, or without its leader Lease). Named, with where to look."""
-    if (obj.get("status") or {}).get("conditions"):
+    if status_of(obj).get("conditions"):
         return None
-    created = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
-    try:
-        born = dt.datetime.fromisoformat(created.replace("Z", "+00:00"))
-    except ValueError:
+    created = str(meta_of(obj).get("creationTimestamp") or "")
+    born = parse_time(created)
+    if born is None:
         return None
     waited = ((now or dt.datetime.now(dt.UTC)) - born).total_seconds()
     if waited < UNRECONCILED_AFTER:

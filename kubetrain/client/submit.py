@@ -72,7 +72,7 @@ def submit(connection: Connection, loaded: LoadedSpec, namespace: str, options: 
 
     if options.dry_run not in DRY_RUNS:
         raise ValueError(f"dry_run must be one of {DRY_RUNS}, not {options.dry_run!r}")
-    target = resolve(connection.api, options.target or loaded.job.spec.target)
+    target = resolve(connection.rest, options.target or loaded.job.spec.target)
     cloud = resolve_cloud(connection, report) if loaded.job.spec.placement.cloud == "auto" else None
     objects = render_loaded(loaded, target=target.name, namespace=namespace, image=options.image, cloud=cloud)
     for message in render_warnings(loaded.job, RenderOptions(cloud=cloud)):
@@ -146,7 +146,7 @@ def run_preflight(connection: Connection, target: Target, objects: list[dict[str
                   skip: frozenset[str], report: Reporter) -> list[CheckResult]:
     from kubetrain.client import preflight
 
-    results = preflight.run(connection.api, target, objects, namespace, connection.server, skip)
+    results = preflight.run(connection.rest, target, objects, namespace, connection.server, skip)
     for result in results:
         report.check(result)
     failures = preflight.failed(results)
@@ -168,7 +168,7 @@ def wait_for_capacity(connection: Connection, target: Target, objects: list[dict
     job = objects[-1]
     deadline = None if timeout is None else time.monotonic() + timeout
     said = False
-    while (result := preflight.check_fit(connection.api, job, target, namespace,
+    while (result := preflight.check_fit(connection.rest, job, target, namespace,
                                          job["metadata"]["name"])).status != preflight.OK:
         if deadline is not None and time.monotonic() > deadline:
             raise WaitTimeout(f"timed out after {timeout:g}s waiting for GPU capacity: {result.message}")
@@ -188,7 +188,7 @@ def apply_objects(connection: Connection, target: Target, objects: list[dict[str
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     if options.replace and options.dry_run == "none":
         report.info(f"replacing {target.kind} {namespace}/{name} if it exists (deleting it and its pods first)")
-    result = apply.submit(connection.api, target, objects,
+    result = apply.submit(connection.rest, target, objects,
                           dry_run=None if options.dry_run == "none" else options.dry_run, replace=options.replace,
                           timeout=300 if options.timeout is None else options.timeout)
     report.info(result.message(target, name, namespace))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.client.errors import CRD_HINT, cluster_errors, is_api_error
+from kubetrain.client.errors import CRD_HINT, cluster_errors, is_not_found
+from kubetrain.client.objects import meta_of
 from kubetrain.client.rest import rest_of
 from kubetrain.errors import ClusterError
 
@@ -65,7 +66,7 @@ def serves(api: Any, group: str, version: str, plural: str) -> bool:
     try:
         resources = rest_of(api).get(f"/apis/{group}/{version}")
     except Exception as exc:
-        if is_api_error(exc) and getattr(exc, "status", None) == 404:
+        if is_not_found(exc):
             return False
         raise
     return any(r.get("name") == plural for r in resources.get("resources") or [])
@@ -89,7 +90,7 @@ def resolve(api: Any, wanted: str) -> Target:
 
 def controlling_trainingjob(job: dict[str, Any]) -> str | None:
     """The name of the TrainingJob that controls this PyTorchJob/TrainJob (made by kubetrain controller), if any."""
-    for ref in (job.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in meta_of(job).get("ownerReferences") or []:
         if ref.get("controller") and ref.get("kind") == TRAININGJOB.kind \
                 and ref.get("apiVersion") == TRAININGJOB.api_version:
             return str(ref.get("name"))

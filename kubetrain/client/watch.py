@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import orjson
 
 from kubetrain.client.errors import ApiError, Unreachable, is_api_error, is_timeout
+from kubetrain.client.objects import meta_of
 from kubetrain.client.rest import rest_of
 from kubetrain.client.retry import DEFAULT_POLICY, backoff, is_connection_reset
 from kubetrain.errors import ClusterError
@@ -77,7 +78,7 @@ def list_objects(list_fn: ListFn, **kwargs: Any) -> tuple[list[dict[str, Any]], 
     response = list_fn(_preload_content=False, **kwargs)
     body = orjson.loads(response.data)
     getattr(response, "release_conn", lambda: None)()  # back to the pool: the next request reuses the TLS session
-    return list(body.get("items") or []), str((body.get("metadata") or {}).get("resourceVersion", ""))
+    return list(body.get("items") or []), str(meta_of(body).get("resourceVersion", ""))
 
 
 def stream(list_fn: ListFn, timeout: float | None = None, clock: Callable[[], float] = time.monotonic,
@@ -192,11 +193,11 @@ def iter_lines(response: Any) -> Iterator[str]:
 
 
 def _version_of(obj: dict[str, Any]) -> str | None:
-    return (obj.get("metadata") or {}).get("resourceVersion")
+    return meta_of(obj).get("resourceVersion")
 
 
 def key(obj: dict[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.client.errors import api_message, is_api_error
+from kubetrain.client.objects import meta_of, parse_time
 from kubetrain.client.rest import Rest
 from kubetrain.client.targets import PYTORCHJOB, Target
 
@@ -107,12 +108,9 @@ RECENT = dt.timedelta(hours=1)
 
 
 def _when(event: dict[str, Any]) -> dt.datetime | None:
-    stamp = event.get("lastTimestamp") or event.get("eventTime") or (event.get("metadata") or {}).get(
+    stamp = event.get("lastTimestamp") or event.get("eventTime") or meta_of(event).get(
         "creationTimestamp")
-    try:
-        return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
-    except ValueError:
-        return None
+    return parse_time(stamp)
 
 
 def recent_failures(events: list[dict[str, Any]], now: dt.datetime) -> WebhookCheck | None:

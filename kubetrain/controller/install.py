@@ -4,7 +4,7 @@ The base is plain YAML (namespace, ServiceAccount, RBAC, Deployment, and ../crd)
 manifests/controller` and `kubetrain controller install` apply the very same objects. Reading it needs no
 kustomize: `resources` entries are files or directories with their own kustomization.yaml; JSON6902
 `patches` (the namespaced variant) are applied with jsonpatch-like `add` only.
-Applying is kubetrain.client.manifests' (the kubernetes client's DynamicClient: discovery maps kind → resource).
+Applying is kubetrain.client.manifests' (server-side apply on the REST client; discovery maps kind → resource).
 """
 
 from __future__ import annotations

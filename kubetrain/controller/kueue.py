@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubetrain.client import queues, targets
+from kubetrain.client.objects import meta_of
 from kubetrain.controller.mirror import condition
 
 PLURAL = "workloads"
@@ -25,7 +26,7 @@ def served_version(api: Any) -> str | None:
 
 def owner_key(wl: dict[str, Any]) -> Key | None:
     """The TrainingJob behind a Workload: its owner is the child, which is named like its TrainingJob."""
-    meta = wl.get("metadata") or {}
+    meta = meta_of(wl)
     for ref in meta.get("ownerReferences") or []:
         if ref.get("controller") and ref.get("kind") in CHILD_KINDS:
             return str(meta.get("namespace") or ""), str(ref.get("name"))
@@ -38,11 +39,11 @@ def waiting(wl: dict[str, Any]) -> bool:
 
 def siblings(wl: dict[str, Any], others: list[dict[str, Any]]) -> list[Key]:
     """The jobs whose pending position moves when `wl` leaves (or joins) its LocalQueue's pending set."""
-    meta = wl.get("metadata") or {}
+    meta = meta_of(wl)
     queue = (wl.get("spec") or {}).get("queueName")
     keys = []
     for other in others:
-        if (other.get("metadata") or {}).get("namespace") == meta.get("namespace") \
+        if meta_of(other).get("namespace") == meta.get("namespace") \
                 and (other.get("spec") or {}).get("queueName") == queue and waiting(other):
             key = owner_key(other)
             if key:

@@ -17,6 +17,7 @@ from typing import Any, cast
 from kubetrain.client import apply, controller_api, queues, targets, watch
 from kubetrain.client.controller_api import ApiClient
 from kubetrain.client.jobs import TERMINAL
+from kubetrain.client.objects import meta_of, status_of
 from kubetrain.client.targets import Target
 from kubetrain.controller import kube, kueue, mirror, progress
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
@@ -70,11 +71,8 @@ class Controller:
         self.threads: list[threading.Thread] = []
 
     def _informer(self, group: str, version: str, plural: str, handler: Any, **kwargs: Any) -> Informer:
-        list_fn = controller_api.custom_list_fn(self.api, self.settings.namespace)
-        scope: dict[str, Any] = {"group": group, "version": version, "plural": plural, **kwargs}
-        if self.settings.namespace:
-            scope["namespace"] = self.settings.namespace
-        return Informer(plural, list_fn, handler, **scope)
+        list_fn = controller_api.custom_list_fn(self.api, group, version, plural, self.settings.namespace)
+        return Informer(plural, list_fn, handler, **kwargs)
 
     # ------------------------------------------------------------------ running
     def start(self) -> None:
@@ -117,13 +115,13 @@ class Controller:
 
     # ------------------------------------------------------------------ events
     def _on_job(self, obj: dict[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
+        meta = meta_of(obj)
         self.queue.add((meta.get("namespace", ""), meta.get("name", "")))
 
     def _on_child(self, obj: dict[str, Any]) -> None:
         owner = owner_name(obj)
         if owner:
-            key = ((obj.get("metadata") or {}).get("namespace", ""), owner)
+            key = (meta_of(obj).get("namespace", ""), owner)
             if self.children[str(obj.get("kind"))].get(watch.key(obj)) is None:
                 self.applied.pop(key, None)  # deleted: the next reconcile creates it again
             self.queue.add(key)
@@ -143,14 +141,14 @@ class Controller:
         if not queue or self.workloads is None:
             return None
         namespace = want.job.metadata.namespace if want.job else None
-        candidates = [w for w in self.workloads.items() if (w.get("metadata") or {}).get("namespace") == namespace]
+        candidates = [w for w in self.workloads.items() if meta_of(w).get("namespace") == namespace]
         return kueue.conditions(queue, child, candidates)
 
     # ------------------------------------------------------------------ reconcile
     def reconcile(self, key: Key) -> None:
         self.reconciles += 1
         obj = self.jobs.get(key)
-        if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if obj is None or meta_of(obj).get("deletionTimestamp"):
             self.applied.pop(key, None)
             self.written.pop(str(((obj or {}).get("metadata") or {}).get("uid")), None)
             return  # the garbage collector deletes the children (controller ownerReferences)
@@ -163,11 +161,11 @@ class Controller:
         status = mirror.status_for(latest, want, child, extra, self._queued(want, child))
         if child is not None and want.target and self._ended(latest, status):
             status = self._with_final_progress(key, want.target, status)
-        self._write_status(obj, latest.get("status") or {}, status)
+        self._write_status(obj, status_of(latest), status)
 
     def _ended(self, latest: dict[str, Any], status: dict[str, Any]) -> bool:
         """The child just ended (or ended while no controller ran): its progress is read once more."""
-        before = (latest.get("status") or {}).get("phase")
+        before = status_of(latest).get("phase")
         return self.settings.progress_interval > 0 and status["phase"] in TERMINAL and before not in TERMINAL
 
     def _with_final_progress(self, key: Key, target: str, status: dict[str, Any]) -> dict[str, Any]:
@@ -195,7 +193,7 @@ class Controller:
             raise_conflict(target, key)
         if child is None:
             return self._apply(key, target, want.child, obj, created=True), []
-        if (child.get("metadata") or {}).get("deletionTimestamp"):
+        if meta_of(child).get("deletionTimestamp"):
             return child, [mirror.condition("SpecChanged", True, "Recreating", "waiting for the old child to go")]
         if apply.spec_hash(child) != want.spec_hash:
             return child, self._spec_changed(obj, child, target, want)
@@ -244,11 +242,11 @@ class Controller:
         written = self.written.get(obj["metadata"]["uid"])
         if written is None:
             return obj
-        progress = (obj.get("status") or {}).get("progress")
+        progress = status_of(obj).get("progress")
         return {**obj, "status": {**written, **({"progress": progress} if progress else {})}}
 
     def _write_status(self, obj: dict[str, Any], previous: dict[str, Any], status: dict[str, Any]) -> None:
-        old = obj.get("status") or {}
+        old = status_of(obj)
         meta = obj["metadata"]
         mine = {k: v for k, v in status.items() if k != "progress"}
         if status == old or mine == self.written.get(meta["uid"]):

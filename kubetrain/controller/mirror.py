@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubetrain.client import jobs
+from kubetrain.client.objects import final_condition, meta_of, status_of
 from kubetrain.controller.reconcile import Desired, now
 
 # TrainJob jobsStatus and PyTorchJob replicaStatuses both use these counters.
@@ -34,14 +35,12 @@ def child_conditions(child: dict[str, Any] | None, phase: str, queue: str | None
 
 
 def _terminal_message(child: dict[str, Any]) -> str:
-    for cond in jobs.conditions(child):
-        if cond.get("status") == "True" and cond.get("type") in ("Succeeded", "Complete", "Failed"):
-            return " ".join(str(cond.get("message") or "").split())
-    return ""
+    final = final_condition(child) or {}
+    return " ".join(str(final.get("message") or "").split())
 
 
 def replicas(child: dict[str, Any]) -> dict[str, dict[str, int]]:
-    status = child.get("status") or {}
+    status = status_of(child)
     if child.get("kind") == "TrainJob":
         groups = {str(s.get("name")): s for s in status.get("jobsStatus") or []}
     else:
@@ -50,20 +49,19 @@ def replicas(child: dict[str, Any]) -> dict[str, dict[str, int]]:
 
 
 def times(child: dict[str, Any]) -> dict[str, str]:
-    status = child.get("status") or {}
-    start = status.get("startTime") or (child.get("metadata") or {}).get("creationTimestamp")
+    status = status_of(child)
+    start = status.get("startTime") or meta_of(child).get("creationTimestamp")
     end = status.get("completionTime")
     if not end and jobs.state(child) in jobs.TERMINAL:
-        end = next((c.get("lastTransitionTime") for c in jobs.conditions(child)
-                    if c.get("status") == "True" and c.get("type") in ("Complete", "Failed", "Succeeded")), None)
+        end = (final_condition(child) or {}).get("lastTransitionTime")
     return {k: v for k, v in (("startTime", start), ("completionTime", end)) if v}
 
 
 def status_for(obj: dict[str, Any], want: Desired, child: dict[str, Any] | None,
                extra: list[dict[str, Any]], queued: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The whole status: phase, conditions, replica counts, times, children, observedGeneration."""
-    old = obj.get("status") or {}
-    generation = (obj.get("metadata") or {}).get("generation")
+    old = status_of(obj)
+    generation = meta_of(obj).get("generation")
     if want.problems:
         phase = "Invalid"
         conds = [condition("Valid", False, "InvalidSpec", "; ".join(want.problems))]

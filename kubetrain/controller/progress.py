@@ -11,6 +11,7 @@ from typing import Any
 
 from kubetrain.client import controller_api, pods, targets
 from kubetrain.client.controller_api import ApiClient
+from kubetrain.client.objects import status_of
 from kubetrain.controller import kube
 from kubetrain.controller.informer import Informer
 from kubetrain.controller.reconcile import now
@@ -58,7 +59,7 @@ def poll_once(api: ApiClient, jobs: Informer, tail: int) -> int:
     """Update status.progress of every Running TrainingJob; returns how many were read."""
     read = 0
     for obj in jobs.items():
-        status = obj.get("status") or {}
+        status = status_of(obj)
         if status.get("phase") not in ("Running", "Restarting") or status.get("target") not in targets.TARGETS:
             continue
         meta = obj["metadata"]

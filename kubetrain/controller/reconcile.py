@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubetrain.client.objects import meta_of
 from kubetrain.controller.crd import GROUP, KIND, VERSION
 from kubetrain.errors import Problem, RenderError, SpecError
 from kubetrain.render import resolve_target
@@ -60,7 +61,7 @@ def annotation(obj: dict[str, Any] | None, name: str) -> str | None:
 
 def spec_data(obj: dict[str, Any]) -> dict[str, Any]:
     """The object as a kubetrain.yaml: the server's metadata fields (uid, managedFields...) left out."""
-    meta = obj.get("metadata") or {}
+    meta = meta_of(obj)
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
                    if not k.startswith(FOREIGN_ANNOTATION_PREFIXES)}
     metadata = {"name": meta.get("name"), "namespace": meta.get("namespace")}
@@ -105,7 +106,7 @@ class DesiredCache:
         self._lock = threading.Lock()
 
     def get(self, obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = None) -> Desired:
-        meta = obj.get("metadata") or {}
+        meta = meta_of(obj)
         content = json.dumps([meta.get("uid"), spec_data(obj), annotation(obj, CODE_ANNOTATION), served],
                              sort_keys=True, default=str)
         key = hashlib.sha256(content.encode()).hexdigest()
@@ -174,15 +175,15 @@ def owned(child: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
 
 def owner_name(obj: dict[str, Any]) -> str | None:
     """The TrainingJob that controls `obj`, if any."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+    for ref in meta_of(obj).get("ownerReferences") or []:
         if ref.get("kind") == KIND and ref.get("apiVersion", "").startswith(GROUP + "/") and ref.get("controller"):
             return str(ref.get("name"))
     return None
 
 
 def owned_by(child: dict[str, Any], owner: dict[str, Any]) -> bool:
-    uid = (owner.get("metadata") or {}).get("uid")
-    return any(ref.get("uid") == uid for ref in (child.get("metadata") or {}).get("ownerReferences") or [])
+    uid = meta_of(owner).get("uid")
+    return any(ref.get("uid") == uid for ref in meta_of(child).get("ownerReferences") or [])
 
 
 def update_policy(obj: dict[str, Any], default: str) -> str:

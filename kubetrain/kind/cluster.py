@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kubetrain.client.objects import GPU_RESOURCE
 from kubetrain.errors import ClusterError, UsageError
 from kubetrain.imagebuild.process import CommandFailed, Echo, echo_stderr, run_captured, run_streamed
 from kubetrain.kind.config import DEVICES_DIR, render_config
@@ -23,7 +24,6 @@ from kubetrain.kind.steps import (
     training_operator_step,
 )
 
-GPU_RESOURCE = "nvidia.com/gpu"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 

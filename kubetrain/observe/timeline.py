@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubetrain.client.objects import final_condition, meta_of, parse_time, status_of
 from kubetrain.observe.progress import ProgressTracker, format_duration
 
 PHASES = ("submitted", "admitted", "scheduled", "image pulled", "started", "first step", "done")
@@ -57,16 +58,15 @@ def cluster_moments(job: dict[str, Any], pods: list[dict[str, Any]], events: lis
                     tracker: ProgressTracker) -> dict[str, float | None]:
     """A job on a cluster: creation, Kueue admission, the first pod scheduled, the last image pulled, the
     metrics' moments; done is the job's Succeeded/Failed condition when there is no end record."""
-    moments: dict[str, float | None] = {"submitted": _when((job.get("metadata") or {}).get("creationTimestamp"))}
+    moments: dict[str, float | None] = {"submitted": _when(meta_of(job).get("creationTimestamp"))}
     moments["admitted"] = _first(_when(e.get("lastTimestamp") or e.get("eventTime")) for e in events
                                  if e.get("reason") == "Admitted")
     moments["scheduled"] = _first(_condition_time(p, "PodScheduled") for p in pods)
     moments["image pulled"] = None if any(_pulling(p) for p in pods) else _images_pulled(events)
     moments.update({k: v for k, v in metrics_moments(tracker).items() if v is not None})
     if moments.get("done") is None:
-        conditions = (job.get("status") or {}).get("conditions") or []
-        moments["done"] = _first(_when(c.get("lastTransitionTime")) for c in conditions
-                                 if c.get("type") in ("Succeeded", "Complete", "Failed") and c.get("status") == "True")
+        final = final_condition(job)
+        moments["done"] = _when(final.get("lastTransitionTime")) if final else None
     return moments
 
 
@@ -97,7 +97,7 @@ def _images_pulled(events: list[dict[str, Any]]) -> float | None:
 
 
 def _condition_time(pod: dict[str, Any], kind: str) -> float | None:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
+    for condition in status_of(pod).get("conditions") or []:
         if condition.get("type") == kind and condition.get("status") == "True":
             return _when(condition.get("lastTransitionTime"))
     return None
@@ -114,9 +114,5 @@ def _when(stamp: Any) -> float | None:
 
     if isinstance(stamp, datetime):
         return stamp.timestamp()
-    if not isinstance(stamp, str) or not stamp:
-        return None
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    parsed = parse_time(stamp) if isinstance(stamp, str) else None
+    return parsed.timestamp() if parsed else None

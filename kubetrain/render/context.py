@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from kubetrain.client.objects import GPU_RESOURCE, JOB_LABEL, QUEUE_LABEL
 from kubetrain.render.code import CodeBundle, configmap_payload
 from kubetrain.render.gpudirect import gpudirect_annotations, gpudirect_env, gpudirect_sidecar, gpudirect_volumes
 from kubetrain.render.launch import container_command, torchrun_args
-from kubetrain.render.placement import GPU_RESOURCE, placement_for
+from kubetrain.render.placement import placement_for
 from kubetrain.spec.model import JobSpec, TrainingJob
 from kubetrain.spec.network import FABRICS
 from kubetrain.spec.quantity import format_bytes, parse_quantity
@@ -19,10 +20,8 @@ from kubetrain.spec.quantity import format_bytes, parse_quantity
 MASTER_PORT = 23456  # the operator's default, named pytorchjob-port
 MANAGED_BY = "kubetrain"
 SPEC_HASH_ANNOTATION = "kubetrain.dev/spec-hash"
-JOB_LABEL = "kubetrain.dev/job"
 # spec.archive, kept on the job object so `kubetrain logs/metrics NAME` find the archive once the pods are gone
 ARCHIVE_ANNOTATION = "kubetrain.dev/archive"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_POD_ANNOTATIONS = {
     # A checkpoint-less eviction of one rank kills every rank: keep autoscalers away from running jobs.
     "karpenter.sh/do-not-disrupt": "true",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubetrain.client.objects import GPU_RESOURCE
 from kubetrain.spec.model import JobSpec
 
-GPU_RESOURCE = "nvidia.com/gpu"
 # Label whose value names the GPU model, per profile (None: the profile has no such label).
 GPU_TYPE_LABEL: dict[str, str | None] = {
     "gke": "cloud.google.com/gke-accelerator",

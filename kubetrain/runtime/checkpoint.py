@@ -187,10 +187,3 @@ class CheckpointStore(StoreBase):
         from torch.distributed.checkpoint.filesystem import FileSystemReader
 
         return FileSystemReader(str(path))
-
-
-def open_store(directory: str, keep: int) -> StoreBase:
-    """The store for `checkpoint.dir`: a local directory, or an object store for s3://, gs://, az://."""
-    from kubetrain.runtime.objstore import ObjectCheckpointStore, object_store_url
-
-    return ObjectCheckpointStore(directory, keep) if object_store_url(directory) else CheckpointStore(directory, keep)

@@ -21,7 +21,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 
 from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.distributed import DistEnv
-from kubetrain.runtime.wrap import DTYPES, Wrapped
+from kubetrain.runtime.wrapped import DTYPES, Wrapped
 from kubetrain.spec.sections import Train
 
 

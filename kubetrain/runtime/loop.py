@@ -29,7 +29,7 @@ from kubetrain.runtime.state import (
     set_rng_state,
 )
 from kubetrain.runtime.stop import StopSignal, TrainingStopped
-from kubetrain.runtime.wrap import Wrapped
+from kubetrain.runtime.wrapped import Wrapped
 from kubetrain.spec.sections import Train
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from kubetrain.objectstore import OBJECT_STORE_BACKENDS, BackendMissing, url_filesystem
-from kubetrain.runtime.checkpoint import FORMAT_VERSION, NAME_RE, SHARDED_META, StoreBase
+from kubetrain.runtime.checkpoint import FORMAT_VERSION, NAME_RE, SHARDED_META, CheckpointStore, StoreBase
 from kubetrain.runtime.config import RuntimeConfigError
 
 MANIFEST = "MANIFEST.json"
@@ -173,3 +173,8 @@ class ObjectCheckpointStore(StoreBase):
         if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
             raise ValueError(f"{url}: not a kubetrain checkpoint (format {FORMAT_VERSION})")
         return state
+
+
+def open_store(directory: str, keep: int) -> StoreBase:
+    """The store for `checkpoint.dir`: a local directory, or an object store for s3://, gs://, az://."""
+    return ObjectCheckpointStore(directory, keep) if object_store_url(directory) else CheckpointStore(directory, keep)

@@ -20,11 +20,11 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
-from kubetrain.runtime.checkpoint import open_store
 from kubetrain.runtime.config import RuntimeConfigError, resolve_ref
 from kubetrain.runtime.data import ResumableSampler, ShardSampler, make_loader, split_datasets
 from kubetrain.runtime.distributed import DistEnv, distributed
 from kubetrain.runtime.loop import FitResult, Loop
+from kubetrain.runtime.objstore import open_store
 from kubetrain.runtime.profile import make_profiler
 from kubetrain.runtime.progress import Progress
 from kubetrain.runtime.report import Reporter

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,22 +15,8 @@ from torch.utils.checkpoint import checkpoint
 
 from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.distributed import DistEnv
+from kubetrain.runtime.wrapped import DTYPES, Wrapped
 from kubetrain.spec.sections import DDP, Train
-
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-@dataclass
-class Wrapped:
-    """The model as the loop needs it: `module` (for state_dict and eval: the plain module, or the
-    fully_shard'ed one), `forward` (what trains, compiled when asked), `no_sync()` (a context in which
-    backward skips the gradient reduction: accumulation) and the `strategy`."""
-
-    module: nn.Module
-    forward: Callable[..., Any]
-    no_sync: Callable[[], contextlib.AbstractContextManager[Any]]
-    strategy: str = "ddp"
-    ddp: DistributedDataParallel | None = None
 
 
 def convert_sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:

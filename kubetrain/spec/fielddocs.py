@@ -14,6 +14,8 @@ import ast
 import inspect
 import itertools
 import sys
+import typing
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -46,10 +48,21 @@ def _module_tree(name: str, source: str) -> ast.Module:
     return _TREES[name]
 
 
+def models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models inside an annotation such as `Elastic | None` or `list[Volume]`."""
+    found = []
+    stack = [annotation]
+    while stack:
+        candidate = stack.pop()
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            found.append(candidate)
+        else:
+            stack.extend(typing.get_args(candidate))
+    return found
+
+
 def document(root: type[BaseModel]) -> None:
     """Give every field of `root` and of the models inside it its docstring as description (once)."""
-    from kubetrain.spec.sections import models_in
-
     order: list[type[BaseModel]] = []
     stack, seen = [root], {root}
     while stack:  # every model reachable from root; rebuilt children first, parents last

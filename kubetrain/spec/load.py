@@ -15,8 +15,8 @@ from pydantic import BaseModel, ValidationError
 
 from kubetrain.errors import Problem, SpecError
 from kubetrain.spec.checks import spec_problems
+from kubetrain.spec.fielddocs import models_in
 from kubetrain.spec.model import TrainingJob
-from kubetrain.spec.sections import models_in
 from kubetrain.yamlsrc import MAX_INPUT_BYTES, ParsedDoc, PathKey, join_path, line_for, parse_documents, split_path
 
 DEFAULT_SPEC = "kubetrain.yaml"

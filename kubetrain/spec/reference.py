@@ -12,9 +12,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from kubetrain.spec.fielddocs import document
+from kubetrain.spec.fielddocs import document, models_in
 from kubetrain.spec.model import TrainingJob
-from kubetrain.spec.sections import models_in
 
 HEADER = """# kubetrain.yaml reference
 

@@ -59,19 +59,6 @@ def _numeric_only(annotation: Any) -> bool:
     return bool(leaves) and leaves <= {int, float}
 
 
-def models_in(annotation: Any) -> list[type[BaseModel]]:
-    """The pydantic models inside an annotation such as `Elastic | None` or `list[Volume]`."""
-    found = []
-    stack = [annotation]
-    while stack:
-        candidate = stack.pop()
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            found.append(candidate)
-        else:
-            stack.extend(typing.get_args(candidate))
-    return found
-
-
 def _check(error: str | None, value: str) -> str:
     if error:
         raise ValueError(error)

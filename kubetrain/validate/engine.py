@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kubetrain.client.objects import meta_of
 from kubetrain.errors import SpecError
 from kubetrain.spec import names
 from kubetrain.validate.cel import cel_findings
@@ -116,7 +117,7 @@ def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStor
         return [Issue("error", source, index, "", "", "", "not a Kubernetes object: apiVersion and kind are required",
                       doc.start_line)]
     kind = obj["kind"]
-    name = str((obj.get("metadata") or {}).get("name", "")) if isinstance(obj.get("metadata"), dict) else ""
+    name = str(meta_of(obj).get("name", "")) if isinstance(obj.get("metadata"), dict) else ""
 
     def issue(finding: Finding) -> Issue:
         return Issue(finding.severity, source, index, kind, name, join_path(finding.path), finding.message,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kubetrain.client.objects import GPU_RESOURCE as GPU
 from kubetrain.validate import operators
 from kubetrain.validate.findings import Finding, get
 from kubetrain.validate.worldsize import world_size_findings
@@ -13,7 +14,6 @@ from kubetrain.yamlsrc import PathKey
 
 OPERATOR_RESTART_POLICIES = {"Always", "OnFailure", "Never", "ExitCode"}
 PYTORCH_REPLICA_TYPES = {"Master", "Worker"}
-GPU = "nvidia.com/gpu"
 
 
 def semantic_findings(obj: dict[str, Any]) -> list[Finding]:

@@ -36,3 +36,43 @@ def test_each_failure_says_how_to_fix_it() -> None:
     assert str(translate(refused, "x", "https://10.0.0.1:6443")) == (
         "cannot reach https://10.0.0.1:6443: is the cluster running? (kubectl cluster-info)")
     assert all("\n" not in str(translate(e, "x")) for e in (api_error(500, "oops\ntrace"), refused))
+
+
+def test_an_error_status_is_a_typed_error_with_the_servers_status() -> None:
+    """The REST client raises NotFound / Conflict / Gone ... (one class per status), the server's Status parsed."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    from kubetrain.client.errors import ApiError, Conflict, Gone, NotFound
+    from kubetrain.client.kubeconfig import Endpoint
+    from kubetrain.client.rest import Rest
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            code = int(self.path.rsplit("/", 1)[-1])
+            body = json.dumps({"kind": "Status", "code": code, "reason": "R", "message": f"m{code}",
+                               "details": {"name": "j"}}).encode()
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        rest = Rest(Endpoint(server=f"http://127.0.0.1:{server.server_address[1]}", context=None, namespace=None,
+                             token="t"))
+        for code, kind in ((404, NotFound), (409, Conflict), (410, Gone), (418, ApiError)):
+            try:
+                rest.get(f"/x/{code}")
+            except ApiError as exc:
+                assert type(exc) is kind and exc.status == code
+                assert exc.status_object["message"] == f"m{code}" and exc.status_object["details"] == {"name": "j"}
+            else:
+                raise AssertionError(f"no error for {code}")
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from kubetrain.controller.statusmodel import TrainingJobStatus
 from kubetrain.metrics import format_metrics
 from tests.controller.operator_env import (
     GROUP,
@@ -66,6 +67,8 @@ def test_trainingjob_to_pytorchjob_to_pods_and_phase_through_succeeded(controlpl
         controlplane.set_pod_phase(namespace, pod, "Succeeded")
     done = wait_for(lambda: phase_is(k8s, namespace, "ok", "Succeeded"), "phase Succeeded", 90)
     status = done["status"]
+    for written in (running, tracked, done):  # what the API server kept of each write is the model's
+        TrainingJobStatus.model_validate(written["status"])
     assert status["observedGeneration"] == done["metadata"]["generation"]
     assert status["children"] == [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "ok"}]
     assert status["completionTime"] and status["startTime"] and status["target"] == "pytorchjob"
@@ -82,6 +85,7 @@ def test_failed_pods_fail_the_trainingjob(controlplane, k8s, namespace, start):
     controlplane.set_pod_phase(namespace, names[0], "Failed")
     failed = wait_for(lambda: phase_is(k8s, namespace, "boom", "Failed"), "phase Failed", 90)
     assert cond(failed, "Failed")["status"] == "True" and cond(failed, "Failed")["message"]
+    TrainingJobStatus.model_validate(failed["status"])
     # The replica counts are the child's, as the training-operator reports them.
     counts = pytorchjob(k8s, namespace, "boom")["status"]["replicaStatuses"]["Master"]
     assert failed["status"]["replicas"]["Master"] == {k: counts.get(k, 0) for k in ("active", "succeeded", "failed")}
@@ -93,6 +97,7 @@ def test_invalid_object_gets_valid_false_with_the_clis_message(k8s, namespace, s
     create(k8s, training_job("bad", namespace, nodes=2, command=[], elastic={"minNodes": 3, "maxNodes": 4}))
     bad = wait_for(lambda: phase_is(k8s, namespace, "bad", "Invalid"), "phase Invalid", 60)
     valid = cond(bad, "Valid")
+    TrainingJobStatus.model_validate(bad["status"])
     assert valid["status"] == "False" and valid["reason"] == "InvalidSpec"
     assert valid["message"] == ("spec.command: must not be empty; "
                                 "spec.nodes: 2 must be between elastic.minNodes (3) and elastic.maxNodes (4)")

@@ -14,6 +14,7 @@ from kubetrain.controller.handoff import code_volume, training_job
 from kubetrain.controller.progress import progress_of
 from kubetrain.controller.queue import WorkQueue
 from kubetrain.controller.reconcile import CODE_ANNOTATION, desired, owner_name, spec_data
+from kubetrain.controller.statusmodel import TrainingJobStatus
 from kubetrain.errors import SpecError
 from kubetrain.metrics import format_metrics
 from kubetrain.spec.load import load_spec, parse_spec
@@ -128,6 +129,35 @@ def test_status_mirrors_the_child_through_success() -> None:
     again = mirror.status_for({**obj, "status": status}, want, done, [])
     assert again == status  # unchanged → no write
     assert mirror.transitions({"phase": "Running"}, status)[0][:2] == ("Normal", "Succeeded")
+
+
+def test_every_status_the_controller_writes_validates_against_the_status_model() -> None:
+    """The status is written as a merge patch and the API server prunes what the CRD's schema (generated from
+    TrainingJobStatus) does not know: a field the model lacks would vanish silently. So every status the
+    controller computes must validate against the model itself (extra fields forbidden)."""
+    good = desired(tj(GOOD), ["pytorchjob"])
+    queued = desired(tj({**GOOD, "scheduling": {"queue": "team-a"}}), ["pytorchjob"])
+    invalid = tj({**GOOD, "command": []})
+    running = _child([{"type": "Running", "status": "True", "lastTransitionTime": "2026-01-01T00:01:00Z"}],
+                     replicaStatuses={"Master": {"active": 1}, "Worker": {"active": 1}},
+                     startTime="2026-01-01T00:00:01Z")
+    failed = _child([{"type": "Failed", "status": "True", "message": "OOMKilled",
+                      "lastTransitionTime": "2026-01-01T00:02:00Z"}], replicaStatuses={"Master": {"failed": 1}})
+    trainjob = {**_child([{"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T00:03:00Z"}],
+                         jobsStatus=[{"name": "node", "succeeded": 2}]), "apiVersion": "trainer.kubeflow.org/v1alpha1",
+                "kind": "TrainJob"}
+    cases = {"pending": (tj(GOOD), good, None), "running": (tj(GOOD), good, running),
+             "failed": (tj(GOOD), good, failed), "trainjob": (tj(GOOD), good, trainjob),
+             "queued": (tj(GOOD), queued, _child([{"type": "Suspended", "status": "True"}])),
+             "invalid": (invalid, desired(invalid, ["pytorchjob"]), None),
+             "with progress": ({**tj(GOOD), "status": {"progress": {"step": 3, "stepText": "3/10"}}}, good, running)}
+    phases = {}
+    for name, (obj, want, child) in cases.items():
+        status = mirror.status_for(obj, want, child, [])
+        TrainingJobStatus.model_validate(status)  # raises, naming the field, on anything the model lacks
+        phases[name] = status["phase"]
+    assert phases == {"pending": "Pending", "running": "Running", "failed": "Failed", "trainjob": "Succeeded",
+                      "queued": "Suspended", "invalid": "Invalid", "with progress": "Running"}
 
 
 def test_kueue_queue_adds_queued_and_admitted() -> None:
