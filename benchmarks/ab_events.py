@@ -56,9 +56,10 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     from benchmarks.bench_cli import ensure_bytecode
     from benchmarks.bench_status import make_events
-    from kubetrain.client import apply, status, targets, watch
-    from kubetrain.client.connection import connect
-    from kubetrain.client.targets import PYTORCHJOB
+    from kubetrain.jobs import apply, status, targets
+    from kubetrain.jobs.targets import PYTORCHJOB
+    from kubetrain.kube import watch
+    from kubetrain.kube.connection import connect
     from tests.client.specs import render, write_spec
     from tests.queues.counting import counting
     from tests.testenv.controlplane import ControlPlane

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kubetrain.imagebuild.image import staging_dir
 from kubetrain.imagebuild.plan import assemble, plan_build
-from kubetrain.spec.load import load_spec
+from kubetrain.jobspec.load import load_spec
 
 SPEC = """\
 apiVersion: kubetrain.dev/v1alpha1

@@ -99,7 +99,7 @@ def bench_render_validate(runs: int, schemas: list[str]) -> tuple[float, tuple[f
 def bench_bulk(count: int, schemas: list[str]) -> tuple[float, float]:
     from kubetrain.cli.common import render_loaded
     from kubetrain.cli.validate_cmd import build_store
-    from kubetrain.spec.load import load_spec
+    from kubetrain.jobspec.load import load_spec
     from kubetrain.validate import validate_objects
 
     loaded = load_spec(str(SPEC))
@@ -119,8 +119,8 @@ def bench_limits(runs: int) -> tuple[float, float, float, float]:
     import yaml
 
     from kubetrain.cli.common import render_loaded
+    from kubetrain.jobspec.load import load_spec
     from kubetrain.render.yamlout import dump_yaml
-    from kubetrain.spec.load import load_spec
     from kubetrain.yamlsrc import _FAST_LOADER, _BoundedLoader, parse_documents
 
     text = dump_yaml(render_loaded(load_spec(str(SPEC))))

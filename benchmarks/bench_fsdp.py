@@ -81,9 +81,9 @@ def trainer(strategy: str) -> dict[str, float]:
 
     import torch
 
+    from kubetrain.jobspec.sections import Train
     from kubetrain.metrics import parse_metrics_line
     from kubetrain.runtime import Factories, Trainer
-    from kubetrain.spec.sections import Train
 
     base = peak_mb()
     stream = io.StringIO()

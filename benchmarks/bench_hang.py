@@ -114,8 +114,8 @@ def _fit(steps: int, progress_dir: str | None) -> float:
     import torch
     from bench_runtime import BATCH, make_data, make_model
 
+    from kubetrain.jobspec.sections import Train
     from kubetrain.runtime.trainer import Factories, Trainer
-    from kubetrain.spec.sections import Train
 
     torch.set_num_threads(1)
     if progress_dir:

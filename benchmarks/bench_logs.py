@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kubetrain.client.logmerge import Dedup, LineAssembler, Prefixer, merge, split_timestamp  # noqa: E402
-from kubetrain.client.logs import LogOptions, _Output  # noqa: E402
+from kubetrain.jobs.logmerge import Dedup, LineAssembler, Prefixer, merge, split_timestamp  # noqa: E402
+from kubetrain.jobs.logs import LogOptions, _Output  # noqa: E402
 from kubetrain.metrics import format_metrics  # noqa: E402
 from kubetrain.observe.render import Renderer  # noqa: E402
 

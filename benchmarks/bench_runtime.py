@@ -104,8 +104,8 @@ def plain_loop(samples: int, epochs: int, log_every: int, out: str, *, same_ddp:
 def trainer_loop(samples: int, epochs: int, log_every: int, out: str, *, checkpoint_dir: str | None = None) -> None:
     import torch
 
+    from kubetrain.jobspec.sections import Checkpoint, Train
     from kubetrain.runtime import Factories, Trainer
-    from kubetrain.spec.sections import Checkpoint, Train
 
     built: list[Any] = []
 

@@ -80,9 +80,10 @@ def client_cpu_ms(fn: Any, runs: int) -> float:
 def populate(cp: Any, tmp: Path, args: argparse.Namespace) -> None:
     import kubernetes
 
-    from kubetrain.client import apply, watch
-    from kubetrain.client.connection import connect
-    from kubetrain.client.targets import PYTORCHJOB
+    from kubetrain.jobs import apply
+    from kubetrain.jobs.targets import PYTORCHJOB
+    from kubetrain.kube import watch
+    from kubetrain.kube.connection import connect
     from tests.client.logfixtures import cri, now_stamp, serve_logs
     from tests.client.specs import render, write_spec
     from tests.testenv import kwok
@@ -122,9 +123,9 @@ def main() -> None:
                         help="runs of `gpu big` (one exec per pod: about a minute each on a loaded machine)")
     args = parser.parse_args()
 
-    from kubetrain.client import preflight
-    from kubetrain.client.connection import connect
-    from kubetrain.client.targets import PYTORCHJOB
+    from kubetrain.cluster import preflight
+    from kubetrain.jobs.targets import PYTORCHJOB
+    from kubetrain.kube.connection import connect
     from tests.client.specs import render, write_spec
     from tests.queues.counting import counting
     from tests.testenv.controlplane import ControlPlane

@@ -111,9 +111,10 @@ def make_events(cp: Any, namespace: str, count: int) -> None:
 def bench_job(cp: Any, tmp: Path, events: int = 0) -> tuple[Any, dict[str, str]]:
     """PyTorchJob `bench` in namespace default: 2 pods Running on kwok nodes, serving 20 log lines each, and
     `events` unrelated Events. Returns a connection and the environment for fresh processes (KUBECONFIG)."""
-    from kubetrain.client import apply, watch
-    from kubetrain.client.connection import connect
-    from kubetrain.client.targets import PYTORCHJOB
+    from kubetrain.jobs import apply
+    from kubetrain.jobs.targets import PYTORCHJOB
+    from kubetrain.kube import watch
+    from kubetrain.kube.connection import connect
     from tests.client.logfixtures import cri, now_stamp, serve_logs
     from tests.client.specs import render, write_spec
 
@@ -141,7 +142,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from benchmarks.bench_cli import ensure_bytecode, load_average
-    from kubetrain.client import status, targets
+    from kubetrain.jobs import status, targets
     from tests.testenv.controlplane import ControlPlane
 
     ensure_bytecode()

@@ -85,9 +85,9 @@ def trainer_run(model: Callable[[], Any] = make_model, samples: int = BATCH * ST
     """A Trainer run in this process (a world of one over nccl): its metrics, peak memory and wall time."""
     import torch
 
+    from kubetrain.jobspec.sections import Train
     from kubetrain.metrics import parse_metrics_line
     from kubetrain.runtime import Factories, Trainer
-    from kubetrain.spec.sections import Train
 
     settings = {"model": "gpu_check:model", "dataset": "gpu_check:data", "batchSize": BATCH, "lr": LR,
                 "seed": SEED, "logEvery": 20, **train}
@@ -144,7 +144,7 @@ def hand_loop(samples: int = BATCH * STEPS) -> float:
 
 # --- the checks -----------------------------------------------------------------------------------------
 def check_nvidia_smi() -> dict[str, Any]:
-    from kubetrain.client.gpu import COMMAND, LIST_COMMAND, parse_query, with_slices
+    from kubetrain.jobs.gpu import COMMAND, LIST_COMMAND, parse_query, with_slices
 
     query = subprocess.run(COMMAND, capture_output=True, text=True, timeout=60, check=True).stdout
     listing = subprocess.run(LIST_COMMAND, capture_output=True, text=True, timeout=60, check=True).stdout

@@ -22,16 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubetrain.errors import ClusterError, KubetrainError, SpecError, UsageError
-from kubetrain.spec.load import LoadedSpec
+from kubetrain.jobspec.load import LoadedSpec
 
 if TYPE_CHECKING:
-    from kubetrain.client.connection import Connection
-    from kubetrain.client.gpu import PodGpus
-    from kubetrain.client.jobs import JobSummary
-    from kubetrain.client.preflight import CheckResult
-    from kubetrain.client.status import JobStatus
-    from kubetrain.client.submit import Submitted
-    from kubetrain.client.targets import Target
+    from kubetrain.cluster.preflight import CheckResult
+    from kubetrain.jobs.crud import JobSummary
+    from kubetrain.jobs.gpu import PodGpus
+    from kubetrain.jobs.status import JobStatus
+    from kubetrain.jobs.targets import Target
+    from kubetrain.kube.connection import Connection
+    from kubetrain.submit import Submitted
     from kubetrain.validate import Report
 
 __all__ = ["ClusterError", "KubetrainError", "LoadedSpec", "SpecError", "UsageError", "connect", "delete", "gpu",
@@ -42,7 +42,7 @@ Spec = str | Path | LoadedSpec
 
 def load(path: str | Path = "kubetrain.yaml") -> LoadedSpec:
     """Read, default and check a job spec ('-' is stdin); all problems at once in one SpecError."""
-    from kubetrain.spec.load import load_spec
+    from kubetrain.jobspec.load import load_spec
 
     return load_spec(str(path))
 
@@ -71,7 +71,7 @@ def validate(objects: list[dict[str, Any]] | str | Path, *, schemas: tuple[str, 
     store = SchemaStore()
     found: list[tuple[dict[str, Any], str]] = []
     if connection is not None:
-        from kubetrain.client.crds import training_crds
+        from kubetrain.kube.crds import training_crds
 
         found += training_crds(connection)
     for location in schemas:
@@ -80,7 +80,7 @@ def validate(objects: list[dict[str, Any]] | str | Path, *, schemas: tuple[str, 
         store.add_crd(crd, source)
     if isinstance(objects, list):
         return validate_objects(objects, store)
-    from kubetrain.spec.load import read_text
+    from kubetrain.jobspec.load import read_text
 
     return validate_sources([read_text(str(objects))], store)
 
@@ -88,7 +88,7 @@ def validate(objects: list[dict[str, Any]] | str | Path, *, schemas: tuple[str, 
 def connect(context: str | None = None, kubeconfig: str | None = None,
             request_timeout: float | None = None) -> Connection:
     """A connection configured as kubectl's would be ($KUBECONFIG, ~/.kube/config, then in-cluster)."""
-    from kubetrain.client.connection import connect as connect_cluster
+    from kubetrain.kube.connection import connect as connect_cluster
 
     return connect_cluster(context, kubeconfig, request_timeout)
 
@@ -122,8 +122,8 @@ def submit(spec: Spec, *, namespace: str | None = None, context: str | None = No
            skip_fit: bool = False, wait_for_capacity: bool = False, timeout: float | None = None) -> Submitted:
     """Render, validate (with the cluster's CRD), preflight and server-side apply, as `kubetrain submit`.
     dry_run: "none", "client" (check, write nothing) or "server" (the API server validates, dryRun=All)."""
-    from kubetrain.client.submit import SubmitOptions
-    from kubetrain.client.submit import submit as run_submit
+    from kubetrain.submit import SubmitOptions
+    from kubetrain.submit import submit as run_submit
 
     loaded = _loaded(spec)
     where = _where(namespace, context, kubeconfig, request_timeout, connection, loaded.job.metadata.namespace)
@@ -135,7 +135,7 @@ def find(name: str, *, namespace: str | None = None, target: str | None = None, 
          kubeconfig: str | None = None, request_timeout: float | None = None,
          connection: Connection | None = None) -> tuple[Target, dict[str, Any]]:
     """The job called `name` and its kind (target None/"auto": among the installed kinds)."""
-    from kubetrain.client.logs import find_job
+    from kubetrain.jobs.logs import find_job
 
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     return find_job(where.connection.rest, where.namespace, name, target)
@@ -145,7 +145,7 @@ def status(name: str, *, namespace: str | None = None, recent: int = 10, context
            kubeconfig: str | None = None, request_timeout: float | None = None,
            connection: Connection | None = None) -> JobStatus:
     """What `kubetrain status` shows: state, conditions, pods, the job's own Events and hints."""
-    from kubetrain.client.status import job_status
+    from kubetrain.jobs.status import job_status
 
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     return job_status(where.connection.rest, None, where.namespace, name, recent)
@@ -155,7 +155,7 @@ def list_jobs(*, namespace: str | None = None, all_namespaces: bool = False, con
               kubeconfig: str | None = None, request_timeout: float | None = None,
               connection: Connection | None = None) -> list[JobSummary]:
     """PyTorchJobs and TrainJobs in a namespace (or all), oldest first, as `kubetrain list`."""
-    from kubetrain.client.jobs import list_jobs as list_all
+    from kubetrain.jobs.crud import list_jobs as list_all
 
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     return list_all(where.connection.rest, None, None if all_namespaces else where.namespace)
@@ -168,7 +168,7 @@ def logs(name: str, *, namespace: str | None = None, follow: bool = False, repli
          connection: Connection | None = None) -> Iterator[str]:
     """The job's merged log lines, each prefixed with its replica (`[worker-1] ...`). With follow, lines
     arrive as the pods write them, until the job ends (then a ClusterError if it failed)."""
-    from kubetrain.client.logs import LogOptions, follow_job_logs, print_logs
+    from kubetrain.jobs.logs import LogOptions, follow_job_logs, print_logs
 
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     options = LogOptions(replica=replica, since_seconds=since_seconds, tail=tail, previous=previous)
@@ -212,8 +212,8 @@ def gpu(name: str, *, namespace: str | None = None, replica: str = "all", target
         context: str | None = None, kubeconfig: str | None = None, request_timeout: float | None = None,
         connection: Connection | None = None) -> list[PodGpus]:
     """nvidia-smi in every running pod of the job (pods/exec), as `kubetrain gpu`."""
-    from kubetrain.client.gpu import job_gpus
-    from kubetrain.client.pods import check_replica_filter
+    from kubetrain.jobs.gpu import job_gpus
+    from kubetrain.jobs.pods import check_replica_filter
 
     wanted = check_replica_filter(replica)
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
@@ -225,7 +225,7 @@ def wait(name: str, *, namespace: str | None = None, timeout: float | None = Non
          context: str | None = None, kubeconfig: str | None = None, request_timeout: float | None = None,
          connection: Connection | None = None) -> str:
     """Wait until the job ends; returns "Succeeded" or "Failed" (WaitTimeout after `timeout` seconds)."""
-    from kubetrain.client.jobs import wait_finished
+    from kubetrain.jobs.crud import wait_finished
 
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, _ = find(name, namespace=where.namespace, target=target, connection=where.connection)
@@ -237,7 +237,7 @@ def delete(name: str, *, namespace: str | None = None, wait: bool = False, timeo
            request_timeout: float | None = None, connection: Connection | None = None) -> list[str]:
     """Delete the job (and the TrainingJob controlling it, and its code ConfigMaps), as `kubetrain delete`;
     with wait, until the job and its pods are gone. Returns what was deleted, one line each."""
-    from kubetrain.client.removal import delete_job
+    from kubetrain.jobs.removal import delete_job
 
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, obj = find(name, namespace=where.namespace, target=target, connection=where.connection)

@@ -36,5 +36,5 @@ def test_built_wheel_contains_templates(tmp_path: Path) -> None:
     wheel = next(tmp_path.glob("kubetrain-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"kubetrain/_manifests/pytorchjob.yaml.j2", "kubetrain/_manifests/trainjob.yaml.j2",
-            "kubetrain/_manifests/_podtemplate.yaml.j2", "kubetrain/spec/starter.yaml",
+            "kubetrain/_manifests/_podtemplate.yaml.j2", "kubetrain/jobspec/starter.yaml",
             "kubetrain/py.typed"} <= names

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from kubetrain.client.objects import parse_time
+from kubetrain.kube.objects import parse_time
 
 if TYPE_CHECKING:
-    from kubetrain.client.connection import Connection
+    from kubetrain.kube.connection import Connection
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,7 +63,7 @@ def target_option(func: F) -> F:
 
 
 def connect_from(context: str | None, kubeconfig: str | None, request_timeout: float | None = None) -> Connection:
-    from kubetrain.client.connection import connect
+    from kubetrain.kube.connection import connect
 
     return connect(context, kubeconfig, request_timeout)
 

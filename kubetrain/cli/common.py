@@ -14,10 +14,10 @@ import click
 
 from kubetrain.cli.cluster_opts import connect_from, namespace_option
 from kubetrain.errors import UsageError
-from kubetrain.spec.load import DEFAULT_SPEC, LoadedSpec, load_spec
+from kubetrain.jobspec.load import DEFAULT_SPEC, LoadedSpec, load_spec
 
 if TYPE_CHECKING:
-    from kubetrain.client.logs import LogOptions
+    from kubetrain.jobs.logs import LogOptions
     from kubetrain.observe.render import Renderer
 
 
@@ -91,9 +91,9 @@ def archive_option(func: Any) -> Any:
 def read_job_logs(name: str, target: str | None, archive: str | None, options: LogOptions,
                   sink: Callable[[str], None], cluster: tuple[str | None, str | None, str | None, float | None]) -> int:
     """The job's logs so far (`logs NAME`, `metrics NAME`), or its archive once its pods or the job are gone
-    (kubetrain.client.logs). With --archive, a cluster that cannot be reached also falls back to it."""
-    from kubetrain.client import logs as client_logs
+    (kubetrain.jobs.logs). With --archive, a cluster that cannot be reached also falls back to it."""
     from kubetrain.errors import ClusterError
+    from kubetrain.jobs import logs as client_logs
 
     context, kubeconfig, namespace, request_timeout = cluster
     notice = Terminal().notice

@@ -28,8 +28,8 @@ def delete(name: str, context: str | None, kubeconfig: str | None, namespace: st
       kubetrain delete llm-finetune
       kubetrain delete llm-finetune -n team-a --wait
     """
-    from kubetrain.client.logs import find_job
-    from kubetrain.client.removal import delete_job
+    from kubetrain.jobs.logs import find_job
+    from kubetrain.jobs.removal import delete_job
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)

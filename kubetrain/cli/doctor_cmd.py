@@ -12,7 +12,7 @@ from kubetrain.cli.cluster_opts import cluster_options, connect_from
 from kubetrain.cli.output import handle_errors
 
 if TYPE_CHECKING:
-    from kubetrain.client.doctor import Check, Report
+    from kubetrain.cluster.doctor import Check, Report
 
 SYMBOLS = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red")}
 
@@ -50,7 +50,7 @@ def doctor(output: str, context: str | None, kubeconfig: str | None, namespace: 
       kubetrain doctor --context prod-gke -n research
       kubetrain doctor -o json | jq '.checks[] | select(.status != "ok")'
     """
-    from kubetrain.client.doctor import run_doctor
+    from kubetrain.cluster.doctor import run_doctor
 
     connection = connect_from(context, kubeconfig, request_timeout)
     report = run_doctor(connection, connection.namespace(namespace))

@@ -14,7 +14,7 @@ from kubetrain.cli.cluster_opts import cluster_options, connect_from, print_tabl
 from kubetrain.cli.output import handle_errors, info
 
 if TYPE_CHECKING:
-    from kubetrain.client.gpu import PodGpus
+    from kubetrain.jobs.gpu import PodGpus
 
 
 @click.command()
@@ -47,10 +47,10 @@ def gpu(name: str, replica: str, watch: bool, interval: float, count: int | None
       kubetrain gpu bert --watch --interval 5
       kubetrain gpu bert --replica worker -o json | jq '.pods[].gpus[].utilization'
     """
-    from kubetrain.client.errors import Unreachable
-    from kubetrain.client.gpu import job_gpus
-    from kubetrain.client.logs import find_job
-    from kubetrain.client.pods import check_replica_filter
+    from kubetrain.jobs.gpu import job_gpus
+    from kubetrain.jobs.logs import find_job
+    from kubetrain.jobs.pods import check_replica_filter
+    from kubetrain.kube.errors import Unreachable
 
     wanted = check_replica_filter(replica)
     connection = connect_from(context, kubeconfig, request_timeout)
@@ -81,7 +81,7 @@ class _Lost:
         self.since: float | None = None
 
     def wait(self, exc: Exception, interval: float) -> None:
-        from kubetrain.client.watch import RECONNECT_WINDOW
+        from kubetrain.kube.watch import RECONNECT_WINDOW
 
         now = time.monotonic()
         if self.since is None:
@@ -98,7 +98,7 @@ class _Lost:
 
 
 def _show(name: str, results: list[PodGpus], output: str, clear: bool) -> None:
-    from kubetrain.client.gpu import HEADERS, notes, table_rows
+    from kubetrain.jobs.gpu import HEADERS, notes, table_rows
 
     if output == "json":
         click.echo(json.dumps({"job": name, "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -9,9 +9,9 @@ import click
 from kubetrain.cli.common import write_atomically
 from kubetrain.cli.output import handle_errors, info
 from kubetrain.errors import UsageError
-from kubetrain.spec.load import DEFAULT_SPEC
+from kubetrain.jobspec.load import DEFAULT_SPEC
 
-STARTER = Path(__file__).resolve().parent.parent / "spec" / "starter.yaml"
+STARTER = Path(__file__).resolve().parent.parent / "jobspec" / "starter.yaml"
 
 
 @click.command()

@@ -72,8 +72,8 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
       kubetrain logs bert --replica worker-2 --previous
       kubetrain logs bert --since 10m --tail 100 -n research
     """
-    from kubetrain.client import logs as client_logs
-    from kubetrain.client.pods import check_replica_filter
+    from kubetrain.jobs import logs as client_logs
+    from kubetrain.jobs.pods import check_replica_filter
 
     check_replica_filter(replica)
     if previous and follow:

@@ -107,7 +107,7 @@ def _from_job(name: str, target: str | None, archive: str | None,
               cluster: tuple[str | None, str | None, str | None, float | None]) -> History:
     """The job's logs, as `kubetrain logs NAME` reads them (every replica; rank 0 prints the metrics), or
     its archive when the job or its pods are gone."""
-    from kubetrain.client.logs import LogOptions
+    from kubetrain.jobs.logs import LogOptions
     from kubetrain.observe.history import from_lines
 
     lines: list[str] = []

@@ -11,7 +11,7 @@ from kubetrain.cli.cluster_opts import age, cluster_options, connect_from, print
 from kubetrain.cli.output import handle_errors, info
 
 if TYPE_CHECKING:
-    from kubetrain.client.status import EventRow, JobStatus
+    from kubetrain.jobs.status import EventRow, JobStatus
 
 OUTPUT = click.Choice(["text", "json", "yaml"])
 
@@ -33,8 +33,8 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
       kubetrain status llm-finetune
       kubetrain status llm-finetune -n team-a -o json
     """
-    from kubetrain.client.status import job_status
-    from kubetrain.client.targets import TARGETS
+    from kubetrain.jobs.status import job_status
+    from kubetrain.jobs.targets import TARGETS
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
@@ -79,7 +79,7 @@ def _print_status(result: JobStatus) -> None:
 
 
 def _print_events(events: list[EventRow], with_hints: bool = True) -> None:
-    from kubetrain.client.hints import shorten
+    from kubetrain.jobs.hints import shorten
 
     rows = []
     for event in events:
@@ -103,8 +103,8 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, re
       kubetrain list
       kubetrain list -A -o json
     """
-    from kubetrain.client import queues
-    from kubetrain.client.jobs import list_jobs
+    from kubetrain.jobs.crud import list_jobs
+    from kubetrain.queues import workloads as queues
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = None if all_namespaces else connection.namespace(namespace)
@@ -143,9 +143,9 @@ def events(name: str, context: str | None, kubeconfig: str | None, namespace: st
     """
     from dataclasses import asdict
 
-    from kubetrain.client import pods
-    from kubetrain.client.logs import find_job
-    from kubetrain.client.status import job_events
+    from kubetrain.jobs import pods
+    from kubetrain.jobs.logs import find_job
+    from kubetrain.jobs.status import job_events
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)

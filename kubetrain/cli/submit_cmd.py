@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,14 +12,14 @@ from kubetrain.cli.cluster_opts import cluster_options, connect_from
 from kubetrain.cli.common import load, render_loaded, spec_file_option
 from kubetrain.cli.output import emit_objects, handle_errors, info, warn
 from kubetrain.errors import UsageError
+from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.render.yamlout import dump_json, dump_yaml
-from kubetrain.spec.load import LoadedSpec
 
 if TYPE_CHECKING:
-    from kubetrain.client.connection import Connection
-    from kubetrain.client.preflight import CheckResult
-    from kubetrain.client.submit import Submitted
-    from kubetrain.client.targets import Target
+    from kubetrain.cluster.preflight import CheckResult
+    from kubetrain.jobs.targets import Target
+    from kubetrain.kube.connection import Connection
+    from kubetrain.submit import Submitted
 
 
 @click.command()
@@ -80,8 +80,8 @@ def submit(filename: str, context: str | None, kubeconfig: str | None, namespace
         _via_controller(connection, loaded, ns, dry_run, output, target=target, image=image, build=build_image,
                         replace=replace, wait_capacity=wait_capacity, wait=wait, follow=follow, timeout=timeout)
         return
-    from kubetrain.client.submit import SubmitOptions
-    from kubetrain.client.submit import submit as run_submit
+    from kubetrain.submit import SubmitOptions
+    from kubetrain.submit import submit as run_submit
 
     if build_image:
         image = _build(loaded)
@@ -119,7 +119,7 @@ def _via_controller(connection: Connection, loaded: LoadedSpec, namespace: str, 
         handed = wait_trainingjob(connection.rest, namespace, name, timeout, "child", on_retry=info)
         child = (handed.get("status") or {}).get("target")
         if child and outcome(handed)[0] != "Invalid":
-            from kubetrain.client.targets import TARGETS
+            from kubetrain.jobs.targets import TARGETS
 
             _follow(connection, TARGETS[child], namespace, name, _left(deadline), exit_on_failure=False)
     else:
@@ -137,7 +137,7 @@ def _left(deadline: float | None) -> float | None:
 
 def _skipped_checks(values: tuple[str, ...]) -> frozenset[str]:
     """--skip-preflight (all), --skip-preflight=queue, --skip-preflight=fit,queue, repeated: the names."""
-    from kubetrain.client.preflight import SKIPPABLE
+    from kubetrain.cluster.preflight import SKIPPABLE
 
     names = frozenset(n.strip().lower() for value in values for n in value.split(",") if n.strip())
     unknown = sorted(names - {*SKIPPABLE, "all"})
@@ -185,7 +185,7 @@ def _styled(result: CheckResult) -> str:
 
 
 def _wait(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None) -> None:
-    from kubetrain.client import jobs
+    from kubetrain.jobs import crud as jobs
 
     info(f"waiting for {target.kind} {namespace}/{name} to finish")
     final = jobs.wait_finished(connection.rest, target, namespace, name, timeout, on_retry=info)
@@ -198,7 +198,7 @@ def _follow(connection: Connection, target: Target, namespace: str, name: str, t
             exit_on_failure: bool = True) -> None:
     """`kubetrain logs -f` (merged logs, live progress line from the metrics); exit 1 if the job fails."""
     from kubetrain.cli.common import follow_renderer, use_color
-    from kubetrain.client import logs
+    from kubetrain.jobs import logs
 
     renderer = follow_renderer()
     options = logs.LogOptions(color=use_color("auto", sys.stdout))

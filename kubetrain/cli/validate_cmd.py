@@ -11,7 +11,7 @@ import click
 
 from kubetrain.cli.output import emit, handle_errors, info
 from kubetrain.errors import SpecError, UsageError
-from kubetrain.spec.load import read_text
+from kubetrain.jobspec.load import read_text
 from kubetrain.validate import Report, SchemaStore, validate_sources
 from kubetrain.validate.schemas import DEFAULT_KUBERNETES_VERSION, cached_crds, load_crd_source
 
@@ -71,8 +71,8 @@ def build_store(schemas: tuple[str, ...], from_cluster: bool, context: str | Non
     """Schemas in precedence order: the cluster's CRDs, --schema, then the cache."""
     store = SchemaStore(kubernetes_version=kubernetes_version)
     if from_cluster:
-        from kubetrain.client.connection import connect
-        from kubetrain.client.crds import training_crds
+        from kubetrain.kube.connection import connect
+        from kubetrain.kube.crds import training_crds
 
         for crd, source in training_crds(connect(context, kubeconfig)):
             store.add_crd(crd, source)
@@ -85,10 +85,10 @@ def build_store(schemas: tuple[str, ...], from_cluster: bool, context: str | Non
 
 
 def _server_pod_issues(sources: list[tuple[str, str]], context: str | None, kubeconfig: str | None) -> list[Any]:
-    """Every pod template of a CRD, dry-run created as a Pod on the cluster (kubetrain/client/podcheck.py)."""
-    from kubetrain.client.connection import connect
-    from kubetrain.client.errors import is_api_error, network_error_types, translate
-    from kubetrain.client.podcheck import source_issues
+    """Every pod template of a CRD, dry-run created as a Pod on the cluster (kubetrain/jobs/podcheck.py)."""
+    from kubetrain.jobs.podcheck import source_issues
+    from kubetrain.kube.connection import connect
+    from kubetrain.kube.errors import is_api_error, network_error_types, translate
 
     connection = connect(context, kubeconfig)
     try:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from kubetrain.controller.statusmodel import TrainingJobStatus
+from kubetrain.jobspec.model import TrainingJob
 from kubetrain.render.yamlout import dump_yaml
-from kubetrain.spec.model import TrainingJob
 
 GROUP, VERSION, KIND, PLURAL = "kubetrain.dev", "v1alpha1", "TrainingJob", "trainingjobs"
 NAME = f"{PLURAL}.{GROUP}"
@@ -114,7 +114,7 @@ def crd() -> dict[str, Any]:
     }
 
 
-HEADER = "# Generated from kubetrain/spec by `python -m kubetrain.controller.crd`; do not edit by hand.\n"
+HEADER = "# Generated from kubetrain/jobspec by `python -m kubetrain.controller.crd`; do not edit by hand.\n"
 
 
 def crd_yaml() -> str:

@@ -13,14 +13,15 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from kubetrain.client import apply, targets, watch
-from kubetrain.client.controller_api import ApiClient
-from kubetrain.client.errors import cluster_errors
-from kubetrain.client.rest import path_of
+from kubetrain.controller.apicalls import ApiClient
 from kubetrain.controller.crd import NAME
 from kubetrain.controller.reconcile import CODE_ANNOTATION
 from kubetrain.errors import ClusterError, Problem, SpecError
-from kubetrain.spec.load import LoadedSpec
+from kubetrain.jobs import apply, targets
+from kubetrain.jobspec.load import LoadedSpec
+from kubetrain.kube import watch
+from kubetrain.kube.errors import cluster_errors
+from kubetrain.kube.rest import path_of
 
 
 def training_job(loaded: LoadedSpec, namespace: str, rendered: list[dict[str, Any]],

@@ -1,6 +1,6 @@
 """An informer: a list-then-watch cache of one resource, calling back on every change.
 
-Built on `kubetrain.client.watch.stream` (the CLI's reflector), which resumes dropped watches from the last
+Built on `kubetrain.kube.watch.stream` (the CLI's reflector), which resumes dropped watches from the last
 resourceVersion and answers 410 Gone with a fresh list (a SYNC event): watches survive 410.
 """
 
@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubetrain.client import watch
-from kubetrain.client.controller_api import WATCH_ERRORS
+from kubetrain.controller.apicalls import WATCH_ERRORS
+from kubetrain.kube import watch
 
 log = logging.getLogger("kubetrain.controller")
 Key = tuple[str, str]

@@ -4,7 +4,7 @@ The base is plain YAML (namespace, ServiceAccount, RBAC, Deployment, and ../crd)
 manifests/controller` and `kubetrain controller install` apply the very same objects. Reading it needs no
 kustomize: `resources` entries are files or directories with their own kustomization.yaml; JSON6902
 `patches` (the namespaced variant) are applied with jsonpatch-like `add` only.
-Applying is kubetrain.client.manifests' (server-side apply on the REST client; discovery maps kind → resource).
+Applying is kubetrain.kube.manifests' (server-side apply on the REST client; discovery maps kind → resource).
 """
 
 from __future__ import annotations
@@ -84,13 +84,13 @@ def _set_watched_namespace(obj: dict[str, Any], namespace: str) -> None:
 
 def apply_all(api: Any, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
     """Server-side apply each object; returns `kind/name` lines."""
-    from kubetrain.client.manifests import apply_all as apply_objects
+    from kubetrain.kube.manifests import apply_all as apply_objects
 
     return apply_objects(api, objects, FIELD_MANAGER, dry_run)
 
 
 def delete_all(api: Any, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
     """Delete in reverse order; missing objects are fine (uninstall twice is a no-op)."""
-    from kubetrain.client.manifests import delete_all as delete_objects
+    from kubetrain.kube.manifests import delete_all as delete_objects
 
     return delete_objects(api, objects, dry_run)

@@ -1,6 +1,6 @@
 """The controller's writes besides the child apply: status, Events (sent in the background), deletes.
 
-The calls themselves are kubetrain.client.controller_api's; this module knows the TrainingJob's API.
+The calls themselves are kubetrain.controller.apicalls's; this module knows the TrainingJob's API.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from kubetrain.client import controller_api
-from kubetrain.client.controller_api import ApiClient
+from kubetrain.controller import apicalls as controller_api
+from kubetrain.controller.apicalls import ApiClient
 from kubetrain.controller.crd import GROUP, KIND, PLURAL, VERSION
 from kubetrain.controller.reconcile import now
 

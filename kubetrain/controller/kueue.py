@@ -2,7 +2,7 @@
 
 Kueue creates one Workload per queued child (PyTorchJob or TrainJob, labelled kueue.x-k8s.io/queue-name),
 owned by the child and labelled with the child's UID. The conditions' message is the CLI's Kueue hint
-(`kubetrain.client.queues.hint`, what `kubetrain status` prints): the same line, one implementation.
+(`kubetrain.queues.workloads.hint`, what `kubetrain status` prints): the same line, one implementation.
 The pending position is counted among the namespace's Workloads in the informer's cache (no extra reads).
 """
 
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.client import queues, targets
-from kubetrain.client.objects import meta_of
 from kubetrain.controller.mirror import condition
+from kubetrain.jobs import targets
+from kubetrain.kube.objects import meta_of
+from kubetrain.queues import workloads as queues
 
 PLURAL = "workloads"
 Key = tuple[str, str]

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubetrain.client.controller_api import ApiClient
-from kubetrain.client.lease import LeaseConflict, LeaseError, Leases
+from kubetrain.controller.apicalls import ApiClient
+from kubetrain.kube.lease import LeaseConflict, LeaseError, Leases
 
 log = logging.getLogger("kubetrain.controller")
 

@@ -14,16 +14,19 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from kubetrain.client import apply, controller_api, queues, targets, watch
-from kubetrain.client.controller_api import ApiClient
-from kubetrain.client.jobs import TERMINAL
-from kubetrain.client.objects import meta_of, status_of
-from kubetrain.client.targets import Target
+from kubetrain.controller import apicalls as controller_api
 from kubetrain.controller import kube, kueue, mirror, progress
+from kubetrain.controller.apicalls import ApiClient
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
 from kubetrain.controller.informer import Informer, Key, wait_synced
 from kubetrain.controller.queue import WorkQueue
 from kubetrain.controller.reconcile import Desired, DesiredCache, now, owned_by, owner_name, update_policy
+from kubetrain.jobs import apply, targets
+from kubetrain.jobs.crud import TERMINAL
+from kubetrain.jobs.targets import Target
+from kubetrain.kube import watch
+from kubetrain.kube.objects import meta_of, status_of
+from kubetrain.queues import workloads as queues
 
 log = logging.getLogger("kubetrain.controller")
 MANAGED = "app.kubernetes.io/managed-by=kubetrain"

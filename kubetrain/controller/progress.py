@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kubetrain.client import controller_api, pods, targets
-from kubetrain.client.controller_api import ApiClient
-from kubetrain.client.objects import status_of
+from kubetrain.controller import apicalls as controller_api
 from kubetrain.controller import kube
+from kubetrain.controller.apicalls import ApiClient
 from kubetrain.controller.informer import Informer
 from kubetrain.controller.reconcile import now
+from kubetrain.jobs import pods, targets
+from kubetrain.kube.objects import status_of
 from kubetrain.observe.progress import ProgressTracker, format_duration
 
 log = logging.getLogger("kubetrain.controller")

@@ -1,6 +1,6 @@
 """One TrainingJob → its desired child and its status. Pure functions of the observed objects (no I/O).
 
-The same pipeline as the CLI and kubetrain.api: `kubetrain.spec.load.validate_data` (what `load_spec` runs on
+The same pipeline as the CLI and kubetrain.api: `kubetrain.jobspec.load.validate_data` (what `load_spec` runs on
 a file: typed model + cross-field checks, every problem at once, the same one-line messages), then
 `kubetrain.render.loaded.render_loaded` (what `render`/`submit` run: target re-checks, then the renderer),
 given the code read from the cluster instead of a directory. `loop` does the I/O.
@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubetrain.client.objects import meta_of
 from kubetrain.controller.crd import GROUP, KIND, VERSION
 from kubetrain.errors import Problem, RenderError, SpecError
+from kubetrain.jobspec.load import LoadedSpec, validate_data
+from kubetrain.jobspec.model import TrainingJob
+from kubetrain.kube.objects import meta_of
 from kubetrain.render import resolve_target
 from kubetrain.render.code import CodeBundle
 from kubetrain.render.context import SPEC_HASH_ANNOTATION, code_configmap_name
 from kubetrain.render.loaded import render_loaded
-from kubetrain.spec.load import LoadedSpec, validate_data
-from kubetrain.spec.model import TrainingJob
 
 API_VERSION = f"{GROUP}/{VERSION}"
 UPDATE_POLICY_ANNOTATION = "kubetrain.dev/update-policy"

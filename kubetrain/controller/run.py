@@ -12,8 +12,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from kubetrain.client.controller_api import ApiClient
 from kubetrain.controller import health, progress
+from kubetrain.controller.apicalls import ApiClient
 from kubetrain.controller.leader import LeaseElector
 from kubetrain.controller.loop import Controller, Settings
 

@@ -24,7 +24,7 @@ from kubetrain.imagebuild.process import (
     run_captured,
     run_streamed,
 )
-from kubetrain.spec.load import LoadedSpec
+from kubetrain.jobspec.load import LoadedSpec
 
 KIND_HINT = "install kind (https://kind.sigs.k8s.io) or drop --kind"
 CTR_HINT = "install containerd's ctr (apt: containerd) or drop --containerd"

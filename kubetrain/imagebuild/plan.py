@@ -13,9 +13,9 @@ from kubetrain.imagebuild import toolchain
 from kubetrain.imagebuild.context import Entry, collect, content_hash, stage, write_file
 from kubetrain.imagebuild.dockerignore import PatternMatcher, load_matcher
 from kubetrain.imagebuild.reference import hash_tag, repository_error, split_reference
+from kubetrain.jobspec.load import LoadedSpec
+from kubetrain.jobspec.sections import Build
 from kubetrain.objectstore import backend_requirements
-from kubetrain.spec.load import LoadedSpec
-from kubetrain.spec.sections import Build
 
 DOCKERFILES = {"cuda": "Dockerfile", "cpu": "Dockerfile.cpu"}
 RUNTIME_FILES = ("ensure-torch.sh", "runtime-requirements.txt")

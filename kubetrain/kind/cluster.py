@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.client.objects import GPU_RESOURCE
 from kubetrain.errors import ClusterError, UsageError
 from kubetrain.imagebuild.process import CommandFailed, Echo, echo_stderr, run_captured, run_streamed
 from kubetrain.kind.config import DEVICES_DIR, render_config
@@ -23,6 +22,7 @@ from kubetrain.kind.steps import (
     streamed,
     training_operator_step,
 )
+from kubetrain.kube.objects import GPU_RESOURCE
 
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubetrain.errors import UsageError
-from kubetrain.spec.load import LoadedSpec
+from kubetrain.jobspec.load import LoadedSpec
 
 DEFAULT_VOLUME_DIR = ".kubetrain/volumes"
 _BEFORE = r"(?:^|(?<=[=:,;\s\"']))"  # a path starts the value, or follows a separator or quote

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubetrain.errors import UsageError
+from kubetrain.jobspec.load import LoadedSpec
+from kubetrain.jobspec.model import JobSpec
 from kubetrain.local.paths import PathMap, build_path_map
 from kubetrain.render.command import LaunchCommand, parse_command
 from kubetrain.render.context import env as container_env
-from kubetrain.spec.load import LoadedSpec
-from kubetrain.spec.model import JobSpec
 
 RUN_ID_ENV = "KUBETRAIN_RUN_ID"
 PATH_MAP_ENV = "KUBETRAIN_PATH_MAP"

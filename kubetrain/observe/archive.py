@@ -12,7 +12,7 @@ are dropped and counted in the next part. A restarted container continues the nu
 
 `kubetrain render`/`submit` record the location on the job as the annotation kubetrain.dev/archive, so
 `kubetrain logs NAME` and `kubetrain metrics NAME` read the archive by themselves once the pods are gone
-(kubetrain.client.logs); when the job itself is gone, `--archive URL` names it.
+(kubetrain.jobs.logs); when the job itself is gone, `--archive URL` names it.
 
 The writer is a thin wrapper around any command, so plain scripts are archived too:
 
@@ -187,7 +187,7 @@ def run_archived(command: Sequence[str], writer: ArchiveWriter) -> int:
 
 
 def replica_name(host: str, job: str, completion_index: str | None) -> str:
-    """This pod's replica as `kubetrain logs` labels it (kubetrain.client.pods). A PyTorchJob pod's host name
+    """This pod's replica as `kubetrain logs` labels it (kubetrain.jobs.pods). A PyTorchJob pod's host name
     is its name: <job>-master-0 -> master-0. A JobSet (TrainJob) pod's is <job>-<replicatedJob>-<jobIndex>-
     <podIndex>, while its label is <replicatedJob>[-<jobIndex>]-<completionIndex>: node-0-1 -> node-1."""
     name = host.removeprefix(f"{job}-")

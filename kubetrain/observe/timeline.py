@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.client.objects import final_condition, meta_of, parse_time, status_of
+from kubetrain.kube.objects import final_condition, meta_of, parse_time, status_of
 from kubetrain.observe.progress import ProgressTracker, format_duration
 
 PHASES = ("submitted", "admitted", "scheduled", "image pulled", "started", "first step", "done")

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kubetrain.client.objects import GPU_RESOURCE, JOB_LABEL, QUEUE_LABEL
+from kubetrain.jobspec.model import JobSpec, TrainingJob
+from kubetrain.jobspec.network import FABRICS
+from kubetrain.jobspec.quantity import format_bytes, parse_quantity
+from kubetrain.kube.objects import GPU_RESOURCE, JOB_LABEL, QUEUE_LABEL
 from kubetrain.render.code import CodeBundle, configmap_payload
 from kubetrain.render.gpudirect import gpudirect_annotations, gpudirect_env, gpudirect_sidecar, gpudirect_volumes
 from kubetrain.render.launch import container_command, torchrun_args
 from kubetrain.render.placement import placement_for
-from kubetrain.spec.model import JobSpec, TrainingJob
-from kubetrain.spec.network import FABRICS
-from kubetrain.spec.quantity import format_bytes, parse_quantity
 
 MASTER_PORT = 23456  # the operator's default, named pytorchjob-port
 MANAGED_BY = "kubetrain"

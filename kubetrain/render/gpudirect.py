@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubetrain.spec.network import Network
+from kubetrain.jobspec.network import Network
 
 LIB_DIR = "/usr/local/nvidia/lib64"
 HOST_LIB_DIR = "/home/kubernetes/bin/nvidia/lib64"

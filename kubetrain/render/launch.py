@@ -12,8 +12,8 @@ The container's main process is a POSIX-sh wrapper around torchrun (`container_c
 
 from __future__ import annotations
 
+from kubetrain.jobspec.model import JobSpec
 from kubetrain.render.command import launcher, parse_command
-from kubetrain.spec.model import JobSpec
 
 _REFUSED = {
     "accelerate": "`accelerate launch` starts its own launcher, but kubetrain already runs torchrun on every pod; "

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from kubetrain.errors import Problem, SpecError
+from kubetrain.jobspec.checks import spec_problems
+from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.render import RenderOptions, render_job
 from kubetrain.render.code import CodeBundle, collect_code
-from kubetrain.spec.checks import spec_problems
-from kubetrain.spec.load import LoadedSpec
 
 
 def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: str | None = None,

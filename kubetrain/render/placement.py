@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubetrain.client.objects import GPU_RESOURCE
-from kubetrain.spec.model import JobSpec
+from kubetrain.jobspec.model import JobSpec
+from kubetrain.kube.objects import GPU_RESOURCE
 
 # Label whose value names the GPU model, per profile (None: the profile has no such label).
 GPU_TYPE_LABEL: dict[str, str | None] = {

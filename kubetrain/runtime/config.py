@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kubetrain.errors import KubetrainError
-from kubetrain.spec.sections import Checkpoint, Train
+from kubetrain.jobspec.sections import Checkpoint, Train
 
 CONFIG_ENV = "KUBETRAIN_CONFIG"
 PATH_MAP_ENV = "KUBETRAIN_PATH_MAP"

@@ -19,10 +19,10 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
+from kubetrain.jobspec.sections import Train
 from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.distributed import DistEnv
 from kubetrain.runtime.wrapped import DTYPES, Wrapped
-from kubetrain.spec.sections import Train
 
 
 def shard_units(model: nn.Module, class_names: list[str]) -> list[nn.Module]:

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
+from kubetrain.jobspec.sections import Train
 from kubetrain.runtime.checkpoint import StoreBase
 from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.data import ResumableSampler, batch_size_of, to_device
@@ -30,7 +31,6 @@ from kubetrain.runtime.state import (
 )
 from kubetrain.runtime.stop import StopSignal, TrainingStopped
 from kubetrain.runtime.wrapped import Wrapped
-from kubetrain.spec.sections import Train
 
 
 @dataclass

@@ -15,9 +15,9 @@ from typing import Any
 
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
+from kubetrain.jobspec.sections import Profile
 from kubetrain.runtime.distributed import DistEnv
 from kubetrain.runtime.report import Reporter
-from kubetrain.spec.sections import Profile
 
 TOP = 5
 

@@ -1,7 +1,7 @@
 """The Trainer API: name model/dataset/loss/optimizer/scheduler factories, kubetrain runs the DDP loop.
 
     from kubetrain.runtime import Trainer
-    from kubetrain.spec.sections import Checkpoint, Train
+    from kubetrain.jobspec.sections import Checkpoint, Train
 
     Trainer(Train(model="digits.train:build_model", dataset="digits.train:build_datasets", epochs=5),
             Checkpoint(dir="/ckpt", everySteps=50)).fit()
@@ -20,6 +20,7 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
+from kubetrain.jobspec.sections import Checkpoint, Train
 from kubetrain.runtime.config import RuntimeConfigError, resolve_ref
 from kubetrain.runtime.data import ResumableSampler, ShardSampler, make_loader, split_datasets
 from kubetrain.runtime.distributed import DistEnv, distributed
@@ -39,7 +40,6 @@ from kubetrain.runtime.wrap import (
     warn_slow_precision,
     wrap_model,
 )
-from kubetrain.spec.sections import Checkpoint, Train
 
 __all__ = ["Factories", "FitResult", "Trainer", "TrainingStopped"]
 

@@ -13,10 +13,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
 
+from kubetrain.jobspec.sections import DDP, Train
 from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.distributed import DistEnv
 from kubetrain.runtime.wrapped import DTYPES, Wrapped
-from kubetrain.spec.sections import DDP, Train
 
 
 def convert_sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:

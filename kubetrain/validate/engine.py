@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kubetrain.client.objects import meta_of
 from kubetrain.errors import SpecError
-from kubetrain.spec import names
+from kubetrain.jobspec import names
+from kubetrain.kube.objects import meta_of
 from kubetrain.validate.cel import cel_findings
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import k8s_findings
@@ -142,7 +142,7 @@ def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStor
 
 def _spec_issues(doc: ParsedDoc, source: str, index: int, name: str) -> list[Issue]:
     """A kubetrain.yaml among the manifests: checked by the spec loader, exactly as `render` would."""
-    from kubetrain.spec.load import validate_data  # the spec models cost ~100 ms to build; only when needed
+    from kubetrain.jobspec.load import validate_data  # the spec models cost ~100 ms to build; only when needed
 
     try:
         validate_data(doc.data, doc.lines, source, doc.plain)

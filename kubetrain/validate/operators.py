@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-from kubetrain.spec import names
-from kubetrain.spec.quantity import parse_quantity
+from kubetrain.jobspec import names
+from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.validate.findings import Finding, get
 from kubetrain.yamlsrc import PathKey
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kubetrain.client.objects import GPU_RESOURCE as GPU
+from kubetrain.kube.objects import GPU_RESOURCE as GPU
 from kubetrain.validate import operators
 from kubetrain.validate.findings import Finding, get
 from kubetrain.validate.worldsize import world_size_findings

@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from kubetrain.cli.main import cli
-from kubetrain.client import watch
+from kubetrain.kube import watch
 from tests.client.specs import watch_until, write_spec
 
 pytestmark = pytest.mark.controlplane

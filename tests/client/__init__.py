@@ -1,1 +1,1 @@
-"""Tier 2: kubetrain.client against the real control plane, plus pure unit tests with fakes at the client boundary."""
+"""Tier 2: kubetrain.kube against the real control plane, plus pure unit tests with fakes at the client boundary."""

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from kubetrain.cli.common import render_loaded
-from kubetrain.spec.load import load_spec
+from kubetrain.jobspec.load import load_spec
 from tests.testenv.polling import wait_for
 
 H100 = {"cloud": "gke", "gpuType": "nvidia-h100-80gb"}

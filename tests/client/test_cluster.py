@@ -1,4 +1,4 @@
-"""Tier 2: kubetrain.client against the real control plane (kube-apiserver, scheduler, GC, training-operator,
+"""Tier 2: kubetrain.kube against the real control plane (kube-apiserver, scheduler, GC, training-operator,
 kwok GPU nodes)."""
 
 from __future__ import annotations
@@ -10,10 +10,13 @@ from typing import Any
 import kubernetes
 import pytest
 
-from kubetrain.client import apply, jobs, preflight, status, watch
-from kubetrain.client.connection import Connection, connect
-from kubetrain.client.targets import PYTORCHJOB, Target
+from kubetrain.cluster import preflight
 from kubetrain.errors import ClusterError
+from kubetrain.jobs import apply, status
+from kubetrain.jobs import crud as jobs
+from kubetrain.jobs.targets import PYTORCHJOB, Target
+from kubetrain.kube import watch
+from kubetrain.kube.connection import Connection, connect
 from tests.client.specs import render, watch_until, write_spec
 
 pytestmark = pytest.mark.controlplane

@@ -23,10 +23,10 @@ import yaml
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
-from kubetrain.client import kubeconfig
-from kubetrain.client.connection import connect
-from kubetrain.client.errors import AuthPluginError, Unreachable
 from kubetrain.errors import ClusterError
+from kubetrain.kube import kubeconfig
+from kubetrain.kube.connection import connect
+from kubetrain.kube.errors import AuthPluginError, Unreachable
 
 
 def write_kubeconfig(path: Path, server: str, user: dict[str, Any], context: str = "test",
@@ -198,7 +198,7 @@ def test_kubeconfig_list_merges_first_wins_and_resolves_relative_paths(tmp_path:
 def test_status_list_and_logs_do_not_import_the_kubernetes_package_nor_urllib3() -> None:
     """The start-up budget (docs/performance.md) depends on it: the imports alone cost 0.6-1.5 s and ~95 ms.
     (tests/cli/test_logs_gpu_doctor_cli.py runs the commands themselves against the test control plane.)"""
-    code = ("import sys; from kubetrain.cli import status_cmd, logs_cmd; from kubetrain.client import status, logs, "
+    code = ("import sys; from kubetrain.cli import status_cmd, logs_cmd; from kubetrain.kube import status, logs, "
             "connection, jobs, watch, logstream, timing, events, rest, transport; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'urllib3')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

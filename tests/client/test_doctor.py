@@ -11,10 +11,10 @@ from typing import Any
 import kubernetes
 import pytest
 
-from kubetrain.client.cloud import detect_cloud, gpu_groups
-from kubetrain.client.connection import connect
-from kubetrain.client.doctor import FAIL, OK, WARN, Forbidden, device_plugin_checks, gpu_checks, run_doctor
-from kubetrain.client.webhooks import recent_failures
+from kubetrain.cluster.cloud import detect_cloud, gpu_groups
+from kubetrain.cluster.doctor import FAIL, OK, WARN, Forbidden, device_plugin_checks, gpu_checks, run_doctor
+from kubetrain.cluster.webhooks import recent_failures
+from kubetrain.kube.connection import connect
 from tests.harness.helpers import wait_for
 from tests.testenv import kwok
 
@@ -164,8 +164,8 @@ def test_report_for_a_user_without_rights(controlplane, namespace):
 
 
 def test_training_checks_without_the_cluster():
-    from kubetrain.client.doctor import training_checks
-    from kubetrain.client.targets import PYTORCHJOB, TRAINJOB
+    from kubetrain.cluster.doctor import training_checks
+    from kubetrain.jobs.targets import PYTORCHJOB, TRAINJOB
 
     nothing = training_checks([], False, lambda _t: None)
     assert [(c.status, c.message.split(" (")[0]) for c in nothing] == [(FAIL, "neither PyTorchJob")]

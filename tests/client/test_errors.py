@@ -7,7 +7,7 @@ import json
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from kubetrain.client.errors import translate
+from kubetrain.kube.errors import translate
 
 
 def api_error(status: int, body: dict[str, object] | str) -> ApiException:
@@ -43,9 +43,9 @@ def test_an_error_status_is_a_typed_error_with_the_servers_status() -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from threading import Thread
 
-    from kubetrain.client.errors import ApiError, Conflict, Gone, NotFound
-    from kubetrain.client.kubeconfig import Endpoint
-    from kubetrain.client.rest import Rest
+    from kubetrain.kube.errors import ApiError, Conflict, Gone, NotFound
+    from kubetrain.kube.kubeconfig import Endpoint
+    from kubetrain.kube.rest import Rest
 
     class Answer(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

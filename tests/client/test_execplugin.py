@@ -1,4 +1,4 @@
-"""Exec credential plugins run by kubetrain itself (kubetrain.client.execplugin), without the kubernetes package.
+"""Exec credential plugins run by kubetrain itself (kubetrain.kube.execplugin), without the kubernetes package.
 
 The plugins are real executables (Python scripts) speaking client.authentication.k8s.io: the legitimate stand-in
 for aws / gke-gcloud-auth-plugin / kubelogin, which cannot run here. One returns the test control plane's own
@@ -21,8 +21,8 @@ import yaml
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
-from kubetrain.client.connection import connect
-from kubetrain.client.errors import AuthPluginError
+from kubetrain.kube.connection import connect
+from kubetrain.kube.errors import AuthPluginError
 from tests.client.test_connection import Recorder, recorder, write_kubeconfig  # noqa: F401 (fixture)
 
 V1 = "client.authentication.k8s.io/v1"

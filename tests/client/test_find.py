@@ -1,4 +1,4 @@
-"""Tier 2: finding a job by name without a discovery round trip (kubetrain.client.jobs.find with targets=None),
+"""Tier 2: finding a job by name without a discovery round trip (kubetrain.jobs.crud.find with targets=None),
 against the real apiserver: a kind the cluster does not serve answers a bare 404, a missing job a Status."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from kubetrain.client import apply, jobs
-from kubetrain.client.connection import Connection, connect
-from kubetrain.client.targets import NOT_INSTALLED, PYTORCHJOB, Target
 from kubetrain.errors import ClusterError
+from kubetrain.jobs import apply
+from kubetrain.jobs import crud as jobs
+from kubetrain.jobs.targets import NOT_INSTALLED, PYTORCHJOB, Target
+from kubetrain.kube.connection import Connection, connect
 from tests.client.specs import render, write_spec
 from tests.queues.counting import counting
 

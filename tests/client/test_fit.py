@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kubetrain.client.fit import FitRequest, exclusion, fit, holders, pod_request, tolerates
+from kubetrain.cluster.fit import FitRequest, exclusion, fit, holders, pod_request, tolerates
 
 GPU = "nvidia.com/gpu"
 H100 = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}

@@ -8,10 +8,10 @@ from typing import Any
 import kubernetes
 import pytest
 
-from kubetrain.client.connection import connect
-from kubetrain.client.gpu import ExecResult, Gpu, _result, job_gpus, notes, parse_query, table_rows, verdict
-from kubetrain.client.pods import replica_of
-from kubetrain.client.targets import PYTORCHJOB
+from kubetrain.jobs.gpu import ExecResult, Gpu, _result, job_gpus, notes, parse_query, table_rows, verdict
+from kubetrain.jobs.pods import replica_of
+from kubetrain.jobs.targets import PYTORCHJOB
+from kubetrain.kube.connection import connect
 from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
 
 GPU0 = Gpu(0, "NVIDIA H100 80GB HBM3", 87.0, 30000.0, 81559.0, 52.0, 512.37)
@@ -86,7 +86,7 @@ def test_exec_status_channel_gives_the_exit_code():
 
 
 def test_one_broken_pod_does_not_hide_the_others():
-    from kubetrain.client.gpu import pod_gpus
+    from kubetrain.jobs.gpu import pod_gpus
 
     def pod(name: str) -> dict[str, Any]:
         return {"metadata": {"name": name, "uid": name, "labels": {"training.kubeflow.org/replica-type": "worker",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.client.gpu import (
+from kubetrain.jobs.gpu import (
     COMMAND,
     LIST_COMMAND,
     ExecResult,
@@ -20,7 +20,7 @@ from kubetrain.client.gpu import (
     pod_gpus,
     table_rows,
 )
-from kubetrain.client.pods import Replica
+from kubetrain.jobs.pods import Replica
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia-smi"
 

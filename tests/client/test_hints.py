@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kubetrain.client.hints import event_hints, last_termination, pod_hints
+from kubetrain.jobs.hints import event_hints, last_termination, pod_hints
 
 SCHEDULER = ("0/4 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had "
              "untolerated taint {nvidia.com/gpu: present}, 2 Insufficient nvidia.com/gpu. preemption: 0/4 nodes "

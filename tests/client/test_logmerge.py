@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubetrain.client.logmerge import NO_TIME, Dedup, LineAssembler, Prefixer, merge, split_timestamp, style_for
-from kubetrain.client.logstream import PodFollower
-from kubetrain.client.pods import replica_of
-from kubetrain.client.targets import PYTORCHJOB
+from kubetrain.jobs.logmerge import NO_TIME, Dedup, LineAssembler, Prefixer, merge, split_timestamp, style_for
+from kubetrain.jobs.logstream import PodFollower
+from kubetrain.jobs.pods import replica_of
+from kubetrain.jobs.targets import PYTORCHJOB
 from kubetrain.metrics import format_metrics
 from kubetrain.observe.progress import ProgressTracker, format_duration
 from tests.testenv.polling import wait_for
@@ -183,8 +183,8 @@ def test_stop_interrupts_a_stream_that_never_ends_and_keeps_the_last_lines():
 
 @pytest.mark.parametrize("bad", ["worker_1", "Worker 1", ""])
 def test_replica_filter_is_checked(bad):
-    from kubetrain.client.pods import check_replica_filter
     from kubetrain.errors import UsageError
+    from kubetrain.jobs.pods import check_replica_filter
 
     with pytest.raises(UsageError, match="--replica"):
         check_replica_filter(bad)

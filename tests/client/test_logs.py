@@ -10,11 +10,11 @@ from typing import Any
 import kubernetes
 import pytest
 
-from kubetrain.client.connection import Connection, connect
-from kubetrain.client.logs import FollowResult, LogOptions, follow_job_logs, print_logs
-from kubetrain.client.pods import job_replicas
-from kubetrain.client.targets import PYTORCHJOB, TRAINJOB
 from kubetrain.errors import ClusterError, UsageError
+from kubetrain.jobs.logs import FollowResult, LogOptions, follow_job_logs, print_logs
+from kubetrain.jobs.pods import job_replicas
+from kubetrain.jobs.targets import PYTORCHJOB, TRAINJOB
+from kubetrain.kube.connection import Connection, connect
 from tests.client.logfixtures import cri, finish_pod, now_stamp, restart_container, serve_logs, stamp
 from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from kubetrain.client.connection import Connection
-from kubetrain.client.logs import LogOptions, print_logs
-from kubetrain.client.status import job_status
+from kubetrain.jobs.logs import LogOptions, print_logs
+from kubetrain.jobs.status import job_status
+from kubetrain.kube.connection import Connection
 from tests.client.logfixtures import stamp
 from tests.client.test_logs import _follow_in_thread, _running, _serve, _served, conn  # noqa: F401 (a fixture)
 from tests.harness.helpers import pytorchjob, server_side_apply, wait_for

@@ -13,8 +13,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import NewConnectionError, ProtocolError
 
-from kubetrain.client.retry import RetryingApiClient, RetryPolicy, backoff, delay_for, retry_after
 from kubetrain.errors import ClusterError
+from kubetrain.kube.retry import RetryingApiClient, RetryPolicy, backoff, delay_for, retry_after
 
 NAMESPACES = {"apiVersion": "v1", "kind": "NamespaceList", "metadata": {"resourceVersion": "7"},
               "items": [{"metadata": {"name": "default"}}]}

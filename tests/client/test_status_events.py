@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.client.status import own_events, recreations
+from kubetrain.jobs.status import own_events, recreations
 
 
 def event(uid: str, when: str, reason: str = "Scheduled", message: str = "", count: int = 1) -> dict[str, Any]:
@@ -44,8 +44,8 @@ def job(workers: int) -> dict[str, Any]:
 
 
 def test_event_lists_are_bounded_and_troubled_pods_come_first() -> None:
-    from kubetrain.client.status import event_subjects
-    from kubetrain.client.targets import PYTORCHJOB
+    from kubetrain.jobs.status import event_subjects
+    from kubetrain.jobs.targets import PYTORCHJOB
 
     special: dict[int, dict[str, Any]] = {3: {"restarts": 2}, 12: {"phase": "Pending", "ready": False}}
     pods = [pod("j-master-0", "m0"), *(pod(f"j-worker-{i}", f"w{i}", **special.get(i, {}))

@@ -13,9 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
-from kubetrain.client import apply, jobs, preflight, status, targets
-from kubetrain.client.connection import Connection, connect
-from kubetrain.client.targets import PYTORCHJOB, TRAINJOB
+from kubetrain.cluster import preflight
+from kubetrain.jobs import apply, status, targets
+from kubetrain.jobs import crud as jobs
+from kubetrain.jobs.targets import PYTORCHJOB, TRAINJOB
+from kubetrain.kube.connection import Connection, connect
 from tests.client.specs import render, write_spec
 from tests.harness.helpers import wait_for
 

@@ -1,5 +1,5 @@
-"""kubetrain.client.transport (the REST client's http.client transport): keep-alive pool, TLS, streams, and
-how its failures are classified (kubetrain.client.errors / retry).
+"""kubetrain.kube.transport (the REST client's http.client transport): keep-alive pool, TLS, streams, and
+how its failures are classified (kubetrain.kube.errors / retry).
 
 Real sockets: a local server scripted per connection for what a real API server will not do on demand
 (reset mid-body, never answer, close an idle keep-alive connection), and the test control plane's
@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from kubetrain.client import kubeconfig, transport
-from kubetrain.client.errors import Unreachable, describe_network_error, is_timeout
-from kubetrain.client.kubeconfig import Endpoint
-from kubetrain.client.rest import Rest
-from kubetrain.client.retry import RetryPolicy, is_connection_reset
-from kubetrain.client.watch import iter_lines
+from kubetrain.kube import kubeconfig, transport
+from kubetrain.kube.errors import Unreachable, describe_network_error, is_timeout
+from kubetrain.kube.kubeconfig import Endpoint
+from kubetrain.kube.rest import Rest
+from kubetrain.kube.retry import RetryPolicy, is_connection_reset
+from kubetrain.kube.watch import iter_lines
 
 Script = Callable[[socket.socket, int], None]  # (accepted connection, its number from 0) -> serve it
 BODY = json.dumps({"kind": "NamespaceList", "items": [{"metadata": {"name": "default"}}]}).encode()

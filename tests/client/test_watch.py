@@ -11,9 +11,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
-from kubetrain.client import watch
-from kubetrain.client.errors import ApiError, Unreachable
-from kubetrain.client.watch import WaitTimeout
+from kubetrain.kube import watch
+from kubetrain.kube.errors import ApiError, Unreachable
+from kubetrain.kube.watch import WaitTimeout
 
 
 def obj(name: str, rv: str, phase: str = "Running") -> dict[str, Any]:

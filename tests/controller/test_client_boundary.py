@@ -1,5 +1,5 @@
-"""`kubernetes` is imported only under kubetrain/client (issue 15): the controller, the CLI and the rest reach
-the API through kubetrain.client. An AST check of every import statement, including function-local ones."""
+"""`kubernetes` is imported only under kubetrain/kube (issue 15): the controller, the CLI and the rest reach
+the API through kubetrain.kube. An AST check of every import statement, including function-local ones."""
 
 from __future__ import annotations
 
@@ -42,4 +42,4 @@ def test_kubernetes_is_imported_only_under_kubetrain_client() -> None:
     outside = [p for p in sorted(PACKAGE.rglob("*.py")) if CLIENT not in p.parents]
     assert len(outside) > 50  # the whole package was walked
     offenders = [line for path in outside for line in kubernetes_imports(path)]
-    assert offenders == [], "import kubernetes only under kubetrain/client:\n" + "\n".join(offenders)
+    assert offenders == [], "import kubernetes only under kubetrain/kube:\n" + "\n".join(offenders)

@@ -12,8 +12,8 @@ from pydantic import BaseModel
 
 from kubetrain.controller.crd import crd, crd_yaml
 from kubetrain.controller.install import objects_for
-from kubetrain.spec.fielddocs import models_in
-from kubetrain.spec.model import TrainingJob
+from kubetrain.jobspec.fielddocs import models_in
+from kubetrain.jobspec.model import TrainingJob
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "manifests" / "crd" / "trainingjobs.kubetrain.dev.yaml"
@@ -118,9 +118,9 @@ def test_namespaced_variant_uses_the_same_rules_in_a_role() -> None:
 
 
 def test_client_target_names_the_crd_and_finds_the_owner() -> None:
-    from kubetrain.client.objects import JOB_LABEL
-    from kubetrain.client.targets import TRAININGJOB, controlling_trainingjob
     from kubetrain.controller.crd import GROUP, KIND, PLURAL, VERSION
+    from kubetrain.jobs.targets import TRAININGJOB, controlling_trainingjob
+    from kubetrain.kube.objects import JOB_LABEL
 
     assert (TRAININGJOB.group, TRAININGJOB.version, TRAININGJOB.plural, TRAININGJOB.kind) == (
         GROUP, VERSION, PLURAL, KIND)

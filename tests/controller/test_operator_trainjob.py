@@ -1,7 +1,7 @@
 """The controller with the module-scoped stacks: Kubeflow Trainer v2 (a TrainingJob with target trainjob gets a
 TrainJob, mirrored) and Kueue, which needs Trainer + JobSet at start (TrainingJobs with `scheduling.queue`
 get Queued/Admitted from their child's Workload, with the line `kubetrain status` prints,
-kubetrain.client.queues.hint). One module, so the Trainer stack starts once for both.
+kubetrain.queues.workloads.hint). One module, so the Trainer stack starts once for both.
 
 Under Kueue, ClusterQueue team-b has 8 GPUs and never borrows: a second 8-GPU job waits until the first is gone.
 """

@@ -16,8 +16,8 @@ from kubetrain.controller.queue import WorkQueue
 from kubetrain.controller.reconcile import CODE_ANNOTATION, desired, owner_name, spec_data
 from kubetrain.controller.statusmodel import TrainingJobStatus
 from kubetrain.errors import SpecError
+from kubetrain.jobspec.load import load_spec, parse_spec
 from kubetrain.metrics import format_metrics
-from kubetrain.spec.load import load_spec, parse_spec
 
 
 def tj(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
@@ -231,7 +231,7 @@ def test_desired_is_cached_per_object_content() -> None:
 def test_events_are_sent_in_the_background_and_aggregated(monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from kubetrain.client import controller_api
+    from kubetrain.controller import apicalls as controller_api
     from kubetrain.controller import kube
 
     gate, sent = threading.Event(), []
@@ -256,8 +256,8 @@ def test_events_are_sent_in_the_background_and_aggregated(monkeypatch: pytest.Mo
 def test_request_counter_counts_typed_and_rest_requests() -> None:
     from kubernetes import client
 
-    from kubetrain.client.controller_api import RequestCounter
-    from kubetrain.client.rest import rest_of
+    from kubetrain.controller.apicalls import RequestCounter
+    from kubetrain.kube.rest import rest_of
 
     api = client.ApiClient(client.Configuration(host="https://127.0.0.1:1"))  # nothing listens on port 1
     counter = RequestCounter(api)

@@ -12,8 +12,8 @@ import click
 import pytest
 
 from kubetrain.cli.main import cli
-from kubetrain.spec.load import parse_spec
-from kubetrain.spec.model import TrainingJob
+from kubetrain.jobspec.load import parse_spec
+from kubetrain.jobspec.model import TrainingJob
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])

@@ -13,7 +13,7 @@ from recording import FakeBin
 
 from kubetrain.cli.main import cli
 from kubetrain.imagebuild import build_image
-from kubetrain.spec.load import load_spec
+from kubetrain.jobspec.load import load_spec
 
 Project = Callable[..., Path]
 BUILDKIT_FAILURE = """\

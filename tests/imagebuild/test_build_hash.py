@@ -12,7 +12,7 @@ import pytest
 from kubetrain.errors import BuildError
 from kubetrain.imagebuild.plan import Assembled, assemble, plan_build
 from kubetrain.imagebuild.reference import repository_error, split_reference
-from kubetrain.spec.load import load_spec
+from kubetrain.jobspec.load import load_spec
 
 Project = Callable[..., Path]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kubetrain.imagebuild.plan import DOCKERFILES, assemble, images_dir, plan_build
-from kubetrain.spec.load import load_spec
+from kubetrain.jobspec.load import load_spec
 from tests.conftest import in_ci
 
 IMAGES = Path(__file__).resolve().parents[2] / "images"

@@ -12,7 +12,7 @@ from kubetrain.cli.main import cli
 from kubetrain.errors import BuildError
 from kubetrain.imagebuild import toolchain
 from kubetrain.imagebuild.plan import images_dir, plan_build
-from kubetrain.spec.load import load_spec
+from kubetrain.jobspec.load import load_spec
 from tests.imagebuild.test_build_hash import Project
 
 COMPILE = "train:\n  model: m:model\n  dataset: m:data\n  compile: true\n"

@@ -9,11 +9,11 @@ from typing import Any
 
 @contextmanager
 def counting() -> Iterator[list[str]]:
-    """Every HTTP request sent: by the REST client (kubetrain.client.transport) and by the kubernetes
+    """Every HTTP request sent: by the REST client (kubetrain.kube.transport) and by the kubernetes
     package's client (urllib3)."""
     import urllib3.connectionpool as pool
 
-    from kubetrain.client import transport
+    from kubetrain.kube import transport
 
     seen: list[str] = []
     original, original_rest = pool.HTTPConnectionPool.urlopen, transport.Pool.request

@@ -48,7 +48,7 @@ def test_a_stopped_training_operator_is_named_by_status(controlplane: Any, names
     from click.testing import CliRunner
 
     from kubetrain.cli.main import cli
-    from kubetrain.client.status import UNRECONCILED_AFTER
+    from kubetrain.jobs.status import UNRECONCILED_AFTER
 
     # Stopped, with its validating webhook gone too (else the create itself fails, naming the webhook:
     # tests/client/test_faults.py): the operator is installed but not reconciling (scaled to 0, or stuck

@@ -11,9 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
-from kubetrain.client import apply, preflight, status, watch
-from kubetrain.client.connection import connect
-from kubetrain.client.targets import PYTORCHJOB
+from kubetrain.cluster import preflight
+from kubetrain.jobs import apply, status
+from kubetrain.jobs.targets import PYTORCHJOB
+from kubetrain.kube import watch
+from kubetrain.kube.connection import connect
 from tests.client.specs import render, write_spec
 from tests.queues.counting import counting
 from tests.testenv import kwok
@@ -62,7 +64,7 @@ def test_requests_do_not_grow_with_jobs_or_replicas(controlplane: Any, namespace
     submit(conn, tmp_path, namespace, "wide", nodes=6)
     running(conn, namespace, "wide", 6)
     assert requests(kc, "list", "-n", namespace) == base["list"]  # one list per kind, whatever the job count
-    # status: constant, Events included. They are listed per object by UID (kubetrain/client/events.py: field
+    # status: constant, Events included. They are listed per object by UID (kubetrain/kube/events.py: field
     # selectors have no OR): the job's, and of healthy pods only the master's
     # (status.STATUS_HEALTHY_POD_EVENT_LISTS), so 2 or 6 healthy pods make the same requests.
     # The Events lists run beside the pod list (status.read_in_parallel), so the order of requests varies.

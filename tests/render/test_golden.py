@@ -13,9 +13,9 @@ import pytest
 
 from kubetrain.cli.common import render_loaded
 from kubetrain.errors import SpecError
+from kubetrain.jobspec.checks import spec_problems
+from kubetrain.jobspec.load import load_spec
 from kubetrain.render.yamlout import dump_yaml
-from kubetrain.spec.checks import spec_problems
-from kubetrain.spec.load import load_spec
 from kubetrain.validate import SchemaStore, validate_objects
 
 HERE = Path(__file__).parent

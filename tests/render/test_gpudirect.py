@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
 from kubetrain.errors import SpecError
+from kubetrain.jobspec.network import GPUDIRECT_VOLUMES
 from kubetrain.render.gpudirect import gpudirect_volumes
 from kubetrain.render.yamlout import dump_yaml
-from kubetrain.spec.network import GPUDIRECT_VOLUMES
 from tests.render.test_rules import env, job, pod, pytorchjob
 
 TCPX = {"fabric": "gpudirect-tcpx", "networks": ["vpc1", "vpc2", "vpc3", "vpc4"],

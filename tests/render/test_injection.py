@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubetrain.errors import SpecError
+from kubetrain.jobspec.load import validate_data
 from kubetrain.render import RenderOptions, render_job
 from kubetrain.render.yamlout import dump_json, dump_yaml
-from kubetrain.spec.load import validate_data
 
 NASTY = ["\n", "\r\n", "'", '"', ": ", " #", "---", "...", "&a", "*a", "!!python/object", "{{ 7*7 }}",
          "{% raw %}", "{#", "\\", "\t", "\u2028", "\x85", "\ufeff", "- ", "? ", "|", ">", "%TAG", "@", "`",

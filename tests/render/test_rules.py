@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from kubetrain.errors import RenderError
+from kubetrain.jobspec.load import validate_data
+from kubetrain.jobspec.model import TrainingJob
 from kubetrain.render import RenderOptions, render_job
 from kubetrain.render.code import collect_code
 from kubetrain.render.launch import container_command
 from kubetrain.render.yamlout import dump_yaml
-from kubetrain.spec.load import validate_data
-from kubetrain.spec.model import TrainingJob
 
 
 def job(**spec: Any) -> TrainingJob:

@@ -12,7 +12,7 @@ import pytest
 
 from kubetrain import render
 from kubetrain.cli.common import render_loaded
-from kubetrain.spec.load import load_spec
+from kubetrain.jobspec.load import load_spec
 
 SPEC = str(Path(__file__).parent / "specs" / "gke-h100.yaml")
 

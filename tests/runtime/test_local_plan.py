@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from kubetrain.errors import UsageError
+from kubetrain.jobspec.load import load_spec
 from kubetrain.local.envfile import parse_env_text
 from kubetrain.local.paths import PathMap
 from kubetrain.local.plan import RUN_ID_ENV, RunOptions, build_plan
 from kubetrain.local.preflight import gpu_warning
 from kubetrain.local.supervisor import format_line
-from kubetrain.spec.load import load_spec
 from tests.runtime.helpers import EXAMPLE, REPO, write_spec
 
 

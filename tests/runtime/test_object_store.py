@@ -17,12 +17,12 @@ from tests.runtime.torchmod import require_torch
 from tests.testenv.s3 import S3Server
 
 torch = require_torch()
+from kubetrain.jobspec.load import parse_spec  # noqa: E402
 from kubetrain.runtime.objstore import (  # noqa: E402
     MANIFEST,
     ObjectCheckpointStore,
     open_store,
 )
-from kubetrain.spec.load import parse_spec  # noqa: E402
 
 STEP = "step-{:010d}"
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from kubetrain.jobspec.load import parse_spec
 from kubetrain.local.plan import free_port
 from kubetrain.render import render_job
-from kubetrain.spec.load import parse_spec
 from tests.runtime.helpers import JOBS, REPO, ft_train, quiet_env, records
 from tests.runtime.torchmod import require_torch
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kubetrain.jobspec.sections import Train
 from kubetrain.runtime.wrap import autocast, grad_scaler, resolve_precision
-from kubetrain.spec.sections import Train
 
 CUDA = torch.device("cuda", 0)
 CPU = torch.device("cpu")

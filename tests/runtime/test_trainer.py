@@ -17,12 +17,12 @@ torch = require_torch()
 from torch import nn  # noqa: E402
 from torch.utils.data import Dataset, TensorDataset  # noqa: E402
 
+from kubetrain.jobspec.sections import DDP, Checkpoint, Train  # noqa: E402
 from kubetrain.metrics import parse_metrics_line  # noqa: E402
 from kubetrain.runtime import CheckpointStore, Factories, Trainer, TrainingStopped  # noqa: E402
 from kubetrain.runtime.config import RuntimeConfigError, load_config, resolve_ref  # noqa: E402
 from kubetrain.runtime.distributed import DistEnv  # noqa: E402
 from kubetrain.runtime.wrap import apply_activation_checkpointing, convert_sync_batchnorm, ddp_kwargs, grad_scaler  # noqa: E402
-from kubetrain.spec.sections import DDP, Checkpoint, Train  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(120)]
 torch.set_num_threads(1)

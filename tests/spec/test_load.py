@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kubetrain.errors import SpecError
-from kubetrain.spec.load import load_spec, parse_spec
+from kubetrain.jobspec.load import load_spec, parse_spec
 
 VALID = textwrap.dedent("""\
     apiVersion: kubetrain.dev/v1alpha1

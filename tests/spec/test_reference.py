@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kubetrain.spec.reference import reference_markdown, undocumented_fields
+from kubetrain.jobspec.reference import reference_markdown, undocumented_fields
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spec.md"
 
@@ -14,4 +14,4 @@ def test_every_field_is_documented() -> None:
 
 
 def test_reference_doc_is_current() -> None:
-    assert DOC.read_text() == reference_markdown(), "run: python -m kubetrain.spec.reference > docs/spec.md"
+    assert DOC.read_text() == reference_markdown(), "run: python -m kubetrain.jobspec.reference > docs/spec.md"

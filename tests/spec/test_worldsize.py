@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
-from kubetrain.spec.worldsize import procs_gpus_problem
+from kubetrain.jobspec.worldsize import procs_gpus_problem
 
 SPEC = """apiVersion: kubetrain.dev/v1alpha1
 kind: TrainingJob
@@ -114,7 +114,7 @@ def test_validate_reports_the_spec_error_with_its_line(tmp_path: Path) -> None:
 
 
 def test_only_field_messages_get_a_location(tmp_path: Path) -> None:
-    from kubetrain.spec.load import load_spec
+    from kubetrain.jobspec.load import load_spec
 
     path = _write(tmp_path, gpus=4, procs=4)
     loaded = load_spec(str(path))

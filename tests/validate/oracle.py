@@ -22,9 +22,9 @@ from typing import Any
 
 import yaml
 
-from kubetrain.client.errors import api_message, is_api_error
-from kubetrain.client.podcheck import as_pod
-from kubetrain.client.rest import rest_of
+from kubetrain.jobs.podcheck import as_pod
+from kubetrain.kube.errors import api_message, is_api_error
+from kubetrain.kube.rest import rest_of
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_document
 from kubetrain.validate.k8s.templates import pod_templates

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from kubetrain.cli.common import render_loaded
-from kubetrain.spec.load import load_spec
+from kubetrain.jobspec.load import load_spec
 from kubetrain.validate import SchemaStore
 from tests.validate.corpus import CASES, MANIFESTS
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kubetrain.cli.main import cli
 from kubetrain.errors import SpecError
-from kubetrain.spec.load import validate_data
+from kubetrain.jobspec.load import validate_data
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_sources
 from kubetrain.yamlsrc import parse_documents

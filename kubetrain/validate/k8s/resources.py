@@ -9,7 +9,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-from kubetrain.spec.quantity import parse_quantity
+from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import names
 from kubetrain.validate.k8s.base import Findings, mapping

@@ -1,0 +1,1 @@
+"""Cluster readiness: doctor, preflight, fit, admission webhooks, cloud detection."""

@@ -1,0 +1,378 @@
+"""Checks before submitting: reachable, allowed, installed, namespace, references, fits. Each → ✓/✗/! + hint."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from kubetrain.cluster import fit as fitting
+from kubetrain.errors import ClusterError
+from kubetrain.jobs.crud import pod_specs
+from kubetrain.jobs.targets import Target, served
+from kubetrain.jobspec.quantity import parse_quantity
+from kubetrain.kube.access import can_i
+from kubetrain.kube.errors import CRD_HINT, ApiError, api_message, is_not_found, translate
+from kubetrain.kube.objects import meta_of, status_of
+from kubetrain.kube.rest import path_of, rest_of
+from kubetrain.queues.workloads import queue_of
+from kubetrain.yamlsrc import join_path
+
+OK, FAIL, WARN = "ok", "fail", "warn"
+MARKS = {OK: "✓", FAIL: "✗", WARN: "!"}
+# What `--skip-preflight=NAME` accepts (the API server's reachability is always checked), and "all".
+SKIPPABLE = ("permissions", "crd", "operator", "namespace", "references", "pod-templates", "fit", "queue")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: str  # ok | fail | warn (could not check, or worth knowing)
+    message: str
+    hint: str = ""
+
+    def line(self) -> str:
+        hint = f" — {self.hint}" if self.hint else ""
+        return f"{MARKS[self.status]} {self.name}: {self.message}{hint}"
+
+
+@dataclass(frozen=True)
+class Reference:
+    kind: str  # Secret | PersistentVolumeClaim | imagePullSecret | ServiceAccount
+    name: str
+
+
+def failed(results: list[CheckResult]) -> list[CheckResult]:
+    return [r for r in results if r.status == FAIL]
+
+
+def run(api: Any, target: Target, objects: list[dict[str, Any]], namespace: str,
+        server: str = "", skip: Collection[str] = ()) -> list[CheckResult]:
+    """Every check, in order, but those named in `skip` (SKIPPABLE); stops after the first if the API server
+    cannot be reached."""
+    reach = check_reachable(api, server)
+    if reach.status == FAIL:
+        return [reach]
+    job = objects[-1]
+    name = job["metadata"]["name"]
+    results = [reach]
+    add = _adder(results, skip)
+    add("permissions", lambda: check_access(api, target, namespace, with_configmap=len(objects) > 1))
+    installed = add("crd", lambda: check_crd(api, target))
+    if installed is None or installed.status == OK:
+        add("operator", lambda: check_operator(api, target))
+    ns = add("namespace", lambda: check_namespace(api, namespace))
+    if ns is None or ns.status != FAIL:
+        if "references" in skip:
+            results.append(_skipped("references"))
+        else:
+            results += check_references(api, namespace, references(job))
+        add("pod-templates", lambda: check_pod_templates(api, job, namespace))
+    add("fit", lambda: check_fit(api, job, target, namespace, name))
+    if (queue := queue_of(job)) and (ns is None or ns.status != FAIL):
+        add("queue", lambda: check_queue(api, job, namespace, queue))
+    return results
+
+
+def _skipped(name: str) -> CheckResult:
+    return CheckResult(name, WARN, f"not checked (--skip-preflight={name})")
+
+
+def _adder(results: list[CheckResult], skip: Collection[str]) -> Callable[[str, Callable[[], CheckResult]],
+                                                                          CheckResult | None]:
+    """add(name, check): run the check and append its result, or append "not checked" if it is skipped."""
+    def add(name: str, check: Callable[[], CheckResult]) -> CheckResult | None:
+        if name in skip:
+            results.append(_skipped(name))
+            return None
+        result = check()
+        results.append(result)
+        return result
+
+    return add
+
+
+def check_pod_templates(api: Any, job: dict[str, Any], namespace: str) -> CheckResult:
+    """Each pod template, dry-run created as a Pod: what the operator will create, judged by the server."""
+    from kubetrain.jobs.podcheck import pod_template_problems
+    from kubetrain.validate.k8s.templates import pod_templates
+
+    if not any(t.stage and not t.partial for t in pod_templates(job)):
+        return CheckResult("pod-templates", OK, "none to dry-run (a TrainJob's runtime patches are merged into the "
+                           "runtime by the Trainer)")
+    def post(where: str, pod: dict[str, Any]) -> None:  # raw: the typed client would vet the body itself
+        rest_of(api).json("POST", f"/api/v1/namespaces/{where}/pods", {"dryRun": "All"}, pod)
+
+    try:
+        problems = pod_template_problems(post, job, namespace)
+    except Exception as exc:
+        return CheckResult("pod-templates", WARN, f"not checked: {translate(exc, 'dry-run create pods')}")
+    if problems:
+        return CheckResult("pod-templates", FAIL, "; ".join(f"{join_path(path)}: {message}"
+                                                            for path, message in problems))
+    return CheckResult("pod-templates", OK, "the API server accepts every pod template as a Pod (dry run)")
+
+
+def check_reachable(api: Any, server: str) -> CheckResult:
+    try:
+        version = rest_of(api).get("/version")
+    except Exception as exc:  # any failure here is "cannot talk to the cluster"; say why in one line
+        error = exc if isinstance(exc, ClusterError) else translate(exc, "reach the API server", server)
+        return CheckResult("API server", FAIL, str(error))
+    return CheckResult("API server", OK, f"{server or 'reachable'} (Kubernetes {version.get('major')}."
+                                         f"{version.get('minor')})")
+
+
+def check_access(api: Any, target: Target, namespace: str, with_configmap: bool) -> CheckResult:
+    wanted = [("create", target.group, target.plural), ("get", target.group, target.plural)]
+    if with_configmap:
+        wanted.append(("create", "", "configmaps"))
+    try:
+        denied = [(verb, group, res) for verb, group, res in wanted if not can_i(api, verb, group, res, namespace)[0]]
+    except ApiError as exc:
+        return CheckResult("permissions", WARN, f"cannot ask the API server ({api_message(exc)})")
+    if not denied:
+        return CheckResult("permissions", OK, f"may create {target.resource} in namespace {namespace}")
+    names = ", ".join(f"{verb} {res}{'.' + group if group else ''}" for verb, group, res in denied)
+    verb, group, res = denied[0]
+    resource = f"{res}.{group}" if group else res
+    return CheckResult("permissions", FAIL, f"not allowed to {names} in namespace {namespace}",
+                       f"ask a cluster admin for a Role granting it (check: kubectl auth can-i {verb} {resource} "
+                       f"-n {namespace})")
+
+
+def check_crd(api: Any, target: Target) -> CheckResult:
+    try:
+        present = served(api, target)
+    except ApiError as exc:
+        return CheckResult("CRD", WARN, f"cannot discover {target.api_version}: {api_message(exc)}")
+    if present:
+        return CheckResult("CRD", OK, f"{target.kind} ({target.api_version}) installed")
+    return CheckResult("CRD", FAIL, f"{target.kind} ({target.api_version}) is not installed", CRD_HINT)
+
+
+def check_operator(api: Any, target: Target) -> CheckResult:
+    """The operator's Deployment (the same lookup and verdict as `kubetrain doctor`); it may run elsewhere,
+    or we may not read Deployments: then a note."""
+    from kubetrain.cluster.doctor import Forbidden, deployment_health, find_operator
+
+    deployment = find_operator(api, target.operators)
+    if isinstance(deployment, Forbidden):
+        return CheckResult("operator", WARN, f"cannot check the {target.operator_name} Deployment: {deployment}")
+    if deployment is None:
+        places = ", ".join(f"{ns}/{n}" for ns, n in target.operators)
+        return CheckResult("operator", WARN, f"no {target.operator_name} Deployment at {places}; assuming it "
+                           "runs elsewhere")
+    healthy, text = deployment_health(deployment)
+    if healthy:
+        return CheckResult("operator", OK, text)
+    namespace, name = deployment["metadata"]["namespace"], deployment["metadata"]["name"]
+    return CheckResult("operator", FAIL, f"{text}: not ready",
+                       f"jobs will not start until it is: kubectl -n {namespace} describe deployment {name}")
+
+
+def check_namespace(api: Any, namespace: str) -> CheckResult:
+    try:
+        rest_of(api).get(f"/api/v1/namespaces/{namespace}")
+    except ApiError as exc:
+        if is_not_found(exc):
+            return CheckResult("namespace", FAIL, f"{namespace} does not exist",
+                               f"create it: kubectl create namespace {namespace}")
+        return CheckResult("namespace", WARN, f"cannot check {namespace}: {api_message(exc)}")
+    return CheckResult("namespace", OK, f"{namespace} exists")
+
+
+def references(job: dict[str, Any]) -> list[Reference]:
+    """Secrets, PVCs, imagePullSecrets and the ServiceAccount the job's pods need (optional ones left out)."""
+    found: list[Reference] = []
+    for _, pod in pod_specs(job):
+        for container in pod.get("containers") or []:
+            for env in container.get("env") or []:
+                ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+                if ref and not ref.get("optional"):
+                    found.append(Reference("Secret", ref["name"]))
+            for source in container.get("envFrom") or []:
+                ref = source.get("secretRef")
+                if ref and not ref.get("optional"):
+                    found.append(Reference("Secret", ref["name"]))
+        for volume in pod.get("volumes") or []:
+            if (volume.get("secret") or {}).get("secretName") and not volume["secret"].get("optional"):
+                found.append(Reference("Secret", volume["secret"]["secretName"]))
+            if volume.get("persistentVolumeClaim"):
+                found.append(Reference("PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"]))
+        found += [Reference("imagePullSecret", s["name"]) for s in pod.get("imagePullSecrets") or []]
+        if pod.get("serviceAccountName") and pod["serviceAccountName"] != "default":
+            found.append(Reference("ServiceAccount", pod["serviceAccountName"]))
+    return list(dict.fromkeys(found))
+
+
+READ_PLURALS = {"Secret": "secrets", "imagePullSecret": "secrets", "PersistentVolumeClaim": "persistentvolumeclaims",
+                "ServiceAccount": "serviceaccounts"}
+
+
+def _reader(api: Any, kind: str) -> Callable[[str, str], dict[str, Any]]:
+    rest = rest_of(api)
+    return lambda name, namespace: rest.get(path_of("", "v1", READ_PLURALS[kind], namespace, name))
+
+
+def _missing_hint(ref: Reference, namespace: str) -> str:
+    return {
+        "Secret": f"create it: kubectl create secret generic {ref.name} -n {namespace} --from-literal=KEY=VALUE",
+        "imagePullSecret": f"create it: kubectl create secret docker-registry {ref.name} -n {namespace} "
+                           "--docker-server=... --docker-username=... --docker-password=...",
+        "PersistentVolumeClaim": f"create the claim in {namespace} or fix spec.volumes",
+        "ServiceAccount": f"create it: kubectl create serviceaccount {ref.name} -n {namespace}",
+    }[ref.kind]
+
+
+def check_references(api: Any, namespace: str, refs: list[Reference]) -> list[CheckResult]:
+    if not refs:
+        return [CheckResult("references", OK, "the job references no Secret, PVC or ServiceAccount")]
+    results, present = [], []
+    for ref in refs:
+        try:
+            found = _reader(api, ref.kind)(ref.name, namespace)
+            present.append(f"{ref.kind} {ref.name}")
+            if ref.kind == "PersistentVolumeClaim" and (unbound := pvc_binding(api, found)) is not None:
+                results.append(unbound)
+        except ApiError as exc:
+            if is_not_found(exc):
+                results.append(CheckResult("references", FAIL, f"{ref.kind} {ref.name} not found in namespace "
+                                           f"{namespace}", _missing_hint(ref, namespace)))
+            else:
+                results.append(CheckResult("references", WARN, f"cannot check {ref.kind} {ref.name}: "
+                                           f"{api_message(exc)}"))
+    if present:
+        results.insert(0, CheckResult("references", OK, ", ".join(present) + " exist"))
+    return results
+
+
+DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
+
+
+def pvc_binding(api: Any, claim: dict[str, Any]) -> CheckResult | None:
+    """A Pending claim that nothing can bind: a StorageClass that does not exist, or no class at all and no
+    Available PersistentVolume big enough with its access modes. None when it is (or can get) bound."""
+    if status_of(claim).get("phase") != "Pending":
+        return None
+    name, spec = claim["metadata"]["name"], claim.get("spec") or {}
+    classes: list[dict[str, Any]] = rest_of(api).get("/apis/storage.k8s.io/v1/storageclasses").get("items") or []
+    by_name = {c["metadata"]["name"]: c for c in classes}
+    wanted = spec.get("storageClassName")
+    if wanted is None:  # the default class, if the cluster has one
+        wanted = next((n for n, c in by_name.items()
+                       if (c["metadata"].get("annotations") or {}).get(DEFAULT_CLASS) == "true"), "")
+    wanted = str(wanted)
+    if wanted and wanted not in by_name:
+        return CheckResult("references", FAIL, f"PersistentVolumeClaim {name} can never bind: StorageClass "
+                           f"{wanted} does not exist", "kubectl get storageclass; fix the claim's storageClassName")
+    if wanted and by_name[wanted].get("provisioner") != "kubernetes.io/no-provisioner":
+        return None  # dynamic provisioning (Immediate or WaitForFirstConsumer): it binds when provisioned
+    if _matching_volume(api, spec, wanted):
+        return None
+    return CheckResult("references", FAIL, f"PersistentVolumeClaim {name} can never bind: no StorageClass "
+                       f"provisions it and no Available PersistentVolume{' of class ' + wanted if wanted else ''} "
+                       "has its size and access modes", "create a matching PersistentVolume, or give the claim "
+                       "a StorageClass that provisions volumes (kubectl get storageclass)")
+
+
+def _matching_volume(api: Any, claim: dict[str, Any], wanted: str) -> bool:
+    from kubetrain.jobspec.quantity import parse_quantity
+
+    size = parse_quantity(((claim.get("resources") or {}).get("requests") or {}).get("storage") or "0")
+    modes = set(claim.get("accessModes") or [])
+    volumes: list[dict[str, Any]] = rest_of(api).get("/api/v1/persistentvolumes").get("items") or []
+    for pv in volumes:
+        spec = pv.get("spec") or {}
+        if (status_of(pv).get("phase") == "Available" and (spec.get("storageClassName") or "") == wanted
+                and parse_quantity((spec.get("capacity") or {}).get("storage") or "0") >= size
+                and modes <= set(spec.get("accessModes") or [])):
+            return True
+    return False
+
+
+def fit_request(job: dict[str, Any]) -> fitting.FitRequest:
+    """The fit question for a rendered job: its pod count, GPUs per pod and placement."""
+    specs = pod_specs(job)
+    pods = sum(n for n, _ in specs)
+    first = specs[0][1] if specs else {}
+    gpus = max((fitting.pod_request({"spec": spec}) for _, spec in specs), default=0)
+    return fitting.FitRequest(pods, gpus, dict(first.get("nodeSelector") or {}), list(first.get("tolerations") or []))
+
+
+def check_fit(api: Any, job: dict[str, Any], target: Target, namespace: str, name: str) -> CheckResult:
+    request = fit_request(job)
+    if request.gpus_per_pod == 0:
+        return CheckResult("fit", OK, "CPU job: no GPUs needed")
+    try:
+        nodes, pods = fit_inputs(api)
+    except ApiError as exc:
+        return CheckResult("fit", WARN, f"cannot check GPU capacity: {api_message(exc)}")
+    # A re-submitted job's own pods hold GPUs it will keep using: they are not competition.
+    pods = [p for p in pods if not _owned(p, target, namespace, name)]
+    result = fitting.fit(nodes, pods, request)
+    if result.fits:
+        return CheckResult("fit", OK, result.message)
+    if result.never:
+        return CheckResult("fit", FAIL, result.message, result.hint)
+    # Not now: the pods would queue behind others. Worth knowing (who holds the GPUs), not a refusal.
+    held = fitting.holders(pods, result.nodes, request.resource)
+    return CheckResult("fit", WARN, f"not now: {result.message}" + (f"; GPUs held by {held}" if held else ""),
+                       result.hint)
+
+
+# Pods that hold a node's GPUs: bound to a node (an unscheduled Pending pod holds nothing) and not finished.
+HOLDING = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+def fit_inputs(api: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every Node and every Pod holding a node's resources, as plain dicts: two requests, sent at once.
+
+    Plain JSON over the REST client, not the kubernetes package's models: turning 200 Nodes into V1Node
+    objects and back into dicts was most of the fit check's time. `resourceVersion=0` lets the API server
+    answer from its watch cache instead of a quorum read from etcd (kubectl get does the same for
+    informers; a preflight does not need the very latest write). The cache ignores `limit`, so this is
+    one page, which is what the fit needs anyway (all nodes, all GPU-holding pods)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rest = rest_of(api)
+    with ThreadPoolExecutor(1) as pool:
+        nodes = pool.submit(rest.get, "/api/v1/nodes", resourceVersion="0")
+        pods = rest.get("/api/v1/pods", fieldSelector=HOLDING, resourceVersion="0")
+        return list(nodes.result().get("items") or []), list(pods.get("items") or [])
+
+
+def _owned(pod: dict[str, Any], target: Target, namespace: str, name: str) -> bool:
+    meta = meta_of(pod)
+    return bool(meta.get("namespace") == namespace and (meta.get("labels") or {}).get(target.pod_label) == name)
+
+
+def check_queue(api: Any, job: dict[str, Any], namespace: str, queue: str) -> CheckResult:
+    """Kueue: the LocalQueue exists, which ClusterQueue it feeds, and whether its quota can ever (or now) hold
+    what the job asks for: its GPUs, or for a CPU job its CPUs. Never → refusal, not now → a warning (the
+    job waits in the queue)."""
+    from kubetrain.queues import quota
+
+    request = fit_request(job)
+    resource, demand = request.resource, Decimal(request.pods * request.gpus_per_pod)
+    if not demand:  # a CPU job: a ClusterQueue without GPU quota is fine; its CPU quota is what counts
+        resource, demand = "cpu", cpu_demand(job)
+    try:
+        verdict = quota.quota_verdict(api, namespace, queue, demand, resource)
+    except (ClusterError, ApiError) as exc:
+        reason = api_message(exc) if isinstance(exc, ApiError) else str(exc)
+        return CheckResult("queue", WARN, f"cannot check LocalQueue {queue}: {reason}")
+    status = {quota.NOW: OK, quota.NOT_NOW: WARN, quota.NEVER: FAIL}.get(verdict.verdict, WARN)
+    return CheckResult("queue", FAIL if verdict.missing else status, verdict.message, verdict.hint)
+
+
+def cpu_demand(job: dict[str, Any]) -> Decimal:
+    """CPUs the job's pods request (requests default to limits), as Kueue sums them for its quota."""
+    total = Decimal(0)
+    for replicas, spec in pod_specs(job):
+        for container in spec.get("containers") or []:
+            res = container.get("resources") or {}
+            cpu = (res.get("requests") or {}).get("cpu", (res.get("limits") or {}).get("cpu", 0))
+            total += replicas * parse_quantity(cpu)
+    return total

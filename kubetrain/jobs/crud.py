@@ -1,0 +1,234 @@
+"""PyTorchJobs and TrainJobs: get, list, delete, wait; their conditions as one state; their shape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubetrain.errors import ClusterError
+from kubetrain.jobs.targets import AUTO_ORDER, NOT_INSTALLED, Target
+from kubetrain.kube import watch
+from kubetrain.kube.errors import as_dict, cluster_errors, is_not_found, status_body
+from kubetrain.kube.objects import GPU_RESOURCE as GPU
+from kubetrain.kube.objects import conditions_of, meta_of, status_of
+from kubetrain.kube.rest import path_of, rest_of
+
+TERMINAL = ("Succeeded", "Failed")
+# Later entries win: a job that is Running and then Succeeded is Succeeded.
+PYTORCHJOB_STATES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+TRAINJOB_STATES = {"Created": "Created", "Suspended": "Suspended", "Complete": "Succeeded", "Failed": "Failed"}
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    name: str
+    namespace: str
+    target: str
+    state: str
+    pods: int
+    gpus_per_pod: int
+    created: str  # RFC 3339, as the API gives it
+    uid: str = ""
+    queue: str = ""  # Kueue LocalQueue (the kueue.x-k8s.io/queue-name label), if any
+    kueue: str = ""  # its Workload's state (kubetrain.queues.workloads.annotate), if any
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"name": self.name, "namespace": self.namespace, "target": self.target, "state": self.state,
+               "nodes": self.pods, "gpusPerNode": self.gpus_per_pod, "created": self.created}
+        return out | ({"queue": self.queue, "kueue": self.kueue} if self.queue else {})
+
+
+conditions = conditions_of  # the job's status.conditions (kubetrain.kube.objects)
+
+
+def state(obj: dict[str, Any]) -> str:
+    """One word for the job's conditions: Pending, Created, Running, Restarting, Suspended, Succeeded, Failed."""
+    true = {c.get("type") for c in conditions(obj) if c.get("status") == "True"}
+    if obj.get("kind") == "TrainJob":
+        found = [TRAINJOB_STATES[t] for t in TRAINJOB_STATES if t in true]
+        if not found:
+            return "Running" if _trainjob_active(obj) else "Pending"
+        for terminal in TERMINAL:
+            if terminal in found:
+                return terminal
+        return found[-1]
+    for candidate in reversed(PYTORCHJOB_STATES):
+        if candidate in true:
+            return candidate
+    return "Pending"
+
+
+def _trainjob_active(obj: dict[str, Any]) -> bool:
+    statuses = status_of(obj).get("jobsStatus") or []
+    return any((s.get("active") or 0) > 0 for s in statuses)
+
+
+def pod_specs(obj: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """(replicas, pod spec) per replica type. A TrainJob's pod spec is its runtime patch plus its resources."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "TrainJob":
+        trainer = spec.get("trainer") or {}
+        pod: dict[str, Any] = {}
+        for patch in spec.get("runtimePatches") or []:
+            jobs = (((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {})
+            for rjob in jobs.get("replicatedJobs") or []:
+                pod = {**pod, **((((rjob.get("template") or {}).get("spec") or {}).get("template") or {})
+                                 .get("spec") or {})}
+        container = {"name": "node", "resources": trainer.get("resourcesPerNode") or {}}
+        return [(int(trainer.get("numNodes") or 1), {**pod, "containers": [container]})]
+    replicas = spec.get("pytorchReplicaSpecs") or {}
+    return [(int(r.get("replicas", 1)), ((r.get("template") or {}).get("spec") or {})) for r in replicas.values()]
+
+
+def gpus_of(pod_spec: dict[str, Any]) -> int:
+    """nvidia.com/gpu one pod requests (extended resources: request = limit; either may be written)."""
+    total = 0
+    for container in pod_spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        value = (resources.get("limits") or {}).get(GPU) or (resources.get("requests") or {}).get(GPU) or 0
+        total += int(value)
+    return total
+
+
+def shape(obj: dict[str, Any]) -> tuple[int, int]:
+    """(pods, GPUs per pod): the largest per-pod GPU count across replica types."""
+    specs = pod_specs(obj)
+    return sum(n for n, _ in specs), max((gpus_of(s) for _, s in specs), default=0)
+
+
+def summary(obj: dict[str, Any], target: Target) -> JobSummary:
+    meta = meta_of(obj)
+    pods, gpus = shape(obj)
+    queue = str((meta.get("labels") or {}).get("kueue.x-k8s.io/queue-name") or "")
+    return JobSummary(meta.get("name", ""), meta.get("namespace", ""), target.name, state(obj), pods, gpus,
+                      meta.get("creationTimestamp", ""), str(meta.get("uid") or ""), queue)
+
+
+def _path(target: Target, namespace: str | None, name: str | None = None) -> str:
+    return path_of(target.group, target.version, target.plural, namespace, name)
+
+
+def path_of_job(target: Target, namespace: str | None, name: str | None = None) -> str:
+    """/apis/kubeflow.org/v1/namespaces/NS/pytorchjobs[/NAME]."""
+    return _path(target, namespace, name)
+
+
+def get(api: Any, target: Target, namespace: str, name: str) -> dict[str, Any] | None:
+    """The job, or None if there is none of that name (a missing CRD or namespace is a ClusterError).
+    `api`: a Rest, a Connection or a kubernetes ApiClient (kubetrain.kube.rest.rest_of)."""
+    found = _get(api, target, namespace, name, probe=False)
+    return None if isinstance(found, _NotServed) else found
+
+
+class _NotServed:
+    """The cluster does not serve the kind: the apiserver answers its paths with a bare "404 page not
+    found", not with the Status that a missing object gets (which names the object)."""
+
+
+def _get(api: Any, target: Target, namespace: str, name: str, probe: bool) -> dict[str, Any] | _NotServed | None:
+    with cluster_errors(f"get {target.resource} {name} in namespace {namespace}"):
+        try:
+            return as_dict(rest_of(api).get(_path(target, namespace, name)))
+        except Exception as exc:
+            if is_not_found(exc) and _object_missing(exc, name):
+                return None
+            if probe and _not_served(exc):
+                return _NotServed()
+            raise
+
+
+def _not_served(exc: Exception) -> bool:
+    return is_not_found(exc) and not status_body(exc)
+
+
+def _object_missing(exc: Any, name: str) -> bool:
+    details = status_body(exc).get("details") or {}
+    return bool(details.get("name") == name and details.get("kind") != "namespaces")
+
+
+def find(api: Any, targets: list[Target] | None, namespace: str, name: str) -> tuple[Target, dict[str, Any]]:
+    """The job called `name` among `targets`, or (None) among the kinds the cluster serves, which the GETs
+    themselves tell (no discovery round trip first); a one-line error when there is none."""
+    served = []
+    for target in AUTO_ORDER if targets is None else targets:
+        obj = _get(api, target, namespace, name, probe=targets is None)
+        if isinstance(obj, dict):
+            return target, obj
+        if obj is None:
+            served.append(target)
+    if not served:
+        raise ClusterError(NOT_INSTALLED)
+    check_namespace(api, namespace)  # the same message for every command when -n names no namespace
+    kinds = " or ".join(t.kind for t in served)
+    raise ClusterError(f"no {kinds} named {name} in namespace {namespace} (list them: kubetrain list -n {namespace})")
+
+
+def check_namespace(api: Any, namespace: str) -> None:
+    """A ClusterError naming the fix if `namespace` does not exist (silent when we may not read namespaces)."""
+    try:
+        rest_of(api).get(f"/api/v1/namespaces/{namespace}")
+    except Exception as exc:
+        if is_not_found(exc):
+            raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
+                               f"(kubectl get namespaces) or create it: kubectl create namespace {namespace}"
+                               ) from None
+
+
+def list_jobs(api: Any, targets: list[Target] | None, namespace: str | None) -> list[JobSummary]:
+    """Jobs of every given kind (None: of every kind the cluster serves, which the lists themselves tell), in
+    one namespace or (None) all of them, oldest first."""
+    out: list[JobSummary] = []
+    served = 0
+    for target in AUTO_ORDER if targets is None else targets:
+        where = f"namespace {namespace}" if namespace else "all namespaces"
+        with cluster_errors(f"list {target.resource} in {where}"):
+            try:
+                body = rest_of(api).get(_path(target, namespace))
+            except Exception as exc:
+                if targets is None and _not_served(exc):
+                    continue
+                raise
+        served += 1
+        out += [summary(item, target) for item in as_dict(body).get("items") or []]
+    if not served:
+        raise ClusterError(NOT_INSTALLED)
+    return sorted(out, key=lambda s: (s.created, s.namespace, s.name))
+
+
+def delete(api: Any, target: Target, namespace: str, name: str, propagation: str = "Background") -> bool:
+    """Delete the job; False if it was already gone."""
+    with cluster_errors(f"delete {target.resource} {name} in namespace {namespace}"):
+        try:
+            rest_of(api).json("DELETE", _path(target, namespace, name),
+                              body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
+        except Exception as exc:
+            if is_not_found(exc) and _object_missing(exc, name):
+                return False
+            raise
+    return True
+
+
+def _list_fn(api: Any, target: Target, namespace: str) -> Any:
+    return watch.rest_list(api, _path(target, namespace))
+
+
+def wait_gone(api: Any, target: Target, namespace: str, name: str, timeout: float | None) -> None:
+    with cluster_errors(f"watch {target.resource} in namespace {namespace}"):
+        watch.wait_for(_list_fn(api, target, namespace), lambda cache: not cache, timeout=timeout,
+                       what=f"{target.kind} {name} to be deleted", field_selector=f"metadata.name={name}")
+
+
+def wait_finished(api: Any, target: Target, namespace: str, name: str, timeout: float | None,
+                  on_retry: Callable[[str], None] | None = None) -> str:
+    """Block until the job is Succeeded or Failed; return which. A deleted job is an error."""
+    def check(cache: dict[tuple[str, str], dict[str, Any]]) -> str | None:
+        obj = cache.get((namespace, name))
+        if obj is None:
+            raise ClusterError(f"{target.kind} {name} was deleted while waiting for it to finish")
+        current = state(obj)
+        return current if current in TERMINAL else None
+
+    with cluster_errors(f"watch {target.resource} in namespace {namespace}"):
+        return watch.wait_for(_list_fn(api, target, namespace), check, timeout=timeout, on_retry=on_retry,
+                              what=f"{target.kind} {name} to finish", field_selector=f"metadata.name={name}")

@@ -1,0 +1,440 @@
+"""The parts of a job spec. Every field documents itself; `docs/spec.md` is generated from these."""
+
+
+import posixpath
+import types
+import typing
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from kubetrain.jobspec import names
+from kubetrain.jobspec.quantity import is_quantity, parse_quantity
+from kubetrain.objectstore import OBJECT_STORE_BACKENDS
+
+INT32_MAX = 2**31 - 1  # Kubernetes' int32 fields (and the uid range IsValidUserID allows)
+
+
+class Section(BaseModel):
+    """Base of every spec model: camelCase keys, unknown keys are errors, immutable once loaded."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True,
+        validate_default=True, coerce_numbers_to_str=True,
+        allow_inf_nan=False,  # JSON has no Infinity or NaN: `lr: .inf` would render as invalid JSON
+    )
+    # Field descriptions are the attribute docstrings, read on first need (kubetrain/jobspec/fielddocs.py), not
+    # by pydantic's use_attribute_docstrings at class creation, which was ~20 % of render's start-up.
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        from kubetrain.jobspec.fielddocs import document
+
+        document(cls)
+        return super().model_json_schema(*args, **kwargs)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic's lax mode reads True as 1; in YAML 1.1 `nodes: yes` is True, so it would mean 1 node.
+        if isinstance(value, bool) and info.field_name and _numeric_only(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"must be a number, not the boolean {str(value).lower()}")
+        return value
+
+
+def _numeric_only(annotation: Any) -> bool:
+    """True when a field takes int/float but never bool (through Optional and Annotated)."""
+    leaves: set[Any] = set()
+    stack = [annotation]
+    while stack:
+        candidate = stack.pop()
+        if typing.get_origin(candidate) is Annotated:
+            stack.append(typing.get_args(candidate)[0])
+        elif typing.get_args(candidate) and typing.get_origin(candidate) in (typing.Union, types.UnionType):
+            stack.extend(typing.get_args(candidate))
+        else:
+            leaves.add(candidate)
+    leaves.discard(type(None))
+    return bool(leaves) and leaves <= {int, float}
+
+
+def _check(error: str | None, value: str) -> str:
+    if error:
+        raise ValueError(error)
+    return value
+
+
+def _quantity(value: str) -> str:
+    if not is_quantity(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. '8', '500m', '32Gi')")
+    if value.startswith("-"):
+        raise ValueError(f"{value!r} must not be negative")
+    return value
+
+
+def _bytes(value: str) -> str:
+    """Memory and disk sizes: whole bytes. The apiserver accepts '500m' (half a byte) and rounds it up to 1."""
+    if parse_quantity(value) % 1:
+        if value.endswith("m"):
+            raise ValueError(f"{value!r} is a fraction of a byte ('m' means milli); did you mean '{value}i'?")
+        raise ValueError(f"{value!r} is a fraction of a byte; use whole bytes or a unit such as Mi or Gi")
+    return value
+
+
+def _abs_path(value: str) -> str:
+    if not value.startswith("/") or ":" in value or ".." in value.split("/"):
+        raise ValueError(f"{value!r} must be an absolute path without ':' or '..'")
+    return posixpath.normpath(value)
+
+
+def _module_ref(value: str) -> str:
+    if not names.MODULE_REF.fullmatch(value):
+        raise ValueError(f"{value!r} must be a 'package.module:function' reference")
+    return value
+
+
+DnsLabel = Annotated[str, AfterValidator(lambda v: _check(names.dns_label_error(v), v))]
+Subdomain = Annotated[str, AfterValidator(lambda v: _check(names.subdomain_error(v), v))]
+Quantity = Annotated[str, AfterValidator(_quantity)]
+ByteQuantity = Annotated[str, AfterValidator(_quantity), AfterValidator(_bytes)]
+AbsPath = Annotated[str, AfterValidator(_abs_path)]
+EnvName = Annotated[str, Field(pattern=names.ENV_NAME.pattern)]
+ModuleRef = Annotated[str, AfterValidator(_module_ref)]
+
+
+class Resources(Section):
+    """CPU and memory per pod (per node). GPUs are set with `gpusPerNode`."""
+
+    cpu: Quantity | None = None
+    """CPU cores requested per pod, e.g. "8" or "7500m". Not set as a limit, to avoid CFS throttling."""
+    memory: ByteQuantity | None = None
+    """Memory per pod for your processes, e.g. "32Gi". The limit is this plus `shmSize` (tmpfs pages count
+    against the container's memory cgroup)."""
+    ephemeralStorage: ByteQuantity | None = None
+    """Local scratch disk per pod, e.g. "100Gi"."""
+    guaranteed: bool = False
+    """Guaranteed QoS: CPU and memory limits equal their requests (needs `cpu` and `memory`), so the kubelet's
+    static CPU manager can pin whole cores. Requests then include the /dev/shm size."""
+
+
+class SecretEnv(Section):
+    """An environment variable read from a Kubernetes Secret. Values never appear in a manifest."""
+
+    name: EnvName
+    """The variable's name inside the container, e.g. HF_TOKEN."""
+    secret: Subdomain
+    """The Secret's name (in the job's namespace)."""
+    key: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+    """The key inside the Secret."""
+    optional: bool = False
+    """Start the pod even if the Secret or key is missing."""
+
+
+class Volume(Section):
+    """A PersistentVolumeClaim mounted into every pod (datasets, checkpoints)."""
+
+    name: DnsLabel
+    """The volume's name in the pod spec."""
+    claim: Subdomain
+    """The PersistentVolumeClaim's name. Locally (`kubetrain run`) see `localPath`."""
+    mountPath: AbsPath
+    """Where the volume appears in the container."""
+    readOnly: bool = False
+    """Mount read-only."""
+    localPath: str | None = None
+    """For `kubetrain run`: the local directory standing in for the claim (default ./.kubetrain/volumes/<name>)."""
+
+
+class Code(Section):
+    """Local code shipped with the job as a ConfigMap, so a code edit needs no image rebuild."""
+
+    path: Annotated[str, Field(min_length=1)] = "."
+    """Directory with the code, relative to the spec file. Must fit in a ConfigMap (1 MiB)."""
+    mountPath: AbsPath = "/workspace"
+    """Where the code appears in the container; it is also the working directory."""
+    exclude: list[str] = Field(default_factory=list)
+    """Extra glob patterns to leave out (`.git`, `__pycache__`, `*.pyc`, `venv`/`.venv`, `checkpoints`, `wandb`,
+    `mlruns`, `lightning_logs`, `node_modules`, kubetrain spec files and `.kubetrainignore` always apply)."""
+    include: list[str] = Field(default_factory=list)
+    """Glob patterns to ship even though `.gitignore`, `.dockerignore` or the secret defaults (`.env*`, private
+    keys, certificates) leave them out, e.g. `certs/ca.crt`."""
+
+
+class Toleration(Section):
+    """A pod toleration, as in the Kubernetes API."""
+
+    key: str | None = None
+    """The taint key to tolerate; empty with operator Exists means every taint."""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    """Exists or Equal."""
+    value: str | None = None
+    """The taint value (with operator Equal)."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """The taint effect to tolerate; empty means all effects."""
+    tolerationSeconds: int | None = None
+    """For NoExecute: how long the pod stays bound after the taint appears."""
+
+    @model_validator(mode="after")
+    def _as_kubernetes_checks_it(self) -> "Toleration":
+        from kubetrain.validate.k8s.scheduling import tolerations  # Kubernetes' ValidateTolerations, ported
+
+        problems = [f"{f.path[-1]}: {f.message}" for f in tolerations([self.model_dump(exclude_none=True)], ())]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+Cloud = Literal["none", "generic", "gke", "eks", "eks-karpenter", "aks", "kind", "auto"]
+
+
+class Placement(Section):
+    """Where GPU pods may run. A cloud profile adds its node labels and tolerations; yours win."""
+
+    cloud: Cloud = "none"
+    """Cloud profile: gke, eks (Auto Mode), eks-karpenter, aks, kind, generic (GPU Feature Discovery labels),
+    none, or auto (resolved at submit time from the cluster's node labels)."""
+    gpuType: str | None = None
+    """Accelerator name in the profile's vocabulary, e.g. nvidia-l4 (gke), l4 (eks), NVIDIA-H100-80GB-HBM3 (generic)."""
+    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    """Extra node labels the pods require; these override the profile's labels key by key."""
+    tolerations: list[Toleration] = Field(default_factory=list)
+    """Extra tolerations, added to the profile's."""
+
+    @model_validator(mode="after")
+    def _check_labels(self) -> "Placement":
+        for key, value in self.nodeSelector.items():
+            _check(names.qualified_name_error(key) or names.label_value_error(value), key)
+        return self
+
+
+class Elastic(Section):
+    """Elastic training (torchrun rendezvous): the job runs with between minNodes and maxNodes pods."""
+
+    minNodes: Annotated[int, Field(ge=1)] = 1
+    """Fewest pods the job trains with."""
+    maxNodes: Annotated[int, Field(ge=1)]
+    """Most pods the job trains with."""
+    maxRestarts: Annotated[int, Field(ge=0, le=INT32_MAX)] = 3
+    """How often torchrun restarts the worker group after a failure or membership change."""
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> "Elastic":
+        if self.minNodes > self.maxNodes:
+            raise ValueError(f"minNodes ({self.minNodes}) must be <= maxNodes ({self.maxNodes})")
+        return self
+
+
+class RunPolicy(Section):
+    """How the operator runs the job (PyTorchJob spec.runPolicy; TrainJob uses what it supports)."""
+
+    backoffLimit: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = 10
+    """Container restarts, summed over the job's running pods, at which the job is marked Failed. One failed
+    process costs about nodes + 1 restarts (every node's torchrun fails with it), so 10 survives ~3 failures
+    of a 2-node job; raise it for larger jobs."""
+    activeDeadlineSeconds: Annotated[int, Field(ge=1)] | None = None
+    """Wall-clock limit for the whole job."""
+    ttlSecondsAfterFinished: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = 86400
+    """Delete the finished job (and its pods) after this many seconds."""
+    cleanPodPolicy: Literal["None", "Running", "All"] = "None"
+    """Which pods to delete when the job finishes: None keeps logs around."""
+    restartPolicy: Literal["OnFailure", "Never", "ExitCode", "Always"] = "OnFailure"
+    """Replica restart policy. ExitCode restarts on retryable exit codes (128+) only."""
+
+
+class Scheduling(Section):
+    """Queueing and priority."""
+
+    queue: Annotated[str, AfterValidator(lambda v: _check(names.label_value_error(v), v))] | None = None
+    """Kueue LocalQueue name (the kueue.x-k8s.io/queue-name label)."""
+    priorityClass: Subdomain | None = None
+    """PriorityClass name for the pods."""
+
+
+class Security(Section):
+    """The container's securityContext. Defaults are restrictive: no privilege escalation, no capabilities,
+    seccomp RuntimeDefault."""
+
+    runAsNonRoot: bool | None = None
+    """Require a non-root user. Default: true for images kubetrain builds (uid 1000), false otherwise, since
+    many CUDA base images run as root."""
+    runAsUser: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
+    """The uid to run as."""
+    readOnlyRootFilesystem: bool = False
+    """Mount the image's filesystem read-only."""
+
+
+def _checkpoint_dir(value: str | None) -> str | None:
+    scheme, sep, rest = (value or "").partition("://")
+    if not sep:
+        return value
+    if scheme not in OBJECT_STORE_BACKENDS:
+        raise ValueError(f"{scheme}:// is not a supported store; use a path or one of "
+                         + ", ".join(f"{name}://" for name in OBJECT_STORE_BACKENDS))
+    if not rest.split("/", 1)[0]:
+        raise ValueError(f"{value!r} names no bucket: use {scheme}://BUCKET/PREFIX")
+    return value
+
+
+class Checkpoint(Section):
+    """Checkpointing for the kubetrain runtime (the Trainer API, and scripts that use kubetrain.runtime)."""
+
+    dir: Annotated[str | None, AfterValidator(_checkpoint_dir)] = None
+    """Where checkpoints go: a directory, typically a volume's mountPath, or an object store URL
+    (s3://BUCKET/PREFIX, gs://, az://; needs `kubetrain[s3]`, `[gcs]` or `[azure]` in the image). Unset
+    disables checkpointing."""
+    everySteps: Annotated[int, Field(ge=1)] | None = None
+    """Write a checkpoint every N optimizer steps (besides every epoch end and on SIGTERM)."""
+    keep: Annotated[int, Field(ge=1)] = 3
+    """Keep the newest K complete checkpoints."""
+    resume: bool = True
+    """On start, resume from the newest complete checkpoint."""
+    sigtermTimeoutSeconds: Annotated[int, Field(ge=1)] = 25
+    """Time allowed for the checkpoint written on SIGTERM (keep below terminationGracePeriodSeconds)."""
+
+
+class Hang(Section):
+    """Hang and straggler detection from the runtime's progress signal (docs/hangs.md)."""
+
+    timeoutSeconds: Annotated[int, Field(ge=1)] = 300
+    """A job is hung when no rank finished a step for the larger of this and stepFactor x the observed
+    p99 step time."""
+    stepFactor: Annotated[float, Field(ge=1)] = 10.0
+    """k in k x p99 step time (the adaptive part of the threshold)."""
+    phaseTimeoutSeconds: Annotated[int, Field(ge=1)] = 1800
+    """The threshold while a rank starts up (first step, resume), evaluates or checkpoints: the larger of
+    this and stepFactor x the longest earlier run of that phase."""
+    policy: Literal["observe", "fail", "restart"] = "observe"
+    """What `kubetrain run` does with a hung job after reporting it with every rank's stack: observe (keep
+    waiting), fail (stop the job, exit 1), restart (stop it and start again from the last checkpoint)."""
+    maxRestarts: Annotated[int, Field(ge=0)] = 2
+    """With policy restart: restarts allowed before the job fails."""
+    stragglerFactor: Annotated[float, Field(gt=1)] = 2.0
+    """A rank straggles when its own time per micro-step (waiting for data, forward) stays above this times
+    the median of the other ranks."""
+
+
+class DDP(Section):
+    """DistributedDataParallel options."""
+
+    findUnusedParameters: bool = False
+    """Allow parameters that get no gradient in a step (costs an extra graph traversal)."""
+    staticGraph: bool = False
+    """Promise the graph is the same every step (enables more optimisations)."""
+    gradientAsBucketView: bool = True
+    """Gradients alias the allreduce buckets (saves memory)."""
+    bucketCapMb: Annotated[float, Field(gt=0)] = 25.0
+    """Allreduce bucket size in MiB."""
+
+
+class FSDP(Section):
+    """FSDP2 (`torch.distributed.fsdp.fully_shard`) options, used with `strategy: fsdp`."""
+
+    wrapClasses: list[str] = Field(default_factory=list)
+    """Module class names to shard as units, e.g. [TransformerBlock]. Empty: each top-level child module with
+    parameters is one unit. The root module is always sharded last."""
+    reshardAfterForward: bool = True
+    """Free the gathered parameters after forward (ZeRO-3); false keeps them until backward (ZeRO-2-like,
+    more memory, fewer all-gathers)."""
+    cpuOffload: bool = False
+    """Keep sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy)."""
+    metaInit: bool = False
+    """Build the model on the `meta` device, shard it, then allocate and initialise only each rank's shards
+    (the model's `init_weights()`, else every module's `reset_parameters()`): no rank ever holds the whole
+    model, so it may be larger than one GPU. Initial weights then depend on the number of ranks."""
+    asyncCheckpoint: bool = False
+    """Write sharded checkpoints in the background (torch.distributed.checkpoint.async_save); a checkpoint
+    is published when it is complete, at the latest before the next one, at the end, or on SIGTERM."""
+
+
+class Profile(Section):
+    """torch.profiler for the Trainer: traces TensorBoard and Perfetto open, plus a per-cycle summary."""
+
+    dir: str
+    """Output directory, normally on a volume (e.g. /ckpt/profile); rank R writes under rank-R/."""
+    wait: Annotated[int, Field(ge=0)] = 1
+    """Optimizer steps skipped at the start of each cycle."""
+    warmup: Annotated[int, Field(ge=0)] = 1
+    """Steps profiled but discarded (profiler start-up overhead)."""
+    active: Annotated[int, Field(ge=1)] = 3
+    """Steps recorded per cycle."""
+    repeat: Annotated[int, Field(ge=0)] = 1
+    """Cycles; 0 repeats until training ends."""
+    ranks: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0])
+    """Global ranks that profile."""
+
+
+class Train(Section):
+    """The kubetrain Trainer API: name factories as 'module:function' and kubetrain runs the loop."""
+
+    model: ModuleRef
+    """Returns a torch.nn.Module."""
+    dataset: ModuleRef
+    """Returns a training Dataset, or a (train, eval) pair."""
+    loss: ModuleRef | None = None
+    """Returns a loss module or function (default: torch.nn.CrossEntropyLoss)."""
+    optimizer: ModuleRef | None = None
+    """Called with (parameters, lr); default torch.optim.AdamW."""
+    scheduler: ModuleRef | None = None
+    """Called with (optimizer, total_steps); stepped once per optimizer step."""
+    epochs: Annotated[int, Field(ge=1)] = 1
+    """Passes over the training data."""
+    batchSize: Annotated[int, Field(ge=1)] = 32
+    """Samples per process per micro-step."""
+    lr: Annotated[float, Field(gt=0)] = 1e-3
+    """Learning rate given to the optimizer factory."""
+    seed: int = 0
+    """Seed for torch, numpy and python RNGs (offset by rank where it must differ)."""
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Mixed precision: bf16 autocast, or fp16 autocast with a GradScaler."""
+    gradAccumSteps: Annotated[int, Field(ge=1)] = 1
+    """Micro-steps per optimizer step (no_sync on all but the last)."""
+    gradClip: Annotated[float, Field(gt=0)] | None = None
+    """Clip the global gradient norm to this value."""
+    compile: bool = False
+    """Wrap the model with torch.compile."""
+    syncBatchNorm: bool = False
+    """Convert BatchNorm layers to SyncBatchNorm."""
+    activationCheckpointing: bool = False
+    """Recompute activations of top-level child modules in backward to save memory."""
+    numWorkers: Annotated[int, Field(ge=0)] = 0
+    """DataLoader worker processes per rank."""
+    logEvery: Annotated[int, Field(ge=1)] = 10
+    """Print a metrics line every N optimizer steps."""
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    """Process-group backend: nccl with CUDA, gloo without."""
+    timeoutSeconds: Annotated[int, Field(ge=1)] = 1800
+    """Collective operation timeout."""
+    ddp: DDP = Field(default_factory=DDP)
+    """DDP wrapper options."""
+    strategy: Literal["ddp", "fsdp", "dp"] = "ddp"
+    """ddp: DistributedDataParallel (recommended). fsdp: FSDP2, parameters, gradients and optimizer state
+    sharded across ranks, sharded checkpoints (for models that do not fit one GPU). dp: legacy
+    single-process DataParallel over the node's GPUs (one process per node; prefer ddp)."""
+    fsdp: FSDP = Field(default_factory=FSDP)
+    """FSDP2 options (strategy: fsdp)."""
+    profile: Profile | None = None
+    """Profile some training steps with torch.profiler (off when unset)."""
+
+
+class Build(Section):
+    """How `kubetrain build` makes the image (context, Dockerfile, build args, repository)."""
+
+    context: str = "."
+    """Build context directory, relative to the spec file. `.dockerignore` is respected."""
+    dockerfile: str | None = None
+    """Dockerfile path relative to the context; default: kubetrain's own (images/Dockerfile)."""
+    repository: str | None = None
+    """Image repository to tag and push, e.g. ghcr.io/acme/digits. Default: the spec image without its tag."""
+    baseImage: str | None = None
+    """Base image for kubetrain's Dockerfile (default docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime)."""
+    variant: Literal["cuda", "cpu"] = "cuda"
+    """cuda for GPU clusters, cpu for laptops and CI smoke runs."""
+    buildArgs: dict[str, str] = Field(default_factory=dict)
+    """Extra --build-arg values."""
+    requirements: str | None = None
+    """A requirements file (relative to the context) installed before your code is copied; default
+    requirements.txt when the context has one. Used by kubetrain's own Dockerfile."""
+    platform: Annotated[str, Field(pattern=r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")] | None = None
+    """Target platform for the builder, e.g. linux/amd64 (GPU nodes are usually amd64 even when your laptop
+    is arm64). Default: the builder's own platform."""

@@ -1,0 +1,2 @@
+"""The wire: one REST client (transport, kubeconfig, credentials, retries, typed errors, watches) and the vocabulary of
+Kubernetes objects."""

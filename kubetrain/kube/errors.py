@@ -1,0 +1,284 @@
+"""Turn API and network failures into one-line ClusterErrors that say how to fix them.
+
+Network failures come from two transports: the standard library's (kubetrain.kube.transport, the REST
+client of the hot paths) and urllib3 (inside the kubernetes package, for the typed calls). urllib3 is
+never imported here: its exceptions are checked only when it is loaded (nothing else can raise them), so
+`status`, `list` and `logs` do not pay its import.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+from kubetrain.errors import ClusterError
+
+CRD_HINT = "install the Kubeflow training-operator (`kubetrain cluster create` for a local one; see docs/cluster.md)"
+
+
+class Unreachable(ClusterError):
+    """The API server could not be reached or did not answer in time (exit 3, as opposed to 1 for a job
+    that failed or a request the server refused)."""
+
+    exit_code = 3
+
+
+class AuthPluginError(ClusterError):
+    """A kubeconfig exec / auth-provider plugin (gcloud, aws, kubelogin...) failed: no credentials."""
+
+    exit_code = 3
+
+
+class ApiError(Exception):
+    """An HTTP error status from the API server, with the same attributes as the kubernetes package's
+    ApiException (status, reason, body, headers), so the helpers below take either."""
+
+    def __init__(self, status: int, reason: str, body: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status, self.reason, self.body, self.headers = status, reason, body, dict(headers or {})
+
+    @classmethod
+    def of(cls, status: int, reason: str, body: str, headers: Mapping[str, str] | None = None) -> ApiError:
+        """The ApiError subclass for `status` (NotFound for 404, Conflict for 409...)."""
+        return BY_STATUS.get(status, ApiError)(status, reason, body, headers)
+
+    @classmethod
+    def from_response(cls, response: Any) -> ApiError:
+        data = response.data if hasattr(response, "data") else b""
+        return cls.of(int(response.status), str(getattr(response, "reason", "") or ""),
+                      (data or b"").decode("utf-8", "replace"), dict(response.headers or {}))
+
+    @property
+    def status_object(self) -> dict[str, Any]:
+        """The server's Status object ({} when the body is not one): reason, message, details."""
+        return status_body(self)
+
+
+class Unauthorized(ApiError):
+    """401: no or expired credentials."""
+
+
+class Forbidden(ApiError):
+    """403: RBAC (or an admission webhook) refused."""
+
+
+class NotFound(ApiError):
+    """404: the object, or the whole resource (a CRD not installed: then the body is no Status naming it)."""
+
+
+class Conflict(ApiError):
+    """409: AlreadyExists, or a stale resourceVersion."""
+
+
+class Gone(ApiError):
+    """410: a watch's resourceVersion is too old (Expired)."""
+
+
+class Invalid(ApiError):
+    """422: the server's validation rejected the object."""
+
+
+BY_STATUS: dict[int, type[ApiError]] = {401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
+                                         410: Gone, 422: Invalid}
+
+
+def api_status(exc: BaseException) -> int | None:
+    """The HTTP status of an API error from either client (ours or the kubernetes package's), else None."""
+    return int(getattr(exc, "status", 0) or 0) if is_api_error(exc) else None
+
+
+def is_not_found(exc: BaseException) -> bool:
+    return api_status(exc) == 404
+
+
+def is_conflict(exc: BaseException) -> bool:
+    return api_status(exc) == 409
+
+
+def api_error_types() -> tuple[type[Exception], ...]:
+    """ApiError, and the kubernetes package's ApiException when that package is loaded (if it is not,
+    nothing can have raised one: checking costs no import)."""
+    module = sys.modules.get("kubernetes.client.exceptions")
+    return (ApiError, module.ApiException) if module else (ApiError,)
+
+
+def _config_error_types() -> tuple[type[Exception], ...]:
+    module = sys.modules.get("kubernetes.config.config_exception")
+    return (module.ConfigException,) if module else ()
+
+
+def is_api_error(exc: BaseException) -> bool:
+    return isinstance(exc, api_error_types())
+
+
+def as_dict(value: object) -> dict[str, Any]:
+    """A CustomObjectsApi response (typed `object`) as the JSON dict it is."""
+    if not isinstance(value, dict):
+        raise ClusterError(f"unexpected API response: {type(value).__name__}, not a JSON object")
+    return value
+
+
+def status_body(exc: Any) -> dict[str, Any]:
+    """The Kubernetes Status object of an API error ({} when the body is not one)."""
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+    except (TypeError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def api_message(exc: Any) -> str:
+    body = status_body(exc)
+    return str(body.get("message") or exc.reason or f"HTTP {exc.status}")
+
+
+def translate(exc: BaseException, action: str, server: str | None = None) -> ClusterError:
+    """`action` says what we were doing, e.g. "create pytorchjobs.kubeflow.org in namespace ml"."""
+    if is_api_error(exc) and not getattr(exc, "status", 0):  # the REST layer's wrapping of an SSLError
+        reason = " ".join(str(getattr(exc, "reason", "") or "").split())[:200]
+        return Unreachable(f"TLS error talking to {server or 'the API server'}: {reason} "
+                           "(check the kubeconfig's certificate-authority and server address)")
+    if is_api_error(exc):
+        return _from_api(exc, action)
+    if isinstance(exc, _config_error_types()):
+        return ClusterError(f"kubeconfig: {exc}; set KUBECONFIG, --kubeconfig or --context")
+    return Unreachable(describe_network_error(exc, server))
+
+
+def urllib3_exceptions() -> ModuleType | None:
+    """urllib3's exceptions module if urllib3 is loaded (by the kubernetes package), else None."""
+    return sys.modules.get("urllib3.exceptions")
+
+
+def network_error_types() -> tuple[type[BaseException], ...]:
+    """What a request that got no HTTP answer raises: OSError and http.client's errors (the REST client),
+    plus urllib3's when it is loaded (the kubernetes package's client)."""
+    module = urllib3_exceptions()
+    return (OSError, http.client.HTTPException, *((module.HTTPError,) if module else ()))
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The cause inside urllib3's MaxRetryError (the kubernetes client raises it after its own retries)."""
+    module = urllib3_exceptions()
+    if module and isinstance(exc, module.MaxRetryError) and isinstance(exc.reason, BaseException):
+        return exc.reason
+    return exc
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """A read that timed out (socket.timeout is TimeoutError), from either transport."""
+    module = urllib3_exceptions()
+    return isinstance(exc, TimeoutError) or bool(module and isinstance(exc, module.TimeoutError))
+
+
+def describe_network_error(exc: BaseException, server: str | None, read_timeout: float | None = None) -> str:
+    """One line for a request that got no HTTP answer: refused, timed out, TLS, DNS, reset."""
+    exc = unwrap(exc)
+    where = server or "the API server"
+    module = urllib3_exceptions()
+    if isinstance(exc, ssl.SSLError) or (module and isinstance(exc, module.SSLError)):
+        return (f"TLS error talking to {where}: {_short(exc)} "
+                "(check the kubeconfig's certificate-authority and server address)")
+    if isinstance(exc, socket.gaierror) or (module and isinstance(exc, module.NameResolutionError)):
+        return f"cannot reach {where}: its host name does not resolve (check the kubeconfig's server address)"
+    # A connect timeout (transport.ConnectTimeout, urllib3's ConnectTimeoutError) means unreachable, not slow.
+    if is_timeout(exc) and "connect" not in str(exc).lower():
+        after = f" within {read_timeout:g}s" if read_timeout else ""
+        return (f"{where} did not answer{after}: the API server is overloaded or hung "
+                "(raise --request-timeout, or check it: kubectl get --raw /readyz)")
+    if isinstance(exc, ConnectionRefusedError) or (module and isinstance(exc, module.NewConnectionError)):
+        return f"cannot reach {where}: is the cluster running? (kubectl cluster-info)"
+    return f"cannot reach {where} ({_short(exc)}): is the cluster running? (kubectl cluster-info)"
+
+
+def _from_api(exc: Any, action: str) -> ClusterError:
+    status = exc.status or 0
+    body = status_body(exc)
+    message = api_message(exc)
+    if status == 401:
+        return ClusterError("credentials rejected (401 Unauthorized): they have expired or are invalid; "
+                            "re-login / refresh the kubeconfig (e.g. `gcloud container clusters get-credentials`, "
+                            "`aws eks update-kubeconfig`, `az aks get-credentials`)")
+    if status == 403 and "admission webhook" in message:
+        return ClusterError(f"invalid: {message}")
+    if status == 403 and "system:anonymous" in message:
+        return ClusterError(f"the API server saw no credentials (request made as system:anonymous) while trying "
+                            f"to {action}: the kubeconfig's user has no token or certificate, or its login "
+                            "plugin gave none; log in again / refresh the kubeconfig")
+    if status == 403:
+        return ClusterError(f"forbidden: cannot {action}: {message} "
+                            "(ask a cluster admin for an RBAC Role allowing it; check with `kubectl auth can-i`)")
+    if status == 404:
+        return _not_found(body, message, action)
+    if status == 409:
+        return ClusterError(f"conflict: cannot {action}: {message}")
+    if status == 422:
+        return ClusterError(f"invalid: {_invalid_detail(body, message)}")
+    if status == 500 and "failed to create typed patch object" in message:
+        return ClusterError(f"invalid: {message.split('): ', 1)[-1]}")
+    if status == 500 and (webhook := _failing_webhook(message)):
+        return ClusterError(f"admission webhook {webhook} failed, so the API server refused to {action}: "
+                            f"{message} (the webhook's service is down or broken: kubetrain doctor, "
+                            "or ask whoever runs the operator)")
+    if status == 429 or status >= 500:  # overloaded or restarting: a cluster we could not use (exit 3)
+        return Unreachable(f"the API server kept failing ({status} {exc.reason}) while trying to {action}; "
+                            "retried with backoff, try again later")
+    return ClusterError(f"cannot {action}: {status} {message}")
+
+
+def _failing_webhook(message: str) -> str | None:
+    """The webhook's name from an apiserver 500 such as 'Internal error occurred: failed calling webhook
+    "validate.pytorchjob.kubeflow.org": failed to call webhook: Post "https://...": ...'."""
+    import re
+
+    found = re.search(r'failed calling webhook "([^"]+)"', message)
+    return found.group(1) if found else None
+
+
+def _not_found(body: dict[str, Any], message: str, action: str) -> ClusterError:
+    details = body.get("details") or {}
+    if details.get("kind") == "namespaces":
+        name = details.get("name", "?")
+        return ClusterError(f"namespace {name} does not exist: create it: kubectl create namespace {name}")
+    if details.get("name"):
+        return ClusterError(f"not found: {message}")
+    # No Status naming an object: the API group/resource itself is not served, i.e. the CRD is missing.
+    return ClusterError(f"cannot {action}: the cluster does not serve this API (CRD not installed): {CRD_HINT}")
+
+
+def _invalid_detail(body: dict[str, Any], message: str) -> str:
+    """'PyTorchJob "x" is invalid: spec.foo: Invalid value...' keeps every field the server named."""
+    causes = (body.get("details") or {}).get("causes") or []
+    # Drop the apiserver's "<nil>: some validation rules were not checked" footnote when real causes exist.
+    causes = [c for c in causes if c.get("field") not in (None, "", "<nil>")] or causes
+    if not causes:
+        return message
+    details = "; ".join(f"{c.get('field', '')}: {c.get('message', '')}".lstrip(": ") for c in causes)
+    kind = (body.get("details") or {}).get("kind", "object")
+    name = (body.get("details") or {}).get("name", "")
+    return f"{kind} {name!r} rejected by the API server: {details}"
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:200]
+
+
+@contextmanager
+def cluster_errors(action: str, server: str | None = None) -> Iterator[None]:
+    """Inside, API and network errors become one-line ClusterErrors (never a traceback)."""
+    try:
+        yield
+    except ClusterError:
+        raise
+    except Exception as exc:
+        if not isinstance(exc, (*api_error_types(), *_config_error_types(), *network_error_types())):
+            raise
+        raise translate(exc, action, server) from None

@@ -1,0 +1,1 @@
+"""Kueue: Workloads and the quota a LocalQueue leads to."""
