@@ -45,6 +45,7 @@ test-fast: install
 lint: install
 	$(BIN)/ruff check kubetrain tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_shell_scripts.py
 
 bench: install
