@@ -6,9 +6,9 @@ from collections import Counter
 
 from kubetrain.jobspec.gputypes import gpu_type_error
 from kubetrain.jobspec.model import TrainingJob
+from kubetrain.jobspec.names import TORCHRUN_RESERVED_ENV
 from kubetrain.jobspec.network import GPUDIRECT_VOLUMES
 from kubetrain.jobspec.worldsize import procs_gpus_problem
-from kubetrain.validate.operators import TORCHRUN_RESERVED_ENV
 
 RESERVED_VOLUMES = {"dshm", "code", "tmp"}
 TRAINJOB_RUN_POLICY = {"activeDeadlineSeconds"}  # what trainjob.yaml.j2 maps; any other field set is refused

@@ -61,3 +61,7 @@ def image_error(value: str) -> str | None:
         return (f"{value[:80]!r} is not an image reference like registry.example.com/team/image:tag "
                 "(the kubelet would fail with InvalidImageName)")
     return None
+
+# Set by the operators per pod (torchrun reads PET_* as its flags): a spec or manifest must not set them.
+TORCHRUN_RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
+                         "PET_MASTER_PORT")

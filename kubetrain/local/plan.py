@@ -38,7 +38,7 @@ REDACTED = "<redacted>"
 # code on failure (torchrun itself exits 1 for both): kubetrain.runtime.launch
 LAUNCHER = "kubetrain.runtime.launch"
 FAILED_RANK = f"{LAUNCHER}: rank "  # starts the launcher's one line per failed rank
-STORE = "kubetrain.local.store"  # hosts the rendezvous store until every agent has exited
+STORE = "kubetrain.runtime.store"  # hosts the rendezvous store until every agent has exited
 NODE_ENV = "KUBETRAIN_LOCAL_NODE"  # the agent's node index (1-based), to tell agents apart
 # torchrun flags of a command that kubetrain sets itself for the local agents (the operator's PET_*
 # variables do it in a pod; the render warns about those a command pins).

@@ -8,7 +8,7 @@
   SIGKILLed `kubetrain run` does not leave a training job running.
 * Every process of the run inherits KUBETRAIN_RUN_ID; after the agents exit, any process still carrying
   this run's id (e.g. a worker whose agent was killed) is killed, so no orphan survives.
-* The rendezvous store runs in a process of its own (kubetrain.local.store), stopped only after every
+* The rendezvous store runs in a process of its own (kubetrain.runtime.store), stopped only after every
   agent has exited, so no agent loses the store while it closes the rendezvous.
 * Log lines become `[node-N rank-R] text` (worker output, via torchrun's --tee) or `[node-N] text` (the
   agent itself), all on stdout, since they are the job's output.

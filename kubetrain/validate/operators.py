@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from kubetrain.jobspec import names
+from kubetrain.jobspec.names import TORCHRUN_RESERVED_ENV
 from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.validate.findings import Finding, get
 from kubetrain.yamlsrc import PathKey
@@ -25,8 +26,6 @@ TORCHRUN = "torchrun would fail at start"
 MANAGED_BY = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2", "static")
-TORCHRUN_RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
-                         "PET_MASTER_PORT")
 COMPUTE = ("cpu", "memory", "ephemeral-storage")
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 # The replicated jobs and containers of the pinned Trainer v2.3.0 runtimes (manifests/base/runtimes/*.yaml

@@ -70,9 +70,9 @@ def test_plan_runs_the_manifests_program_through_one_agent_per_node(tmp_path: Pa
     value = dict(itertools.pairwise(argv))
     assert value["--nnodes"] == "2" and value["--nproc-per-node"] == "1" and value["--rdzv-backend"] == "c10d"
     assert value["--max-restarts"] == "0" and value["--rdzv-endpoint"].startswith("127.0.0.1:")
-    # every agent is a client of the store that kubetrain.local.store hosts on the endpoint's port
+    # every agent is a client of the store that kubetrain.runtime.store hosts on the endpoint's port
     assert all("is_host=0" in dict(itertools.pairwise(node.argv))["--rdzv-conf"] for node in plan.nodes)
-    assert plan.store_argv[-2:] == ["kubetrain.local.store", value["--rdzv-endpoint"].split(":")[1]]
+    assert plan.store_argv[-2:] == ["kubetrain.runtime.store", value["--rdzv-endpoint"].split(":")[1]]
     env = plan.nodes[0].env
     assert env[RUN_ID_ENV] == plan.run_id and env["PATH"] == "/bin"
     assert "RANK" not in env and "PET_NNODES" not in env and "MASTER_ADDR" not in env  # launcher leftovers

@@ -1,4 +1,4 @@
-"""`python -m kubetrain.local.store PORT`: the rendezvous store of a local run, in a process of its own.
+"""`python -m kubetrain.runtime.store PORT`: the rendezvous store of a local run, in a process of its own.
 
 torchrun's c10d rendezvous keeps its TCPStore inside the agent that hosts it (`is_host`). That agent exits
 as soon as it is done, while another agent may still be closing the rendezvous or sending it a keep-alive
