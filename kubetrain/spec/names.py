@@ -24,7 +24,7 @@ def dns_label_error(value: str, *, rfc1035: bool = False) -> str | None:
     pattern = DNS1035_LABEL if rfc1035 else DNS1123_LABEL
     if len(value) > 63:
         return f"must be at most 63 characters (has {len(value)})"
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         start = "start with a lower-case letter" if rfc1035 else "start with a lower-case letter or digit"
         return f"{value!r} must consist of lower-case letters, digits and '-', {start} and end with one"
     return None
@@ -33,7 +33,7 @@ def dns_label_error(value: str, *, rfc1035: bool = False) -> str | None:
 def subdomain_error(value: str) -> str | None:
     if len(value) > 253:
         return f"must be at most 253 characters (has {len(value)})"
-    if not DNS1123_SUBDOMAIN.match(value):
+    if not DNS1123_SUBDOMAIN.fullmatch(value):
         return f"{value!r} must be a lower-case RFC 1123 subdomain (letters, digits, '-' and '.')"
     return None
 
@@ -43,21 +43,21 @@ def qualified_name_error(key: str) -> str | None:
     prefix, _, name = key.rpartition("/")
     if prefix and subdomain_error(prefix):
         return f"key {key!r}: prefix must be a DNS subdomain"
-    if not name or len(name) > 63 or not QUALIFIED_NAME.match(name):
+    if not name or len(name) > 63 or not QUALIFIED_NAME.fullmatch(name):
         return (f"key {key!r} must be an optional DNS prefix and '/' then a name of at most 63 alphanumerics, "
                 "'-', '_' or '.'")
     return None
 
 
 def label_value_error(value: str) -> str | None:
-    if len(value) > 63 or not LABEL_VALUE.match(value):
+    if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
         return (f"label value {value!r} must be at most 63 alphanumerics, '-', '_' or '.', beginning and "
                 "ending with an alphanumeric")
     return None
 
 
 def image_error(value: str) -> str | None:
-    if len(value) > 4096 or not IMAGE_REF.match(value):
+    if len(value) > 4096 or not IMAGE_REF.fullmatch(value):
         return (f"{value[:80]!r} is not an image reference like registry.example.com/team/image:tag "
                 "(the kubelet would fail with InvalidImageName)")
     return None
