@@ -53,7 +53,7 @@ def env_var_name(value: str) -> str | None:
     """IsRelaxedEnvVarName (RelaxedEnvironmentVariableValidation, GA in 1.34): printable ASCII but '='."""
     if not value:
         return "required value"
-    if not RELAXED_ENV_NAME.match(value):
+    if not RELAXED_ENV_NAME.fullmatch(value):
         return (f"{value!r}: a valid environment variable name must consist only of printable ASCII characters "
                 "other than '='")
     return None
@@ -64,7 +64,7 @@ def configmap_key(value: str) -> str | None:
     """IsConfigMapKey (ConfigMap and Secret keys, keyRef keys)."""
     if len(value) > DNS1123_SUBDOMAIN_MAX:
         return f"key {value[:40]!r}...: must be no more than 253 characters"
-    if not CONFIGMAP_KEY.match(value):
+    if not CONFIGMAP_KEY.fullmatch(value):
         return f"key {value!r}: a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
     if value in (".", "..") or value.startswith(".."):
         return f"key {value!r}: must not be '.' or '..' nor start with '..'"
@@ -76,7 +76,7 @@ def port_name(value: str) -> str | None:
     """IsValidPortName (IANA_SVC_NAME)."""
     if len(value) > 15:
         return f"port name {value!r} must be no more than 15 characters"
-    if not PORT_NAME.match(value) or value.startswith("-") or value.endswith("-") or "--" in value:
+    if not PORT_NAME.fullmatch(value) or value.startswith("-") or value.endswith("-") or "--" in value:
         return (f"port name {value!r} must contain only lower-case alphanumerics and '-', not at either end or "
                 "twice in a row")
     if not HAS_LETTER.search(value):
