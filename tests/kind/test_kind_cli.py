@@ -83,7 +83,7 @@ def test_rerun_on_a_complete_cluster_only_checks(fakebin: Any) -> None:
     fakebin.on("helm", "--kube-context", "kind-kubetrain", "list",
                stdout='[{"name": "nvidia-device-plugin", "chart": "nvidia-device-plugin-0.20.0", '
                       '"status": "deployed"}]')
-    fakebin.on(*OPERATOR_CHECK, stdout="kubeflow/training-operator:v1.9.4")
+    fakebin.on(*OPERATOR_CHECK, stdout="ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489")
     result = create()
     assert result.exit_code == 0, result.output
     argvs = fakebin.argvs()
@@ -254,7 +254,18 @@ def test_delete(fakebin: Any) -> None:
     result = CliRunner().invoke(cli, ["cluster", "delete"])
     assert result.exit_code == 0, result.output
     assert fakebin.argvs() == [["kind", "get", "clusters"],
-                               ["kind", "delete", "cluster", "--name", "kubetrain"]]
+                               ["kind", "delete", "cluster", "--name", "kubetrain"],
+                               ["kind", "get", "clusters"]]  # 'other' is left: so is kind's network
+
+
+def test_deleting_the_last_cluster_removes_kinds_network(fakebin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KIND_EXPERIMENTAL_PROVIDER", "podman")
+    fakebin.install("kind", "podman").on("kind", "get", "clusters", responses=[
+        {"exit": 0, "stdout": "kubetrain\n", "stderr": ""}, {"exit": 0, "stdout": "", "stderr": ""}])
+    result = CliRunner().invoke(cli, ["cluster", "delete"])
+    assert result.exit_code == 0, result.output
+    assert fakebin.argvs()[-2:] == [["podman", "network", "inspect", "kind"], ["podman", "network", "rm", "kind"]]
+    assert "removed the podman network 'kind' (no kind cluster is left)" in result.stderr
 
 
 def test_delete_missing_cluster_is_not_an_error(fakebin: Any) -> None:
