@@ -86,7 +86,7 @@ def cluster(kind: Kind) -> str:
                    "--operator-manifests", str(kind.kindenv.operator_manifests), timeout=900)
     assert created.stdout.startswith(f"kind cluster '{NAME}' is ready: kubectl context {CONTEXT}, CPU only"), \
         created.stdout + created.stderr[-3000:]
-    assert [line.split()[2] for line in created.stdout.splitlines()[2:4]] == ["yes", "yes"], created.stdout
+    assert created.stdout.splitlines()[2].split() == [f"{NAME}-control-plane", "control-plane", "yes", "0"], created.stdout
     return CONTEXT
 
 
@@ -181,8 +181,8 @@ def test_digits_builds_loads_and_trains_on_the_cluster(kind: Kind, cluster: str,
     assert _evals(logged) and float(str(_evals(logged)[-1]["eval_accuracy"])) >= ACCURACY, logged[-2000:]
     status = kind("status", "digits-ddp", "--context", cluster)
     assert "default/digits-ddp: Succeeded" in status.stdout, status.stdout
-    assert f"{NAME}-worker" in status.stdout, status.stdout  # the pods ran on the kind worker
-    checkpoints = kind.run("podman", "exec", f"{NAME}-worker", "ls", "/var/local/digits-ckpt/digits").stdout
+    assert f"{NAME}-control-plane" in status.stdout, status.stdout  # the pods ran on the kind node
+    checkpoints = kind.run("podman", "exec", f"{NAME}-control-plane", "ls", "/var/local/digits-ckpt/digits").stdout
     assert checkpoints.split(), "no checkpoint on the worker's hostPath volume"
     kind("delete", "digits-ddp", "--context", cluster, "--wait", "--timeout", "120")
     assert kind("status", "digits-ddp", "--context", cluster, check=False).returncode != 0

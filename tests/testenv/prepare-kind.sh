@@ -39,6 +39,14 @@ command -v podman >/dev/null || { log "SKIPPED: no podman (prepare-node.sh insta
 stamp_ok() { [[ -f "$KIND_DIR/.$1.stamp" && "$(cat "$KIND_DIR/.$1.stamp")" == "$2" ]]; }
 write_stamp() { printf '%s\n' "$2" >"$KIND_DIR/.$1.stamp"; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+# A binary from prepare.sh: KUBETRAIN_TESTENV_BIN / KUBEBUILDER_ASSETS first (as prepare.sh), else the cache.
+bin_of() {
+  local d
+  for d in "${KUBETRAIN_TESTENV_BIN:-}" "${KUBEBUILDER_ASSETS:-}" "$BIN_DIR"; do
+    [[ -n "$d" && -x "$d/$1" ]] && { printf '%s\n' "$d/$1"; return 0; }
+  done
+  die "$1 not found in $BIN_DIR: run prepare.sh first"
+}
 
 # go_tools GOMODDIR STAMPNAME LDFLAGS PACKAGES...: build into $KIND_BIN unless the stamp matches.
 go_tools() {
@@ -100,10 +108,10 @@ images() {  # every image the node preloads, as one archive: $1/images/preload.t
   while read -r ref; do
     case "$ref" in
       */kube-apiserver:*|*/kube-controller-manager:*|*/kube-scheduler:*)
-        bin="${ref##*/}"; bin="${bin%%:*}"; component_image "$ref" "$BIN_DIR/$bin" "$bin" "$KIND_GLIBC_IMAGE";;
+        bin="${ref##*/}"; bin="${bin%%:*}"; component_image "$ref" "$(bin_of "$bin")" "$bin" "$KIND_GLIBC_IMAGE";;
       */kube-proxy:*) component_image "$ref" "$KIND_BIN/kube-proxy" kube-proxy "$KIND_NET_IMAGE";;
-      */etcd:*) component_image "$ref" "$BIN_DIR/etcd" etcd "$KIND_GLIBC_IMAGE";;
-      */coredns:*) component_image "$ref" "$BIN_DIR/coredns" coredns "$KIND_GLIBC_IMAGE";;
+      */etcd:*) component_image "$ref" "$(bin_of etcd)" etcd "$KIND_GLIBC_IMAGE";;
+      */coredns:*) component_image "$ref" "$(bin_of coredns)" coredns "$KIND_GLIBC_IMAGE";;
       */pause:*) podman tag "$PAUSE_IMAGE" "$ref";;
       *) die "kubeadm expects image $ref, which prepare-kind.sh does not know how to build";;
     esac
@@ -111,7 +119,7 @@ images() {  # every image the node preloads, as one archive: $1/images/preload.t
   done < <("$KIND_BIN/kubeadm" config images list --kubernetes-version "$KUBERNETES_VERSION" 2>/dev/null)
   # kind's containerd config names its own sandbox image; the CNI pods run the kube-proxy image.
   podman tag "$PAUSE_IMAGE" "$KIND_SANDBOX_IMAGE" && refs+=("$KIND_SANDBOX_IMAGE")
-  component_image "$KIND_OPERATOR_IMAGE" "$BIN_DIR/training-operator" manager "$KIND_GLIBC_IMAGE"
+  component_image "$KIND_OPERATOR_IMAGE" "$(bin_of training-operator)" manager "$KIND_GLIBC_IMAGE"
   refs+=("$KIND_OPERATOR_IMAGE")
   # The training-operator's PyTorchJob init container image (alpine:3.10 upstream): the harness's stand-in.
   podman tag "$INIT_IMAGE" "$KIND_INIT_IMAGE" && refs+=("$KIND_INIT_IMAGE")
@@ -122,13 +130,16 @@ images() {  # every image the node preloads, as one archive: $1/images/preload.t
 }
 
 node_image() {
-  local kind_src files=() stamp start ctx
+  local kind_src files=() stamp start ctx b
   kind_src="$(module_dir kind sigs.k8s.io/kind)"
   [[ -d "$kind_src/images/base/files" ]] || die "could not unpack sigs.k8s.io/kind $KIND_VERSION"
   mapfile -t files < <(find "$HERE/kindnode" "$kind_src/images/base/files" -type f | sort)
-  stamp="$(hash_of "${files[@]}" "$HERE/versions.env" "$KIND_DIR/.kindnode.stamp" "$CACHE_ROOT/node/.pause.stamp" \
-    "$CACHE_ROOT/node/.init.stamp" "$CACHE_ROOT/node/.rootfs.stamp" "$BIN_DIR/.kubernetes.stamp" "$BIN_DIR/.etcd.stamp" \
-    "$BIN_DIR/.coredns.stamp" "$BIN_DIR/.training-operator.stamp")"
+  # Every input, binaries included (hashing them takes a second or two).
+  for b in kube-apiserver kube-controller-manager kube-scheduler etcd coredns training-operator; do
+    files+=("$(bin_of "$b")")
+  done
+  stamp="$(hash_of "${files[@]}" "$HERE/versions.env" "$KIND_BIN"/{kubeadm,kubectl,kubelet,kube-proxy} \
+    "$CACHE_ROOT/node/.pause.stamp" "$CACHE_ROOT/node/.init.stamp" "$CACHE_ROOT/node/.rootfs.stamp")"
   if stamp_ok node-image "$stamp" && podman image exists "$KIND_NODE_IMAGE"; then
     log "node image: up to date ($KIND_NODE_IMAGE)"; return 0
   fi
