@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -38,6 +38,7 @@ KUBETRAIN = (sys.executable, "-m", "kubetrain")
 class Kind:
     env: dict[str, str]
     kindenv: kindenv.KindEnv
+    volumes_before: set[str] = field(default_factory=set)
 
     def __call__(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run([*KUBETRAIN, *args], capture_output=True, text=True, timeout=timeout,
@@ -51,12 +52,16 @@ class Kind:
         return subprocess.run(list(argv), capture_output=True, text=True, env=self.env, check=check, timeout=300)
 
 
+def _volumes(kind: Kind) -> set[str]:
+    return set(kind.run("podman", "volume", "ls", "--format", "{{.Name}}").stdout.split())
+
+
 def _leftovers(kind: Kind) -> list[str]:
-    """Containers, volumes, networks and mounts of the cluster still on the host."""
+    """Containers, volumes (kind's are anonymous: new since the module began), networks and mounts of the
+    cluster still on the host."""
     found = kind.run("podman", "ps", "-a", "--filter", f"label=io.x-k8s.kind.cluster={NAME}",
                      "--format", "{{.Names}}").stdout.split()
-    volumes = kind.run("podman", "volume", "ls", "--format", "{{.Name}}").stdout.split()
-    found += [f"volume {v}" for v in volumes if v.startswith(NAME)]
+    found += [f"volume {v}" for v in sorted(_volumes(kind) - kind.volumes_before)]
     if kind.run("podman", "network", "exists", "kind", check=False).returncode == 0:
         found.append("network kind")
     found += [f"mount {line.split()[1]}" for line in Path("/proc/mounts").read_text().splitlines()
@@ -76,6 +81,7 @@ def kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kind]:
     env["PYTHONPATH"] = str(REPO)
     runner = Kind(env, prepared)
     runner("cluster", "delete", "--name", NAME)  # a cluster left over by an interrupted run
+    runner.volumes_before = _volumes(runner)
     yield runner
     runner("cluster", "delete", "--name", NAME, check=False)
 
@@ -86,7 +92,8 @@ def cluster(kind: Kind) -> str:
                    "--operator-manifests", str(kind.kindenv.operator_manifests), timeout=900)
     assert created.stdout.startswith(f"kind cluster '{NAME}' is ready: kubectl context {CONTEXT}, CPU only"), \
         created.stdout + created.stderr[-3000:]
-    assert created.stdout.splitlines()[2].split() == [f"{NAME}-control-plane", "control-plane", "yes", "0"], created.stdout
+    node_row = created.stdout.splitlines()[2].split()
+    assert node_row == [f"{NAME}-control-plane", "control-plane", "yes", "0"], created.stdout
     return CONTEXT
 
 

@@ -171,6 +171,9 @@ operator_manifests() {
 main() {
   local start; start=$(date +%s)
   mkdir -p "$KIND_BIN"
+  # kind mounts /lib/modules read-only into every node; a kernel without modules has no such directory and
+  # podman then fails ("statfs /lib/modules: no such file or directory").
+  [[ -d /lib/modules ]] || mkdir -p /lib/modules || die "cannot create /lib/modules (kind mounts it)"
   grep -q "sigs.k8s.io/kind $KIND_VERSION" "$HERE/gomod/kind/go.mod" || die "gomod/kind/go.mod does not pin $KIND_VERSION"
   grep -q "k8s.io/kubernetes $KUBERNETES_VERSION" "$HERE/gomod/kindnode/go.mod" \
     || die "gomod/kindnode/go.mod does not pin $KUBERNETES_VERSION (re-run gomod/gen_k8s_replace.py $KUBERNETES_VERSION kindnode)"
