@@ -36,6 +36,7 @@ curl -fsSL https://nvidia.github.io/libnvidia-container/stable/deb/nvidia-contai
 apt-get update
 apt-get install -y nvidia-container-toolkit
 """
+CONTAINERD_HAS_NVIDIA = "containerd config dump | grep -qF 'runtimes.nvidia]'"
 CONFIGURE_CONTAINERD = """\
 set -euo pipefail
 nvidia-ctk runtime configure --runtime=containerd --config-source=command
@@ -104,7 +105,7 @@ def gpu_worker_steps(node: str, hidden: list[int]) -> list[Step]:
              succeeds([*in_node, "sh", "-c", "command -v nvidia-ctk"]),
              streamed(node_exec(node, INSTALL_TOOLKIT))),
         Step(f"{node}: configure containerd's nvidia runtime",
-             succeeds([*in_node, "sh", "-c", "containerd config dump | grep -qF 'runtimes.nvidia]'"]),
+             succeeds([*in_node, "sh", "-c", CONTAINERD_HAS_NVIDIA]),
              streamed(node_exec(node, CONFIGURE_CONTAINERD))),
         Step(f"{node}: mask /proc/driver/nvidia/params",
              succeeds([*in_node, "grep", "-qx", "ModifyDeviceFiles: 0", "/proc/driver/nvidia/params"]),

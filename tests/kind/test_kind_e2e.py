@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kubetrain.kind.steps import CONFIGURE_CONTAINERD, CONTAINERD_HAS_NVIDIA, RUNTIME_CLASS
 from kubetrain.metrics import parse_metrics_line
 from tests.testenv import kindenv
 from tests.testenv import node as real
@@ -211,6 +212,32 @@ def _gpu_while_running(kind: Kind, cluster: str) -> subprocess.CompletedProcess[
             return kind("gpu", "digits-ddp", "--context", cluster, check=False)
         time.sleep(2)
     raise AssertionError("the digits pods never ran together")
+
+
+def test_nvidia_runtime_configuration_is_accepted_by_the_nodes_containerd(kind: Kind, cluster: str) -> None:
+    """The GPU path as far as it goes without a GPU: `cluster create`'s in-node step that configures
+    containerd's nvidia runtime (the real nvidia-ctk, built by prepare-kind.sh), its done-check, and the
+    RuntimeClass it applies; containerd restarts with the configuration and the node's pods keep running."""
+    node = f"{NAME}-control-plane"
+    kind.run("podman", "cp", str(kind.kindenv.bin_dir / "nvidia-ctk"), f"{node}:/usr/local/bin/nvidia-ctk")
+    check = ["podman", "exec", node, "sh", "-c", CONTAINERD_HAS_NVIDIA]  # the step's done-check
+    assert kind.run(*check, check=False).returncode != 0  # not configured yet: the step would act
+    kind.run("podman", "exec", node, "bash", "-c", CONFIGURE_CONTAINERD)
+    assert kind.run(*check, check=False).returncode == 0, kind.run("podman", "exec", node, "containerd",
+                                                                   "config", "dump").stdout[-2000:]
+    subprocess.run(["kubectl", "--context", cluster, "apply", "-f", "-"], input=RUNTIME_CLASS, text=True,
+                   check=True, env=kind.env, capture_output=True)
+    assert kind.run("kubectl", "--context", cluster, "get", "runtimeclass", "nvidia", "-o",
+                    "jsonpath={.handler}").stdout == "nvidia"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        pods = json.loads(kind.run("kubectl", "--context", cluster, "get", "pods", "-A", "-o", "json").stdout)
+        statuses = [p["status"] for p in pods["items"]]
+        if all(st["phase"] == "Running" and all(c.get("ready") for c in st["containerStatuses"]) for st in statuses):
+            break
+        time.sleep(3)
+    else:
+        raise AssertionError(f"pods not ready after containerd's restart: {pods}")
 
 
 def test_cluster_delete_leaves_nothing_behind(kind: Kind, cluster: str) -> None:

@@ -2,7 +2,8 @@
 # Build (once) and cache what the real kind cluster of tests/kind/test_kind_e2e.py needs, all on this machine
 # (no image registry is reachable):
 #
-#   1. the kind CLI (gomod/kind: sigs.k8s.io/kind, from the Go module proxy);
+#   1. the kind CLI (gomod/kind: sigs.k8s.io/kind, from the Go module proxy) and nvidia-ctk (gomod/nvidiactk:
+#      the tool that writes the NVIDIA runtime configuration into a GPU worker's containerd);
 #   2. kubeadm, kubectl, kube-proxy and a version-stamped kubelet (gomod/kindnode, the pinned Kubernetes);
 #   3. the images kubeadm expects (`kubeadm config images list`), made from the binaries prepare.sh builds,
 #      plus kind's CNI (kindnode/manifests/default-cni.yaml), the training-operator and its init image;
@@ -175,9 +176,12 @@ main() {
   # podman then fails ("statfs /lib/modules: no such file or directory").
   [[ -d /lib/modules ]] || mkdir -p /lib/modules || die "cannot create /lib/modules (kind mounts it)"
   grep -q "sigs.k8s.io/kind $KIND_VERSION" "$HERE/gomod/kind/go.mod" || die "gomod/kind/go.mod does not pin $KIND_VERSION"
+  grep -q "github.com/NVIDIA/nvidia-container-toolkit $NVIDIA_CTK_VERSION" "$HERE/gomod/nvidiactk/go.mod" \
+    || die "gomod/nvidiactk/go.mod does not pin $NVIDIA_CTK_VERSION"
   grep -q "k8s.io/kubernetes $KUBERNETES_VERSION" "$HERE/gomod/kindnode/go.mod" \
     || die "gomod/kindnode/go.mod does not pin $KUBERNETES_VERSION (re-run gomod/gen_k8s_replace.py $KUBERNETES_VERSION kindnode)"
   go_tools kind kind "-s -w" sigs.k8s.io/kind
+  go_tools nvidiactk nvidiactk "-s -w" github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk
   go_tools kindnode kindnode "$(k8s_ldflags)" k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kubectl \
     k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubelet
   node_image
