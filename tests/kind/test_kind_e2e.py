@@ -221,7 +221,7 @@ def test_nvidia_runtime_configuration_is_accepted_by_the_nodes_containerd(kind: 
     containerd's nvidia runtime (the real nvidia-ctk, built by prepare-kind.sh), its done-check, and the
     RuntimeClass it applies; containerd restarts with the configuration and the node's pods keep running."""
     node = f"{NAME}-control-plane"
-    kind.run("podman", "cp", str(kind.kindenv.bin_dir / "nvidia-ctk"), f"{node}:/usr/local/bin/nvidia-ctk")
+    kind.run("podman", "cp", str(kind.kindenv.nvidia_ctk), f"{node}:/usr/local/bin/nvidia-ctk")
     check = ["podman", "exec", node, "sh", "-c", CONTAINERD_HAS_NVIDIA]  # the step's done-check
     assert kind.run(*check, check=False).returncode != 0  # not configured yet: the step would act
     kind.run("podman", "exec", node, "bash", "-c", CONFIGURE_CONTAINERD)

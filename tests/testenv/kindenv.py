@@ -23,6 +23,7 @@ class KindEnv:
     node_image: str
     operator_manifests: Path  # the standalone overlay, as `kubectl apply -k` takes it
     containers_conf: Path
+    nvidia_ctk: Path  # for the node, not on PATH
 
     def env(self, kubeconfig: Path) -> dict[str, str]:
         """The CLI's environment: the pinned kind/kubectl first on PATH, kind's podman provider."""
@@ -45,7 +46,8 @@ def requirements() -> KindEnv:
     if os.uname().sysname != "Linux" or os.geteuid() != 0:
         raise KindUnavailable("the kind cluster needs root on Linux (rootful podman)")
     bin_dir = kind_dir() / "bin"
-    missing = [f"{bin_dir / name}" for name in ("kind", "kubectl") if not (bin_dir / name).is_file()]
+    ctk = kind_dir() / "nvidia" / "nvidia-ctk"
+    missing = [str(path) for path in (bin_dir / "kind", bin_dir / "kubectl", ctk) if not path.is_file()]
     if not shutil.which("podman"):
         missing.append("podman (apt, installed by prepare-node.sh)")
     manifests = kind_dir() / "training-operator" / "manifests" / "overlays" / "standalone"
@@ -58,4 +60,4 @@ def requirements() -> KindEnv:
         missing.append(f"the node image {image}")
     if missing:
         raise KindUnavailable(f"the kind cluster is missing: {', '.join(missing)}; {binaries.PREPARE_HINT}")
-    return KindEnv(bin_dir, image, manifests, conf)
+    return KindEnv(bin_dir, image, manifests, conf, ctk)

@@ -49,15 +49,15 @@ bin_of() {
   die "$1 not found in $BIN_DIR: run prepare.sh first"
 }
 
-# go_tools GOMODDIR STAMPNAME LDFLAGS PACKAGES...: build into $KIND_BIN unless the stamp matches.
+# go_tools OUTDIR GOMODDIR STAMPNAME LDFLAGS PACKAGES...: build into OUTDIR unless the stamp matches.
 go_tools() {
-  local dir="$1" name="$2" ldflags="$3"; shift 3
+  local out="$1" dir="$2" name="$3" ldflags="$4"; shift 4
   local stamp; stamp="$(cat "$HERE/gomod/$dir/go.mod" "$HERE/gomod/$dir/go.sum" <(printf '%s' "$ldflags") | sha256sum | cut -c1-16)"
   if stamp_ok "$name" "$stamp"; then log "$name: up to date"; return 0; fi
   local start; start=$(date +%s)
   log "$name: building $*"
   (cd "$HERE/gomod/$dir" && GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-    go build -trimpath -buildvcs=false -ldflags="$ldflags" -o "$KIND_BIN/" "$@") || die "$name: go build failed"
+    go build -trimpath -buildvcs=false -ldflags="$ldflags" -o "$out/" "$@") || die "$name: go build failed"
   write_stamp "$name" "$stamp"
   log "$name: built in $(( $(date +%s) - start ))s"
 }
@@ -180,9 +180,11 @@ main() {
     || die "gomod/nvidiactk/go.mod does not pin $NVIDIA_CTK_VERSION"
   grep -q "k8s.io/kubernetes $KUBERNETES_VERSION" "$HERE/gomod/kindnode/go.mod" \
     || die "gomod/kindnode/go.mod does not pin $KUBERNETES_VERSION (re-run gomod/gen_k8s_replace.py $KUBERNETES_VERSION kindnode)"
-  go_tools kind kind "-s -w" sigs.k8s.io/kind
-  go_tools nvidiactk nvidiactk "-s -w" github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk
-  go_tools kindnode kindnode "$(k8s_ldflags)" k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kubectl \
+  go_tools "$KIND_BIN" kind kind "-s -w" sigs.k8s.io/kind
+  # Not in $KIND_BIN, which the tests put on PATH: the host has no NVIDIA toolkit, and kubetrain looks for one.
+  mkdir -p "$KIND_DIR/nvidia"
+  go_tools "$KIND_DIR/nvidia" nvidiactk nvidiactk "-s -w" github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk
+  go_tools "$KIND_BIN" kindnode kindnode "$(k8s_ldflags)" k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kubectl \
     k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubelet
   node_image
   operator_manifests
