@@ -33,9 +33,10 @@ def format_check(check: Check, color: bool = False) -> list[str]:
 @click.command()
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
+@click.option("--cpu", is_flag=True, help="Check for CPU training: no GPU or device plugin is needed.")
 @cluster_options
 @handle_errors
-def doctor(output: str, context: str | None, kubeconfig: str | None, namespace: str | None,
+def doctor(output: str, cpu: bool, context: str | None, kubeconfig: str | None, namespace: str | None,
         request_timeout: float | None) -> None:
     """Check a cluster's readiness for GPU training.
 
@@ -48,21 +49,22 @@ def doctor(output: str, context: str | None, kubeconfig: str | None, namespace: 
     Examples:
       kubetrain doctor
       kubetrain doctor --context prod-gke -n research
+      kubetrain doctor --context kind-kubetrain --cpu   # a `cluster create --cpu-only` cluster
       kubetrain doctor -o json | jq '.checks[] | select(.status != "ok")'
     """
     from kubetrain.cluster.doctor import run_doctor
 
     connection = connect_from(context, kubeconfig, request_timeout)
-    report = run_doctor(connection, connection.namespace(namespace))
+    report = run_doctor(connection, connection.namespace(namespace), cpu=cpu)
     if output == "json":
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:
-        _print(report)
+        _print(report, "CPU" if cpu else "GPU")
     if not report.ok:
         sys.exit(1)
 
 
-def _print(report: Report) -> None:
+def _print(report: Report, kind: str) -> None:
     color = sys.stdout.isatty()
     click.echo(f"kubetrain doctor: context {report.context or 'in-cluster'}, namespace {report.namespace}")
     for check in report.checks:
@@ -70,5 +72,5 @@ def _print(report: Report) -> None:
             click.echo(line)
     failed = sum(c.status == "fail" for c in report.checks)
     warned = sum(c.status == "warn" for c in report.checks)
-    verdict = "ready for GPU training" if not failed else f"{failed} problem(s) to fix"
+    verdict = f"ready for {kind} training" if not failed else f"{failed} problem(s) to fix"
     click.echo(f"{verdict}; {warned} warning(s)", err=True)

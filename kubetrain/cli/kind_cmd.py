@@ -10,6 +10,7 @@ from kubetrain.cli.output import handle_errors
 from kubetrain.errors import UsageError
 from kubetrain.kind import CreateOptions, create_cluster, delete_cluster, format_summary
 from kubetrain.kind.config import check_name, parse_gpus
+from kubetrain.kind.steps import TRAINING_OPERATOR_KUSTOMIZE
 
 DEFAULT_NAME = "kubetrain"
 
@@ -35,8 +36,12 @@ def cluster() -> None:
 @click.option("--node-image", default=None, metavar="IMAGE", help="kindest/node image (default: kind's own).")
 @click.option("--timeout", default=600, show_default=True, type=click.IntRange(min=1),
               help="Seconds to wait for the GPUs to become allocatable.")
+@click.option("--operator-manifests", default=TRAINING_OPERATOR_KUSTOMIZE, metavar="DIR|URL",
+              help="The training-operator's standalone kustomize overlay: a local copy for hosts without "
+                   "GitHub access (default: the release on GitHub).")
 @handle_errors
-def create(name: str, gpus: str, cpu_only: bool, node_image: str | None, timeout: int) -> None:
+def create(name: str, gpus: str, cpu_only: bool, node_image: str | None, timeout: int,
+           operator_manifests: str) -> None:
     """Create a kind cluster with GPUs (the NVIDIA way) and the Kubeflow training-operator.
 
     Checks the host first (nvidia-smi, docker's nvidia runtime, nvidia-ctk's volume-mount setting,
@@ -55,7 +60,7 @@ def create(name: str, gpus: str, cpu_only: bool, node_image: str | None, timeout
     rerun += ["--cpu-only"] if cpu_only else (["--gpus", gpus] if gpus != "all" else [])
     options = CreateOptions(name=check_name(name), gpus=None if cpu_only else parse_gpus(gpus),
                             cpu_only=cpu_only, node_image=node_image, timeout=float(timeout),
-                            rerun=shlex.join(rerun))
+                            rerun=shlex.join(rerun), operator_manifests=operator_manifests)
     click.echo(format_summary(create_cluster(options)), nl=False)
 
 

@@ -61,7 +61,7 @@ class Forbidden(Exception):
     """A read the current user is not allowed (reported as a warning)."""
 
 
-def run_doctor(conn: Connection, namespace: str) -> Report:
+def run_doctor(conn: Connection, namespace: str, cpu: bool = False) -> Report:
     """Every check, in report order. Unreachable cluster / rejected credentials raise a one-line ClusterError."""
     api = conn.rest
     report = Report(conn.context, conn.server, namespace)
@@ -74,7 +74,7 @@ def run_doctor(conn: Connection, namespace: str) -> Report:
                                          lambda t: find_operator(api, t.operators))
         nodes = _list(api, "/api/v1/nodes")
         daemonsets = _list(api, "/apis/apps/v1/daemonsets")
-        report.checks += gpu_checks(nodes, daemonsets)
+        report.checks += cpu_check(nodes) if cpu else gpu_checks(nodes, daemonsets)
         report.cloud, cloud_check = cloud_profile(nodes)
         report.checks.append(cloud_check)
         report.checks += queue_checks(api)
@@ -179,6 +179,19 @@ def gpu_checks(nodes: list[dict[str, Any]] | Forbidden, daemonsets: list[dict[st
                             "kubectl describe node <name>"))
     checks += device_plugin_checks(nodes, daemonsets)
     return checks
+
+
+def cpu_check(nodes: list[dict[str, Any]] | Forbidden) -> list[Check]:
+    """--cpu: CPU training needs no GPU; the nodes only have to be there and Ready."""
+    if isinstance(nodes, Forbidden):
+        return [Check(WARN, "cpu", f"cannot list nodes ({nodes}): node checks skipped",
+                      "ask for cluster-wide list on nodes, or run kubetrain doctor as a cluster admin")]
+    ready = [n for n in nodes if _ready(n)]
+    if not ready:
+        return [Check(FAIL, "cpu", f"no node is Ready and schedulable ({len(nodes)} node(s))",
+                      "kubectl get nodes; kubectl describe node <name>")]
+    return [Check(OK, "cpu", f"CPU training: {len(ready)} Ready node(s); no GPU needed "
+                             f"({sum(allocatable_gpus(n) for n in nodes)} nvidia.com/gpu allocatable)")]
 
 
 def _capacity(nodes: list[dict[str, Any]]) -> Check:

@@ -11,8 +11,9 @@ from typing import Any
 from kubetrain.errors import ClusterError, UsageError
 from kubetrain.imagebuild.process import CommandFailed, Echo, echo_stderr, run_captured, run_streamed
 from kubetrain.kind.config import DEVICES_DIR, render_config
-from kubetrain.kind.prereqs import Gpu, check_host
+from kubetrain.kind.prereqs import Gpu, check_host, node_engine
 from kubetrain.kind.steps import (
+    TRAINING_OPERATOR_KUSTOMIZE,
     Step,
     device_plugin_step,
     gpu_worker_steps,
@@ -25,6 +26,7 @@ from kubetrain.kind.steps import (
 from kubetrain.kube.objects import GPU_RESOURCE
 
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
+KIND_NETWORK = "kind"
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class CreateOptions:
     cpu_only: bool = False
     node_image: str | None = None
     timeout: float = 600.0  # for GPUs to become allocatable
+    operator_manifests: str = TRAINING_OPERATOR_KUSTOMIZE
     rerun: str = "kubetrain cluster create"  # the command line to suggest after a failure
 
 
@@ -68,7 +71,7 @@ def create_cluster(options: CreateOptions, *, echo: Echo = echo_stderr,
                            node_image=options.node_image)
     run_steps([_create_step(options, config)], echo, hint)
     steps, expected = ([], 0) if options.cpu_only else _gpu_steps(options.name, context, host_gpus)
-    run_steps([*steps, training_operator_step(context)], echo, hint)
+    run_steps([*steps, training_operator_step(context, options.operator_manifests)], echo, hint)
     code, tail = run_streamed(operator_rollout(context), echo=echo)
     if code != 0:
         raise CommandFailed("the training-operator did not become ready", tail, hint)
@@ -178,7 +181,23 @@ def delete_cluster(name: str, *, echo: Echo = echo_stderr) -> bool:
     code, tail = run_streamed(["kind", "delete", "cluster", "--name", name], echo=echo)
     if code != 0:
         raise CommandFailed(f"`kind delete cluster --name {name}` exited {code}", tail)
+    _remove_kind_network(echo)
     return True
+
+
+def _remove_kind_network(echo: Echo) -> None:
+    """kind leaves its `kind` network behind for the next cluster; with no kind cluster left, remove it."""
+    engine = node_engine()
+    if run_captured(["kind", "get", "clusters"]).stdout.split():
+        return
+    if run_captured([engine, "network", "inspect", KIND_NETWORK]).code != 0:
+        return
+    result = run_captured([engine, "network", "rm", KIND_NETWORK])
+    if result.code != 0:
+        echo(f"kubetrain: could not remove the {engine} network {KIND_NETWORK!r} "
+             f"({(result.stderr.strip().splitlines() or ['?'])[-1]}); it is unused, remove it at will")
+    else:
+        echo(f"kubetrain: removed the {engine} network {KIND_NETWORK!r} (no kind cluster is left)")
 
 
 def format_summary(summary: Summary) -> str:

@@ -41,9 +41,9 @@ def render_config(name: str, gpus: list[int] | None, *, cpu_only: bool = False,
     /dev/null mount at /var/run/nvidia-container-devices/<all|index> (read by the host's nvidia runtime
     when accept-nvidia-visible-devices-as-volume-mounts is true), labelled nvidia.com/gpu.present=true."""
     nodes: list[dict[str, Any]] = [_node("control-plane", node_image)]
-    if cpu_only:
-        nodes.append(_node("worker", node_image))
-    else:
+    # --cpu-only: the control plane alone (kind lets it run pods): every image `build --kind` loads goes to
+    # one node, not two, and a laptop runs one node container instead of two.
+    if not cpu_only:
         for devices in [["all"]] if gpus is None else [[str(i)] for i in gpus]:
             worker = _node("worker", node_image)
             worker["labels"] = {GPU_LABEL: "true"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tomllib
@@ -24,6 +25,9 @@ TOOLS = {
     "kubectl": "install kubectl: https://kubernetes.io/docs/tasks/tools/",
     "helm": "install helm: https://helm.sh/docs/intro/install/",
 }
+NVIDIA_STACK_MISSING = (f"no NVIDIA driver or Container Toolkit on this host (nvidia-smi and nvidia-ctk not found): "
+                        f"install both ({TOOLKIT_URL}), or use --cpu-only")
+ENGINES = ("docker", "podman")  # kind's node providers, in kind's order of detection
 _GPU_LINE = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: ([^)]+)\))?$")
 
 
@@ -46,11 +50,25 @@ class Gpu:
     name: str
 
 
+def node_engine(which: Callable[[str], str | None] = shutil.which) -> str:
+    """The container engine kind runs its nodes with: KIND_EXPERIMENTAL_PROVIDER when it names one, else
+    docker when installed, else podman when installed (kind's own order), else docker (to report it)."""
+    chosen = os.environ.get("KIND_EXPERIMENTAL_PROVIDER", "")
+    if chosen in ENGINES:
+        return chosen
+    return next((engine for engine in ENGINES if which(engine)), "docker")
+
+
 def check_host(cpu_only: bool, which: Callable[[str], str | None] = shutil.which) -> list[Gpu]:
     """Check everything `cluster create` needs; returns the host's GPUs (empty with cpu_only)."""
+    if not cpu_only and not which("nvidia-smi") and not which("nvidia-ctk"):
+        raise PrerequisiteError([NVIDIA_STACK_MISSING])  # nothing else matters without them
     problems: list[str] = []
     gpus = [] if cpu_only else _nvidia_smi(problems)
-    _docker(problems, cpu_only, which)
+    if node_engine(which) == "podman":
+        _podman(problems, cpu_only)
+    else:
+        _docker(problems, cpu_only, which)
     if not cpu_only:
         _nvidia_ctk(problems, which)
     for tool in ("kind", "kubectl") if cpu_only else ("kind", "kubectl", "helm"):
@@ -101,6 +119,16 @@ def _docker(problems: list[str], cpu_only: bool, which: Callable[[str], str | No
         default = info.get("DefaultRuntime")
         problems.append(f"docker's default runtime is {default!r}, not 'nvidia' (kind nodes only get GPUs "
                         f"through it): {DOCKER_RUNTIME_FIX}")
+
+
+def _podman(problems: list[str], cpu_only: bool) -> None:
+    result = run_captured(["podman", "info", "--format", "json"])
+    if result.code != 0:
+        problems.append(f"`podman info` failed ({_last_line(result.stderr, result.code)}): check podman "
+                        "(kind's podman provider runs it as root)")
+    if not cpu_only:
+        problems.append("GPU workers need docker with the nvidia runtime (kind's podman provider cannot pass "
+                        "GPUs the nvkind way): install Docker Engine, or use --cpu-only")
 
 
 def _nvidia_ctk(problems: list[str], which: Callable[[str], str | None]) -> None:

@@ -14,6 +14,8 @@ DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
 TRAINING_OPERATOR_VERSION = "v1.9.4"
 TRAINING_OPERATOR_KUSTOMIZE = (f"github.com/kubeflow/trainer.git/manifests/overlays/standalone"
                                f"?ref={TRAINING_OPERATOR_VERSION}")
+# The image that overlay deploys (its `images:` newTag, a commit tag rather than the release's name).
+TRAINING_OPERATOR_IMAGE = "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
 RUNTIME_CLASS = """\
 apiVersion: node.k8s.io/v1
 kind: RuntimeClass
@@ -34,6 +36,7 @@ curl -fsSL https://nvidia.github.io/libnvidia-container/stable/deb/nvidia-contai
 apt-get update
 apt-get install -y nvidia-container-toolkit
 """
+CONTAINERD_HAS_NVIDIA = "containerd config dump | grep -qF 'runtimes.nvidia]'"
 CONFIGURE_CONTAINERD = """\
 set -euo pipefail
 nvidia-ctk runtime configure --runtime=containerd --config-source=command
@@ -102,7 +105,7 @@ def gpu_worker_steps(node: str, hidden: list[int]) -> list[Step]:
              succeeds([*in_node, "sh", "-c", "command -v nvidia-ctk"]),
              streamed(node_exec(node, INSTALL_TOOLKIT))),
         Step(f"{node}: configure containerd's nvidia runtime",
-             succeeds([*in_node, "sh", "-c", "containerd config dump | grep -qF 'runtimes.nvidia]'"]),
+             succeeds([*in_node, "sh", "-c", CONTAINERD_HAS_NVIDIA]),
              streamed(node_exec(node, CONFIGURE_CONTAINERD))),
         Step(f"{node}: mask /proc/driver/nvidia/params",
              succeeds([*in_node, "grep", "-qx", "ModifyDeviceFiles: 0", "/proc/driver/nvidia/params"]),
@@ -143,14 +146,15 @@ def device_plugin_step(context: str) -> Step:
     return Step(f"NVIDIA device plugin v{DEVICE_PLUGIN_VERSION}", done, streamed(install))
 
 
-def training_operator_step(context: str) -> Step:
+def training_operator_step(context: str, manifests: str = TRAINING_OPERATOR_KUSTOMIZE) -> Step:
+    """Apply the standalone overlay (`manifests`: its URL, or a local copy for hosts without GitHub)."""
     def done() -> bool:
         result = run_captured(["kubectl", "--context", context, "--namespace", "kubeflow", "get",
                                "deployment", "training-operator",
                                "--output", "jsonpath={.spec.template.spec.containers[0].image}"])
-        return result.code == 0 and result.stdout.strip().endswith(f":{TRAINING_OPERATOR_VERSION}")
+        return result.code == 0 and result.stdout.strip() == TRAINING_OPERATOR_IMAGE
 
-    apply = ["kubectl", "--context", context, "apply", "--server-side", "-k", TRAINING_OPERATOR_KUSTOMIZE]
+    apply = ["kubectl", "--context", context, "apply", "--server-side", "-k", manifests]
     return Step(f"Kubeflow training-operator {TRAINING_OPERATOR_VERSION}", done, streamed(apply))
 
 

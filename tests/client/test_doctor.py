@@ -206,3 +206,11 @@ def test_report_shows_recent_webhook_failures(controlplane, namespace):
     report = run_doctor(connect(None, str(controlplane.kubeconfig)), namespace)
     assert [(c.status, c.message) for c in report.checks if c.topic == "webhooks"] == [
         (WARN, f"1 webhook failure(s) in the last hour, latest on PyTorchJob/broken: FailedCreate: {message}")]
+
+
+def test_cpu_check_needs_a_ready_node_and_no_gpu() -> None:
+    from kubetrain.client.doctor import cpu_check
+
+    ready = {"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert [(c.status, c.topic) for c in cpu_check([ready])] == [(OK, "cpu")]
+    assert cpu_check([{"metadata": {"name": "n"}, "status": {}}])[0].status == FAIL

@@ -83,7 +83,7 @@ def test_rerun_on_a_complete_cluster_only_checks(fakebin: Any) -> None:
     fakebin.on("helm", "--kube-context", "kind-kubetrain", "list",
                stdout='[{"name": "nvidia-device-plugin", "chart": "nvidia-device-plugin-0.20.0", '
                       '"status": "deployed"}]')
-    fakebin.on(*OPERATOR_CHECK, stdout="kubeflow/training-operator:v1.9.4")
+    fakebin.on(*OPERATOR_CHECK, stdout="ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489")
     result = create()
     assert result.exit_code == 0, result.output
     argvs = fakebin.argvs()
@@ -254,7 +254,18 @@ def test_delete(fakebin: Any) -> None:
     result = CliRunner().invoke(cli, ["cluster", "delete"])
     assert result.exit_code == 0, result.output
     assert fakebin.argvs() == [["kind", "get", "clusters"],
-                               ["kind", "delete", "cluster", "--name", "kubetrain"]]
+                               ["kind", "delete", "cluster", "--name", "kubetrain"],
+                               ["kind", "get", "clusters"]]  # 'other' is left: so is kind's network
+
+
+def test_deleting_the_last_cluster_removes_kinds_network(fakebin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KIND_EXPERIMENTAL_PROVIDER", "podman")
+    fakebin.install("kind", "podman").on("kind", "get", "clusters", responses=[
+        {"exit": 0, "stdout": "kubetrain\n", "stderr": ""}, {"exit": 0, "stdout": "", "stderr": ""}])
+    result = CliRunner().invoke(cli, ["cluster", "delete"])
+    assert result.exit_code == 0, result.output
+    assert fakebin.argvs()[-2:] == [["podman", "network", "inspect", "kind"], ["podman", "network", "rm", "kind"]]
+    assert "removed the podman network 'kind' (no kind cluster is left)" in result.stderr
 
 
 def test_delete_missing_cluster_is_not_an_error(fakebin: Any) -> None:
@@ -279,3 +290,33 @@ def test_unused_helpers_are_consistent() -> None:
     assert "nvidia" in DOCKER_INFO
     assert mounts("all").count("/var/run/nvidia-container-devices/all") == 1
     assert Path(__file__).exists()
+
+
+def test_no_nvidia_stack_is_one_line_before_anything_runs(fakebin: Any) -> None:
+    fakebin.install("docker", "kind", "kubectl", "helm")  # no nvidia-smi, no nvidia-ctk
+    result = create()
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "error: no NVIDIA driver or Container Toolkit on this host (nvidia-smi and nvidia-ctk not found): "
+        "install both (https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/"
+        "install-guide.html), or use --cpu-only"]
+    assert fakebin.argvs() == []
+
+
+def test_cpu_only_with_podman_follows_kinds_provider(fakebin: Any) -> None:
+    fakebin.install("podman", "kind", "kubectl")  # no docker: kind (and kubetrain) use podman
+    fakebin.on("kubectl", *CTX, "--namespace", "kubeflow", "get", exit=1)
+    fakebin.on("kubectl", *CTX, "get", "nodes", stdout=nodes_json("kubetrain", []))
+    result = create("--cpu-only", "--operator-manifests", "/srv/training-operator/overlays/standalone")
+    assert result.exit_code == 0, result.output
+    assert fakebin.argvs()[0] == ["podman", "info", "--format", "json"]
+    assert ["kubectl", *CTX, "apply", "--server-side", "-k", "/srv/training-operator/overlays/standalone"] \
+        in fakebin.argvs()
+
+
+def test_gpu_workers_need_docker(fakebin: Any) -> None:
+    healthy_gpu_host(fakebin)
+    fakebin.install("podman")
+    result = CliRunner().invoke(cli, ["cluster", "create"], env={"KIND_EXPERIMENTAL_PROVIDER": "podman"})
+    assert result.exit_code == 1
+    assert "GPU workers need docker with the nvidia runtime" in result.stderr

@@ -34,7 +34,7 @@ def test_one_worker_per_listed_gpu_and_node_image() -> None:
 
 def test_cpu_only_has_no_gpu_mounts_or_labels() -> None:
     config = yaml.safe_load(render_config("ci", None, cpu_only=True))
-    assert config["nodes"] == [{"role": "control-plane"}, {"role": "worker"}]
+    assert config["nodes"] == [{"role": "control-plane"}]
 
 
 def test_label_value_is_a_yaml_string() -> None:

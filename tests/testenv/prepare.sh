@@ -15,6 +15,7 @@
 #   KUBETRAIN_TESTENV_BIN    a directory with prebuilt binaries; those found there are not built
 #   KUBEBUILDER_ASSETS       likewise (usually holds etcd and kube-apiserver)
 #   KUBETRAIN_TESTENV_TRAINER=0  skip the optional Trainer v2 + JobSet build
+#   KUBETRAIN_TESTENV_KIND=0     skip the kind CLI and node image (prepare-kind.sh)
 # Progress goes to stderr; the last stdout line is the binary directory.
 set -euo pipefail
 
@@ -212,6 +213,8 @@ main() {
   [[ -z "$node_pid" ]] || wait "$node_pid" || node_rc=$?
   [[ $go_rc == 0 ]] || die "the Go builds failed (see above)"
   [[ $node_rc == 0 ]] || die "the real node's packages or images failed (see [testenv:node] above)"
+  # The kind CLI and node image (tests/kind/test_kind_e2e.py) are made of both: they come last.
+  bash "$HERE/prepare-kind.sh" >&2 || die "the kind node image failed (see [testenv:kind] above)"
   log "binaries ready in $BIN_DIR ($(( $(date +%s) - total_start ))s)"
   echo "$BIN_DIR"
 }

@@ -12,6 +12,8 @@ Usage (downloads upstream's go.mod through `go mod download`):
     (cd tests/testenv/gomod/kubernetes && go mod tidy)   # fills require + go.sum
     python3 tests/testenv/gomod/gen_k8s_replace.py v1.36.3 kubelet
     (cd tests/testenv/gomod/kubelet && go mod tidy)      # the real node's kubelet, its own module and stamp
+    python3 tests/testenv/gomod/gen_k8s_replace.py v1.36.3 kindnode
+    (cd tests/testenv/gomod/kindnode && go mod tidy)     # kubeadm, kubectl, kube-proxy, kubelet of the kind node
 and set KUBERNETES_VERSION in tests/testenv/versions.env to match.
 """
 
@@ -27,6 +29,8 @@ GOMOD = Path(__file__).resolve().parent
 COMMANDS = {
     "kubernetes": ("kube-apiserver", "kube-controller-manager", "kube-scheduler"),
     "kubelet": ("kubelet",),
+    # The kind node image (tests/testenv/kindnode): what kind's node needs besides the binaries above.
+    "kindnode": ("kubeadm", "kubectl", "kube-proxy", "kubelet"),
 }
 STAGING = re.compile(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/src/\S+\s*$")
 

@@ -1,5 +1,5 @@
-// CoreDNS for the test node, with only the plugins its Corefile uses
-// (tests/testenv/dns.py): the full plugin set would pull in every cloud SDK.
+// CoreDNS for the test node and the kind node image, with only the plugins their Corefiles use
+// (tests/testenv/dns.py, and kubeadm's default Corefile): the full plugin set would pull in every cloud SDK.
 // This is the upstream coredns.go with a shorter plugin list, the documented
 // way to compile CoreDNS with a chosen set of plugins.
 package main
@@ -14,12 +14,19 @@ import (
 	_ "github.com/coredns/coredns/plugin/forward"
 	_ "github.com/coredns/coredns/plugin/health"
 	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/loadbalance"
 	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/loop"
+	_ "github.com/coredns/coredns/plugin/metrics"
 	_ "github.com/coredns/coredns/plugin/ready"
+	_ "github.com/coredns/coredns/plugin/reload"
 )
 
 // The order in which the plugins handle a query (upstream's plugin.cfg order).
-var directives = []string{"bind", "log", "health", "ready", "errors", "cache", "kubernetes", "forward"}
+var directives = []string{
+	"reload", "bind", "log", "health", "ready", "prometheus", "errors", "loadbalance", "cache", "kubernetes", "loop",
+	"forward",
+}
 
 func init() {
 	dnsserver.Directives = directives

@@ -1,0 +1,63 @@
+"""The real kind cluster's prerequisites, as tests/testenv/prepare-kind.sh leaves them: the kind CLI and the
+pinned kubectl (on PATH for the CLI under test), the node image, and a local copy of the training-operator's
+manifests (GitHub is not reachable from the test machines)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.testenv import binaries, node
+
+
+class KindUnavailable(binaries.MissingBinaries):
+    """This machine cannot run the real kind cluster (not root, or a part is missing)."""
+
+
+@dataclass(frozen=True)
+class KindEnv:
+    bin_dir: Path  # kind, kubectl (the pinned version)
+    node_image: str
+    operator_manifests: Path  # the standalone overlay, as `kubectl apply -k` takes it
+    containers_conf: Path
+    nvidia_ctk: Path  # for the node, not on PATH
+
+    def env(self, kubeconfig: Path) -> dict[str, str]:
+        """The CLI's environment: the pinned kind/kubectl first on PATH, kind's podman provider."""
+        return {**os.environ, "PATH": f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+                "KUBECONFIG": str(kubeconfig), "KIND_EXPERIMENTAL_PROVIDER": "podman",
+                "CONTAINERS_CONF": str(self.containers_conf), "NO_COLOR": "1"}
+
+
+def kind_dir() -> Path:
+    return binaries.cache_root() / "kind"
+
+
+def node_image() -> str:
+    versions = binaries.versions()
+    return f"{versions['KIND_NODE_IMAGE_REPO']}:{versions['KUBERNETES_VERSION']}"
+
+
+def requirements() -> KindEnv:
+    """Everything `cluster create` needs here; raises KindUnavailable naming what is missing."""
+    if os.uname().sysname != "Linux" or os.geteuid() != 0:
+        raise KindUnavailable("the kind cluster needs root on Linux (rootful podman)")
+    bin_dir = kind_dir() / "bin"
+    ctk = kind_dir() / "nvidia" / "nvidia-ctk"
+    missing = [str(path) for path in (bin_dir / "kind", bin_dir / "kubectl", ctk) if not path.is_file()]
+    if not shutil.which("podman"):
+        missing.append("podman (apt, installed by prepare-node.sh)")
+    manifests = kind_dir() / "training-operator" / "manifests" / "overlays" / "standalone"
+    if not manifests.is_dir():
+        missing.append(str(manifests))
+    conf = node.node_bin_dir() / "containers.conf"
+    image = node_image()
+    if shutil.which("podman") and subprocess.run(["podman", "image", "exists", image], check=False,
+                                                 env={**os.environ, "CONTAINERS_CONF": str(conf)}).returncode:
+        missing.append(f"the node image {image}")
+    if missing:
+        raise KindUnavailable(f"the kind cluster is missing: {', '.join(missing)}; {binaries.PREPARE_HINT}")
+    return KindEnv(bin_dir, image, manifests, conf, ctk)
