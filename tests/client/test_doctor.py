@@ -209,7 +209,7 @@ def test_report_shows_recent_webhook_failures(controlplane, namespace):
 
 
 def test_cpu_check_needs_a_ready_node_and_no_gpu() -> None:
-    from kubetrain.client.doctor import cpu_check
+    from kubetrain.cluster.doctor import cpu_check
 
     ready = {"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     assert [(c.status, c.topic) for c in cpu_check([ready])] == [(OK, "cpu")]
