@@ -9,7 +9,7 @@ from typing import Any
 from kubetrain.errors import ClusterError
 from kubetrain.jobs.targets import AUTO_ORDER, NOT_INSTALLED, Target
 from kubetrain.kube import watch
-from kubetrain.kube.errors import as_dict, cluster_errors, is_not_found, status_body
+from kubetrain.kube.errors import Unreachable, as_dict, cluster_errors, is_not_found, status_body
 from kubetrain.kube.objects import GPU_RESOURCE as GPU
 from kubetrain.kube.objects import conditions_of, meta_of, status_of
 from kubetrain.kube.rest import path_of, rest_of
@@ -158,10 +158,23 @@ def find(api: Any, targets: list[Target] | None, namespace: str, name: str) -> t
         if obj is None:
             served.append(target)
     if not served:
-        raise ClusterError(NOT_INSTALLED)
+        raise not_installed(api)
     check_namespace(api, namespace)  # the same message for every command when -n names no namespace
     kinds = " or ".join(t.kind for t in served)
     raise ClusterError(f"no {kinds} named {name} in namespace {namespace} (list them: kubetrain list -n {namespace})")
+
+
+def not_installed(api: Any) -> ClusterError:
+    """Neither job kind is served. Unless the server is no Kubernetes API server at all: a wrong URL or proxy
+    path answers every path with 404, /version too. One more request, on this error path only."""
+    rest = rest_of(api)
+    try:
+        rest.get("/version")
+    except Exception as exc:
+        if is_not_found(exc):
+            return Unreachable(f"{rest.server} is not a Kubernetes API server (it answers GET /version with 404): "
+                               "check the server URL of your kubeconfig's cluster (kubectl config view --minify)")
+    return ClusterError(NOT_INSTALLED)
 
 
 def check_namespace(api: Any, namespace: str) -> None:
@@ -192,7 +205,7 @@ def list_jobs(api: Any, targets: list[Target] | None, namespace: str | None) -> 
         served += 1
         out += [summary(item, target) for item in as_dict(body).get("items") or []]
     if not served:
-        raise ClusterError(NOT_INSTALLED)
+        raise not_installed(api)
     return sorted(out, key=lambda s: (s.created, s.namespace, s.name))
 
 

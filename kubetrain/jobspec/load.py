@@ -5,6 +5,7 @@ Every problem is collected and reported together as `file:line: field.path: mess
 
 from __future__ import annotations
 
+import copy
 import difflib
 import sys
 from dataclasses import dataclass, field
@@ -111,6 +112,7 @@ def validate_data(data: Any, lines: dict[PathKey, int], source: str,
         job = TrainingJob.model_validate(data)
     except ValidationError as exc:
         problems = lossy + _problems_from_pydantic(exc, lines, source, plain or {})
+        problems += _rules_without(data, exc, lines, source, {p.field for p in problems})
         raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.field))) from None
     if lossy:
         raise SpecError(lossy)
@@ -119,6 +121,34 @@ def validate_data(data: Any, lines: dict[PathKey, int], source: str,
     if problems:
         raise SpecError(sorted(problems, key=lambda p: p.line or 0))
     return job
+
+
+def _rules_without(data: dict[str, Any], exc: ValidationError, lines: dict[PathKey, int], source: str,
+                   reported: set[str]) -> list[Problem]:
+    """The whole-spec rules (spec_problems), judged with the fields that failed left out, so that one bad field
+    (`nodes: 0`) does not hide the rest (a trainjob-only field, a missing command). Nothing if the spec is not
+    valid even then (a required field is what failed)."""
+    trimmed = copy.deepcopy(data)
+    for error in exc.errors():
+        _drop(trimmed, [part for part in error["loc"] if isinstance(part, (str, int))])
+    try:
+        job = TrainingJob.model_validate(trimmed)
+    except ValidationError:
+        return []
+    return [Problem(field, message, source, line_for(split_path(field), lines))
+            for field, message in spec_problems(job) if field not in reported]
+
+
+def _drop(data: Any, loc: list[str | int]) -> None:
+    """Remove the mapping key nearest to pydantic's error location `loc` (list items stay: removing one would
+    shift the locations of the other errors)."""
+    for depth in range(len(loc), 0, -1):
+        parent: Any = data
+        for key in loc[:depth - 1]:
+            parent = parent.get(key) if isinstance(parent, dict) else None
+        if isinstance(parent, dict) and loc[depth - 1] in parent:
+            del parent[loc[depth - 1]]
+            return
 
 
 def _lossy_text(data: dict[str, Any], plain: dict[PathKey, str], lines: dict[PathKey, int],

@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3 import Retry
-from urllib3.exceptions import MaxRetryError, ProtocolError
+from urllib3.exceptions import InsecureRequestWarning, MaxRetryError, ProtocolError
 
 from kubetrain.kube.errors import translate
 from kubetrain.kube.rest import CONNECT_TIMEOUT, REQUEST_TIMEOUT, Rest
@@ -36,6 +37,10 @@ class RetryingApiClient(client.ApiClient):
             # urllib3 keeps its quick reconnects, but statuses (and Retry-After) are ours to handle, once.
             configuration.retries = Retry(total=3, status=0, respect_retry_after_header=False,
                                           raise_on_status=False)
+        if not configuration.verify_ssl:
+            # insecure-skip-tls-verify is the kubeconfig's own choice, silent in kubectl and in the REST client;
+            # urllib3 would print an InsecureRequestWarning on every request.
+            urllib3.disable_warnings(InsecureRequestWarning)
         super().__init__(configuration, *args, **kwargs)
 
     def call_api(self, *args: Any, **kwargs: Any) -> Any:

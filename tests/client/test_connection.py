@@ -203,3 +203,54 @@ def test_status_list_and_logs_do_not_import_the_kubernetes_package_nor_urllib3()
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'urllib3')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# ---- a URL that is no Kubernetes API server -------------------------------------------------------------
+class NotFoundEverywhere(BaseHTTPRequestHandler):
+    """What a wrong server URL or a proxy path answers: Go's plain-text 404 for every path."""
+
+    def do_GET(self) -> None:
+        body = b"404 page not found\n"
+        self.send_response(404)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("command", [["status", "x"], ["list"], ["logs", "x"]])
+def test_a_server_that_answers_404_everywhere_is_not_called_a_missing_crd(tmp_path: Path,
+                                                                            command: list[str]) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotFoundEverywhere)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        config = write_kubeconfig(tmp_path / "kc", url, {"token": "t"})
+        result = CliRunner().invoke(cli, [*command, "--kubeconfig", str(config)])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 3, result.output
+    assert f"error: {url} is not a Kubernetes API server (it answers GET /version with 404)" in result.stderr
+    assert "is installed" not in result.stderr
+
+
+def test_an_insecure_kubeconfig_gets_no_urllib3_warning() -> None:
+    """insecure-skip-tls-verify is silent in kubectl; urllib3 (under `gpu`'s exec client) warned on every request."""
+    import warnings
+
+    from kubernetes import client
+    from urllib3.exceptions import InsecureRequestWarning
+
+    from kubetrain.kube.k8sapi import RetryingApiClient
+
+    conf = client.Configuration()
+    conf.host, conf.verify_ssl = "https://127.0.0.1:1", False
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        RetryingApiClient(conf)
+        warnings.warn("Unverified HTTPS request is being made", InsecureRequestWarning, stacklevel=1)
+    assert not [w for w in seen if issubclass(w.category, InsecureRequestWarning)]

@@ -47,6 +47,16 @@ def test_all_problems_reported_together_with_lines() -> None:
     ]
 
 
+def test_a_field_error_does_not_hide_the_rules_of_the_whole_spec() -> None:
+    """`nodes: 0` used to stop the checks there: the trainjob-only runPolicy field came out only once it was fixed."""
+    text = VALID.replace("nodes: 2", "nodes: 0\n  target: trainjob\n  runPolicy: {backoffLimit: 2}")
+    assert problems(text) == [
+        "kubetrain.yaml:7: spec.nodes: must be >= 1",
+        "kubetrain.yaml:9: spec.runPolicy.backoffLimit: not supported with target trainjob: a TrainJob has no such "
+        "setting (Trainer v2.3 maps only activeDeadlineSeconds); remove it or use target pytorchjob",
+    ]
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("", "kubetrain.yaml:1: expected a mapping with apiVersion, kind, metadata and spec; found an empty file"),
     ("- a\n- b\n", "kubetrain.yaml:1: expected a mapping with apiVersion, kind, metadata and spec; found a list"),
