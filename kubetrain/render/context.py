@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from kubetrain.observe.hang import POD_PROGRESS_DIR, process_group_timeout, progress_env
 from kubetrain.render.code import CodeBundle, configmap_payload
 from kubetrain.render.gpudirect import gpudirect_annotations, gpudirect_env, gpudirect_sidecar, gpudirect_volumes
 from kubetrain.render.launch import container_command, torchrun_args
@@ -101,6 +102,7 @@ def env(job: TrainingJob) -> list[dict[str, Any]]:
         values["PYTHONPATH"] = spec.code.mountPath
     if spec.security.readOnlyRootFilesystem:
         values["TMPDIR"] = "/tmp"
+    values.update(progress_env(POD_PROGRESS_DIR))
     runtime_config = _runtime_config(spec)
     if runtime_config:
         values["KUBETRAIN_CONFIG"] = runtime_config
@@ -116,8 +118,10 @@ def _runtime_config(spec: JobSpec) -> str | None:
     """The Trainer API and checkpoint settings, as JSON for kubetrain.runtime inside the container."""
     if spec.train is None and spec.checkpoint.dir is None:
         return None
-    config = {"train": spec.train.model_dump(mode="json", by_alias=True) if spec.train else None,
-              "checkpoint": spec.checkpoint.model_dump(mode="json", by_alias=True)}
+    train = spec.train.model_dump(mode="json", by_alias=True) if spec.train else None
+    if train is not None and "timeoutSeconds" not in spec.train.model_fields_set:  # type: ignore[union-attr]
+        train["timeoutSeconds"] = process_group_timeout(spec.hang)
+    config = {"train": train, "checkpoint": spec.checkpoint.model_dump(mode="json", by_alias=True)}
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
