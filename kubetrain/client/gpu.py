@@ -104,13 +104,19 @@ def _first_line(text: str) -> str:
 
 def exec_nvidia_smi(core: client.CoreV1Api, namespace: str, pod: str, container: str,
                     timeout: float = EXEC_TIMEOUT) -> ExecResult:
-    """Run COMMAND in the container over the exec websocket; stdout, stderr and the exit code kept apart.
+    """Run COMMAND (nvidia-smi) in the container."""
+    return exec_command(core, namespace, pod, container, COMMAND, timeout)
+
+
+def exec_command(core: client.CoreV1Api, namespace: str, pod: str, container: str, command: list[str],
+                 timeout: float = EXEC_TIMEOUT) -> ExecResult:
+    """Run a command in the container over the exec websocket; stdout, stderr and the exit code kept apart.
 
     kubernetes.stream swaps the ApiClient's call_api while it connects, which is not thread-safe: every exec
     gets its own ApiClient (same configuration), so parallel execs and other requests never cross.
     """
     with client.ApiClient(core.api_client.configuration) as own:
-        ws = stream(client.CoreV1Api(own).connect_get_namespaced_pod_exec, pod, namespace, command=COMMAND,
+        ws = stream(client.CoreV1Api(own).connect_get_namespaced_pod_exec, pod, namespace, command=command,
                     container=container, stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
     try:
         ws.run_forever(timeout=timeout)
@@ -119,12 +125,12 @@ def exec_nvidia_smi(core: client.CoreV1Api, namespace: str, pod: str, container:
         status_text = ws.read_channel(ERROR_CHANNEL, timeout=0) or ""
     finally:
         ws.close()
-    return _result(out, err, status_text, still_open)
+    return _result(out, err, status_text, still_open, command[0])
 
 
-def _result(out: str, err: str, status_text: str, still_open: bool) -> ExecResult:
+def _result(out: str, err: str, status_text: str, still_open: bool, what: str = "nvidia-smi") -> ExecResult:
     if still_open:
-        return ExecResult(out, err, None, "nvidia-smi did not finish in time")
+        return ExecResult(out, err, None, f"{what} did not finish in time")
     try:
         status = json.loads(status_text) if status_text else {}
     except ValueError:
@@ -148,7 +154,7 @@ def pod_gpus(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec
     if replica.phase != "Running" or replica.state != "running":
         return PodGpus(replica.label, replica.pod, replica.node,
                        message=f"not running ({replica.reason or replica.phase})")
-    gpus, message = verdict(_exec(core, namespace, replica, run))
+    gpus, message = verdict(exec_replica(core, namespace, replica, run))
     if replica.gpus == 0:
         message = (f"requests no nvidia.com/gpu, yet sees {len(gpus)} GPU(s)" if gpus
                    else f"no GPU: the pod requests no nvidia.com/gpu ({_no_gpu_reason(message)})")
@@ -162,7 +168,8 @@ def _no_gpu_reason(message: str) -> str:
     return f"checked in the container: {message}"
 
 
-def _exec(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec) -> ExecResult:
+def exec_replica(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec) -> ExecResult:
+    """run() in the replica's container: a denied exec is an error, any other failure this pod's result."""
     try:
         return run(core, namespace, replica.pod, replica.container)
     except ApiException as exc:

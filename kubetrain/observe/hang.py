@@ -14,6 +14,7 @@ the part that is not equalised by the collectives) stays above stragglerFactor x
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from typing import Any
 PROGRESS_DIR_ENV = "KUBETRAIN_PROGRESS_DIR"
 NODE_ENV = "KUBETRAIN_NODE"  # set per node by `kubetrain run` (1-based); pods use GROUP_RANK + 1
 FR_REQUEST = "flight-recorder.request"  # touched by the watch: every rank dumps its flight recorder
+HANG_ENV = "KUBETRAIN_HANG"  # spec.hang as JSON in rendered pods: the thresholds for readers in the cluster
 POD_PROGRESS_DIR = "/tmp/kubetrain-progress"  # in rendered pods: /tmp is writable (an emptyDir with a read-only root)
 FR_DUMP_FILE_ENV = "TORCH_FR_DUMP_TEMP_FILE"
 FR_DUMP_PREFIX = "fr-dump-rank-"  # TORCH_FR_DUMP_TEMP_FILE: torch's watchdog appends the rank
@@ -74,6 +76,17 @@ class Thresholds:
     step_factor: float = 10.0
     phase_timeout: float = 1800.0
     straggler_factor: float = 2.0
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Thresholds:
+        """From a pod's KUBETRAIN_HANG; the defaults when it is absent or unreadable (an older render)."""
+        try:
+            hang = json.loads(text or "{}")
+            return cls(float(hang.get("timeoutSeconds", cls.timeout)), float(hang.get("stepFactor", cls.step_factor)),
+                       float(hang.get("phaseTimeoutSeconds", cls.phase_timeout)),
+                       float(hang.get("stragglerFactor", cls.straggler_factor)))
+        except (ValueError, TypeError, AttributeError):
+            return cls()
 
     @classmethod
     def from_spec(cls, hang: Any) -> Thresholds:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kubetrain.observe.hang import POD_PROGRESS_DIR, process_group_timeout, progress_env
+from kubetrain.observe.hang import HANG_ENV, POD_PROGRESS_DIR, process_group_timeout, progress_env
 from kubetrain.render.code import CodeBundle, configmap_payload
 from kubetrain.render.gpudirect import gpudirect_annotations, gpudirect_env, gpudirect_sidecar, gpudirect_volumes
 from kubetrain.render.launch import container_command, torchrun_args
@@ -103,6 +103,7 @@ def env(job: TrainingJob) -> list[dict[str, Any]]:
     if spec.security.readOnlyRootFilesystem:
         values["TMPDIR"] = "/tmp"
     values.update(progress_env(POD_PROGRESS_DIR))
+    values[HANG_ENV] = spec.hang.model_dump_json(by_alias=True)  # read back by `kubetrain stacks` and status
     runtime_config = _runtime_config(spec)
     if runtime_config:
         values["KUBETRAIN_CONFIG"] = runtime_config
