@@ -24,20 +24,33 @@ from kubetrain.client.pods import Replica, job_replicas, select
 from kubetrain.client.targets import Target
 from kubetrain.observe import probe
 from kubetrain.observe.hang import Assessment, RankView, Thresholds, assess
-from kubetrain.observe.stacks import RankStack, collect, flight_recorder_summary, render, verdict
+from kubetrain.observe.stacks import (
+    UNRESPONSIVE,
+    RankStack,
+    collect,
+    describe_silent,
+    flight_recorder_summary,
+    render,
+    verdict,
+)
 
 PROBE_TIMEOUT = 30.0  # the probe waits up to probe.ANSWER_SECONDS for the ranks; the rest is Python's start
 # The image's Python runs the probe's source: no kubetrain needed in the image, no version skew with the CLI.
-_LAUNCH = ('for p in python3 python; do command -v "$p" >/dev/null 2>&1 && exec "$p" -c "$0"; done; '
+_LAUNCH = ('for p in python3 python; do command -v "$p" >/dev/null 2>&1 && exec "$p" -c "$0" "$@"; done; '
            'echo "no python in the container" >&2; exit 127')
 
 
-def probe_command() -> list[str]:
-    return ["sh", "-c", _LAUNCH, Path(probe.__file__).read_text()]
+def probe_command(ask: bool = True) -> list[str]:
+    """ask=False: read the records only (no signal, no wait)."""
+    return ["sh", "-c", _LAUNCH, Path(probe.__file__).read_text(), *([] if ask else ["records"])]
 
 
 def exec_probe(core: client.CoreV1Api, namespace: str, pod: str, container: str) -> ExecResult:
     return exec_command(core, namespace, pod, container, probe_command(), PROBE_TIMEOUT)
+
+
+def exec_records(core: client.CoreV1Api, namespace: str, pod: str, container: str) -> ExecResult:
+    return exec_command(core, namespace, pod, container, probe_command(ask=False), PROBE_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -58,10 +71,11 @@ class JobStacks:
     stacks: list[RankStack]
     flight: str | None
     pods: list[PodAnswer] = field(default_factory=list)
+    asked: bool = True  # False: records only (status --hang); `stacks` then holds the ranks that cannot run
 
     @property
     def has_ranks(self) -> bool:
-        return bool(self.stacks)
+        return bool(self.stacks) or self.assessment.since is not None or self.assessment.phase == "done"
 
     def headline(self) -> str:
         a = self.assessment
@@ -70,13 +84,17 @@ class JobStacks:
         if a.phase == "done":
             return f"{self.name}: every rank has finished (step {a.step:,})"
         silent = [s for s in self.stacks if not s.answered]
+        what = "did not answer" if self.asked else "cannot run: " + "; ".join(map(describe_silent, silent))
         return (f"{self.name}: not hung: step {a.step:,}, phase {a.phase}, threshold {a.limit:.0f} s"
-                + (f"; {len(silent)} rank(s) did not answer" if silent else ""))
+                + (f"; {len(silent)} rank(s) {what}" if silent else ""))
+
+    def hang_lines(self) -> list[str]:
+        """What `kubetrain status --hang` shows: the headline and stragglers."""
+        return [self.headline(), *(f"straggler: {s.describe()}" for s in self.assessment.stragglers)]
 
     def lines(self) -> list[str]:
         """The report (stdout): headline, stragglers, the flight recorder, the grouped stacks."""
-        lines = [self.headline()]
-        lines += [f"straggler: {s.describe()}" for s in self.assessment.stragglers]
+        lines = self.hang_lines()
         if self.flight:
             lines.append(self.flight)
         return lines + render(self.stacks)
@@ -111,7 +129,7 @@ def _views(pod: PodAnswer) -> list[RankView]:
     return views
 
 
-def combine(name: str, pods: list[PodAnswer]) -> JobStacks:
+def combine(name: str, pods: list[PodAnswer], asked: bool = True) -> JobStacks:
     """One JobStacks from every pod's answer (pure: the tests feed it real probe output)."""
     answered = [p for p in pods if p.answer is not None]
     ranks: list[RankView] = []
@@ -130,16 +148,19 @@ def combine(name: str, pods: list[PodAnswer]) -> JobStacks:
     thresholds = Thresholds.from_json(next((p.answer.get("hang") for p in answered if p.answer), None))
     assessment = assess(ranks, world or len(ranks), thresholds, now)
     live = [r for r in ranks if r.phase != "done"]
-    return JobStacks(name, assessment, collect(live, dumps, states),
-                     flight_recorder_summary(flights, world or len(ranks)), pods)
+    stacks = collect(live, dumps, states)
+    if not asked:
+        stacks = [s for s in stacks if s.state is None or s.state in UNRESPONSIVE]
+    return JobStacks(name, assessment, stacks, flight_recorder_summary(flights, world or len(ranks)), pods, asked)
 
 
 def job_stacks(api: client.ApiClient, target: Target, namespace: str, name: str, replica: str = "all",
-               run: Exec = exec_probe) -> JobStacks:
-    """Ask every selected pod of the job in parallel and combine the answers."""
+               run: Exec = exec_probe, asked: bool = True) -> JobStacks:
+    """Ask every selected pod of the job in parallel and combine the answers (asked=False with
+    exec_records: the records only, nothing signalled)."""
     replicas = select(job_replicas(api, target, namespace, name), replica)
     core = client.CoreV1Api(api)
     with cluster_errors(f"exec the stacks probe in the pods of {name} in namespace {namespace}"), \
             ThreadPoolExecutor(min(PARALLEL_EXECS, max(1, len(replicas)))) as pool:
         pods = list(pool.map(lambda r: ask_pod(core, namespace, r, run), replicas))
-    return combine(name, pods)
+    return combine(name, pods, asked)

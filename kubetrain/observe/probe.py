@@ -4,6 +4,8 @@ It must run with the image's Python and nothing else (the CLI's kubetrain versio
 and a script job's image has none): stdlib only, no kubetrain import. File names follow kubetrain.observe.hang
 (a test checks they agree). It prints one JSON document:
 
+(`records` as argument: only the records and states, for `kubetrain status --hang`.)
+
 * `records`: every rank's progress record in $KUBETRAIN_PROGRESS_DIR;
 * `dumps`: what each live rank appended to its stacks file after SIGUSR2 (faulthandler, kubetrain.runtime);
 * `states`: /proc/PID/stat's state letter of each live rank after the wait (null: no such process);
@@ -17,6 +19,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -66,7 +69,8 @@ def flight(path: Path, requested: float) -> dict[str, Any] | None:
     return {"entries": [{k: e.get(k) for k in FR_FIELDS} for e in entries]}
 
 
-def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS) -> dict[str, Any]:
+def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS, ask: bool = True) -> dict[str, Any]:
+    """ask=False (`kubetrain status --hang`): read the records and states only; no signal, no wait."""
     directory = Path(where)
     records = []
     for path in sorted(directory.glob("rank-*.json")):
@@ -82,14 +86,16 @@ def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS) -> dict[str
         offsets[record["rank"]] = stacks.stat().st_size if stacks.exists() else 0
         if is_rank(record["pid"], str(directory)):
             ours.add(record["rank"])
+            if not ask:
+                continue
             with contextlib.suppress(OSError):
                 os.kill(record["pid"], signal.SIGUSR2)
     requested = time.time()
-    if live:
+    if live and ask:
         with contextlib.suppress(OSError):
             (directory / "flight-recorder.request").write_text(str(requested))
     responsive = [r for r in live if r["rank"] in ours and state(r["pid"]) not in (None, *UNRESPONSIVE)]
-    deadline = time.monotonic() + answer_seconds
+    deadline = time.monotonic() + (answer_seconds if ask else 0.0)
     while True:
         dumps = {r["rank"]: tail(directory / f"stacks-rank-{r['rank']}.txt", offsets[r["rank"]]) for r in live}
         records_fr = {r["rank"]: flight(directory / f"flight-recorder-rank-{r['rank']}.json", requested)
@@ -104,4 +110,5 @@ def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS) -> dict[str
 
 
 if __name__ == "__main__":
-    print(json.dumps(probe(os.environ.get("KUBETRAIN_PROGRESS_DIR") or "/tmp/kubetrain-progress")))
+    print(json.dumps(probe(os.environ.get("KUBETRAIN_PROGRESS_DIR") or "/tmp/kubetrain-progress",
+                           ask=sys.argv[1:] != ["records"])))

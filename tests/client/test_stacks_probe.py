@@ -56,9 +56,9 @@ def ranks(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
             proc.wait()
 
 
-def run_probe(directory: Path) -> ExecResult:
+def run_probe(directory: Path, ask: bool = True) -> ExecResult:
     env = {**os.environ, hang.PROGRESS_DIR_ENV: str(directory), hang.HANG_ENV: '{"timeoutSeconds": 60}'}
-    done = subprocess.run(probe_command(), capture_output=True, text=True, env=env, timeout=60, check=False)
+    done = subprocess.run(probe_command(ask), capture_output=True, text=True, env=env, timeout=60, check=False)
     return ExecResult(done.stdout, done.stderr, done.returncode)
 
 
@@ -77,6 +77,19 @@ def test_the_probe_names_a_stopped_rank_with_its_state_and_shows_the_others_stac
     assert "--- rank 0 (node 1): training thread, innermost first" in text
     assert "    waiting_in_all_reduce (<string>:" in text
     assert report.messages() == ["worker-0 (job-worker-0): not running (ContainerCreating)"]
+
+
+def test_status_reads_the_records_only_and_names_the_rank_that_cannot_run(
+        tmp_path: Path, ranks: list[subprocess.Popen[str]]) -> None:
+    os.kill(ranks[1].pid, signal.SIGSTOP)
+    wait_for(lambda: process_state(ranks[1].pid) == "T", "state T", 10, 0.05)
+    pod = ask_pod(None, "ns", replica("master-0", "p"), lambda *_: run_probe(tmp_path, ask=False))  # type: ignore[arg-type]
+    report = combine("job", [pod], asked=False)
+    assert report.has_ranks
+    assert report.hang_lines() == [f"job: not hung: step 1, phase start, threshold 1800 s; 1 rank(s) cannot run: "
+                                   f"rank 1 (node 1, p on node-a) stopped (SIGSTOP?), pid {ranks[1].pid}, state T"]
+    assert not (tmp_path / hang.FR_REQUEST).exists()  # nothing was asked of the ranks
+    assert all(hang.stacks_path(tmp_path, n).read_text() == "" for n in (0, 1))
 
 
 def test_a_pod_without_records_has_no_ranks_and_the_probe_touches_nothing(tmp_path: Path) -> None:

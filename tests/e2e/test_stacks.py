@@ -1,5 +1,6 @@
 """`kubetrain stacks` on the real node: a running digits job, one worker's training process SIGSTOPped through
-exec; the command names that rank as stopped (state T, with its pod and node) and shows the other rank's stack."""
+exec; the command names that rank as stopped (state T, with its pod and node) and shows the other rank's stack,
+and `kubetrain status --hang` names it from the records alone."""
 
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ def test_stacks_names_a_stopped_worker_and_shows_the_other_ranks_stack(cli: Cli,
         assert "--- rank 0 (node 1): training thread, innermost first" in out, out
         assert "1 rank(s) did not answer" in out.splitlines()[0], out
         assert result.returncode == 0
-        print(before, out, sep="\n")
+        shown = cli("status", name, "-n", namespace, "--hang").stdout
+        assert f"cannot run: rank 1 (node 2, {name}-worker-0 on " in shown, shown
+        print(before, out, shown, sep="\n")
     finally:
         cli("delete", name, "-n", namespace, check=False)
