@@ -49,13 +49,16 @@ def test_stacks_names_a_stopped_worker_and_shows_the_other_ranks_stack(cli: Cli,
         pid = stopped.split()[0]
         result = cli("stacks", name, "-n", namespace)
         out = result.stdout
-        assert f"--- rank 1 (node 2, {name}-worker-0 on " in out, out
-        assert f") stopped (SIGSTOP?), pid {pid}, state T: no stack" in out, out
+        stopped_lines = [line for line in out.splitlines() if f"{name}-worker-0 on " in line]
+        assert len(stopped_lines) == 1, out
+        assert stopped_lines[0].startswith("--- rank 1 (node 2, ")  # worker-0 is node rank 1: ranks 1
+        assert stopped_lines[0].endswith(f") stopped (SIGSTOP?), pid {pid}, state T: no stack (a stopped or "
+                                         "uninterruptible process cannot run its signal handler)"), out
         assert "--- rank 0 (node 1): training thread, innermost first" in out, out
         assert "1 rank(s) did not answer" in out.splitlines()[0], out
         assert result.returncode == 0
         shown = cli("status", name, "-n", namespace, "--hang").stdout
-        assert f"cannot run: rank 1 (node 2, {name}-worker-0 on " in shown, shown
+        assert f"1 rank(s) cannot run: rank 1 (node 2, {name}-worker-0 on " in shown, shown
         print(before, out, shown, sep="\n")
     finally:
         cli("delete", name, "-n", namespace, check=False)
