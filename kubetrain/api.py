@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from kubetrain.cluster.preflight import CheckResult
     from kubetrain.jobs.crud import JobSummary
     from kubetrain.jobs.gpu import PodGpus
+    from kubetrain.jobs.stacks import JobStacks
     from kubetrain.jobs.status import JobStatus
     from kubetrain.jobs.targets import Target
     from kubetrain.kube.connection import Connection
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from kubetrain.validate import Report
 
 __all__ = ["ClusterError", "KubetrainError", "LoadedSpec", "SpecError", "UsageError", "connect", "delete", "gpu",
-           "list_jobs", "load", "logs", "render", "run", "status", "submit", "validate", "wait"]
+           "list_jobs", "load", "logs", "render", "run", "stacks", "status", "submit", "validate", "wait"]
 log = logging.getLogger("kubetrain")
 Spec = str | Path | LoadedSpec
 
@@ -219,6 +220,20 @@ def gpu(name: str, *, namespace: str | None = None, replica: str = "all", target
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, _ = find(name, namespace=where.namespace, target=target, connection=where.connection)
     return job_gpus(where.connection.api, found, where.namespace, name, wanted)
+
+
+def stacks(name: str, *, namespace: str | None = None, replica: str = "all", target: str | None = None,
+           context: str | None = None, kubeconfig: str | None = None, request_timeout: float | None = None,
+           connection: Connection | None = None) -> JobStacks:
+    """Every rank's Python stack and the hang verdict from the running pods (pods/exec), as `kubetrain
+    stacks`; `.lines()` is the report, `.assessment` the judgement (docs/hangs.md)."""
+    from kubetrain.jobs.pods import check_replica_filter
+    from kubetrain.jobs.stacks import job_stacks
+
+    wanted = check_replica_filter(replica)
+    where = _where(namespace, context, kubeconfig, request_timeout, connection)
+    found, _ = find(name, namespace=where.namespace, target=target, connection=where.connection)
+    return job_stacks(where.connection.api, found, where.namespace, name, wanted)
 
 
 def wait(name: str, *, namespace: str | None = None, timeout: float | None = None, target: str | None = None,

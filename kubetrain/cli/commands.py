@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("kubetrain.cli.logs_cmd:logs", "Merged logs of every replica of a job."),
     "metrics": ("kubetrain.cli.metrics_cmd:metrics", "Metrics history of a job: table, plots, CSV/JSON, HTML report."),
     "gpu": ("kubetrain.cli.gpu_cmd:gpu", "nvidia-smi from every pod of a job."),
+    "stacks": ("kubetrain.cli.stacks_cmd:stacks", "Every rank's Python stack from a running job, grouped."),
     "doctor": ("kubetrain.cli.doctor_cmd:doctor", "Check a cluster's readiness for GPU training."),
     "controller": ("kubetrain.cli.controller_cmd:controller", "Run or install the TrainingJob operator."),
 }

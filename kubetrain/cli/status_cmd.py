@@ -22,10 +22,12 @@ OUTPUT = click.Choice(["text", "json", "yaml"])
 @click.option("-o", "--output", type=OUTPUT, default="text", show_default=True)
 @click.option("--events", "recent", type=click.IntRange(min=0), default=10, show_default=True,
               help="How many recent Events to show.")
+@click.option("--hang", "hang", is_flag=True,
+              help="While the job runs, read its ranks' progress records (one exec per pod) for a hang line.")
 @target_option
 @handle_errors
 def status(name: str, context: str | None, kubeconfig: str | None, namespace: str | None,
-           request_timeout: float | None, output: str, recent: int, target: str | None) -> None:
+           request_timeout: float | None, output: str, recent: int, target: str | None, hang: bool) -> None:
     """Show a job's conditions, pods, recent Events and what they mean.
 
     \b
@@ -46,8 +48,25 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
         click.echo(dump_yaml([result.as_dict()]), nl=False)
     else:
         _print_status(result)
+        if hang:
+            _print_hang(connection, ns, name, target, result.job.state)
         if result.timeline:  # where the time went; empty when fewer than two moments are known
             click.echo(f"\nTimeline: {result.timeline}")
+
+
+def _print_hang(connection: Any, namespace: str, name: str, target: str | None, state: str) -> None:
+    """The hang line from the running pods' progress records (docs/hangs.md); nothing is signalled."""
+    if state != "Running":
+        return
+    from kubetrain.jobs.logs import find_job
+    from kubetrain.jobs.stacks import exec_records, job_stacks
+
+    found, _ = find_job(connection.api, namespace, name, target)
+    report = job_stacks(connection.api, found, namespace, name, run=exec_records, asked=False)
+    if report.has_ranks:
+        click.echo("\nHang:")
+        for line in report.hang_lines():
+            click.echo(f"  {line}")
 
 
 def dump_yaml(items: list[dict[str, Any]]) -> str:

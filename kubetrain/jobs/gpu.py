@@ -148,8 +148,13 @@ def _first_line(text: str) -> str:
 
 def exec_nvidia_smi(core: client.CoreV1Api, namespace: str, pod: str, container: str,
                     command: list[str] = COMMAND, timeout: float = EXEC_TIMEOUT) -> ExecResult:
-    """Run `command` (COMMAND; LIST_COMMAND for MIG slices) in the container over the exec websocket; stdout,
-    stderr and the exit code kept apart.
+    """Run `command` (COMMAND; LIST_COMMAND for MIG slices), nvidia-smi, in the container."""
+    return exec_command(core, namespace, pod, container, command, timeout)
+
+
+def exec_command(core: client.CoreV1Api, namespace: str, pod: str, container: str, command: list[str],
+                 timeout: float = EXEC_TIMEOUT) -> ExecResult:
+    """Run a command in the container over the exec websocket; stdout, stderr and the exit code kept apart.
 
     kubernetes.stream swaps the ApiClient's call_api while it connects, which is not thread-safe: every exec
     gets its own ApiClient (same configuration), so parallel execs and other requests never cross.
@@ -164,12 +169,12 @@ def exec_nvidia_smi(core: client.CoreV1Api, namespace: str, pod: str, container:
         status_text = ws.read_channel(ERROR_CHANNEL, timeout=0) or ""
     finally:
         ws.close()
-    return _result(out, err, status_text, still_open)
+    return _result(out, err, status_text, still_open, command[0])
 
 
-def _result(out: str, err: str, status_text: str, still_open: bool) -> ExecResult:
+def _result(out: str, err: str, status_text: str, still_open: bool, what: str = "nvidia-smi") -> ExecResult:
     if still_open:
-        return ExecResult(out, err, None, "nvidia-smi did not finish in time")
+        return ExecResult(out, err, None, f"{what} did not finish in time")
     try:
         status = json.loads(status_text) if status_text else {}
     except ValueError:
@@ -193,9 +198,9 @@ def pod_gpus(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec
     if replica.phase != "Running" or replica.state != "running":
         return PodGpus(replica.label, replica.pod, replica.node,
                        message=f"not running ({replica.reason or replica.phase})")
-    gpus, message = verdict(_exec(core, namespace, replica, run))
+    gpus, message = verdict(exec_replica(core, namespace, replica, run))
     if any(g.mig for g in gpus):
-        gpus, message = _mig_slices(gpus, _exec(core, namespace, replica, run, LIST_COMMAND))
+        gpus, message = _mig_slices(gpus, exec_replica(core, namespace, replica, run, LIST_COMMAND))
     if replica.gpus == 0:
         message = (f"requests no nvidia.com/gpu, yet sees {len(gpus)} GPU(s)" if gpus
                    else f"no GPU: the pod requests no nvidia.com/gpu ({_no_gpu_reason(message)})")
@@ -220,8 +225,9 @@ def _no_gpu_reason(message: str) -> str:
     return f"checked in the container: {message}"
 
 
-def _exec(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec,
-          command: list[str] | None = None) -> ExecResult:
+def exec_replica(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec,
+                 command: list[str] | None = None) -> ExecResult:
+    """run() in the replica's container: a denied exec is an error, any other failure this pod's result."""
     try:
         if command is not None:
             return run(core, namespace, replica.pod, replica.container, command)

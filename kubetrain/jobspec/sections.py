@@ -404,7 +404,8 @@ class Train(Section):
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     """Process-group backend: nccl with CUDA, gloo without."""
     timeoutSeconds: Annotated[int, Field(ge=1)] = 1800
-    """Collective operation timeout."""
+    """Collective operation timeout. Unset, rendered pods get max(hang.timeoutSeconds,
+    hang.phaseTimeoutSeconds) + 60 s (docs/hangs.md)."""
     ddp: DDP = Field(default_factory=DDP)
     """DDP wrapper options."""
     strategy: Literal["ddp", "fsdp", "dp"] = "ddp"

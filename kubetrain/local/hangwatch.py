@@ -23,6 +23,8 @@ from typing import Any, TextIO
 from kubetrain.local.plan import NodeCommand, RunPlan, free_port
 from kubetrain.local.supervisor import Supervisor, processes_of_run
 from kubetrain.observe.hang import (
+    FR_DUMP_FILE_ENV,
+    FR_DUMP_PREFIX,
     FR_REQUEST,
     NODE_ENV,
     PROGRESS_DIR_ENV,
@@ -31,6 +33,7 @@ from kubetrain.observe.hang import (
     Thresholds,
     assess,
     flight_record_path,
+    progress_env,
     stacks_path,
 )
 from kubetrain.observe.stacks import (
@@ -45,8 +48,6 @@ from kubetrain.observe.stacks import (
 STACK_SIGNAL = signal.SIGUSR2  # kubetrain.runtime.progress registers faulthandler on it
 CHECK_SECONDS = 1.0
 ANSWER_SECONDS = 3.0  # ranks' time to write stacks and flight records (their writer runs every 2 s)
-FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_FR_DUMP_ON_TIMEOUT": "1",
-                       "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
 HANG_EXIT_CODE = 1
 
 
@@ -62,9 +63,9 @@ def read_ranks(directory: Path) -> list[RankView]:
 def with_progress(plan: RunPlan, directory: Path) -> RunPlan:
     """The plan with the progress directory, node numbers and torch's flight recorder in every agent's env
     (values the user set in spec.env win)."""
-    nodes = [NodeCommand(node.index, node.argv, {**FLIGHT_RECORDER_ENV, **node.env, PROGRESS_DIR_ENV: str(directory),
-                                                  NODE_ENV: str(node.index),
-                                                  "TORCH_FR_DUMP_TEMP_FILE": str(directory / "fr-dump-rank-")})
+    ours = progress_env(str(directory))
+    here = {key: ours[key] for key in (PROGRESS_DIR_ENV, FR_DUMP_FILE_ENV)}  # not the pod's paths
+    nodes = [NodeCommand(node.index, node.argv, {**ours, **node.env, **here, NODE_ENV: str(node.index)})
              for node in plan.nodes]
     return dataclasses.replace(plan, nodes=nodes)
 
@@ -215,7 +216,7 @@ def supervise(plan: RunPlan, hang: Any, out: TextIO, err: TextIO) -> tuple[int, 
                 stale.unlink(missing_ok=True)
             attempt = with_fresh_endpoint(attempt)
     finally:
-        if reported or any(directory.glob("fr-dump-rank-*")):  # a report, or torch's dump on a timeout
+        if reported or any(directory.glob(f"{FR_DUMP_PREFIX}*")):  # a report, or torch's dump on a timeout
             print(f"kubetrain run: hang reports, stacks and flight recorder dumps kept in {directory}", file=err,
                   flush=True)
         else:

@@ -14,6 +14,7 @@ the part that is not equalised by the collectives) stays above stragglerFactor x
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -21,11 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The progress directory, shared by the runtime that writes it (kubetrain.runtime.progress, which imports torch)
-# and the readers (kubetrain.local.hangwatch), which must not import torch.
-PROGRESS_DIR_ENV = "KUBETRAIN_PROGRESS_DIR"
-NODE_ENV = "KUBETRAIN_NODE"  # set per node by `kubetrain run` (1-based); pods use GROUP_RANK + 1
-FR_REQUEST = "flight-recorder.request"  # touched by the watch: every rank dumps its flight recorder
+from kubetrain.jobspec.hangenv import (  # noqa: F401 (re-exported: the readers take them from here)
+    FLIGHT_RECORDER_ENV,
+    FR_DUMP_FILE_ENV,
+    FR_DUMP_PREFIX,
+    FR_REQUEST,
+    HANG_ENV,
+    NODE_ENV,
+    PG_TIMEOUT_MARGIN_SECONDS,
+    POD_PROGRESS_DIR,
+    PROGRESS_DIR_ENV,
+    process_group_timeout,
+    progress_env,
+)
 
 
 def record_path(directory: str | Path, rank: int) -> Path:
@@ -54,6 +63,17 @@ class Thresholds:
     step_factor: float = 10.0
     phase_timeout: float = 1800.0
     straggler_factor: float = 2.0
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Thresholds:
+        """From a pod's KUBETRAIN_HANG; the defaults when it is absent or unreadable (an older render)."""
+        try:
+            hang = json.loads(text or "{}")
+            return cls(float(hang.get("timeoutSeconds", cls.timeout)), float(hang.get("stepFactor", cls.step_factor)),
+                       float(hang.get("phaseTimeoutSeconds", cls.phase_timeout)),
+                       float(hang.get("stragglerFactor", cls.straggler_factor)))
+        except (ValueError, TypeError, AttributeError):
+            return cls()
 
     @classmethod
     def from_spec(cls, hang: Any) -> Thresholds:

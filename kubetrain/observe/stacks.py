@@ -79,7 +79,7 @@ def _ranks(stacks: Sequence[RankStack]) -> str:
     return f"rank {numbers[0]}" if len(numbers) == 1 else "ranks " + ",".join(str(n) for n in numbers)
 
 
-def _silent(stack: RankStack) -> str:
+def describe_silent(stack: RankStack) -> str:
     state = stack.state
     if state in STATE_NAMES:
         what = STATE_NAMES[state] + (" (SIGSTOP?)" if state == "T" else "")
@@ -93,7 +93,7 @@ def verdict(assessment: Assessment, stacks: Sequence[RankStack], clock: float | 
     """`hung since 14:02:11 at step 1,234: rank 1 (node 2) stopped (SIGSTOP?), pid 77, state T; 1 rank
     waits in all_reduce (distributed_c10d.py:2950)`."""
     since = time.strftime("%H:%M:%S", time.localtime(assessment.since or clock or time.time()))
-    parts = [_silent(s) for s in stacks if not s.answered]
+    parts = [describe_silent(s) for s in stacks if not s.answered]
     if not parts:
         parts = [f"{s.label()} is behind at step {s.step:,}" for s in assessment.behind]
     for frames, members in group(stacks):
@@ -126,7 +126,7 @@ def render(stacks: Sequence[RankStack], depth: int = 12) -> list[str]:
             lines.append(f"    ... {len(frames) - depth} more frames")
     for stack in stacks:
         if not stack.answered:
-            lines.append(f"--- {_silent(stack)}: no stack (a stopped or uninterruptible process cannot run "
+            lines.append(f"--- {describe_silent(stack)}: no stack (a stopped or uninterruptible process cannot run "
                          "its signal handler)")
     return lines
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from kubetrain.jobspec.hangenv import HANG_ENV, POD_PROGRESS_DIR, process_group_timeout, progress_env
 from kubetrain.jobspec.model import JobSpec, TrainingJob
 from kubetrain.jobspec.network import FABRICS
 from kubetrain.jobspec.quantity import format_bytes, parse_quantity
@@ -110,6 +111,8 @@ def env(job: TrainingJob) -> list[dict[str, Any]]:
         values["PYTHONPATH"] = spec.code.mountPath
     if spec.security.readOnlyRootFilesystem:
         values["TMPDIR"] = "/tmp"
+    values.update(progress_env(POD_PROGRESS_DIR))
+    values[HANG_ENV] = spec.hang.model_dump_json(by_alias=True)  # read back by `kubetrain stacks` and status
     runtime_config = _runtime_config(spec)
     if runtime_config:
         values["KUBETRAIN_CONFIG"] = runtime_config
@@ -125,8 +128,10 @@ def _runtime_config(spec: JobSpec) -> str | None:
     """The Trainer API and checkpoint settings, as JSON for kubetrain.runtime inside the container."""
     if spec.train is None and spec.checkpoint.dir is None:
         return None
-    config = {"train": spec.train.model_dump(mode="json", by_alias=True) if spec.train else None,
-              "checkpoint": spec.checkpoint.model_dump(mode="json", by_alias=True)}
+    train = spec.train.model_dump(mode="json", by_alias=True) if spec.train else None
+    if train is not None and "timeoutSeconds" not in spec.train.model_fields_set:  # type: ignore[union-attr]
+        train["timeoutSeconds"] = process_group_timeout(spec.hang)
+    config = {"train": train, "checkpoint": spec.checkpoint.model_dump(mode="json", by_alias=True)}
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 

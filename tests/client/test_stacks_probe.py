@@ -1,0 +1,113 @@
+"""`kubetrain stacks`' pod side on real processes: the probe (the exact command the exec runs, here in a local
+shell) signals two real runtime ranks, one SIGSTOPped, and the answers are combined as for a job's pods."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubetrain.jobs.gpu import ExecResult
+from kubetrain.jobs.pods import Replica
+from kubetrain.jobs.stacks import PodAnswer, ask_pod, combine, probe_command
+from kubetrain.observe import hang, probe
+from kubetrain.observe.stacks import process_state
+from tests.testenv.polling import wait_for
+
+RANK = textwrap.dedent("""
+    import os, sys, time
+    from kubetrain.runtime.progress import Progress
+
+    def waiting_in_all_reduce():
+        print("ready", flush=True)
+        while True:
+            time.sleep(0.05)
+
+    progress = Progress.from_env(int(sys.argv[1]), 2)
+    progress.start()
+    progress.step(1)
+    waiting_in_all_reduce()
+""")
+
+
+def replica(label: str, pod: str, phase: str = "Running", state: str = "running") -> Replica:
+    return Replica(label, label.partition("-")[0], 0, pod, "uid", "pytorch", phase, "node-a", 0, state, "", None, 0)
+
+
+@pytest.fixture
+def ranks(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
+    env = {**os.environ, hang.PROGRESS_DIR_ENV: str(tmp_path), hang.HANG_ENV: '{"timeoutSeconds": 60}'}
+    procs = [subprocess.Popen([sys.executable, "-c", RANK, str(n)], stdout=subprocess.PIPE, text=True, env=env)
+             for n in (0, 1)]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def run_probe(directory: Path, ask: bool = True) -> ExecResult:
+    env = {**os.environ, hang.PROGRESS_DIR_ENV: str(directory), hang.HANG_ENV: '{"timeoutSeconds": 60}'}
+    done = subprocess.run(probe_command(ask), capture_output=True, text=True, env=env, timeout=60, check=False)
+    return ExecResult(done.stdout, done.stderr, done.returncode)
+
+
+def test_the_probe_names_a_stopped_rank_with_its_state_and_shows_the_others_stack(
+        tmp_path: Path, ranks: list[subprocess.Popen[str]]) -> None:
+    os.kill(ranks[1].pid, signal.SIGSTOP)
+    wait_for(lambda: process_state(ranks[1].pid) == "T", "state T", 10, 0.05)
+    pod = ask_pod(None, "ns", replica("master-0", "job-master-0"), lambda *_: run_probe(tmp_path))  # type: ignore[arg-type]
+    assert pod.message == "" and pod.answer is not None
+    report = combine("job", [pod, PodAnswer(replica("worker-0", "job-worker-0", "Pending", "waiting"),
+                                            message="not running (ContainerCreating)")])
+    text = "\n".join(report.lines())
+    assert report.lines()[0] == (  # one step: still starting up
+        "job: not hung: step 1, phase start, threshold 1800 s; 1 rank(s) did not answer"), text
+    assert f"--- rank 1 (node 1, job-master-0 on node-a) stopped (SIGSTOP?), pid {ranks[1].pid}, state T" in text
+    assert "--- rank 0 (node 1): training thread, innermost first" in text
+    assert "    waiting_in_all_reduce (<string>:" in text
+    assert report.messages() == ["worker-0 (job-worker-0): not running (ContainerCreating)"]
+
+
+def test_status_reads_the_records_only_and_names_the_rank_that_cannot_run(
+        tmp_path: Path, ranks: list[subprocess.Popen[str]]) -> None:
+    os.kill(ranks[1].pid, signal.SIGSTOP)
+    wait_for(lambda: process_state(ranks[1].pid) == "T", "state T", 10, 0.05)
+    pod = ask_pod(None, "ns", replica("master-0", "p"), lambda *_: run_probe(tmp_path, ask=False))  # type: ignore[arg-type]
+    report = combine("job", [pod], asked=False)
+    assert report.has_ranks
+    assert report.hang_lines() == [f"job: not hung: step 1, phase start, threshold 1800 s; 1 rank(s) cannot run: "
+                                   f"rank 1 (node 1, p on node-a) stopped (SIGSTOP?), pid {ranks[1].pid}, state T"]
+    assert not (tmp_path / hang.FR_REQUEST).exists()  # nothing was asked of the ranks
+    assert all(hang.stacks_path(tmp_path, n).read_text() == "" for n in (0, 1))
+
+
+def test_a_pod_without_records_has_no_ranks_and_the_probe_touches_nothing(tmp_path: Path) -> None:
+    result = run_probe(tmp_path)
+    assert result.exit_code == 0 and json.loads(result.stdout)["records"] == []
+    assert list(tmp_path.iterdir()) == []
+    assert not combine("job", [ask_pod(None, "ns", replica("master-0", "p"), lambda *_: result)]).has_ranks  # type: ignore[arg-type]
+
+
+def test_a_probe_that_cannot_run_says_why() -> None:
+    failed = ExecResult("", "no python in the container\n", 127)
+    pod = ask_pod(None, "ns", replica("worker-1", "p"), lambda *_: failed)  # type: ignore[arg-type]
+    assert pod.message == "the probe failed (exit 127): no python in the container"
+
+
+def test_the_probe_uses_the_same_file_names_as_the_runtime(tmp_path: Path) -> None:
+    source = Path(probe.__file__).read_text()
+    for path in (hang.record_path(tmp_path, 7), hang.stacks_path(tmp_path, 7), hang.flight_record_path(tmp_path, 7)):
+        assert path.name.replace("7", "") in source.replace("{record['rank']}", "").replace("{r['rank']}", "")
+    assert f'"{hang.FR_REQUEST}"' in source and f'"{hang.POD_PROGRESS_DIR}"' in source
+    assert f"{hang.PROGRESS_DIR_ENV}=" in source and f'"{hang.HANG_ENV}"' in source
