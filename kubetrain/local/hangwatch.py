@@ -20,22 +20,17 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from kubetrain.local.plan import NodeCommand, RunPlan, free_port
-from kubetrain.local.supervisor import Supervisor, processes_of_run
-from kubetrain.observe.hang import (
+from kubetrain.jobspec.hangenv import (
     FR_DUMP_FILE_ENV,
     FR_DUMP_PREFIX,
     FR_REQUEST,
     NODE_ENV,
     PROGRESS_DIR_ENV,
-    Assessment,
-    RankView,
-    Thresholds,
-    assess,
-    flight_record_path,
     progress_env,
-    stacks_path,
 )
+from kubetrain.local.plan import NodeCommand, RunPlan, free_port
+from kubetrain.local.supervisor import Supervisor, processes_of_run
+from kubetrain.observe.hang import Assessment, RankView, Thresholds, assess, flight_record_path, stacks_path
 from kubetrain.observe.stacks import (
     UNRESPONSIVE,
     collect,

@@ -22,20 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubetrain.jobspec.hangenv import (  # noqa: F401 (re-exported: the readers take them from here)
-    FLIGHT_RECORDER_ENV,
-    FR_DUMP_FILE_ENV,
-    FR_DUMP_PREFIX,
-    FR_REQUEST,
-    HANG_ENV,
-    NODE_ENV,
-    PG_TIMEOUT_MARGIN_SECONDS,
-    POD_PROGRESS_DIR,
-    PROGRESS_DIR_ENV,
-    process_group_timeout,
-    progress_env,
-)
-
 
 def record_path(directory: str | Path, rank: int) -> Path:
     return Path(directory) / f"rank-{rank}.json"
