@@ -198,8 +198,8 @@ def test_kubeconfig_list_merges_first_wins_and_resolves_relative_paths(tmp_path:
 def test_status_list_and_logs_do_not_import_the_kubernetes_package_nor_urllib3() -> None:
     """The start-up budget (docs/performance.md) depends on it: the imports alone cost 0.6-1.5 s and ~95 ms.
     (tests/cli/test_logs_gpu_doctor_cli.py runs the commands themselves against the test control plane.)"""
-    code = ("import sys; from kubetrain.cli import status_cmd, logs_cmd; from kubetrain.kube import status, logs, "
-            "connection, jobs, watch, logstream, timing, events, rest, transport; "
+    code = ("import sys; from kubetrain.cli import status_cmd, logs_cmd; from kubetrain.jobs import status, logs, "
+            "crud, logstream, timing; from kubetrain.kube import connection, watch, events, rest, transport; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('kubernetes', 'urllib3')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -16,12 +16,12 @@ from kubetrain.jobspec.load import load_spec
 from tests.imagebuild.test_build_hash import Project
 
 COMPILE = "train:\n  model: m:model\n  dataset: m:data\n  compile: true\n"
-DEFAULT_BASE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+DEFAULT_BASE = "docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
 
 
 def test_the_default_base_is_read_from_kubetrains_dockerfile() -> None:
     assert toolchain.base_image((images_dir() / "Dockerfile").read_text(), {}) == DEFAULT_BASE
-    assert toolchain.base_image((images_dir() / "Dockerfile.cpu").read_text(), {}) == "python:3.12-slim"
+    assert toolchain.base_image((images_dir() / "Dockerfile.cpu").read_text(), {}) == "docker.io/library/python:3.12-slim"
     assert toolchain.base_image("ARG B=x\nFROM ${B}:1\n", {"B": "y"}) == "y:1"
 
 
@@ -39,7 +39,7 @@ def test_what_known_bases_lack(image: str, compiler: bool, nvcc: bool) -> None:
 
 def test_compile_on_the_default_base_builds_on_its_devel_variant(project: Project) -> None:
     plan = plan_build(load_spec(str(project(build=COMPILE))))
-    devel = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-devel"
+    devel = "docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-devel"
     assert plan.build_args["BASE_IMAGE"] == devel and plan.base_image == devel
     assert plan.notes == (f"{DEFAULT_BASE} has no C compiler: torch.compile (spec.train.compile) needs a C compiler "
                           "in the container (Triton builds its launcher at the first compiled step); building on "
@@ -55,7 +55,7 @@ def test_deepspeed_in_the_requirements_needs_nvcc(project: Project) -> None:
 
 def test_compile_on_the_cpu_variant_uses_the_full_python_image(project: Project) -> None:
     plan = plan_build(load_spec(str(project(build=COMPILE + "build:\n  variant: cpu\n"))))
-    assert plan.build_args["BASE_IMAGE"] == "python:3.12"
+    assert plan.build_args["BASE_IMAGE"] == "docker.io/library/python:3.12"
 
 
 @pytest.mark.parametrize(("build", "message"), [
@@ -63,8 +63,8 @@ def test_compile_on_the_cpu_variant_uses_the_full_python_image(project: Project)
      "spec.build.baseImage: nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04 has no C compiler: torch.compile "
      "(spec.train.compile) needs a C compiler in the container (Triton builds its launcher at the first compiled "
      "step); use nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04, or install it in your Dockerfile"),
-    ("build:\n  dockerfile: Dockerfile\n", "spec.build.dockerfile: pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime "
-                                           "has no C compiler"),
+    ("build:\n  dockerfile: Dockerfile\n",
+     "spec.build.dockerfile: docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime has no C compiler"),
 ])
 def test_a_base_the_user_chose_is_refused_with_what_to_use(project: Project, build: str, message: str) -> None:
     files = {"train.py": "", "Dockerfile": f"FROM {DEFAULT_BASE}\nCOPY . /app\n"}
@@ -85,9 +85,9 @@ def test_build_says_which_base_it_used_and_builds_on_it(fakebin: FakeBin, projec
     fakebin.install("docker").on("docker", "image", "inspect", exit=1, stderr="No such image\n")
     result = CliRunner().invoke(cli, ["build", "-f", str(project(build=COMPILE))])
     assert result.exit_code == 0, result.output
-    assert "kubetrain: pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime has no C compiler" in result.stderr
+    assert "kubetrain: docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime has no C compiler" in result.stderr
     [build] = [a for a in fakebin.argvs() if a[1] == "build"]
-    assert "BASE_IMAGE=pytorch/pytorch:2.13.0-cuda13.0-cudnn9-devel" in build
+    assert "BASE_IMAGE=docker.io/pytorch/pytorch:2.13.0-cuda13.0-cudnn9-devel" in build
 
 
 def test_build_refuses_in_one_line(project: Project, fakebin: FakeBin) -> None:
