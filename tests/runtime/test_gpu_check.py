@@ -26,6 +26,8 @@ def test_without_a_gpu_it_says_so_in_one_line_and_fails(tmp_path: Path) -> None:
 
 
 def test_make_gpu_check_runs_that_script() -> None:
-    result = subprocess.run(["make", "-n", "gpu-check", "GPU_PYTHON=python3"], cwd=REPO, capture_output=True,
-                            text=True, timeout=60, check=True)
+    # Under `make test` the parent make's MAKEFLAGS/MAKELEVEL would make this one print "Entering directory".
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    result = subprocess.run(["make", "--no-print-directory", "-n", "gpu-check", "GPU_PYTHON=python3"], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "python3 benchmarks/gpu_check.py"
