@@ -15,9 +15,9 @@ HANG_ENV = "KUBETRAIN_HANG"  # spec.hang as JSON in rendered pods: the threshold
 POD_PROGRESS_DIR = "/tmp/kubetrain-progress"  # in rendered pods: /tmp is writable (an emptyDir with a read-only root)
 FR_DUMP_FILE_ENV = "TORCH_FR_DUMP_TEMP_FILE"
 FR_DUMP_PREFIX = "fr-dump-rank-"  # TORCH_FR_DUMP_TEMP_FILE: torch's watchdog appends the rank
-# torch's flight recorder on (gloo and nccl), dumped by its watchdog when a collective times out
-FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_FR_DUMP_ON_TIMEOUT": "1",
-                       "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+# torch's flight recorder on (gloo and nccl), dumped by its watchdog when a collective times out. Only the
+# TORCH_FR_* names: torch warns on every rank that TORCH_NCCL_TRACE_BUFFER_SIZE / _DUMP_ON_TIMEOUT are deprecated.
+FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_FR_DUMP_ON_TIMEOUT": "1"}
 PG_TIMEOUT_MARGIN_SECONDS = 60
 
 

@@ -16,8 +16,9 @@ def test_every_pod_gets_a_writable_progress_directory_and_the_flight_recorder() 
         values = env(obj, replica)
         assert values["KUBETRAIN_PROGRESS_DIR"] == "/tmp/kubetrain-progress"
         assert values["TORCH_FR_DUMP_TEMP_FILE"] == "/tmp/kubetrain-progress/fr-dump-rank-"
-        assert values["TORCH_FR_BUFFER_SIZE"] == values["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
-        assert values["TORCH_FR_DUMP_ON_TIMEOUT"] == values["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+        assert values["TORCH_FR_BUFFER_SIZE"] == "2000" and values["TORCH_FR_DUMP_ON_TIMEOUT"] == "1"
+        # the deprecated TORCH_NCCL_* names made torch print a warning on every rank
+        assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in values and "TORCH_NCCL_DUMP_ON_TIMEOUT" not in values
 
 
 def test_a_read_only_root_filesystem_still_has_a_writable_tmp_for_the_records() -> None:

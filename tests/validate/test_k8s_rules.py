@@ -192,3 +192,16 @@ def test_trainjob_num_nodes_below_one(nodes: int) -> None:
     job["spec"]["trainer"]["numNodes"] = nodes
     [finding] = trainjob_webhook(job)
     assert join_path(finding.path) == "spec.trainer.numNodes" and "the API server accepts it" in finding.message
+
+
+def test_env_from_names_are_subdomains_but_may_end_in_a_dash() -> None:
+    """validateConfigMapEnvSource: ValidateConfigMapName(name, prefix=true), whose maskTrailingDash lets 'a-' pass;
+    the oracle found both sides ('x y' accepted offline, 'cm-' refused offline)."""
+    from kubetrain.validate.k8s.containers import env_from
+
+    def problems(name: str) -> list[str]:
+        return [f.message for f in env_from([{"configMapRef": {"name": name}}, {"secretRef": {"name": name}}],
+                                            ("envFrom",))]
+
+    assert problems("cm-") == [] and problems("cm") == []
+    assert len(problems("x y")) == 2 and len(problems("..a")) == 2 and len(problems("-a")) == 2

@@ -142,8 +142,15 @@ def env_from(value: Any, path: PathKey) -> Findings:
         for key in ENV_FROM:
             if not isinstance(source.get(key), dict):
                 continue
-            if not source[key].get("name"):  # required, but its format is not checked (the oracle)
+            name = source[key].get("name")
+            if not name:
                 yield Finding((*where, key, "name"), "Required value")
+            elif isinstance(name, str):
+                # ValidateConfigMapName / ValidateSecretName(name, prefix=true): a trailing '-' passes, as
+                # apimachinery's maskTrailingDash replaces the last two characters with "a" before the check.
+                masked = name[:-2] + "a" if len(name) > 1 and name.endswith("-") else name
+                if names.dns1123_subdomain(masked):
+                    yield from check((*where, key, "name"), names.dns1123_subdomain(name))
 
 
 def volume_mounts(value: Any, path: PathKey, volumes: set[str], *, partial: bool) -> Findings:
