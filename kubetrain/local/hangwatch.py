@@ -67,13 +67,14 @@ def with_progress(plan: RunPlan, directory: Path) -> RunPlan:
 
 def with_fresh_endpoint(plan: RunPlan) -> RunPlan:
     """The plan with a new rendezvous port (the previous attempt's port may still be in TIME_WAIT)."""
-    endpoint = f"127.0.0.1:{free_port()}"
+    port = free_port()
     nodes = []
     for node in plan.nodes:
         argv = list(node.argv)
-        argv[argv.index("--rdzv-endpoint") + 1] = endpoint
+        argv[argv.index("--rdzv-endpoint") + 1] = f"127.0.0.1:{port}"
         nodes.append(NodeCommand(node.index, argv, node.env))
-    return dataclasses.replace(plan, nodes=nodes)
+    # the rendezvous store (its own process, kubetrain.runtime.store) listens on the new port too
+    return dataclasses.replace(plan, nodes=nodes, store_argv=[*plan.store_argv[:-1], str(port)])
 
 
 class HangWatch:

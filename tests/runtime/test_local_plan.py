@@ -177,3 +177,12 @@ def test_gpus_requested_on_a_machine_without_any_are_a_warning(tmp_path: Path) -
     assert gpu_warning(0, dev=tmp_path) is None
     (tmp_path / "nvidia0").touch()
     assert gpu_warning(1, dev=tmp_path) is None
+
+
+def test_a_restart_moves_the_store_and_every_agent_to_the_same_new_port(tmp_path: Path) -> None:
+    """spec.hang's restart: the store has its own process, so it must follow the agents' new endpoint."""
+    from kubetrain.local.hangwatch import with_fresh_endpoint
+
+    plan = with_fresh_endpoint(_plan(tmp_path))
+    ports = {dict(itertools.pairwise(node.argv))["--rdzv-endpoint"].split(":")[1] for node in plan.nodes}
+    assert ports == {plan.store_argv[-1]}
