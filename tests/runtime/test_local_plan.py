@@ -164,8 +164,9 @@ def test_what_would_differ_in_the_pod_is_warned_about_before_the_run(tmp_path: P
     spec = write_spec(tmp_path / "job.yaml", command=["python", "train.py"], checkpoint={"dir": "ckpt"})
     result = _cli("run", "-f", str(spec), "--dry-run")
     assert result.returncode == 0, result.stderr
-    assert (f"warning: {spec}:7: spec.checkpoint.dir: 'ckpt' is relative: in the pod it is under the read-only "
-            "code mount /workspace; use a volume's mountPath (e.g. /ckpt/run) or an object store URL\n") in result.stderr
+    warning = (f"warning: {spec}:7: spec.checkpoint.dir: 'ckpt' is relative: in the pod it is under the read-only "
+               "code mount /workspace; use a volume's mountPath (e.g. /ckpt/run) or an object store URL\n")
+    assert warning in result.stderr
     assert "spec.checkpoint.dir" not in _cli("run", "-f", str(write_spec(
         tmp_path / "abs.yaml", command=["python", "train.py"], checkpoint={"dir": "/ckpt/run"})), "--dry-run").stderr
 
