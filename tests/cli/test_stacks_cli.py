@@ -4,16 +4,26 @@ rank records), so the command says there is no rank to ask, exit 1; a missing jo
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import pytest
 
+from kubetrain.jobspec.hangenv import POD_PROGRESS_DIR
 from tests.cli.test_logs_gpu_doctor_cli import job, run
 
 __all__ = ["job"]  # the fixture: a running PyTorchJob `cli` on kwok's nodes
 
 
+@pytest.fixture
+def no_host_records() -> None:
+    """kwok runs the probe on this machine, whose /tmp stands in for the pods': records an earlier local run
+    left there (a rendered pod's env run on the host) would be read as this job's."""
+    shutil.rmtree(POD_PROGRESS_DIR, ignore_errors=True)
+
+
 @pytest.mark.controlplane
+@pytest.mark.usefixtures("no_host_records")
 def test_stacks_execs_into_every_running_pod_and_says_when_there_is_no_rank(controlplane: Any, namespace: str,
                                                                               job: str) -> None:
     kc = ("--kubeconfig", str(controlplane.kubeconfig), "-n", namespace)

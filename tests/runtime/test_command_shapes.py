@@ -86,6 +86,9 @@ def run_pods(tmp_path: Path, doc: dict[str, Any]) -> list[dict[str, Any]]:
         env = {item["name"]: item["value"] for item in container["env"] if "value" in item}
         pet = {"PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": str(obj["spec"]["nprocPerNode"]),
                "PET_NODE_RANK": str(rank), "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": port}
+        # the pod's progress directory (/tmp/kubetrain-progress) would be this machine's: keep it in tmp_path,
+        # where the kwok-run probe of tests/cli/test_stacks_cli.py cannot find stale records
+        env["KUBETRAIN_PROGRESS_DIR"] = str(tmp_path / "progress")
         procs.append(subprocess.Popen([*container["command"], *container["args"]], env={**base, **env, **pet},
                                       cwd=container.get("workingDir", "/"), stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
