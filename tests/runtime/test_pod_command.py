@@ -33,6 +33,7 @@ def rendered(tmp_path: Path, **spec: Any) -> tuple[list[str], dict[str, str]]:
     obj = render_job(parse_spec(yaml.safe_dump(doc)))[-1]
     container = obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     env = {item["name"]: item["value"] for item in container["env"] if "value" in item}
+    env["KUBETRAIN_PROGRESS_DIR"] = str(tmp_path / "progress")  # the pod's /tmp path would be this machine's
     return [*container["command"], *container["args"]], env
 
 
