@@ -27,9 +27,12 @@ pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(300)]
 REPORT = """
 import json, os, sys
 program = __spec__.name if __spec__ is not None and __spec__.name != "__main__" else os.path.basename(__file__)
-print("SHAPE " + json.dumps({"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]),
-                            "local_world": int(os.environ["LOCAL_WORLD_SIZE"]), "program": program,
-                            "argv": sys.argv[1:]}), flush=True)
+line = "SHAPE " + json.dumps({"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]),
+                             "local_world": int(os.environ["LOCAL_WORLD_SIZE"]), "program": program,
+                             "argv": sys.argv[1:]}) + "\\n"
+# one write(2) of the whole line: the pod sets PYTHONUNBUFFERED, where print() writes the text and its newline
+# separately, and two ranks sharing the pod's stdout could interleave them
+os.write(1, line.encode())
 """
 
 SHAPES: list[tuple[list[str], dict[str, Any], int]] = [  # (command, other spec fields, processes expected)
