@@ -70,7 +70,7 @@ def main() -> None:
     with ControlPlane() as cp, tempfile.TemporaryDirectory() as tmp:
         conn = connect(kubeconfig=str(cp.kubeconfig), request_timeout=300)  # unbounded lists can take minutes here
         spec = write_spec(Path(tmp), "bench", nodes=replicas, gpus=8 if replicas <= 3 else 1)
-        apply.submit(conn.api, PYTORCHJOB, render(spec, "default"))
+        apply.submit(conn.rest, PYTORCHJOB, render(spec, "default"))
         watch.wait_for(watch.rest_list(conn.rest, "/api/v1/namespaces/default/pods"),
                        lambda c: len([p for p in c.values() if p["status"].get("phase") == "Running"]) == replicas,
                        timeout=300, what=f"{replicas} Running pods", label_selector=PYTORCHJOB.pod_selector("bench"))

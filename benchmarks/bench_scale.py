@@ -97,7 +97,7 @@ def populate(cp: Any, tmp: Path, args: argparse.Namespace) -> None:
     def submit_suspended(i: int) -> None:
         job = {**small, "metadata": {**small["metadata"], "name": f"job-{i:04d}"}}
         job["spec"] = {**job["spec"], "runPolicy": {**job["spec"]["runPolicy"], "suspend": True}}
-        apply.submit(conn.api, PYTORCHJOB, [job])
+        apply.submit(conn.rest, PYTORCHJOB, [job])
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(submit_suspended, range(args.jobs - 1)))
@@ -106,7 +106,7 @@ def populate(cp: Any, tmp: Path, args: argparse.Namespace) -> None:
         path = tmp / f"{pod}.log"
         path.write_text(cri([(now_stamp(), f"{pod} step {n} loss=0.{n:04d}") for n in range(200)]))
         serve_logs(cp.api_client(), "default", pod, path)
-    apply.submit(conn.api, PYTORCHJOB, render(write_spec(tmp, "big", nodes=args.replicas, gpus=4), "default"))
+    apply.submit(conn.rest, PYTORCHJOB, render(write_spec(tmp, "big", nodes=args.replicas, gpus=4), "default"))
     watch.wait_for(watch.rest_list(conn.rest, "/api/v1/namespaces/default/pods"),
                    lambda c: len([p for p in c.values() if p["status"].get("phase") == "Running"]) == args.replicas,
                    timeout=600, what=f"{args.replicas} Running pods", label_selector=PYTORCHJOB.pod_selector("big"))
@@ -143,10 +143,10 @@ def main() -> None:
         other = str(write_spec(tmp, "other", nodes=args.replicas, gpus=4))
         conn = connect(kubeconfig=str(cp.kubeconfig))
         job = render(Path(other), "default")[-1]
-        fit_ms = median_ms(lambda: preflight.check_fit(conn.api, job, PYTORCHJOB, "default", "other"), args.runs)
-        cpu = client_cpu_ms(lambda: preflight.check_fit(conn.api, job, PYTORCHJOB, "default", "other"), args.runs)
+        fit_ms = median_ms(lambda: preflight.check_fit(conn.rest, job, PYTORCHJOB, "default", "other"), args.runs)
+        cpu = client_cpu_ms(lambda: preflight.check_fit(conn.rest, job, PYTORCHJOB, "default", "other"), args.runs)
         with counting() as seen:
-            verdict = preflight.check_fit(conn.api, job, PYTORCHJOB, "default", "other")
+            verdict = preflight.check_fit(conn.rest, job, PYTORCHJOB, "default", "other")
         rows.append((f"preflight fit over {args.nodes + 4} nodes (library, warm connection)", fit_ms,
                      f"{len(seen)} requests, {cpu:.0f} ms of it client CPU; {verdict.status}: "
                      f"{verdict.message[:50]}", "fit"))

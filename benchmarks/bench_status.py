@@ -124,7 +124,7 @@ def bench_job(cp: Any, tmp: Path, events: int = 0) -> tuple[Any, dict[str, str]]
         path = tmp / f"{pod}.log"
         path.write_text(cri([(now_stamp(), f"{pod} line {i}") for i in range(20)]))
         serve_logs(cp.api_client(), ns, pod, path)
-    apply.submit(conn.api, PYTORCHJOB, render(write_spec(tmp, "bench", nodes=2), ns))
+    apply.submit(conn.rest, PYTORCHJOB, render(write_spec(tmp, "bench", nodes=2), ns))
     watch.wait_for(watch.rest_list(conn.rest, f"/api/v1/namespaces/{ns}/pods"),
                    lambda c: len([p for p in c.values() if p["status"].get("phase") == "Running"]) == 2,
                    timeout=60, what="2 Running pods", label_selector=PYTORCHJOB.pod_selector("bench"))

@@ -219,7 +219,7 @@ def gpu(name: str, *, namespace: str | None = None, replica: str = "all", target
     wanted = check_replica_filter(replica)
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, _ = find(name, namespace=where.namespace, target=target, connection=where.connection)
-    return job_gpus(where.connection.api, found, where.namespace, name, wanted)
+    return job_gpus(where.connection.rest, found, where.namespace, name, wanted)
 
 
 def stacks(name: str, *, namespace: str | None = None, replica: str = "all", target: str | None = None,
@@ -233,7 +233,7 @@ def stacks(name: str, *, namespace: str | None = None, replica: str = "all", tar
     wanted = check_replica_filter(replica)
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, _ = find(name, namespace=where.namespace, target=target, connection=where.connection)
-    return job_stacks(where.connection.api, found, where.namespace, name, wanted)
+    return job_stacks(where.connection.rest, found, where.namespace, name, wanted)
 
 
 def wait(name: str, *, namespace: str | None = None, timeout: float | None = None, target: str | None = None,

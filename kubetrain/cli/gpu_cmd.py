@@ -60,7 +60,7 @@ def gpu(name: str, replica: str, watch: bool, interval: float, count: int | None
     lost = _Lost()
     while True:
         try:
-            results = job_gpus(connection.api, found, ns, name, wanted)
+            results = job_gpus(connection.rest, found, ns, name, wanted)
         except Unreachable as exc:
             if not watch:
                 raise

@@ -38,8 +38,8 @@ def stacks(name: str, replica: str, target: str | None, context: str | None, kub
     wanted = check_replica_filter(replica)
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    found, _ = find_job(connection.api, ns, name, target)
-    report = job_stacks(connection.api, found, ns, name, wanted)
+    found, _ = find_job(connection.rest, ns, name, target)
+    report = job_stacks(connection.rest, found, ns, name, wanted)
     for line in report.messages():
         info(line)
     if not report.has_ranks:

@@ -61,8 +61,8 @@ def _print_hang(connection: Any, namespace: str, name: str, target: str | None, 
     from kubetrain.jobs.logs import find_job
     from kubetrain.jobs.stacks import exec_records, job_stacks
 
-    found, _ = find_job(connection.api, namespace, name, target)
-    report = job_stacks(connection.api, found, namespace, name, run=exec_records, asked=False)
+    found, _ = find_job(connection.rest, namespace, name, target)
+    report = job_stacks(connection.rest, found, namespace, name, run=exec_records, asked=False)
     if report.has_ranks:
         click.echo("\nHang:")
         for line in report.hang_lines():

@@ -10,14 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from kubernetes.stream import stream
-from kubernetes.stream.ws_client import ERROR_CHANNEL
-
 from kubetrain.jobs.pods import Replica, job_replicas, select
 from kubetrain.jobs.targets import Target
-from kubetrain.kube.errors import cluster_errors, translate
+from kubetrain.kube.errors import ApiError, cluster_errors, translate
+from kubetrain.kube.podexec import exec_in_pod
+from kubetrain.kube.rest import Rest
 
 FIELDS = ("index", "name", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu", "power.draw",
           "mig.mode.current")
@@ -146,30 +143,17 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")[:200]
 
 
-def exec_nvidia_smi(core: client.CoreV1Api, namespace: str, pod: str, container: str,
+def exec_nvidia_smi(rest: Rest, namespace: str, pod: str, container: str,
                     command: list[str] = COMMAND, timeout: float = EXEC_TIMEOUT) -> ExecResult:
     """Run `command` (COMMAND; LIST_COMMAND for MIG slices), nvidia-smi, in the container."""
-    return exec_command(core, namespace, pod, container, command, timeout)
+    return exec_command(rest, namespace, pod, container, command, timeout)
 
 
-def exec_command(core: client.CoreV1Api, namespace: str, pod: str, container: str, command: list[str],
+def exec_command(rest: Rest, namespace: str, pod: str, container: str, command: list[str],
                  timeout: float = EXEC_TIMEOUT) -> ExecResult:
-    """Run a command in the container over the exec websocket; stdout, stderr and the exit code kept apart.
-
-    kubernetes.stream swaps the ApiClient's call_api while it connects, which is not thread-safe: every exec
-    gets its own ApiClient (same configuration), so parallel execs and other requests never cross.
-    """
-    with client.ApiClient(core.api_client.configuration) as own:
-        ws = stream(client.CoreV1Api(own).connect_get_namespaced_pod_exec, pod, namespace, command=command,
-                    container=container, stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
-    try:
-        ws.run_forever(timeout=timeout)
-        still_open = ws.is_open()
-        out, err = ws.read_stdout(timeout=0) or "", ws.read_stderr(timeout=0) or ""
-        status_text = ws.read_channel(ERROR_CHANNEL, timeout=0) or ""
-    finally:
-        ws.close()
-    return _result(out, err, status_text, still_open, command[0])
+    """Run a command in the container over the exec WebSocket; stdout, stderr and the exit code kept apart."""
+    output = exec_in_pod(rest, namespace, pod, container, command, timeout)
+    return _result(output.stdout, output.stderr, output.status, not output.finished, command[0])
 
 
 def _result(out: str, err: str, status_text: str, still_open: bool, what: str = "nvidia-smi") -> ExecResult:
@@ -190,7 +174,7 @@ def _result(out: str, err: str, status_text: str, still_open: bool, what: str = 
 Exec = Callable[..., ExecResult]  # exec_nvidia_smi's signature
 
 
-def pod_gpus(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec = exec_nvidia_smi) -> PodGpus:
+def pod_gpus(rest: Rest, namespace: str, replica: Replica, run: Exec = exec_nvidia_smi) -> PodGpus:
     """One pod's row: skipped with a message when it is not running. A pod that requests no GPU is asked too:
     the answer is then said plainly ("no GPU"), and GPUs it sees anyway (an image's NVIDIA_VISIBLE_DEVICES=all
     on a node whose default runtime is nvidia's) are shown with a warning."""
@@ -198,9 +182,9 @@ def pod_gpus(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec
     if replica.phase != "Running" or replica.state != "running":
         return PodGpus(replica.label, replica.pod, replica.node,
                        message=f"not running ({replica.reason or replica.phase})")
-    gpus, message = verdict(exec_replica(core, namespace, replica, run))
+    gpus, message = verdict(exec_replica(rest, namespace, replica, run))
     if any(g.mig for g in gpus):
-        gpus, message = _mig_slices(gpus, exec_replica(core, namespace, replica, run, LIST_COMMAND))
+        gpus, message = _mig_slices(gpus, exec_replica(rest, namespace, replica, run, LIST_COMMAND))
     if replica.gpus == 0:
         message = (f"requests no nvidia.com/gpu, yet sees {len(gpus)} GPU(s)" if gpus
                    else f"no GPU: the pod requests no nvidia.com/gpu ({_no_gpu_reason(message)})")
@@ -225,14 +209,14 @@ def _no_gpu_reason(message: str) -> str:
     return f"checked in the container: {message}"
 
 
-def exec_replica(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec,
+def exec_replica(rest: Rest, namespace: str, replica: Replica, run: Exec,
                  command: list[str] | None = None) -> ExecResult:
     """run() in the replica's container: a denied exec is an error, any other failure this pod's result."""
     try:
         if command is not None:
-            return run(core, namespace, replica.pod, replica.container, command)
-        return run(core, namespace, replica.pod, replica.container)
-    except ApiException as exc:
+            return run(rest, namespace, replica.pod, replica.container, command)
+        return run(rest, namespace, replica.pod, replica.container)
+    except ApiError as exc:
         if exc.status in (401, 403):
             raise translate(exc, f"exec into pod {replica.pod} in namespace {namespace} (pods/exec)") from None
         return ExecResult("", "", None, f"{exc.status} {exc.reason}")
@@ -240,14 +224,13 @@ def exec_replica(core: client.CoreV1Api, namespace: str, replica: Replica, run: 
         return ExecResult("", "", None, f"{type(exc).__name__}: {exc}")
 
 
-def job_gpus(api: client.ApiClient, target: Target, namespace: str, name: str, replica: str = "all",
+def job_gpus(rest: Rest, target: Target, namespace: str, name: str, replica: str = "all",
              run: Exec = exec_nvidia_smi) -> list[PodGpus]:
     """nvidia-smi in every selected pod, in parallel; master first."""
-    replicas = select(job_replicas(api, target, namespace, name), replica)
-    core = client.CoreV1Api(api)
+    replicas = select(job_replicas(rest, target, namespace, name), replica)
     with cluster_errors(f"exec nvidia-smi in the pods of {name} in namespace {namespace}"), \
             ThreadPoolExecutor(min(PARALLEL_EXECS, max(1, len(replicas)))) as pool:
-        return list(pool.map(lambda r: pod_gpus(core, namespace, r, run), replicas))
+        return list(pool.map(lambda r: pod_gpus(rest, namespace, r, run), replicas))
 
 
 def table_rows(results: list[PodGpus]) -> list[list[str]]:

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
-
 from kubetrain.jobs.gpu import PARALLEL_EXECS, Exec, ExecResult, exec_command, exec_replica
 from kubetrain.jobs.pods import Replica, job_replicas, select
 from kubetrain.jobs.targets import Target
 from kubetrain.kube.errors import cluster_errors
+from kubetrain.kube.rest import Rest
 from kubetrain.observe import probe
 from kubetrain.observe.hang import Assessment, RankView, Thresholds, assess
 from kubetrain.observe.stacks import (
@@ -45,12 +44,12 @@ def probe_command(ask: bool = True) -> list[str]:
     return ["sh", "-c", _LAUNCH, Path(probe.__file__).read_text(), *([] if ask else ["records"])]
 
 
-def exec_probe(core: client.CoreV1Api, namespace: str, pod: str, container: str) -> ExecResult:
-    return exec_command(core, namespace, pod, container, probe_command(), PROBE_TIMEOUT)
+def exec_probe(rest: Rest, namespace: str, pod: str, container: str) -> ExecResult:
+    return exec_command(rest, namespace, pod, container, probe_command(), PROBE_TIMEOUT)
 
 
-def exec_records(core: client.CoreV1Api, namespace: str, pod: str, container: str) -> ExecResult:
-    return exec_command(core, namespace, pod, container, probe_command(ask=False), PROBE_TIMEOUT)
+def exec_records(rest: Rest, namespace: str, pod: str, container: str) -> ExecResult:
+    return exec_command(rest, namespace, pod, container, probe_command(ask=False), PROBE_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -104,10 +103,10 @@ class JobStacks:
         return [f"{p.replica.label} ({p.replica.pod}): {p.message}" for p in self.pods if p.message]
 
 
-def ask_pod(core: client.CoreV1Api, namespace: str, replica: Replica, run: Exec = exec_probe) -> PodAnswer:
+def ask_pod(rest: Rest, namespace: str, replica: Replica, run: Exec = exec_probe) -> PodAnswer:
     if replica.phase != "Running" or replica.state != "running":
         return PodAnswer(replica, message=f"not running ({replica.reason or replica.phase})")
-    result = exec_replica(core, namespace, replica, run)
+    result = exec_replica(rest, namespace, replica, run)
     if result.exit_code != 0:
         detail = (result.stderr or result.error or result.stdout).strip().splitlines()
         return PodAnswer(replica, message=f"the probe failed (exit {result.exit_code}): "
@@ -154,13 +153,12 @@ def combine(name: str, pods: list[PodAnswer], asked: bool = True) -> JobStacks:
     return JobStacks(name, assessment, stacks, flight_recorder_summary(flights, world or len(ranks)), pods, asked)
 
 
-def job_stacks(api: client.ApiClient, target: Target, namespace: str, name: str, replica: str = "all",
+def job_stacks(rest: Rest, target: Target, namespace: str, name: str, replica: str = "all",
                run: Exec = exec_probe, asked: bool = True) -> JobStacks:
     """Ask every selected pod of the job in parallel and combine the answers (asked=False with
     exec_records: the records only, nothing signalled)."""
-    replicas = select(job_replicas(api, target, namespace, name), replica)
-    core = client.CoreV1Api(api)
+    replicas = select(job_replicas(rest, target, namespace, name), replica)
     with cluster_errors(f"exec the stacks probe in the pods of {name} in namespace {namespace}"), \
             ThreadPoolExecutor(min(PARALLEL_EXECS, max(1, len(replicas)))) as pool:
-        pods = list(pool.map(lambda r: ask_pod(core, namespace, r, run), replicas))
+        pods = list(pool.map(lambda r: ask_pod(rest, namespace, r, run), replicas))
     return combine(name, pods, asked)

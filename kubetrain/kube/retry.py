@@ -1,9 +1,8 @@
 """Retry API calls with exponential backoff on 429, 5xx and dropped connections, honouring Retry-After.
 
-One rule (`delay_for`) for both clients: kubetrain.kube.rest (http.client, the hot paths) and
-kubetrain.kube.k8sapi (`RetryingApiClient`, the kubernetes package's client, on urllib3). Importing this
-module imports neither the kubernetes package nor urllib3 (urllib3's errors are checked only when it is
-loaded: nothing else raises them).
+One rule (`delay_for`) for the one client: its requests (kubetrain.kube.rest) and its exec WebSocket
+handshakes (kubetrain.kube.podexec). urllib3's errors are still recognised when something loaded urllib3
+(only the legacy auth-provider plugins do), never imported here.
 
 Connection *refused* is not retried here (the cluster is down and a one-shot command should say so at
 once); followers (kubetrain.kube.watch) retry it until their own deadline. A reset or a response
@@ -18,7 +17,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any
 
 from kubetrain.kube.errors import unwrap, urllib3_exceptions
 
@@ -86,8 +84,8 @@ def permanent_500(status: int | None, body: bytes | str | None) -> bool:
 def delay_for(attempt: int, policy: RetryPolicy = DEFAULT_POLICY, *, exc: BaseException | None = None,
               status: int | None = None, body: bytes | str | None = None,
               headers: Mapping[str, str] | None = None) -> float | None:
-    """Seconds to wait before try `attempt + 1`, or None when the failure is final: the one retry rule of
-    both clients (kubetrain.kube.rest and the kubernetes package's, kubetrain.kube.k8sapi)."""
+    """Seconds to wait before try `attempt + 1`, or None when the failure is final: the one retry rule
+    (kubetrain.kube.rest's requests, kubetrain.kube.podexec's handshakes)."""
     if attempt >= policy.attempts:
         return None
     if exc is not None:
@@ -96,12 +94,3 @@ def delay_for(attempt: int, policy: RetryPolicy = DEFAULT_POLICY, *, exc: BaseEx
         return backoff(attempt, policy, retry_after(headers))
     return None
 
-
-def __getattr__(name: str) -> Any:
-    """`RetryingApiClient` lives in kubetrain.kube.k8sapi (it imports the kubernetes package, which this
-    module, used by the fast REST client, must not)."""
-    if name == "RetryingApiClient":
-        from kubetrain.kube.k8sapi import RetryingApiClient
-
-        return RetryingApiClient
-    raise AttributeError(name)

@@ -119,6 +119,16 @@ class Pool:
             self.opened += 1
         return conn, False
 
+    def open_socket(self, connect_timeout: float) -> socket.socket:
+        """A new connection's socket (TCP and TLS as for requests), for a protocol that takes the connection
+        over after an HTTP upgrade (the exec WebSocket, kubetrain.kube.podexec); never pooled."""
+        conn = Connection(self.host, self.port, connect_timeout, self.context, self.server_hostname)
+        with self._lock:
+            self.opened += 1
+        conn.connect()
+        sock, conn.sock = conn.sock, None
+        return sock
+
     def put(self, conn: Connection) -> None:
         """Take back a connection whose response was read to its end."""
         with self._lock:

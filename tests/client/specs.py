@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import yaml
 
 from kubetrain.cli.common import render_loaded
 from kubetrain.jobspec.load import load_spec
+from kubetrain.kube.connection import Connection
 from tests.testenv.polling import wait_for
 
 H100 = {"cloud": "gke", "gpuType": "nvidia-h100-80gb"}
@@ -37,3 +39,8 @@ def render(path: Path, namespace: str, target: str | None = None) -> list[dict[s
 def watch_until(fn: Any, timeout: float = 30) -> Any:
     """Poll `fn` every 0.2 s until it returns something truthy; fail the test after `timeout` seconds."""
     return wait_for(fn, getattr(fn, "__name__", "the condition"), timeout)
+
+
+def typed(conn: Connection) -> kubernetes.client.ApiClient:
+    """The kubernetes package's client over the same kubeconfig, for the tests' own reads (kubetrain has none)."""
+    return kubernetes.config.new_client_from_config(config_file=conn.rest.endpoint.kubeconfig, context=conn.context)

@@ -17,7 +17,7 @@ from kubetrain.jobs import crud as jobs
 from kubetrain.jobs.targets import PYTORCHJOB, Target
 from kubetrain.kube import watch
 from kubetrain.kube.connection import Connection, connect
-from tests.client.specs import render, watch_until, write_spec
+from tests.client.specs import render, typed, watch_until, write_spec
 
 pytestmark = pytest.mark.controlplane
 
@@ -34,7 +34,7 @@ def pods_by_phase(conn: Connection, namespace: str, job: str, count: int, phase:
         matching = [p for p in cache.values() if (p.get("status") or {}).get("phase") == phase]
         return matching if len(matching) >= count else None
 
-    return watch.wait_for(kubernetes.client.CoreV1Api(conn.api).list_namespaced_pod, check, timeout=60,
+    return watch.wait_for(kubernetes.client.CoreV1Api(typed(conn)).list_namespaced_pod, check, timeout=60,
                           what=f"{count} {phase} pods of {job}", namespace=namespace,
                           label_selector=PYTORCHJOB.pod_selector(job))
 
@@ -42,12 +42,12 @@ def pods_by_phase(conn: Connection, namespace: str, job: str, count: int, phase:
 def test_submit_runs_pods_on_gpu_nodes_to_success(controlplane: Any, conn: Connection, namespace: str,
                                                   tmp_path: Path) -> None:
     objects = render(write_spec(tmp_path, "ddp", nodes=2), namespace)
-    result = apply.submit(conn.api, PYTORCHJOB, objects)
+    result = apply.submit(conn.rest, PYTORCHJOB, objects)
     assert result.action == apply.CREATED
     running = pods_by_phase(conn, namespace, "ddp", 2)
     assert {p["spec"]["nodeName"] for p in running} <= {"gpu-node-0", "gpu-node-1", "gpu-node-2"}
 
-    report = status.job_status(conn.api, [PYTORCHJOB], namespace, "ddp")
+    report = status.job_status(conn.rest, [PYTORCHJOB], namespace, "ddp")
     assert report.job.state == "Running" and (report.job.pods, report.job.gpus_per_pod) == (2, 8)
     assert [(p.replica, p.phase) for p in report.pods] == [("master-0", "Running"), ("worker-0", "Running")]
     assert all(p.node.startswith("gpu-node-") for p in report.pods)
@@ -56,28 +56,28 @@ def test_submit_runs_pods_on_gpu_nodes_to_success(controlplane: Any, conn: Conne
 
     for pod in running:
         controlplane.set_pod_phase(namespace, pod["metadata"]["name"], "Succeeded")
-    assert jobs.wait_finished(conn.api, PYTORCHJOB, namespace, "ddp", timeout=60) == "Succeeded"
-    assert status.job_status(conn.api, [PYTORCHJOB], namespace, "ddp").job.state == "Succeeded"
+    assert jobs.wait_finished(conn.rest, PYTORCHJOB, namespace, "ddp", timeout=60) == "Succeeded"
+    assert status.job_status(conn.rest, [PYTORCHJOB], namespace, "ddp").job.state == "Succeeded"
 
 
 def test_unchanged_is_a_noop_changed_is_refused_replace_recreates(conn: Connection, namespace: str,
                                                                   tmp_path: Path) -> None:
     path = write_spec(tmp_path, "same", nodes=1, code=True)
-    first = apply.submit(conn.api, PYTORCHJOB, render(path, namespace))
-    job = jobs.get(conn.api, PYTORCHJOB, namespace, "same")
+    first = apply.submit(conn.rest, PYTORCHJOB, render(path, namespace))
+    job = jobs.get(conn.rest, PYTORCHJOB, namespace, "same")
     assert job is not None
-    again = apply.submit(conn.api, PYTORCHJOB, render(path, namespace))
+    again = apply.submit(conn.rest, PYTORCHJOB, render(path, namespace))
     assert (first.action, again.action) == (apply.CREATED, apply.UNCHANGED)
-    after = jobs.get(conn.api, PYTORCHJOB, namespace, "same")
+    after = jobs.get(conn.rest, PYTORCHJOB, namespace, "same")
     assert after is not None and after["metadata"]["generation"] == job["metadata"]["generation"]
     assert "unchanged" in again.message(PYTORCHJOB, "same", namespace)
 
     changed = render(write_spec(tmp_path, "same", nodes=2, code=True), namespace)
     with pytest.raises(ClusterError, match=r"already exists with a different spec .* --replace"):
-        apply.submit(conn.api, PYTORCHJOB, changed)
+        apply.submit(conn.rest, PYTORCHJOB, changed)
     pods_by_phase(conn, namespace, "same", 1)
-    replaced = apply.submit(conn.api, PYTORCHJOB, changed, replace=True, timeout=60)
-    new = jobs.get(conn.api, PYTORCHJOB, namespace, "same")
+    replaced = apply.submit(conn.rest, PYTORCHJOB, changed, replace=True, timeout=60)
+    new = jobs.get(conn.rest, PYTORCHJOB, namespace, "same")
     assert replaced.action == apply.REPLACED and new is not None
     assert new["metadata"]["uid"] != job["metadata"]["uid"] and jobs.shape(new) == (2, 8)
     configmap = replaced.objects[0]
@@ -87,44 +87,44 @@ def test_unchanged_is_a_noop_changed_is_refused_replace_recreates(conn: Connecti
 
 def test_code_configmap_is_owned_and_garbage_collected(conn: Connection, namespace: str, tmp_path: Path) -> None:
     objects = render(write_spec(tmp_path, "withcode", nodes=1, gpus=0, code=True), namespace)
-    apply.submit(conn.api, PYTORCHJOB, objects)
-    core = kubernetes.client.CoreV1Api(conn.api)
+    apply.submit(conn.rest, PYTORCHJOB, objects)
+    core = kubernetes.client.CoreV1Api(typed(conn))
     name = objects[0]["metadata"]["name"]
     cm = core.read_namespaced_config_map(name, namespace)
-    job = jobs.get(conn.api, PYTORCHJOB, namespace, "withcode")
+    job = jobs.get(conn.rest, PYTORCHJOB, namespace, "withcode")
     assert job is not None
     (owner,) = cm.metadata.owner_references
     assert (owner.kind, owner.name, owner.uid, owner.block_owner_deletion) == (
         "PyTorchJob", "withcode", job["metadata"]["uid"], True)
     assert cm.immutable and "train.py" in str(cm.data)
 
-    assert jobs.delete(conn.api, PYTORCHJOB, namespace, "withcode")
+    assert jobs.delete(conn.rest, PYTORCHJOB, namespace, "withcode")
     # Nobody deletes the ConfigMap but the garbage collector (through the owner reference).
     watch.wait_for(core.list_namespaced_config_map, lambda cache: not cache, timeout=60,
                    what="the code ConfigMap to be garbage-collected", namespace=namespace,
                    field_selector=f"metadata.name={name}")
-    assert not jobs.delete(conn.api, PYTORCHJOB, namespace, "withcode")  # already gone: not an error
+    assert not jobs.delete(conn.rest, PYTORCHJOB, namespace, "withcode")  # already gone: not an error
 
 
 def test_server_dry_run_validates_and_writes_nothing(conn: Connection, namespace: str, tmp_path: Path) -> None:
     objects = render(write_spec(tmp_path, "dry", nodes=2, code=True), namespace)
-    result = apply.submit(conn.api, PYTORCHJOB, objects, dry_run="server")
+    result = apply.submit(conn.rest, PYTORCHJOB, objects, dry_run="server")
     assert result.action == apply.CREATED and result.objects[-1]["metadata"]["uid"]
-    assert jobs.get(conn.api, PYTORCHJOB, namespace, "dry") is None
-    assert not kubernetes.client.CoreV1Api(conn.api).list_namespaced_config_map(
+    assert jobs.get(conn.rest, PYTORCHJOB, namespace, "dry") is None
+    assert not kubernetes.client.CoreV1Api(typed(conn)).list_namespaced_config_map(
         namespace, label_selector="kubetrain.dev/job=dry").items
 
     # The CRD's schema (422 with causes), the operator's validating webhook, server-side apply's typed merge.
     broken = copy.deepcopy(objects)
     del broken[-1]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     with pytest.raises(ClusterError) as caught:
-        apply.submit(conn.api, PYTORCHJOB, broken, dry_run="server")
+        apply.submit(conn.rest, PYTORCHJOB, broken, dry_run="server")
     assert str(caught.value) == ("invalid: PyTorchJob 'dry' rejected by the API server: "
                                  "spec.pytorchReplicaSpecs.Worker.template.spec.containers: Required value")
     no_image = copy.deepcopy(objects)
     del no_image[-1]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
     with pytest.raises(ClusterError) as caught:
-        apply.submit(conn.api, PYTORCHJOB, no_image, dry_run="server")
+        apply.submit(conn.rest, PYTORCHJOB, no_image, dry_run="server")
     assert str(caught.value).startswith('invalid: admission webhook "validator.pytorchjob.training-operator')
     assert "spec.pytorchReplicaSpecs[Worker].template.spec.containers[0].image: Required value" in str(caught.value)
 
@@ -132,7 +132,7 @@ def test_server_dry_run_validates_and_writes_nothing(conn: Connection, namespace
     mistyped = copy.deepcopy(objects)
     mistyped[-1]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "one"
     with pytest.raises(ClusterError) as caught:
-        apply.submit(conn.api, PYTORCHJOB, mistyped, dry_run="server")
+        apply.submit(conn.rest, PYTORCHJOB, mistyped, dry_run="server")
     assert str(caught.value).startswith("invalid: ") and ".spec.pytorchReplicaSpecs.Worker.replicas" in str(
         caught.value)
 
@@ -140,16 +140,16 @@ def test_server_dry_run_validates_and_writes_nothing(conn: Connection, namespace
 def test_missing_namespace_and_missing_crd_are_one_line_errors(conn: Connection, tmp_path: Path) -> None:
     objects = render(write_spec(tmp_path, "nons", nodes=1), "does-not-exist")
     with pytest.raises(ClusterError) as caught:
-        apply.submit(conn.api, PYTORCHJOB, objects)
+        apply.submit(conn.rest, PYTORCHJOB, objects)
     assert str(caught.value) == ("namespace does-not-exist does not exist: create it: "
                                  "kubectl create namespace does-not-exist")
     bogus = Target("thing", "things.example.com", "v1", "things", "Thing", "x", (), "nothing")
     with pytest.raises(ClusterError, match=r"CRD not installed\): install the Kubeflow training-operator"):
-        jobs.get(conn.api, bogus, "default", "x")
+        jobs.get(conn.rest, bogus, "default", "x")
 
 
 def run_checks(conn: Connection, objects: list[dict[str, Any]], namespace: str) -> dict[str, list[str]]:
-    results = preflight.run(conn.api, PYTORCHJOB, objects, namespace, conn.server)
+    results = preflight.run(conn.rest, PYTORCHJOB, objects, namespace, conn.server)
     out: dict[str, list[str]] = {}
     for result in results:
         out.setdefault(result.name, []).append(result.line())
@@ -187,7 +187,7 @@ def test_preflight_missing_namespace_and_references(conn: Connection, namespace:
         "--docker-password=...",
         f"✗ references: ServiceAccount trainer not found in namespace {namespace} — create it: kubectl create "
         f"serviceaccount trainer -n {namespace}"]
-    core = kubernetes.client.CoreV1Api(conn.api)
+    core = kubernetes.client.CoreV1Api(typed(conn))
     core.create_namespaced_secret(namespace, {"metadata": {"name": "hf"}, "stringData": {"token": "t"}})
     core.create_namespaced_service_account(namespace, {"metadata": {"name": "trainer"}})
     lines = run_checks(conn, render(path, namespace), namespace)["references"]
@@ -196,7 +196,7 @@ def test_preflight_missing_namespace_and_references(conn: Connection, namespace:
 
 def test_preflight_rbac_denial_names_verb_and_resource(controlplane: Any, namespace: str, tmp_path: Path) -> None:
     restricted = connect(kubeconfig=str(controlplane.write_kubeconfig("bob", ())))
-    results = preflight.run(restricted.api, PYTORCHJOB, render(write_spec(tmp_path, "r", nodes=1, code=True),
+    results = preflight.run(restricted.rest, PYTORCHJOB, render(write_spec(tmp_path, "r", nodes=1, code=True),
                                                                  namespace), namespace, restricted.server)
     by_name = {r.name: r for r in results}
     denied = by_name["permissions"]
@@ -218,26 +218,26 @@ def without_tolerations(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_preflight_fit_counts_only_eligible_nodes_with_free_gpus(conn: Connection, namespace: str,
                                                                  tmp_path: Path) -> None:
     four = render(write_spec(tmp_path, "big", nodes=4), namespace)
-    fit = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, without_tolerations(four), namespace)}["fit"]
+    fit = {r.name: r for r in preflight.run(conn.rest, PYTORCHJOB, without_tolerations(four), namespace)}["fit"]
     assert fit.status == preflight.FAIL  # never: 2 eligible 8-GPU nodes, even idle, hold 2 such pods
     assert fit.message == ("can never fit: 4 pods × 8 nvidia.com/gpu, but the eligible nodes hold at most 2 "
                            "such pod(s) even when idle (cloud.google.com/gke-accelerator=nvidia-h100-80gb)")
     assert "gpu-node-2: taint nvidia.com/gpu=present:NoSchedule not tolerated" in fit.hint
-    tolerated = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, four, namespace)}["fit"]
+    tolerated = {r.name: r for r in preflight.run(conn.rest, PYTORCHJOB, four, namespace)}["fit"]
     assert tolerated.message.startswith("can never fit: 4 pods × 8 nvidia.com/gpu, but the eligible nodes hold at "
                                         "most 3")
     sixteen = render(write_spec(tmp_path, "wide", nodes=4, gpus=16), namespace)
-    wide = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, sixteen, namespace)}["fit"]
+    wide = {r.name: r for r in preflight.run(conn.rest, PYTORCHJOB, sixteen, namespace)}["fit"]
     assert (wide.status, wide.message) == (preflight.FAIL, "can never fit: each pod needs 16 nvidia.com/gpu but "
                                            "the largest eligible node has 8 (cloud.google.com/gke-accelerator="
                                            "nvidia-h100-80gb)")
     assert "free up" not in wide.hint and "lower spec.gpusPerNode to at most 8" in wide.hint
 
     # GPUs in use count: a running 2-node job leaves one free node.
-    apply.submit(conn.api, PYTORCHJOB, render(write_spec(tmp_path, "busy", nodes=2), namespace))
+    apply.submit(conn.rest, PYTORCHJOB, render(write_spec(tmp_path, "busy", nodes=2), namespace))
     pods_by_phase(conn, namespace, "busy", 2)
     two = render(write_spec(tmp_path, "next", nodes=2), namespace)
-    busy = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, two, namespace)}["fit"]
+    busy = {r.name: r for r in preflight.run(conn.rest, PYTORCHJOB, two, namespace)}["fit"]
     # Not now: a warning (the pods would queue), naming the job that holds the GPUs.
     assert busy.status == preflight.WARN
     assert busy.message.startswith("not now: needs 2 pods × 8 nvidia.com/gpu; only 1 eligible node have ≥ 8 free")
@@ -245,13 +245,13 @@ def test_preflight_fit_counts_only_eligible_nodes_with_free_gpus(conn: Connectio
     assert "0/8 free" in busy.hint and "--wait-for-capacity" in busy.hint
     # ...but a re-submitted job's own pods do not compete with it.
     same = render(write_spec(tmp_path, "busy", nodes=2), namespace)
-    assert {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, same, namespace)}["fit"].status == preflight.OK
+    assert {r.name: r for r in preflight.run(conn.rest, PYTORCHJOB, same, namespace)}["fit"].status == preflight.OK
 
 
 def test_preflight_selector_matching_only_cpu_nodes(conn: Connection, namespace: str, tmp_path: Path) -> None:
     path = write_spec(tmp_path, "cpuonly", nodes=1, gpus=1,
                       placement={"cloud": "none", "nodeSelector": {"cloud.google.com/gke-nodepool": "cpu-pool"}})
-    fit = {r.name: r for r in preflight.run(conn.api, PYTORCHJOB, render(path, namespace), namespace)}["fit"]
+    fit = {r.name: r for r in preflight.run(conn.rest, PYTORCHJOB, render(path, namespace), namespace)}["fit"]
     assert fit.status == preflight.FAIL
     assert fit.message == ("can never fit: each pod needs 1 nvidia.com/gpu but the largest eligible node has 0 "
                            "(cloud.google.com/gke-nodepool=cpu-pool)")
@@ -260,11 +260,11 @@ def test_preflight_selector_matching_only_cpu_nodes(conn: Connection, namespace:
 
 def test_failed_scheduling_from_the_real_scheduler_becomes_a_hint(conn: Connection, namespace: str,
                                                                   tmp_path: Path) -> None:
-    apply.submit(conn.api, PYTORCHJOB, render(write_spec(tmp_path, "toobig", nodes=4), namespace))
+    apply.submit(conn.rest, PYTORCHJOB, render(write_spec(tmp_path, "toobig", nodes=4), namespace))
     pods_by_phase(conn, namespace, "toobig", 3)
 
     def pending_hint() -> status.JobStatus | None:
-        report = status.job_status(conn.api, [PYTORCHJOB], namespace, "toobig")
+        report = status.job_status(conn.rest, [PYTORCHJOB], namespace, "toobig")
         hinted = any("not enough free nvidia.com/gpu" in h for h in report.hints)
         return report if hinted and any(e.reason == "FailedScheduling" for e in report.events) else None
 
@@ -277,7 +277,7 @@ def test_failed_scheduling_from_the_real_scheduler_becomes_a_hint(conn: Connecti
 
 
 def test_preflight_flags_a_claim_that_can_never_bind(conn: Connection, namespace: str, tmp_path: Path) -> None:
-    core = kubernetes.client.CoreV1Api(conn.api)
+    core = kubernetes.client.CoreV1Api(typed(conn))
     claim = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}
     core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": "typo"},
                                                                "spec": {**claim, "storageClassName": "fast-ssdd"}})
@@ -285,7 +285,7 @@ def test_preflight_flags_a_claim_that_can_never_bind(conn: Connection, namespace
                                                                "spec": {**claim, "storageClassName": ""}})
     volumes = [{"name": "a", "claim": "typo", "mountPath": "/a"}, {"name": "b", "claim": "static", "mountPath": "/b"}]
     objects = render(write_spec(tmp_path, "pvcs", nodes=1, gpus=0, volumes=volumes), namespace)
-    lines = [r.line() for r in preflight.run(conn.api, PYTORCHJOB, objects, namespace) if r.name == "references"]
+    lines = [r.line() for r in preflight.run(conn.rest, PYTORCHJOB, objects, namespace) if r.name == "references"]
     assert ("✗ references: PersistentVolumeClaim typo can never bind: StorageClass fast-ssdd does not exist — "
             "kubectl get storageclass; fix the claim's storageClassName") in lines
     assert any(line.startswith("✗ references: PersistentVolumeClaim static can never bind: no StorageClass "
@@ -295,7 +295,7 @@ def test_preflight_flags_a_claim_that_can_never_bind(conn: Connection, namespace
         "capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
         "hostPath": {"path": "/tmp/pv"}}})
     try:
-        again = [r.line() for r in preflight.run(conn.api, PYTORCHJOB, objects, namespace) if r.name == "references"]
+        again = [r.line() for r in preflight.run(conn.rest, PYTORCHJOB, objects, namespace) if r.name == "references"]
         assert not any("static can never bind" in line for line in again)
     finally:
         core.delete_persistent_volume(f"pv-{namespace}")
@@ -303,9 +303,9 @@ def test_preflight_flags_a_claim_that_can_never_bind(conn: Connection, namespace
 
 def test_preflight_dry_runs_each_pod_template_as_a_pod(conn: Connection, namespace: str, tmp_path: Path) -> None:
     objects = render(write_spec(tmp_path, "pods", nodes=2, gpus=0), namespace)
-    [ok] = [r for r in preflight.run(conn.api, PYTORCHJOB, objects, namespace) if r.name == "pod-templates"]
+    [ok] = [r for r in preflight.run(conn.rest, PYTORCHJOB, objects, namespace) if r.name == "pod-templates"]
     assert ok.status == preflight.OK, ok.line()
-    kubernetes.client.CoreV1Api(conn.api).patch_namespace(namespace, {"metadata": {"labels": {
+    kubernetes.client.CoreV1Api(typed(conn)).patch_namespace(namespace, {"metadata": {"labels": {
         "pod-security.kubernetes.io/enforce": "restricted"}}})  # PodSecurity refuses root pods from now on
-    [refused] = [r for r in preflight.run(conn.api, PYTORCHJOB, objects, namespace) if r.name == "pod-templates"]
+    [refused] = [r for r in preflight.run(conn.rest, PYTORCHJOB, objects, namespace) if r.name == "pod-templates"]
     assert refused.status == preflight.FAIL and "violates PodSecurity" in refused.line(), refused.line()

@@ -236,21 +236,3 @@ def test_a_server_that_answers_404_everywhere_is_not_called_a_missing_crd(tmp_pa
     assert result.exit_code == 3, result.output
     assert f"error: {url} is not a Kubernetes API server (it answers GET /version with 404)" in result.stderr
     assert "is installed" not in result.stderr
-
-
-def test_an_insecure_kubeconfig_gets_no_urllib3_warning() -> None:
-    """insecure-skip-tls-verify is silent in kubectl; urllib3 (under `gpu`'s exec client) warned on every request."""
-    import warnings
-
-    from kubernetes import client
-    from urllib3.exceptions import InsecureRequestWarning
-
-    from kubetrain.kube.k8sapi import RetryingApiClient
-
-    conf = client.Configuration()
-    conf.host, conf.verify_ssl = "https://127.0.0.1:1", False
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("default")
-        RetryingApiClient(conf)
-        warnings.warn("Unverified HTTPS request is being made", InsecureRequestWarning, stacklevel=1)
-    assert not [w for w in seen if issubclass(w.category, InsecureRequestWarning)]

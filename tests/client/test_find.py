@@ -29,7 +29,7 @@ def conn(controlplane: Any) -> Connection:
 
 def test_find_probes_kinds_with_the_get_itself(conn: Connection, namespace: str, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    apply.submit(conn.api, PYTORCHJOB, render(write_spec(tmp_path, "probed", nodes=1), namespace))
+    apply.submit(conn.rest, PYTORCHJOB, render(write_spec(tmp_path, "probed", nodes=1), namespace))
     monkeypatch.setattr(jobs, "AUTO_ORDER", (UNSERVED, PYTORCHJOB))
     with counting() as seen:
         target, obj = jobs.find(conn.rest, None, namespace, "probed")
@@ -63,7 +63,7 @@ def test_find_says_what_to_install_when_no_kind_is_served(conn: Connection, name
 
 def test_list_asks_each_kind_and_skips_the_ones_not_served(conn: Connection, namespace: str, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    apply.submit(conn.api, PYTORCHJOB, render(write_spec(tmp_path, "listed", nodes=1), namespace))
+    apply.submit(conn.rest, PYTORCHJOB, render(write_spec(tmp_path, "listed", nodes=1), namespace))
     monkeypatch.setattr(jobs, "AUTO_ORDER", (UNSERVED, PYTORCHJOB))
     with counting() as seen:
         found = jobs.list_jobs(conn.rest, None, namespace)

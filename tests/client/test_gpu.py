@@ -26,8 +26,8 @@ def test_gpu_table_for_every_running_pod(controlplane, namespace, k8s):
     core = kubernetes.client.CoreV1Api(k8s)
     wait_for(lambda: len([p for p in core.list_namespaced_pod(namespace).items if p.status.phase == "Running"]) == 2,
              "2 pods Running", interval=0.1)
-    api = connect(None, str(controlplane.kubeconfig)).api
-    results = job_gpus(api, PYTORCHJOB, namespace, "smi")
+    rest = connect(None, str(controlplane.kubeconfig)).rest
+    results = job_gpus(rest, PYTORCHJOB, namespace, "smi")
     assert [(r.replica, r.pod) for r in results] == [("master-0", "smi-master-0"), ("worker-0", "smi-worker-0")]
     master, worker = results
     # A pod that requests no GPU is asked too: kwok's node answers with its fake GPUs, which a real node
@@ -43,7 +43,7 @@ def test_gpu_table_for_every_running_pod(controlplane, namespace, k8s):
 
     controlplane.set_pod_phase(namespace, "smi-worker-0", "Succeeded")
     wait_for(lambda: core.read_namespaced_pod("smi-worker-0", namespace).status.phase == "Succeeded", "Succeeded")
-    after = job_gpus(api, PYTORCHJOB, namespace, "smi", replica="worker")
+    after = job_gpus(rest, PYTORCHJOB, namespace, "smi", replica="worker")
     assert [(r.replica, r.message) for r in after] == [("worker-0", "not running (Completed)")]
     # The table keeps its shape (a dash per GPU column); the message goes to the notes, under the table.
     assert table_rows(after) == [["worker-0", "-", "-", "-", "-", "-", "-"]]

@@ -18,7 +18,7 @@ from kubetrain.jobs import apply, status, targets
 from kubetrain.jobs import crud as jobs
 from kubetrain.jobs.targets import PYTORCHJOB, TRAINJOB
 from kubetrain.kube.connection import Connection, connect
-from tests.client.specs import render, write_spec
+from tests.client.specs import render, typed, write_spec
 from tests.harness.helpers import wait_for
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
@@ -30,7 +30,7 @@ def conn(controlplane: Any, trainer: Any) -> Connection:
 
 
 def _running_pods(conn: Connection, namespace: str, name: str, count: int) -> list[str]:
-    core = kubernetes.client.CoreV1Api(conn.api)
+    core = kubernetes.client.CoreV1Api(typed(conn))
 
     def running() -> list[str] | None:
         items = core.list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items
@@ -42,19 +42,19 @@ def _running_pods(conn: Connection, namespace: str, name: str, count: int) -> li
 
 def test_trainjob_submit_status_logs_gpu_list_delete(controlplane: Any, conn: Connection, namespace: str,
                                                      tmp_path: Path) -> None:
-    assert targets.installed(conn.api) == [PYTORCHJOB, TRAINJOB]
-    assert targets.resolve(conn.api, "auto") is PYTORCHJOB  # both installed: what `render` picks for auto
+    assert targets.installed(conn.rest) == [PYTORCHJOB, TRAINJOB]
+    assert targets.resolve(conn.rest, "auto") is PYTORCHJOB  # both installed: what `render` picks for auto
     objects = render(write_spec(tmp_path, "tj", nodes=2, gpus=8, code=True), namespace, target="trainjob")
     assert [o["kind"] for o in objects] == ["ConfigMap", "TrainJob"]
-    checks = {r.name: r for r in preflight.run(conn.api, TRAINJOB, objects, namespace)}
+    checks = {r.name: r for r in preflight.run(conn.rest, TRAINJOB, objects, namespace)}
     assert checks["CRD"].status == preflight.OK and checks["fit"].status == preflight.OK
     assert checks["fit"].message.startswith("2 pod(s) × 8 nvidia.com/gpu fit")
-    assert apply.submit(conn.api, TRAINJOB, objects).action == apply.CREATED
-    assert apply.submit(conn.api, TRAINJOB, objects).action == apply.UNCHANGED
+    assert apply.submit(conn.rest, TRAINJOB, objects).action == apply.CREATED
+    assert apply.submit(conn.rest, TRAINJOB, objects).action == apply.UNCHANGED
 
     pods = _running_pods(conn, namespace, "tj", 2)  # Trainer → JobSet → Jobs → pods, all real controllers
     kt = ["-n", namespace, "--kubeconfig", str(controlplane.kubeconfig)]
-    report = wait_for(lambda: (r := status.job_status(conn.api, [PYTORCHJOB, TRAINJOB], namespace, "tj"))
+    report = wait_for(lambda: (r := status.job_status(conn.rest, [PYTORCHJOB, TRAINJOB], namespace, "tj"))
                       .job.state == "Running" and r, "TrainJob Running", timeout=60)
     assert (report.job.target, report.job.pods, report.job.gpus_per_pod) == ("trainjob", 2, 8)
     assert sorted(p.name for p in report.pods) == pods
@@ -72,16 +72,16 @@ def test_trainjob_submit_status_logs_gpu_list_delete(controlplane: Any, conn: Co
 
     for pod in pods:
         controlplane.set_pod_phase(namespace, pod, "Succeeded")
-    assert jobs.wait_finished(conn.api, TRAINJOB, namespace, "tj", timeout=120) == "Succeeded"
+    assert jobs.wait_finished(conn.rest, TRAINJOB, namespace, "tj", timeout=120) == "Succeeded"
     listed = CliRunner().invoke(cli, ["list", "-o", "json", *kt])
     assert listed.exit_code == 0, listed.output
     assert [(j["name"], j["target"], j["state"]) for j in json.loads(listed.stdout)] == [("tj", "trainjob",
                                                                                            "Succeeded")]
-    cm = kubernetes.client.CoreV1Api(conn.api).read_namespaced_config_map(objects[0]["metadata"]["name"], namespace)
+    cm = kubernetes.client.CoreV1Api(typed(conn)).read_namespaced_config_map(objects[0]["metadata"]["name"], namespace)
     assert cm.metadata.owner_references[0].kind == "TrainJob"
     deleted = CliRunner().invoke(cli, ["delete", "tj", "--wait", *kt])
     assert deleted.exit_code == 0, deleted.output
-    jobs.wait_gone(conn.api, TRAINJOB, namespace, "tj", timeout=30)
+    jobs.wait_gone(conn.rest, TRAINJOB, namespace, "tj", timeout=30)
 
 
 def test_trainjob_state_mapping() -> None:

@@ -42,7 +42,7 @@ def submit(conn: Any, tmp: Path, namespace: str, name: str, nodes: int, suspend:
     objs = render(write_spec(tmp, name, nodes=nodes, gpus=1), namespace)
     if suspend:
         objs[-1]["spec"]["runPolicy"]["suspend"] = True
-    apply.submit(conn.api, PYTORCHJOB, objs)
+    apply.submit(conn.rest, PYTORCHJOB, objs)
 
 
 def running(conn: Any, namespace: str, name: str, count: int) -> None:
@@ -90,7 +90,7 @@ def test_requests_do_not_grow_with_jobs_or_replicas(controlplane: Any, namespace
     # preflight's fit: two lists (nodes, non-terminated pods), whatever the number of nodes, pods and jobs.
     job = render(write_spec(tmp_path, "fits", nodes=6, gpus=1), namespace)[-1]
     with counting() as seen:
-        verdict = preflight.check_fit(conn.api, job, PYTORCHJOB, namespace, "fits")
+        verdict = preflight.check_fit(conn.rest, job, PYTORCHJOB, namespace, "fits")
     assert sorted(seen) == ["GET /api/v1/nodes", "GET /api/v1/pods"] and verdict.status != preflight.FAIL, verdict
 
 
