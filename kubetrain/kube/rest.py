@@ -5,9 +5,9 @@ loaded), which alone is 3–5× the budget of a `kubetrain status`. Why not urll
 client used until issue 16): its import is ~95 ms of the 300 ms budget, while the standard library's
 http.client and ssl are loaded anyway. kubetrain.kube.transport keeps connections alive (a thread-safe
 pool), does TLS with client certificates and tls-server-name, and streams chunked responses. Every call of
-the CLI, the Python API and the controller goes through it (issue 28). The kubernetes package (and with it
-urllib3) stays, imported lazily, only for what nothing else here does: exec into a pod over WebSocket
-(`kubetrain gpu`, `Connection.api`) and the legacy auth-provider plugins (kubetrain.kube.auth).
+the CLI, the Python API and the controller goes through it (issue 28), and exec into a pod over WebSocket
+rides a socket of its pool (kubetrain.kube.podexec). The kubernetes package stays, imported lazily, only for
+the legacy auth-provider plugins (kubetrain.kube.auth).
 
 Every request has a connect timeout and a read timeout (`--request-timeout`). 429/5xx answers and
 connections reset mid-request are retried with backoff (kubetrain.kube.retry); a refused connection
