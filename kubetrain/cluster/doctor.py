@@ -22,7 +22,7 @@ from kubetrain.kube.access import can_i
 from kubetrain.kube.connection import Connection
 from kubetrain.kube.errors import CRD_HINT, api_message, cluster_errors
 from kubetrain.kube.objects import meta_of, status_of
-from kubetrain.kube.rest import path_of, rest_of
+from kubetrain.kube.rest import Rest, path_of
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets", (("jobset-system", "jobset-controller-manager"),))
@@ -91,7 +91,7 @@ def list_node_dicts(conn: Connection) -> list[dict[str, Any]] | None:
     return None if isinstance(nodes, Forbidden) else nodes
 
 
-def _list(api: Any, path: str, **query: Any) -> list[dict[str, Any]] | Forbidden:
+def _list(api: Rest, path: str, **query: Any) -> list[dict[str, Any]] | Forbidden:
     try:
         items, _ = watch.list_objects(watch.rest_list(api, path), **query)
     except errors.Forbidden as exc:
@@ -100,11 +100,11 @@ def _list(api: Any, path: str, **query: Any) -> list[dict[str, Any]] | Forbidden
 
 
 # ---- training APIs and their operators ------------------------------------------------------------------
-def find_operator(api: Any, where: tuple[tuple[str, str], ...]) -> dict[str, Any] | Forbidden | None:
+def find_operator(api: Rest, where: tuple[tuple[str, str], ...]) -> dict[str, Any] | Forbidden | None:
     """The operator's Deployment: at its usual place, else a Deployment of that name in any namespace."""
     for namespace, name in where:
         with contextlib.suppress(errors.Forbidden, errors.NotFound):
-            return rest_of(api).get(path_of("apps", "v1", "deployments", namespace, name))
+            return api.get(path_of("apps", "v1", "deployments", namespace, name))
     names = sorted({name for _, name in where})
     items: list[dict[str, Any]] = []
     for name in names:
@@ -277,7 +277,7 @@ def cloud_profile(nodes: list[dict[str, Any]] | Forbidden) -> tuple[str | None, 
 
 
 # ---- queues and access ----------------------------------------------------------------------------------------
-def queue_checks(api: Any) -> list[Check]:
+def queue_checks(api: Rest) -> list[Check]:
     found = [name for name, group, version, plural in QUEUES if targets.serves(api, group, version, plural)]
     if not found:
         return [Check(OK, "queue", "no Kueue or Volcano: jobs start as soon as their pods fit")]
@@ -292,7 +292,7 @@ OPTIONAL_NEEDS = (("", "pods/exec", ("create",), "kubetrain gpu"), ("", "nodes",
 JOB_VERBS = ("get", "list", "watch", "create", "patch", "delete")
 
 
-def rbac_checks(api: Any, namespace: str, installed: list[Target]) -> list[Check]:
+def rbac_checks(api: Rest, namespace: str, installed: list[Target]) -> list[Check]:
     needs = [(t.group, t.plural, JOB_VERBS) for t in installed] + list(CORE_NEEDS)
     asks = [(g, r, v, namespace) for g, r, verbs in needs for v in verbs]
     optional = [((g, r, v, None if r == "nodes" else namespace), use) for g, r, verbs, use in OPTIONAL_NEEDS

@@ -15,7 +15,7 @@ from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.kube.access import can_i
 from kubetrain.kube.errors import CRD_HINT, ApiError, api_message, is_not_found, translate
 from kubetrain.kube.objects import meta_of, status_of
-from kubetrain.kube.rest import path_of, rest_of
+from kubetrain.kube.rest import Rest, path_of
 from kubetrain.queues.workloads import queue_of
 from kubetrain.yamlsrc import join_path
 
@@ -47,7 +47,7 @@ def failed(results: list[CheckResult]) -> list[CheckResult]:
     return [r for r in results if r.status == FAIL]
 
 
-def run(api: Any, target: Target, objects: list[dict[str, Any]], namespace: str,
+def run(api: Rest, target: Target, objects: list[dict[str, Any]], namespace: str,
         server: str = "", skip: Collection[str] = ()) -> list[CheckResult]:
     """Every check, in order, but those named in `skip` (SKIPPABLE); stops after the first if the API server
     cannot be reached."""
@@ -93,7 +93,7 @@ def _adder(results: list[CheckResult], skip: Collection[str]) -> Callable[[str, 
     return add
 
 
-def check_pod_templates(api: Any, job: dict[str, Any], namespace: str) -> CheckResult:
+def check_pod_templates(api: Rest, job: dict[str, Any], namespace: str) -> CheckResult:
     """Each pod template, dry-run created as a Pod: what the operator will create, judged by the server."""
     from kubetrain.jobs.podcheck import pod_template_problems
     from kubetrain.validate.k8s.templates import pod_templates
@@ -102,7 +102,7 @@ def check_pod_templates(api: Any, job: dict[str, Any], namespace: str) -> CheckR
         return CheckResult("pod-templates", OK, "none to dry-run (a TrainJob's runtime patches are merged into the "
                            "runtime by the Trainer)")
     def post(where: str, pod: dict[str, Any]) -> None:  # raw: the typed client would vet the body itself
-        rest_of(api).json("POST", f"/api/v1/namespaces/{where}/pods", {"dryRun": "All"}, pod)
+        api.json("POST", f"/api/v1/namespaces/{where}/pods", {"dryRun": "All"}, pod)
 
     try:
         problems = pod_template_problems(post, job, namespace)
@@ -114,9 +114,9 @@ def check_pod_templates(api: Any, job: dict[str, Any], namespace: str) -> CheckR
     return CheckResult("pod-templates", OK, "the API server accepts every pod template as a Pod (dry run)")
 
 
-def check_reachable(api: Any, server: str) -> CheckResult:
+def check_reachable(api: Rest, server: str) -> CheckResult:
     try:
-        version = rest_of(api).get("/version")
+        version = api.get("/version")
     except Exception as exc:  # any failure here is "cannot talk to the cluster"; say why in one line
         error = exc if isinstance(exc, ClusterError) else translate(exc, "reach the API server", server)
         return CheckResult("API server", FAIL, str(error))
@@ -124,7 +124,7 @@ def check_reachable(api: Any, server: str) -> CheckResult:
                                          f"{version.get('minor')})")
 
 
-def check_access(api: Any, target: Target, namespace: str, with_configmap: bool) -> CheckResult:
+def check_access(api: Rest, target: Target, namespace: str, with_configmap: bool) -> CheckResult:
     wanted = [("create", target.group, target.plural), ("get", target.group, target.plural)]
     if with_configmap:
         wanted.append(("create", "", "configmaps"))
@@ -142,7 +142,7 @@ def check_access(api: Any, target: Target, namespace: str, with_configmap: bool)
                        f"-n {namespace})")
 
 
-def check_crd(api: Any, target: Target) -> CheckResult:
+def check_crd(api: Rest, target: Target) -> CheckResult:
     try:
         present = served(api, target)
     except ApiError as exc:
@@ -152,7 +152,7 @@ def check_crd(api: Any, target: Target) -> CheckResult:
     return CheckResult("CRD", FAIL, f"{target.kind} ({target.api_version}) is not installed", CRD_HINT)
 
 
-def check_operator(api: Any, target: Target) -> CheckResult:
+def check_operator(api: Rest, target: Target) -> CheckResult:
     """The operator's Deployment (the same lookup and verdict as `kubetrain doctor`); it may run elsewhere,
     or we may not read Deployments: then a note."""
     from kubetrain.cluster.doctor import Forbidden, deployment_health, find_operator
@@ -172,9 +172,9 @@ def check_operator(api: Any, target: Target) -> CheckResult:
                        f"jobs will not start until it is: kubectl -n {namespace} describe deployment {name}")
 
 
-def check_namespace(api: Any, namespace: str) -> CheckResult:
+def check_namespace(api: Rest, namespace: str) -> CheckResult:
     try:
-        rest_of(api).get(f"/api/v1/namespaces/{namespace}")
+        api.get(f"/api/v1/namespaces/{namespace}")
     except ApiError as exc:
         if is_not_found(exc):
             return CheckResult("namespace", FAIL, f"{namespace} does not exist",
@@ -211,8 +211,7 @@ READ_PLURALS = {"Secret": "secrets", "imagePullSecret": "secrets", "PersistentVo
                 "ServiceAccount": "serviceaccounts"}
 
 
-def _reader(api: Any, kind: str) -> Callable[[str, str], dict[str, Any]]:
-    rest = rest_of(api)
+def _reader(rest: Rest, kind: str) -> Callable[[str, str], dict[str, Any]]:
     return lambda name, namespace: rest.get(path_of("", "v1", READ_PLURALS[kind], namespace, name))
 
 
@@ -226,7 +225,7 @@ def _missing_hint(ref: Reference, namespace: str) -> str:
     }[ref.kind]
 
 
-def check_references(api: Any, namespace: str, refs: list[Reference]) -> list[CheckResult]:
+def check_references(api: Rest, namespace: str, refs: list[Reference]) -> list[CheckResult]:
     if not refs:
         return [CheckResult("references", OK, "the job references no Secret, PVC or ServiceAccount")]
     results, present = [], []
@@ -251,13 +250,13 @@ def check_references(api: Any, namespace: str, refs: list[Reference]) -> list[Ch
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 
 
-def pvc_binding(api: Any, claim: dict[str, Any]) -> CheckResult | None:
+def pvc_binding(api: Rest, claim: dict[str, Any]) -> CheckResult | None:
     """A Pending claim that nothing can bind: a StorageClass that does not exist, or no class at all and no
     Available PersistentVolume big enough with its access modes. None when it is (or can get) bound."""
     if status_of(claim).get("phase") != "Pending":
         return None
     name, spec = claim["metadata"]["name"], claim.get("spec") or {}
-    classes: list[dict[str, Any]] = rest_of(api).get("/apis/storage.k8s.io/v1/storageclasses").get("items") or []
+    classes: list[dict[str, Any]] = api.get("/apis/storage.k8s.io/v1/storageclasses").get("items") or []
     by_name = {c["metadata"]["name"]: c for c in classes}
     wanted = spec.get("storageClassName")
     if wanted is None:  # the default class, if the cluster has one
@@ -277,12 +276,12 @@ def pvc_binding(api: Any, claim: dict[str, Any]) -> CheckResult | None:
                        "a StorageClass that provisions volumes (kubectl get storageclass)")
 
 
-def _matching_volume(api: Any, claim: dict[str, Any], wanted: str) -> bool:
+def _matching_volume(api: Rest, claim: dict[str, Any], wanted: str) -> bool:
     from kubetrain.jobspec.quantity import parse_quantity
 
     size = parse_quantity(((claim.get("resources") or {}).get("requests") or {}).get("storage") or "0")
     modes = set(claim.get("accessModes") or [])
-    volumes: list[dict[str, Any]] = rest_of(api).get("/api/v1/persistentvolumes").get("items") or []
+    volumes: list[dict[str, Any]] = api.get("/api/v1/persistentvolumes").get("items") or []
     for pv in volumes:
         spec = pv.get("spec") or {}
         if (status_of(pv).get("phase") == "Available" and (spec.get("storageClassName") or "") == wanted
@@ -301,7 +300,7 @@ def fit_request(job: dict[str, Any]) -> fitting.FitRequest:
     return fitting.FitRequest(pods, gpus, dict(first.get("nodeSelector") or {}), list(first.get("tolerations") or []))
 
 
-def check_fit(api: Any, job: dict[str, Any], target: Target, namespace: str, name: str) -> CheckResult:
+def check_fit(api: Rest, job: dict[str, Any], target: Target, namespace: str, name: str) -> CheckResult:
     request = fit_request(job)
     if request.gpus_per_pod == 0:
         return CheckResult("fit", OK, "CPU job: no GPUs needed")
@@ -326,7 +325,7 @@ def check_fit(api: Any, job: dict[str, Any], target: Target, namespace: str, nam
 HOLDING = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
-def fit_inputs(api: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def fit_inputs(rest: Rest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every Node and every Pod holding a node's resources, as plain dicts: two requests, sent at once.
 
     Plain JSON over the REST client, not the kubernetes package's models: turning 200 Nodes into V1Node
@@ -336,7 +335,6 @@ def fit_inputs(api: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     one page, which is what the fit needs anyway (all nodes, all GPU-holding pods)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    rest = rest_of(api)
     with ThreadPoolExecutor(1) as pool:
         nodes = pool.submit(rest.get, "/api/v1/nodes", resourceVersion="0")
         pods = rest.get("/api/v1/pods", fieldSelector=HOLDING, resourceVersion="0")
@@ -348,7 +346,7 @@ def _owned(pod: dict[str, Any], target: Target, namespace: str, name: str) -> bo
     return bool(meta.get("namespace") == namespace and (meta.get("labels") or {}).get(target.pod_label) == name)
 
 
-def check_queue(api: Any, job: dict[str, Any], namespace: str, queue: str) -> CheckResult:
+def check_queue(api: Rest, job: dict[str, Any], namespace: str, queue: str) -> CheckResult:
     """Kueue: the LocalQueue exists, which ClusterQueue it feeds, and whether its quota can ever (or now) hold
     what the job asks for: its GPUs, or for a CPU job its CPUs. Never → refusal, not now → a warning (the
     job waits in the queue)."""

@@ -13,7 +13,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from kubetrain.controller.apicalls import ApiClient
 from kubetrain.controller.crd import NAME
 from kubetrain.controller.reconcile import CODE_ANNOTATION
 from kubetrain.errors import ClusterError, Problem, SpecError
@@ -21,7 +20,7 @@ from kubetrain.jobs import apply, targets
 from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.kube import watch
 from kubetrain.kube.errors import cluster_errors
-from kubetrain.kube.rest import path_of
+from kubetrain.kube.rest import Rest, path_of
 
 
 def training_job(loaded: LoadedSpec, namespace: str, rendered: list[dict[str, Any]],
@@ -53,7 +52,7 @@ def code_volume(obj: Any) -> dict[str, Any] | None:
     return None
 
 
-def hand_over(api: ApiClient, body: dict[str, Any], configmaps: list[dict[str, Any]], dry_run: str | None
+def hand_over(api: Rest, body: dict[str, Any], configmaps: list[dict[str, Any]], dry_run: str | None
               ) -> dict[str, Any]:
     """Server-side apply the code ConfigMap, then the TrainingJob, then make the TrainingJob own the ConfigMap
     (the garbage collector deletes it with the job). Client dry run: return the TrainingJob unchanged."""
@@ -81,7 +80,7 @@ def _current(obj: dict[str, Any]) -> dict[str, Any]:
     return dict(status) if status.get("observedGeneration") == generation else {}
 
 
-def wait_trainingjob(api: ApiClient, namespace: str, name: str, timeout: float | None, until: str,
+def wait_trainingjob(api: Rest, namespace: str, name: str, timeout: float | None, until: str,
                      on_retry: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The TrainingJob once the controller has reconciled its current spec and `until` holds: "child" (its
     child job exists, or it ended without one: Invalid) or "final" (Succeeded, Failed or Invalid).

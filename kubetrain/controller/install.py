@@ -10,12 +10,15 @@ Applying is kubetrain.kube.manifests' (server-side apply on the REST client; dis
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from kubetrain.errors import UsageError
 from kubetrain.render import manifests_dir
+
+if TYPE_CHECKING:
+    from kubetrain.kube.rest import Rest
 
 FIELD_MANAGER = "kubetrain-controller-install"
 IMAGE = "ghcr.io/kubetrain/controller:0.1.0"
@@ -82,14 +85,14 @@ def _set_watched_namespace(obj: dict[str, Any], namespace: str) -> None:
         obj["metadata"]["namespace"] = namespace
 
 
-def apply_all(api: Any, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
+def apply_all(api: Rest, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
     """Server-side apply each object; returns `kind/name` lines."""
     from kubetrain.kube.manifests import apply_all as apply_objects
 
     return apply_objects(api, objects, FIELD_MANAGER, dry_run)
 
 
-def delete_all(api: Any, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
+def delete_all(api: Rest, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
     """Delete in reverse order; missing objects are fine (uninstall twice is a no-op)."""
     from kubetrain.kube.manifests import delete_all as delete_objects
 

@@ -11,9 +11,9 @@ from collections import OrderedDict
 from typing import Any
 
 from kubetrain.controller import apicalls as controller_api
-from kubetrain.controller.apicalls import ApiClient
 from kubetrain.controller.crd import GROUP, KIND, PLURAL, VERSION
 from kubetrain.controller.reconcile import now
+from kubetrain.kube.rest import Rest
 
 log = logging.getLogger("kubetrain.controller")
 COMPONENT = "kubetrain-controller"
@@ -21,11 +21,11 @@ MAX_PENDING = 4096  # Events waiting to be sent; beyond that they are dropped (a
 SENDERS = 4  # parallel POSTs: each waits a round trip, and a burst of creates records one Event per job
 
 
-def patch_status(api: ApiClient, namespace: str, name: str, status: dict[str, Any]) -> None:
+def patch_status(api: Rest, namespace: str, name: str, status: dict[str, Any]) -> None:
     controller_api.patch_status(api, GROUP, VERSION, PLURAL, namespace, name, status)
 
 
-def delete_child(api: ApiClient, child: dict[str, Any], plural: str) -> None:
+def delete_child(api: Rest, child: dict[str, Any], plural: str) -> None:
     """Foreground: the child stays (deletionTimestamp set) until its pods are gone, so a recreated child
     never meets pods of the old one with the same names."""
     group, version = child["apiVersion"].split("/")
@@ -33,7 +33,7 @@ def delete_child(api: ApiClient, child: dict[str, Any], plural: str) -> None:
     controller_api.delete_custom(api, group, version, plural, meta["namespace"], meta["name"], "Foreground")
 
 
-def read_configmap(api: ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+def read_configmap(api: Rest, namespace: str, name: str) -> dict[str, Any] | None:
     return controller_api.read_configmap(api, namespace, name)
 
 
@@ -55,7 +55,7 @@ class EventRecorder:
     an Event's round trip. The same Event (object, type, reason, message) recorded again while it still
     waits is sent once with its count raised (aggregation); at most MAX_PENDING wait."""
 
-    def __init__(self, api: ApiClient, senders: int = SENDERS) -> None:
+    def __init__(self, api: Rest, senders: int = SENDERS) -> None:
         self.api = api
         self.sent = self.dropped = 0
         self._pending: OrderedDict[tuple[str, ...], tuple[dict[str, Any], int]] = OrderedDict()

@@ -8,19 +8,22 @@ The pending position is counted among the namespace's Workloads in the informer'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubetrain.controller.mirror import condition
 from kubetrain.jobs import targets
 from kubetrain.kube.objects import meta_of
 from kubetrain.queues import workloads as queues
 
+if TYPE_CHECKING:
+    from kubetrain.kube.rest import Rest
+
 PLURAL = "workloads"
 Key = tuple[str, str]
 CHILD_KINDS = {t.kind for t in targets.TARGETS.values()}
 
 
-def served_version(api: Any) -> str | None:
+def served_version(api: Rest) -> str | None:
     """The Kueue version whose Workloads the cluster serves (None: no Kueue)."""
     return next((v for v in queues.VERSIONS if targets.serves(api, queues.GROUP, v, PLURAL)), None)
 

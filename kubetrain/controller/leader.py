@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubetrain.controller.apicalls import ApiClient
 from kubetrain.kube.lease import LeaseConflict, LeaseError, Leases
+from kubetrain.kube.rest import Rest
 
 log = logging.getLogger("kubetrain.controller")
 
@@ -27,7 +27,7 @@ def micro_time(when: dt.datetime | None = None) -> str:
 
 
 class LeaseElector:
-    def __init__(self, api: ApiClient, namespace: str, name: str, identity: str, duration: float = 15,
+    def __init__(self, api: Rest, namespace: str, name: str, identity: str, duration: float = 15,
                  renew_deadline: float = 10, retry: float = 2) -> None:
         self.api, self.namespace, self.name, self.identity = api, namespace, name, identity
         self.duration, self.renew_deadline, self.retry = duration, renew_deadline, retry

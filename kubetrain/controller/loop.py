@@ -16,7 +16,6 @@ from typing import Any, cast
 
 from kubetrain.controller import apicalls as controller_api
 from kubetrain.controller import kube, kueue, mirror, progress
-from kubetrain.controller.apicalls import ApiClient
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
 from kubetrain.controller.informer import Informer, Key, wait_synced
 from kubetrain.controller.queue import WorkQueue
@@ -26,6 +25,7 @@ from kubetrain.jobs.crud import TERMINAL
 from kubetrain.jobs.targets import Target
 from kubetrain.kube import watch
 from kubetrain.kube.objects import meta_of, status_of
+from kubetrain.kube.rest import Rest
 from kubetrain.queues import workloads as queues
 
 log = logging.getLogger("kubetrain.controller")
@@ -44,14 +44,13 @@ class Settings:
 
 @dataclass
 class Controller:
-    api: ApiClient
+    api: Rest
     settings: Settings
     stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.queue = WorkQueue()
         # Workers, informers, Event senders and the progress reader each hold at most one connection.
-        controller_api.widen_pool(self.api, self.settings.workers + len(targets.TARGETS) + kube.SENDERS + 4)
         self.counter = controller_api.RequestCounter(self.api)
         self.events = kube.EventRecorder(self.api)
         self.desired = DesiredCache()

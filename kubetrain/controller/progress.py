@@ -11,11 +11,11 @@ from typing import Any
 
 from kubetrain.controller import apicalls as controller_api
 from kubetrain.controller import kube
-from kubetrain.controller.apicalls import ApiClient
 from kubetrain.controller.informer import Informer
 from kubetrain.controller.reconcile import now
 from kubetrain.jobs import pods, targets
 from kubetrain.kube.objects import status_of
+from kubetrain.kube.rest import Rest
 from kubetrain.observe.progress import ProgressTracker, format_duration
 
 log = logging.getLogger("kubetrain.controller")
@@ -47,7 +47,7 @@ def progress_of(lines: list[str]) -> dict[str, Any] | None:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def read_tail(api: ApiClient, target: targets.Target, namespace: str, name: str, tail: int) -> list[str]:
+def read_tail(api: Rest, target: targets.Target, namespace: str, name: str, tail: int) -> list[str]:
     """The last `tail` lines of the first replica's log (master-0 / node-0-0); [] before it started."""
     replicas = [r for r in pods.job_replicas(api, target, namespace, name) if r.started]
     if not replicas:
@@ -56,7 +56,7 @@ def read_tail(api: ApiClient, target: targets.Target, namespace: str, name: str,
     return controller_api.pod_log_tail(api, namespace, first.pod, first.container, tail, LIMIT_BYTES)
 
 
-def poll_once(api: ApiClient, jobs: Informer, tail: int) -> int:
+def poll_once(api: Rest, jobs: Informer, tail: int) -> int:
     """Update status.progress of every Running TrainingJob; returns how many were read."""
     read = 0
     for obj in jobs.items():

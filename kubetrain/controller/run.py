@@ -13,9 +13,9 @@ import uuid
 from dataclasses import dataclass
 
 from kubetrain.controller import health, progress
-from kubetrain.controller.apicalls import ApiClient
 from kubetrain.controller.leader import LeaseElector
 from kubetrain.controller.loop import Controller, Settings
+from kubetrain.kube.rest import Rest
 
 log = logging.getLogger("kubetrain.controller")
 
@@ -34,7 +34,7 @@ def identity() -> str:
     return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def run(api: ApiClient, settings: Settings, election: Election, probe_port: int,
+def run(api: Rest, settings: Settings, election: Election, probe_port: int,
         probe_address: str = "127.0.0.1") -> int:
     """Until SIGTERM/SIGINT (exit 0) or a lost Lease (exit 1, so the Deployment restarts us)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

@@ -23,7 +23,7 @@ from kubetrain.jobs.targets import Target
 from kubetrain.kube import watch
 from kubetrain.kube.errors import NotFound, cluster_errors
 from kubetrain.kube.objects import meta_of
-from kubetrain.kube.rest import path_of, rest_of
+from kubetrain.kube.rest import Rest, path_of
 from kubetrain.render.context import SPEC_HASH_ANNOTATION
 
 FIELD_MANAGER = "kubetrain"
@@ -48,7 +48,7 @@ def spec_hash(obj: dict[str, Any]) -> str | None:
     return (meta_of(obj).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
 
 
-def submit(api: Any, target: Target, objects: list[dict[str, Any]], *, dry_run: str | None = None,
+def submit(api: Rest, target: Target, objects: list[dict[str, Any]], *, dry_run: str | None = None,
            replace: bool = False, timeout: float | None = 300) -> ApplyResult:
     """Create the job (and its ConfigMaps), or do nothing if this spec is already there, or replace it."""
     job, configmaps = objects[-1], objects[:-1]
@@ -82,7 +82,7 @@ def _changed_message(target: Target, existing: dict[str, Any], job: dict[str, An
             f"and recreate it (stops its pods), or change metadata.name")
 
 
-def apply_object(api: Any, target: Target, job: dict[str, Any], dry_run: bool = False,
+def apply_object(api: Rest, target: Target, job: dict[str, Any], dry_run: bool = False,
                  force: bool = False) -> dict[str, Any]:
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     with cluster_errors(f"apply {target.resource} {name} in namespace {namespace}"):
@@ -90,10 +90,10 @@ def apply_object(api: Any, target: Target, job: dict[str, Any], dry_run: bool = 
                       force)
 
 
-def _apply(api: Any, path: str, body: dict[str, Any], dry_run: bool, force: bool = False) -> dict[str, Any]:
+def _apply(api: Rest, path: str, body: dict[str, Any], dry_run: bool, force: bool = False) -> dict[str, Any]:
     """Server-side apply (a JSON body is valid YAML): 201 when it creates, 200 when it updates."""
     query = {"fieldManager": FIELD_MANAGER, "force": force or None, "dryRun": "All" if dry_run else None}
-    return rest_of(api).json("PATCH", path, query, body, content_type=APPLY_PATCH)
+    return api.json("PATCH", path, query, body, content_type=APPLY_PATCH)
 
 
 def with_owner(configmap: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
@@ -106,13 +106,13 @@ def with_owner(configmap: dict[str, Any], owner: dict[str, Any]) -> dict[str, An
     return {**configmap, "metadata": {**configmap["metadata"], "ownerReferences": [ref]}}
 
 
-def apply_configmap(api: Any, configmap: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+def apply_configmap(api: Rest, configmap: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     name, namespace = configmap["metadata"]["name"], configmap["metadata"]["namespace"]
     with cluster_errors(f"apply configmap {name} in namespace {namespace}"):
         return _apply(api, path_of("", "v1", "configmaps", namespace, name), configmap, dry_run)
 
 
-def _ensure_configmaps(api: Any, job: dict[str, Any], configmaps: list[dict[str, Any]]
+def _ensure_configmaps(api: Rest, job: dict[str, Any], configmaps: list[dict[str, Any]]
                        ) -> list[dict[str, Any]]:
     """An unchanged job's ConfigMaps exist (they may not, if a submit died between its two writes)."""
     out = []
@@ -120,7 +120,7 @@ def _ensure_configmaps(api: Any, job: dict[str, Any], configmaps: list[dict[str,
         name, namespace = cm["metadata"]["name"], cm["metadata"]["namespace"]
         with cluster_errors(f"get configmap {name} in namespace {namespace}"):
             try:
-                out.append(rest_of(api).get(path_of("", "v1", "configmaps", namespace, name)))
+                out.append(api.get(path_of("", "v1", "configmaps", namespace, name)))
                 continue
             except NotFound:
                 pass
@@ -128,12 +128,12 @@ def _ensure_configmaps(api: Any, job: dict[str, Any], configmaps: list[dict[str,
     return out
 
 
-def delete_configmaps(api: Any, namespace: str, job_name: str, label: str) -> int:
+def delete_configmaps(api: Rest, namespace: str, job_name: str, label: str) -> int:
     """Delete the job's ConfigMaps by label (normally the garbage collector does it via the owner)."""
     configmaps = path_of("", "v1", "configmaps", namespace)
     with cluster_errors(f"delete configmaps of {job_name} in namespace {namespace}"):
         items, _ = watch.list_objects(watch.rest_list(api, configmaps), label_selector=f"{label}={job_name}")
         for cm in items:
             with contextlib.suppress(NotFound):
-                rest_of(api).request("DELETE", f"{configmaps}/{cm['metadata']['name']}")
+                api.request("DELETE", f"{configmaps}/{cm['metadata']['name']}")
     return len(items)

@@ -12,7 +12,7 @@ from kubetrain.kube import watch
 from kubetrain.kube.errors import Unreachable, as_dict, cluster_errors, is_not_found, status_body
 from kubetrain.kube.objects import GPU_RESOURCE as GPU
 from kubetrain.kube.objects import conditions_of, meta_of, status_of
-from kubetrain.kube.rest import path_of, rest_of
+from kubetrain.kube.rest import Rest, path_of
 
 TERMINAL = ("Succeeded", "Failed")
 # Later entries win: a job that is Running and then Succeeded is Succeeded.
@@ -114,9 +114,8 @@ def path_of_job(target: Target, namespace: str | None, name: str | None = None) 
     return _path(target, namespace, name)
 
 
-def get(api: Any, target: Target, namespace: str, name: str) -> dict[str, Any] | None:
-    """The job, or None if there is none of that name (a missing CRD or namespace is a ClusterError).
-    `api`: a Rest, a Connection or a kubernetes ApiClient (kubetrain.kube.rest.rest_of)."""
+def get(api: Rest, target: Target, namespace: str, name: str) -> dict[str, Any] | None:
+    """The job, or None if there is none of that name (a missing CRD or namespace is a ClusterError)."""
     found = _get(api, target, namespace, name, probe=False)
     return None if isinstance(found, _NotServed) else found
 
@@ -126,10 +125,10 @@ class _NotServed:
     found", not with the Status that a missing object gets (which names the object)."""
 
 
-def _get(api: Any, target: Target, namespace: str, name: str, probe: bool) -> dict[str, Any] | _NotServed | None:
+def _get(api: Rest, target: Target, namespace: str, name: str, probe: bool) -> dict[str, Any] | _NotServed | None:
     with cluster_errors(f"get {target.resource} {name} in namespace {namespace}"):
         try:
-            return as_dict(rest_of(api).get(_path(target, namespace, name)))
+            return as_dict(api.get(_path(target, namespace, name)))
         except Exception as exc:
             if is_not_found(exc) and _object_missing(exc, name):
                 return None
@@ -147,7 +146,7 @@ def _object_missing(exc: Any, name: str) -> bool:
     return bool(details.get("name") == name and details.get("kind") != "namespaces")
 
 
-def find(api: Any, targets: list[Target] | None, namespace: str, name: str) -> tuple[Target, dict[str, Any]]:
+def find(api: Rest, targets: list[Target] | None, namespace: str, name: str) -> tuple[Target, dict[str, Any]]:
     """The job called `name` among `targets`, or (None) among the kinds the cluster serves, which the GETs
     themselves tell (no discovery round trip first); a one-line error when there is none."""
     served = []
@@ -164,10 +163,9 @@ def find(api: Any, targets: list[Target] | None, namespace: str, name: str) -> t
     raise ClusterError(f"no {kinds} named {name} in namespace {namespace} (list them: kubetrain list -n {namespace})")
 
 
-def not_installed(api: Any) -> ClusterError:
+def not_installed(rest: Rest) -> ClusterError:
     """Neither job kind is served. Unless the server is no Kubernetes API server at all: a wrong URL or proxy
     path answers every path with 404, /version too. One more request, on this error path only."""
-    rest = rest_of(api)
     try:
         rest.get("/version")
     except Exception as exc:
@@ -177,10 +175,10 @@ def not_installed(api: Any) -> ClusterError:
     return ClusterError(NOT_INSTALLED)
 
 
-def check_namespace(api: Any, namespace: str) -> None:
+def check_namespace(api: Rest, namespace: str) -> None:
     """A ClusterError naming the fix if `namespace` does not exist (silent when we may not read namespaces)."""
     try:
-        rest_of(api).get(f"/api/v1/namespaces/{namespace}")
+        api.get(f"/api/v1/namespaces/{namespace}")
     except Exception as exc:
         if is_not_found(exc):
             raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
@@ -188,7 +186,7 @@ def check_namespace(api: Any, namespace: str) -> None:
                                ) from None
 
 
-def list_jobs(api: Any, targets: list[Target] | None, namespace: str | None) -> list[JobSummary]:
+def list_jobs(api: Rest, targets: list[Target] | None, namespace: str | None) -> list[JobSummary]:
     """Jobs of every given kind (None: of every kind the cluster serves, which the lists themselves tell), in
     one namespace or (None) all of them, oldest first."""
     out: list[JobSummary] = []
@@ -197,7 +195,7 @@ def list_jobs(api: Any, targets: list[Target] | None, namespace: str | None) -> 
         where = f"namespace {namespace}" if namespace else "all namespaces"
         with cluster_errors(f"list {target.resource} in {where}"):
             try:
-                body = rest_of(api).get(_path(target, namespace))
+                body = api.get(_path(target, namespace))
             except Exception as exc:
                 if targets is None and _not_served(exc):
                     continue
@@ -209,11 +207,11 @@ def list_jobs(api: Any, targets: list[Target] | None, namespace: str | None) -> 
     return sorted(out, key=lambda s: (s.created, s.namespace, s.name))
 
 
-def delete(api: Any, target: Target, namespace: str, name: str, propagation: str = "Background") -> bool:
+def delete(api: Rest, target: Target, namespace: str, name: str, propagation: str = "Background") -> bool:
     """Delete the job; False if it was already gone."""
     with cluster_errors(f"delete {target.resource} {name} in namespace {namespace}"):
         try:
-            rest_of(api).json("DELETE", _path(target, namespace, name),
+            api.json("DELETE", _path(target, namespace, name),
                               body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
         except Exception as exc:
             if is_not_found(exc) and _object_missing(exc, name):
@@ -222,17 +220,17 @@ def delete(api: Any, target: Target, namespace: str, name: str, propagation: str
     return True
 
 
-def _list_fn(api: Any, target: Target, namespace: str) -> Any:
+def _list_fn(api: Rest, target: Target, namespace: str) -> Any:
     return watch.rest_list(api, _path(target, namespace))
 
 
-def wait_gone(api: Any, target: Target, namespace: str, name: str, timeout: float | None) -> None:
+def wait_gone(api: Rest, target: Target, namespace: str, name: str, timeout: float | None) -> None:
     with cluster_errors(f"watch {target.resource} in namespace {namespace}"):
         watch.wait_for(_list_fn(api, target, namespace), lambda cache: not cache, timeout=timeout,
                        what=f"{target.kind} {name} to be deleted", field_selector=f"metadata.name={name}")
 
 
-def wait_finished(api: Any, target: Target, namespace: str, name: str, timeout: float | None,
+def wait_finished(api: Rest, target: Target, namespace: str, name: str, timeout: float | None,
                   on_retry: Callable[[str], None] | None = None) -> str:
     """Block until the job is Succeeded or Failed; return which. A deleted job is an error."""
     def check(cache: dict[tuple[str, str], dict[str, Any]]) -> str | None:

@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubetrain.errors import ClusterError, UsageError
 from kubetrain.jobs import crud as jobs
@@ -47,6 +47,9 @@ from kubetrain.kube.connection import Connection
 from kubetrain.kube.errors import api_message, cluster_errors, is_api_error
 from kubetrain.kube.objects import meta_of
 from kubetrain.observe import nccl
+
+if TYPE_CHECKING:
+    from kubetrain.kube.rest import Rest
 
 Sink = Callable[[str], None]
 Notice = Callable[[str], None]
@@ -74,7 +77,7 @@ class FollowResult:
         return self.state == "Succeeded"
 
 
-def find_job(api: Any, namespace: str, name: str,
+def find_job(api: Rest, namespace: str, name: str,
              target: str | Target | None) -> tuple[Target, dict[str, Any]]:
     """The job and its kind; `target` None or "auto" looks among the installed kinds. The one job lookup of
     every command (status, events, logs, gpu, delete) and of kubetrain.api."""
@@ -186,7 +189,7 @@ def print_archive(url: str, name: str, options: LogOptions, sink: Sink, notice: 
     return written
 
 
-def _replicas(api: Any, found: Target, namespace: str, name: str) -> list[Replica]:
+def _replicas(api: Rest, found: Target, namespace: str, name: str) -> list[Replica]:
     from kubetrain.jobs.pods import job_replicas
 
     return job_replicas(api, found, namespace, name)
@@ -207,7 +210,7 @@ def _readable(replica: Replica, previous: bool, notice: Notice) -> bool:
     return True
 
 
-def _open(api: Any, namespace: str, replica: Replica, options: LogOptions, notice: Notice) -> Any:
+def _open(api: Rest, namespace: str, replica: Replica, options: LogOptions, notice: Notice) -> Any:
     previous = options.previous and replica.restarts > 0
     with cluster_errors(f"read the logs of pod {replica.pod} in namespace {namespace}"):
         try:
@@ -235,7 +238,7 @@ def _lines(response: Any) -> Iterator[str]:
 class _Feed:
     """The job and its pods, kept current by two list+watch threads (re-listing after 410 Gone)."""
 
-    def __init__(self, api: Any, found: Target, namespace: str, name: str, timeout: float | None,
+    def __init__(self, api: Rest, found: Target, namespace: str, name: str, timeout: float | None,
                  notice: Notice) -> None:
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.pods: dict[str, dict[str, Any]] = {}
@@ -327,7 +330,7 @@ def follow_job_logs(conn: Connection, namespace: str, name: str, target: str | T
         output.close()
 
 
-def _finished_from_archive(api: Any, found: Target, job: dict[str, Any], namespace: str, name: str,
+def _finished_from_archive(api: Rest, found: Target, job: dict[str, Any], namespace: str, name: str,
                            options: LogOptions, sink: Sink, notice: Notice) -> FollowResult | None:
     """`logs -f` of a job that already ended and whose pods are gone: its archive, as `logs` without -f
     reads it (None when the job still runs, still has pods, or has no archive)."""
@@ -342,7 +345,7 @@ def _finished_from_archive(api: Any, found: Target, job: dict[str, Any], namespa
 
 
 class _Follow:
-    def __init__(self, api: Any, found: Target, namespace: str, name: str, wanted: str,
+    def __init__(self, api: Rest, found: Target, namespace: str, name: str, wanted: str,
                  options: LogOptions, output: _Output, notice: Notice) -> None:
         self.api, self.found, self.namespace, self.name, self.wanted = api, found, namespace, name, wanted
         self.options, self.output, self.notice = options, output, notice

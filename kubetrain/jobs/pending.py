@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubetrain.jobs import hints
 from kubetrain.jobs.pods import Replica
 from kubetrain.kube.events import list_events
 from kubetrain.kube.objects import meta_of
+
+if TYPE_CHECKING:
+    from kubetrain.kube.rest import Rest
 
 EVENTS_EVERY = 2.0  # seconds between event lists while something is pending
 
@@ -16,7 +19,7 @@ EVENTS_EVERY = 2.0  # seconds between event lists while something is pending
 class PendingReporter:
     """Tells `notice` about pending replicas: their state when it changes, and each new event about them."""
 
-    def __init__(self, api: Any, namespace: str, kind: str, job: str,
+    def __init__(self, api: Rest, namespace: str, kind: str, job: str,
                  notice: Callable[[str], None], every: float = EVENTS_EVERY) -> None:
         self.api, self.namespace, self.kind, self.job, self.notice = api, namespace, kind, job, notice
         self.every = every

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubetrain.jobs import crud as jobs
 from kubetrain.jobs import hints, pods
@@ -14,6 +14,9 @@ from kubetrain.kube.events import list_events, list_selected, selectors, uid_sel
 from kubetrain.kube.objects import meta_of, parse_time, status_of
 from kubetrain.observe.nccl import requested_fabric, socket_fallback, transports
 from kubetrain.queues import workloads as queues
+
+if TYPE_CHECKING:
+    from kubetrain.kube.rest import Rest
 
 JOB_KINDS = {"PyTorchJob", "TrainJob", "JobSet", "Job", "Service"}
 CREATED_POD = re.compile(r"Created pod: (\S+)")  # the training-operator's SuccessfulCreatePod event
@@ -128,7 +131,7 @@ def _healthy(replica: pods.Replica) -> bool:
                                              and not replica.restarts and not replica.deleting)
 
 
-def job_event_dicts(api: Any, target: Target, namespace: str, obj: dict[str, Any],
+def job_event_dicts(api: Rest, target: Target, namespace: str, obj: dict[str, Any],
                     pod_list: list[dict[str, Any]], subjects: EventSubjects | None = None,
                     listed: dict[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """Events of this incarnation of the job: by UID for the job and its current pods; by name (and not older
@@ -156,7 +159,7 @@ def recreations(events: list[dict[str, Any]]) -> dict[str, int]:
     return {pod: count - 1 for pod, count in created.items() if count > 1}
 
 
-def job_events(api: Any, target: Target, namespace: str, obj: dict[str, Any],
+def job_events(api: Rest, target: Target, namespace: str, obj: dict[str, Any],
                pod_list: list[dict[str, Any]]) -> list[EventRow]:
     """The job's Events, oldest first."""
     return event_rows(job_event_dicts(api, target, namespace, obj, pod_list))
@@ -179,7 +182,7 @@ def event_rows(mine: list[dict[str, Any]]) -> list[EventRow]:
     return list(rows.values())
 
 
-def job_status(api: Any, targets: list[Target] | None, namespace: str, name: str,
+def job_status(api: Rest, targets: list[Target] | None, namespace: str, name: str,
                recent: int = 10, timeline: bool = False) -> JobStatus:
     """`targets`: the kinds the job may be (None: whichever the cluster serves)."""
     target, obj = jobs.find(api, targets, namespace, name)
@@ -221,7 +224,7 @@ def _no_pods(line: str, pod_list: list[dict[str, Any]]) -> str:
 Reads = tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]], list[str]]
 
 
-def read_in_parallel(api: Any, target: Target, namespace: str, obj: dict[str, Any], head: bool = False) -> Reads:
+def read_in_parallel(api: Rest, target: Target, namespace: str, obj: dict[str, Any], head: bool = False) -> Reads:
     """(the job's pods, Events lists by field selector, rank 0's log head if `head`), read side by side rather
     than one after the other. The Events lists are those status reads whatever the pods are: the job's own, a
     TrainJob's JobSet's, and a PyTorchJob's master pod's (by name; its UID comes with the pods, and its list

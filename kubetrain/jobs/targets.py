@@ -8,7 +8,7 @@ from typing import Any
 from kubetrain.errors import ClusterError
 from kubetrain.kube.errors import CRD_HINT, cluster_errors, is_not_found
 from kubetrain.kube.objects import meta_of
-from kubetrain.kube.rest import rest_of
+from kubetrain.kube.rest import Rest
 
 
 @dataclass(frozen=True)
@@ -56,15 +56,15 @@ AUTO_ORDER = (PYTORCHJOB, TRAINJOB)
 NOT_INSTALLED = f"neither PyTorchJob nor TrainJob is installed in this cluster: {CRD_HINT}"
 
 
-def served(api: Any, target: Target) -> bool:
+def served(api: Rest, target: Target) -> bool:
     """Does the API server serve the target's resource? Uses discovery, which every user may read."""
     return serves(api, target.group, target.version, target.plural)
 
 
-def serves(api: Any, group: str, version: str, plural: str) -> bool:
+def serves(api: Rest, group: str, version: str, plural: str) -> bool:
     """Is group/version/plural served (discovery; a 404 means the group/version is not)?"""
     try:
-        resources = rest_of(api).get(f"/apis/{group}/{version}")
+        resources = api.get(f"/apis/{group}/{version}")
     except Exception as exc:
         if is_not_found(exc):
             return False
@@ -72,12 +72,12 @@ def serves(api: Any, group: str, version: str, plural: str) -> bool:
     return any(r.get("name") == plural for r in resources.get("resources") or [])
 
 
-def installed(api: Any) -> list[Target]:
+def installed(api: Rest) -> list[Target]:
     with cluster_errors("discover the training APIs"):
         return [t for t in AUTO_ORDER if served(api, t)]
 
 
-def resolve(api: Any, wanted: str) -> Target:
+def resolve(api: Rest, wanted: str) -> Target:
     """The Target for spec.target (auto: the first installed of PyTorchJob, TrainJob); errors say what to install."""
     if wanted != "auto":
         return TARGETS[wanted]

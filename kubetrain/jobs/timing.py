@@ -4,13 +4,16 @@ the head of rank 0's log, handed to the pure timeline (kubetrain.observe.timelin
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubetrain.jobs import pods
 from kubetrain.jobs.logmerge import LineAssembler
 from kubetrain.jobs.targets import Target
 from kubetrain.observe.progress import ProgressTracker
 from kubetrain.observe.timeline import cluster_moments, format_timeline
+
+if TYPE_CHECKING:
+    from kubetrain.kube.rest import Rest
 
 HEAD_BYTES = 256 * 1024  # the start and first train records come within the first lines of rank 0's log
 
@@ -26,7 +29,7 @@ def timeline_of(obj: dict[str, Any], pod_list: list[dict[str, Any]], events: lis
     return format_timeline(cluster_moments(obj, pod_list, events, tracker))
 
 
-def rank0_head(api: Any, target: Target, namespace: str, name: str, pod_list: list[dict[str, Any]]) -> list[str]:
+def rank0_head(api: Rest, target: Target, namespace: str, name: str, pod_list: list[dict[str, Any]]) -> list[str]:
     """The first lines (at most HEAD_BYTES) of the first started replica's log; [] if it cannot be read."""
     started = [r for r in pods.replicas_of(pod_list, target, name) if r.started]
     if not started:

@@ -15,12 +15,12 @@ from typing import Any
 from kubetrain.kube import watch
 from kubetrain.kube.errors import cluster_errors
 from kubetrain.kube.objects import meta_of
-from kubetrain.kube.rest import path_of
+from kubetrain.kube.rest import Rest, path_of
 
 PARALLEL = 8
 
 
-def list_events(api: Any, namespace: str, uids: Iterable[str] = (), named: Iterable[tuple[str, str]] = (),
+def list_events(api: Rest, namespace: str, uids: Iterable[str] = (), named: Iterable[tuple[str, str]] = (),
                 listed: Mapping[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """Events of the objects with these UIDs, and of these (kind, name)s (for objects already deleted,
     whose UIDs we no longer know; callers filter those by time). `listed`: selectors already listed (by
@@ -44,7 +44,7 @@ def uid_selector(uid: str) -> str:
     return f"involvedObject.uid={uid}"
 
 
-def list_selected(api: Any, namespace: str, wanted: list[str]) -> dict[str, list[dict[str, Any]]]:
+def list_selected(api: Rest, namespace: str, wanted: list[str]) -> dict[str, list[dict[str, Any]]]:
     """Each field selector's Events, the lists run in parallel."""
     if not wanted:
         return {}

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kubetrain.kube.errors import ApiError, Conflict, Invalid, NotFound
-from kubetrain.kube.rest import rest_of
+from kubetrain.kube.rest import Rest
 
 
 class LeaseConflict(Exception):
@@ -19,8 +19,8 @@ class LeaseError(Exception):
 
 
 class Leases:
-    def __init__(self, api: Any, namespace: str, name: str) -> None:
-        self._rest = rest_of(api)
+    def __init__(self, api: Rest, namespace: str, name: str) -> None:
+        self._rest = api
         self.namespace, self.name = namespace, name
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from kubetrain.errors import ClusterError
 from kubetrain.kube.errors import NotFound, cluster_errors
-from kubetrain.kube.rest import Rest, path_of, rest_of
+from kubetrain.kube.rest import Rest, path_of
 
 
 class _Mapper:
@@ -33,9 +33,8 @@ class _Mapper:
         return path_of(group, version, plural, meta.get("namespace") if namespaced else None, meta["name"])
 
 
-def apply_all(api: Any, objects: list[dict[str, Any]], field_manager: str, dry_run: bool = False) -> list[str]:
+def apply_all(rest: Rest, objects: list[dict[str, Any]], field_manager: str, dry_run: bool = False) -> list[str]:
     """Server-side apply each object (forcing conflicts: the install owns these fields); `kind/name` lines."""
-    rest = rest_of(api)
     mapper = _Mapper(rest)
     done = []
     for obj in objects:
@@ -47,9 +46,8 @@ def apply_all(api: Any, objects: list[dict[str, Any]], field_manager: str, dry_r
     return done
 
 
-def delete_all(api: Any, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
+def delete_all(rest: Rest, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
     """Delete in reverse order; missing objects are fine (deleting twice is a no-op); `kind/name` lines."""
-    rest = rest_of(api)
     mapper = _Mapper(rest)
     done = []
     for obj in reversed(objects):

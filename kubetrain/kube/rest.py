@@ -214,28 +214,3 @@ def _read_bytes(path: str | None) -> bytes:
     with open(path, "rb") as handle:
         return handle.read()
 
-
-def rest_of(api: Any) -> Rest:
-    """A Rest for `api`: itself, a Connection's `rest`, or one over a kubernetes ApiClient's configuration
-    (so functions taking either keep working for callers that hold the typed client)."""
-    if isinstance(api, Rest):
-        return api
-    if isinstance(getattr(api, "rest", None), Rest):
-        return api.rest  # type: ignore[no-any-return]
-    cached = getattr(api, "_kubetrain_rest", None)
-    if isinstance(cached, Rest):
-        return cached
-    conf = api.configuration
-    endpoint = Endpoint(server=str(conf.host).rstrip("/"), context=None, namespace=None,
-                        ca_file=conf.ssl_ca_cert, insecure=not conf.verify_ssl, cert_file=conf.cert_file,
-                        key_file=conf.key_file, tls_server_name=getattr(conf, "tls_server_name", None))
-
-    def auth() -> str | None:
-        if conf.refresh_api_key_hook is not None:
-            conf.refresh_api_key_hook(conf)
-        value = conf.get_api_key_with_prefix("authorization")
-        return str(value) if value else None
-
-    rest = Rest(endpoint, auth, getattr(api, "request_timeout", None))
-    api._kubetrain_rest = rest
-    return rest

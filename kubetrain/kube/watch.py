@@ -27,7 +27,7 @@ import orjson
 from kubetrain.errors import ClusterError
 from kubetrain.kube.errors import ApiError, Unreachable, is_api_error, is_timeout
 from kubetrain.kube.objects import meta_of
-from kubetrain.kube.rest import rest_of
+from kubetrain.kube.rest import Rest
 from kubetrain.kube.retry import DEFAULT_POLICY, backoff, is_connection_reset
 
 T = TypeVar("T")
@@ -52,9 +52,8 @@ class WaitTimeout(ClusterError):
     exit_code = 4
 
 
-def rest_list(api: Any, path: str) -> ListFn:
+def rest_list(rest: Rest, path: str) -> ListFn:
     """A list function over kubetrain's REST client taking the kubernetes client's keyword arguments."""
-    rest = rest_of(api)
 
     def list_fn(_preload_content: bool = True, _request_timeout: float | None = None, **kwargs: Any) -> Any:
         query = {_CAMEL.get(k, k): v for k, v in kwargs.items()}

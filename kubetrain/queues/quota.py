@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.kube.errors import ApiError
 from kubetrain.kube.objects import GPU_RESOURCE as GPU
 from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.queues.workloads import kueue_get
+
+if TYPE_CHECKING:
+    from kubetrain.kube.rest import Rest
 
 NOW, NOT_NOW, NEVER, UNKNOWN = "now", "not-now", "never", "unknown"
 
@@ -96,7 +99,7 @@ def flavor_room(cq: dict[str, Any], others: list[dict[str, Any]], flavor: str,
     return nominal + borrow_cap, free_now, how
 
 
-def _cohort_members(api: Any, cq: dict[str, Any]) -> list[dict[str, Any]]:
+def _cohort_members(api: Rest, cq: dict[str, Any]) -> list[dict[str, Any]]:
     cohort = cohort_of(cq)
     if not cohort:
         return []
@@ -105,7 +108,7 @@ def _cohort_members(api: Any, cq: dict[str, Any]) -> list[dict[str, Any]]:
     return [o for o in items if cohort_of(o) == cohort and meta_of(o).get("name") != name]
 
 
-def quota_verdict(api: Any, namespace: str, queue: str, demand: Decimal | int, resource: str = GPU) -> QuotaVerdict:
+def quota_verdict(api: Rest, namespace: str, queue: str, demand: Decimal | int, resource: str = GPU) -> QuotaVerdict:
     """Where a job needing `demand` of `resource` stands with LocalQueue `queue`. 2–3 requests."""
     lq = kueue_get(api, "localqueues", namespace, queue)
     if lq is None:

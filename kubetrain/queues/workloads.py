@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubetrain.kube.errors import ApiError, NotFound
 from kubetrain.kube.objects import JOB_UID_LABEL, QUEUE_LABEL, meta_of, status_of
-from kubetrain.kube.rest import path_of, rest_of
+from kubetrain.kube.rest import Rest, path_of
 
 if TYPE_CHECKING:
     from kubetrain.jobs.crud import JobSummary
@@ -33,22 +33,21 @@ GROUP = "kueue.x-k8s.io"
 VERSIONS = ("v1beta2", "v1beta1")  # Kueue >= 0.15 serves v1beta2; older ones only v1beta1
 
 
-def kueue_get(api: Any, plural: str, namespace: str | None = None, name: str | None = None,
+def kueue_get(rest: Rest, plural: str, namespace: str | None = None, name: str | None = None,
          **query: Any) -> dict[str, Any] | None:
     """The object (or list) from the first Kueue API version served; None when Kueue is not there (404)."""
-    rest = rest_of(api)
     for version in VERSIONS:
         try:
             return rest.get(path_of(GROUP, version, plural, namespace, name), **query)
         except NotFound:
-            if name is not None and _served(api, version, plural):
+            if name is not None and _served(rest, version, plural):
                 return None  # the kind is there, the object is not
     return None
 
 
-def _served(api: Any, version: str, plural: str) -> bool:
+def _served(api: Rest, version: str, plural: str) -> bool:
     try:
-        rest_of(api).get(path_of(GROUP, version, plural), limit=1)
+        api.get(path_of(GROUP, version, plural), limit=1)
     except ApiError:
         return False
     return True
@@ -102,7 +101,7 @@ def workload_state(wl: dict[str, Any]) -> WorkloadState:
     return WorkloadState("pending", str(pending.get("reason", "")), str(pending.get("message", "")))
 
 
-def workloads(api: Any, namespace: str | None) -> list[dict[str, Any]]:
+def workloads(api: Rest, namespace: str | None) -> list[dict[str, Any]]:
     """The Workloads of a namespace (every namespace: None); [] without Kueue. One request."""
     found = kueue_get(api, "workloads", namespace)
     return list((found or {}).get("items") or [])
@@ -161,7 +160,7 @@ def _requeued(wl: dict[str, Any]) -> str:
     return f", after {count} eviction(s)" + (f" ({reasons[0]})" if reasons and reasons[0] else "")
 
 
-def job_hint(api: Any, obj: dict[str, Any]) -> str | None:
+def job_hint(api: Rest, obj: dict[str, Any]) -> str | None:
     """`hint` for one job: one request (its namespace's Workloads), none without a queue label."""
     if not queue_of(obj):
         return None
@@ -169,7 +168,7 @@ def job_hint(api: Any, obj: dict[str, Any]) -> str | None:
     return hint(obj, workloads(api, namespace))
 
 
-def states(api: Any, namespace: str | None) -> dict[str, str]:
+def states(api: Rest, namespace: str | None) -> dict[str, str]:
     """job UID -> short Workload state ("pending #2", "admitted", "requeued (PodsReadyTimeout)"): one request."""
     found = workloads(api, namespace)
     out = {}
@@ -181,7 +180,7 @@ def states(api: Any, namespace: str | None) -> dict[str, str]:
     return out
 
 
-def annotate(api: Any, found: list[JobSummary], namespace: str | None) -> list[JobSummary]:
+def annotate(api: Rest, found: list[JobSummary], namespace: str | None) -> list[JobSummary]:
     """`list`: each queued job's Workload state (one request, and none when no job has a queue label)."""
     if not any(s.queue for s in found):
         return found

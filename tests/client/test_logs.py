@@ -89,7 +89,7 @@ def test_previous_shows_the_crashed_container(controlplane, namespace, k8s, conn
     _serve(k8s, tmp_path, namespace, "crash-worker-0", [(stamp(100), "second life")],
            previous=[(stamp(0), "first life"), (stamp(1), "Traceback: CUDA error: out of memory")])
     restart_container(k8s, namespace, "crash-worker-0", restarts=1)
-    wait_for(lambda: job_replicas(k8s, PYTORCHJOB, namespace, "crash")[1].restarts == 1, "restartCount 1")
+    wait_for(lambda: job_replicas(conn.rest, PYTORCHJOB, namespace, "crash")[1].restarts == 1, "restartCount 1")
     _served(conn, namespace, "crash", "second life")
 
     notices: list[str] = []
@@ -226,7 +226,7 @@ def test_follow_reports_a_failed_job_and_a_deleted_one(controlplane, namespace, 
     assert result["result"].state == "Deleted"
 
 
-def test_trainjob_pods_are_found_by_their_jobset_labels(controlplane, namespace, k8s):
+def test_trainjob_pods_are_found_by_their_jobset_labels(controlplane, namespace, k8s, conn):
     core = kubernetes.client.CoreV1Api(k8s)
     for index in (1, 0):
         labels = {"jobset.sigs.k8s.io/jobset-name": "tj", "jobset.sigs.k8s.io/replicatedjob-name": "node",
@@ -234,10 +234,10 @@ def test_trainjob_pods_are_found_by_their_jobset_labels(controlplane, namespace,
         core.create_namespaced_pod(namespace, {
             "metadata": {"name": f"tj-node-0-{index}-x", "labels": labels},
             "spec": {"containers": [{"name": "node", "image": "x"}, {"name": "sidecar", "image": "y"}]}})
-    replicas = job_replicas(k8s, TRAINJOB, namespace, "tj")
+    replicas = job_replicas(conn.rest, TRAINJOB, namespace, "tj")
     assert [(r.label, r.pod, r.container) for r in replicas] == [("node-0", "tj-node-0-0-x", "node"),
                                                                   ("node-1", "tj-node-0-1-x", "node")]
-    assert job_replicas(k8s, PYTORCHJOB, namespace, "tj") == []
+    assert job_replicas(conn.rest, PYTORCHJOB, namespace, "tj") == []
 
 
 def test_missing_job_and_namespace_are_one_line_errors(controlplane, namespace, conn):

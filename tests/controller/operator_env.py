@@ -15,6 +15,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from kubetrain.controller.install import apply_all, objects_for
+from tests.harness.helpers import rest_for
 from tests.testenv.controlplane import established
 from tests.testenv.polling import wait_for
 
@@ -24,7 +25,7 @@ GROUP, VERSION, PLURAL = "kubetrain.dev", "v1alpha1", "trainingjobs"
 
 def install(admin: kubernetes.client.ApiClient) -> None:
     """Everything `kubetrain controller install` applies except the Deployment (no real kubelet here)."""
-    apply_all(admin, [o for o in objects_for() if o["kind"] != "Deployment"])
+    apply_all(rest_for(admin), [o for o in objects_for() if o["kind"] != "Deployment"])
     ext = kubernetes.client.ApiextensionsV1Api(admin)
     wait_for(lambda: established(ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")),
              "the TrainingJob CRD to be Established", 60)

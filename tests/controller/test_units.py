@@ -253,16 +253,15 @@ def test_events_are_sent_in_the_background_and_aggregated(monkeypatch: pytest.Mo
     assert sent == [("Created", 1), ("SpecChanged", 3)] and recorder.sent == 2
 
 
-def test_request_counter_counts_typed_and_rest_requests() -> None:
-    from kubernetes import client
-
+def test_request_counter_counts_the_clients_requests() -> None:
     from kubetrain.controller.apicalls import RequestCounter
-    from kubetrain.kube.rest import rest_of
+    from kubetrain.kube.kubeconfig import Endpoint
+    from kubetrain.kube.rest import Rest
 
-    api = client.ApiClient(client.Configuration(host="https://127.0.0.1:1"))  # nothing listens on port 1
-    counter = RequestCounter(api)
+    rest = Rest(Endpoint(server="https://127.0.0.1:1", context=None, namespace=None))  # nothing listens on 1
+    counter = RequestCounter(rest)
     with pytest.raises(Exception):  # noqa: B017 - refused: only the count matters here
-        rest_of(api).request("GET", "/api/v1/pods", {"watch": True}, retry=False)
+        rest.request("GET", "/api/v1/pods", {"watch": True}, retry=False)
     with pytest.raises(Exception):  # noqa: B017
-        api.call_api("PATCH", "https://127.0.0.1:1/apis/x", _request_timeout=1)
+        rest.request("PATCH", "/apis/x", retry=False)
     assert dict(counter.counts) == {"WATCH": 1, "PATCH": 1} and counter.total() == 2

@@ -54,7 +54,7 @@ def test_exec_on_the_real_kubelet(cli: Cli, image: str, real_node: Any, namespac
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     done = subprocess.run([sys.executable, "-c", SCRIPT, namespace, "shell", str(cli.kubeconfig)],
-                          env={**cli.env, "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=120)
+                          env={**cli.env, "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert seen["verdict"].startswith("nvidia-smi not found in the container"), seen

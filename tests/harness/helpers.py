@@ -7,6 +7,8 @@ from typing import Any
 import kubernetes
 from kubernetes.dynamic import DynamicClient
 
+from kubetrain.kube.kubeconfig import Endpoint
+from kubetrain.kube.rest import Rest
 from tests.testenv.polling import wait_for  # noqa: F401  (re-exported for the harness tests)
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
@@ -100,3 +102,17 @@ def env_of(pod: Any) -> dict[str, str]:
 def events_about(core: kubernetes.client.CoreV1Api, namespace: str, name: str, reason: str) -> list[Any]:
     events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}").items
     return [e for e in events if e.reason == reason]
+
+
+def rest_for(api: kubernetes.client.ApiClient) -> Rest:
+    """kubetrain's client over the same server and credentials as the harness's kubernetes ApiClient."""
+    conf = api.configuration
+    endpoint = Endpoint(server=str(conf.host).rstrip("/"), context=None, namespace=None, ca_file=conf.ssl_ca_cert,
+                        insecure=not conf.verify_ssl, cert_file=conf.cert_file, key_file=conf.key_file,
+                        tls_server_name=getattr(conf, "tls_server_name", None))
+
+    def auth() -> str | None:
+        value = conf.get_api_key_with_prefix("authorization")
+        return str(value) if value else None
+
+    return Rest(endpoint, auth)

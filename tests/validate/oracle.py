@@ -24,11 +24,11 @@ import yaml
 
 from kubetrain.jobs.podcheck import as_pod
 from kubetrain.kube.errors import api_message, is_api_error
-from kubetrain.kube.rest import rest_of
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_document
 from kubetrain.validate.k8s.templates import pod_templates
 from kubetrain.yamlsrc import ParsedDoc
+from tests.harness.helpers import rest_for
 from tests.validate.corpus import MANIFESTS
 
 Obj = dict[str, Any]
@@ -480,7 +480,7 @@ def _dry_run(client: Any, body: Obj, namespace: str) -> str:
     version = body["apiVersion"]
     base = "/api/v1" if version == "v1" else f"/apis/{version}"
     try:
-        rest_of(client).json("POST", f"{base}/namespaces/{namespace}/{PLURALS[body['kind']]}", {"dryRun": "All"},
+        rest_for(client).json("POST", f"{base}/namespaces/{namespace}/{PLURALS[body['kind']]}", {"dryRun": "All"},
                              body)
     except Exception as exc:
         if not is_api_error(exc) or getattr(exc, "status", None) not in (400, 403, 413, 422):
