@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubetrain.controller.apicalls import WATCH_ERRORS
+from kubetrain.controller.kube import WATCH_ERRORS
 from kubetrain.kube import watch
 
 log = logging.getLogger("kubetrain.controller")

@@ -14,7 +14,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from kubetrain.controller import apicalls as controller_api
 from kubetrain.controller import kube, kueue, mirror, progress
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
 from kubetrain.controller.informer import Informer, Key, wait_synced
@@ -51,7 +50,7 @@ class Controller:
     def __post_init__(self) -> None:
         self.queue = WorkQueue()
         # Workers, informers, Event senders and the progress reader each hold at most one connection.
-        self.counter = controller_api.RequestCounter(self.api)
+        self.counter = kube.RequestCounter(self.api)
         self.events = kube.EventRecorder(self.api)
         self.desired = DesiredCache()
         self.served = [t.name for t in targets.installed(self.api)]
@@ -73,7 +72,7 @@ class Controller:
         self.threads: list[threading.Thread] = []
 
     def _informer(self, group: str, version: str, plural: str, handler: Any, **kwargs: Any) -> Informer:
-        list_fn = controller_api.custom_list_fn(self.api, group, version, plural, self.settings.namespace)
+        list_fn = kube.custom_list_fn(self.api, group, version, plural, self.settings.namespace)
         return Informer(plural, list_fn, handler, **kwargs)
 
     # ------------------------------------------------------------------ running

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kubetrain.controller import apicalls as controller_api
 from kubetrain.controller import kube
 from kubetrain.controller.informer import Informer
 from kubetrain.controller.reconcile import now
@@ -53,7 +52,7 @@ def read_tail(api: Rest, target: targets.Target, namespace: str, name: str, tail
     if not replicas:
         return []
     first = replicas[0]
-    return controller_api.pod_log_tail(api, namespace, first.pod, first.container, tail, LIMIT_BYTES)
+    return kube.pod_log_tail(api, namespace, first.pod, first.container, tail, LIMIT_BYTES)
 
 
 def poll_once(api: Rest, jobs: Informer, tail: int) -> int:

@@ -231,7 +231,6 @@ def test_desired_is_cached_per_object_content() -> None:
 def test_events_are_sent_in_the_background_and_aggregated(monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from kubetrain.controller import apicalls as controller_api
     from kubetrain.controller import kube
 
     gate, sent = threading.Event(), []
@@ -240,7 +239,7 @@ def test_events_are_sent_in_the_background_and_aggregated(monkeypatch: pytest.Mo
         gate.wait(10)
         sent.append((body["reason"], body["count"]))
 
-    monkeypatch.setattr(controller_api, "create_event", create_event)
+    monkeypatch.setattr(kube, "create_event", create_event)
     recorder = kube.EventRecorder(object(), senders=1)  # type: ignore[arg-type]
     obj = tj(GOOD)
     recorder.record(obj, "Normal", "Created", "created PyTorchJob mnist")
@@ -254,7 +253,7 @@ def test_events_are_sent_in_the_background_and_aggregated(monkeypatch: pytest.Mo
 
 
 def test_request_counter_counts_the_clients_requests() -> None:
-    from kubetrain.controller.apicalls import RequestCounter
+    from kubetrain.controller.kube import RequestCounter
     from kubetrain.kube.kubeconfig import Endpoint
     from kubetrain.kube.rest import Rest
 
