@@ -1,7 +1,10 @@
 """An informer: a list-then-watch cache of one resource, calling back on every change.
 
 Built on `kubetrain.kube.watch.stream` (the CLI's reflector), which resumes dropped watches from the last
-resourceVersion and answers 410 Gone with a fresh list (a SYNC event): watches survive 410.
+resourceVersion and answers 410 Gone with a fresh list (a SYNC event): watches survive 410. With
+`persist=True` it is also the one backoff around the watch: a lost API server is waited for (resuming from
+the last resourceVersion), any other failure re-lists after the same backoff; the list function does not
+retry underneath it (kubetrain.controller.kube.custom_list_fn).
 """
 
 from __future__ import annotations
@@ -12,12 +15,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubetrain.controller.kube import WATCH_ERRORS
 from kubetrain.kube import watch
 
 log = logging.getLogger("kubetrain.controller")
 Key = tuple[str, str]
 Handler = Callable[[dict[str, Any]], None]
+
+
+class _Stopped(Exception):
+    """`stop` was set while the informer waited to list or watch again."""
 
 
 class Informer:
@@ -37,22 +43,22 @@ class Informer:
             return list(self.cache.values())
 
     def run(self, stop: threading.Event) -> None:
-        """List and watch until `stop`; errors back off and re-list (as client-go's reflector does)."""
-        delay = 1.0
-        while not stop.is_set():
-            try:
-                for event in watch.stream(self.list_fn, **self.kwargs):
-                    if stop.is_set():
-                        return
-                    self._apply(event)
-                    delay = 1.0
-            except WATCH_ERRORS as exc:
-                log.warning("%s: watch failed (%s); re-listing in %.0fs", self.name, exc, delay)
-            except Exception as exc:  # urllib3 errors and the like: never let the informer thread die
-                log.warning("%s: watch failed (%s: %s); re-listing in %.0fs", self.name, type(exc).__name__,
-                            exc, delay)
-            stop.wait(delay)
-            delay = min(delay * 2, 30.0)
+        """List and watch until `stop`; failures are backed off by watch.stream (see the module docstring)."""
+
+        def sleep(seconds: float) -> None:
+            if stop.wait(seconds):
+                raise _Stopped
+
+        def said(message: str) -> None:
+            log.warning("%s: %s", self.name, message)
+
+        try:
+            for event in watch.stream(self.list_fn, on_retry=said, sleep=sleep, persist=True, **self.kwargs):
+                if stop.is_set():
+                    return
+                self._apply(event)
+        except _Stopped:
+            return
 
     def _apply(self, event: watch.Event) -> None:
         if event.type == "SYNC":

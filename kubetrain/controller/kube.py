@@ -23,8 +23,6 @@ log = logging.getLogger("kubetrain.controller")
 COMPONENT = "kubetrain-controller"
 MAX_PENDING = 4096  # Events waiting to be sent; beyond that they are dropped (and counted), never queued forever
 SENDERS = 4  # parallel POSTs: each waits a round trip, and a burst of creates records one Event per job
-# What a failed list/watch raises (the informer backs off and re-lists on any).
-WATCH_ERRORS: tuple[type[BaseException], ...] = (ApiError, OSError, ValueError)
 HTTP_METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE"}
 
 
@@ -62,9 +60,9 @@ class RequestCounter:
 
 def custom_list_fn(api: Rest, group: str, version: str, plural: str,
                    namespace: str | None) -> watch.ListFn:
-    """The list (and watch) call of a custom resource, in one namespace or in all, on the one REST client: its
-    retries are the only ones under the informer's backoff (kubetrain.controller.informer)."""
-    return watch.rest_list(api, path_of(group, version, plural, namespace))
+    """The list (and watch) call of a custom resource, in one namespace or in all, on the one REST client,
+    without retries of its own: the informer's watch.stream backs off (kubetrain.controller.informer)."""
+    return watch.rest_list(api, path_of(group, version, plural, namespace), retry=False)
 
 
 def patch_status(api: Rest, namespace: str, name: str, status: dict[str, Any]) -> None:

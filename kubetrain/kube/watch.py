@@ -8,6 +8,8 @@
 * A refused connection or a server that stopped answering (`Unreachable`: an apiserver restart) is
   retried with backoff until the caller's `timeout` (then `WaitTimeout`, exit 4) or, without one, for
   RECONNECT_WINDOW seconds of no contact (then the `Unreachable`, exit 3). `on_retry` hears about it.
+* `persist=True` (the controller's informers): every failure is backed off here, forever, and any failure
+  but a lost server re-lists; with `rest_list(..., retry=False)` this is the only backoff around the watch.
 
 `list_fn` is `rest_list(api, path)` (kubetrain's REST client), or any list method of the kubernetes
 client (CoreV1Api.list_namespaced_pod, ...) with its arguments bound in `kwargs`: both take the same
@@ -52,13 +54,14 @@ class WaitTimeout(ClusterError):
     exit_code = 4
 
 
-def rest_list(rest: Rest, path: str) -> ListFn:
-    """A list function over kubetrain's REST client taking the kubernetes client's keyword arguments."""
+def rest_list(rest: Rest, path: str, retry: bool = True) -> ListFn:
+    """A list function over kubetrain's REST client taking the kubernetes client's keyword arguments
+    (retry=False: no retries of the client's own, for stream(persist=True), which backs off itself)."""
 
     def list_fn(_preload_content: bool = True, _request_timeout: float | None = None, **kwargs: Any) -> Any:
         query = {_CAMEL.get(k, k): v for k, v in kwargs.items()}
         timeout = -1 if _request_timeout is None else _request_timeout
-        return rest.request("GET", path, query, stream=True, read_timeout=timeout)
+        return rest.request("GET", path, query, stream=True, read_timeout=timeout, retry=retry)
 
     return list_fn
 
@@ -82,11 +85,11 @@ def list_objects(list_fn: ListFn, **kwargs: Any) -> tuple[list[dict[str, Any]], 
 
 def stream(list_fn: ListFn, timeout: float | None = None, clock: Callable[[], float] = time.monotonic,
            on_retry: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep,
-           **kwargs: Any) -> Iterator[Event]:
+           persist: bool = False, **kwargs: Any) -> Iterator[Event]:
     """SYNC, then changes, until `timeout` seconds (None: forever) or the caller stops iterating."""
     deadline = None if timeout is None else clock() + timeout
     version: str | None = None
-    lost = _Lost(clock, deadline, timeout, on_retry, sleep)
+    lost = _Lost(clock, deadline, timeout, on_retry, sleep, window=None if persist else RECONNECT_WINDOW)
     while deadline is None or clock() < deadline:
         try:
             if version is None:
@@ -104,7 +107,9 @@ def stream(list_fn: ListFn, timeout: float | None = None, clock: Callable[[], fl
             version = None
         except Exception as exc:
             if not (isinstance(exc, Unreachable) or (lost.seen and _restarting(exc))):
-                raise
+                if not persist:
+                    raise
+                version = None  # refused, unreadable...: start again from a fresh list
             lost.wait(exc)
 
 
@@ -119,8 +124,10 @@ class _Lost:
     """Backoff while the API server cannot be reached; gives up at the deadline or after the window."""
 
     def __init__(self, clock: Callable[[], float], deadline: float | None, timeout: float | None,
-                 on_retry: Callable[[str], None] | None, sleep: Callable[[float], None]) -> None:
+                 on_retry: Callable[[str], None] | None, sleep: Callable[[float], None],
+                 window: float | None = RECONNECT_WINDOW) -> None:
         self.clock, self.deadline, self.timeout, self.on_retry, self.sleep = clock, deadline, timeout, on_retry, sleep
+        self.window = window  # None: never give up
         self.since: float | None = None
         self.attempt = 0
         self.seen = False  # the API answered at least once
@@ -139,7 +146,7 @@ class _Lost:
                 self.on_retry(f"{exc}; retrying")
         if self.deadline is not None and now >= self.deadline:
             raise WaitTimeout(f"timed out after {self.timeout:g}s (the API server was unreachable: {exc})")
-        if self.deadline is None and now - self.since > RECONNECT_WINDOW:
+        if self.deadline is None and self.window is not None and now - self.since > self.window:
             raise exc
         self.attempt += 1
         delay = backoff(min(self.attempt, 6), DEFAULT_POLICY)

@@ -155,3 +155,39 @@ def test_an_unreachable_server_is_retried_until_the_deadline_then_times_out() ->
     with pytest.raises(WaitTimeout) as caught:
         next(events)
     assert caught.value.exit_code == 4 and "unreachable" in str(caught.value)
+
+
+def test_persist_backs_off_each_failure_once_resumes_after_a_lost_server_and_relists_after_others() -> None:
+    """The controller's informers: nothing ends the stream; a lost server resumes from the last version, a
+    refusal or an unreadable watch re-lists; every failure is one backoff (no retry loop underneath)."""
+    script: list[Any] = [
+        ("list", ApiError.of(403, "Forbidden", '{"kind": "Status", "code": 403}')),
+        ("list", [obj("a", "5")]),
+        ("watch 5", Unreachable("cannot reach https://127.0.0.1:1: is the cluster running?")),
+        ("watch 5", Response(lines=[{"type": "ADDED", "object": obj("b", "7")}])),
+        ("watch 7", ValueError("not JSON")),
+        ("list", [obj("a", "5"), obj("b", "8")]),
+    ]
+    calls: list[str] = []
+
+    def list_fn(**kwargs: Any) -> Response:
+        call = f"watch {kwargs['resource_version']}" if kwargs.get("watch") else "list"
+        calls.append(call)
+        expected, answer = script.pop(0)
+        assert call == expected, (call, expected)
+        if isinstance(answer, Exception):
+            raise answer
+        if isinstance(answer, Response):
+            return answer
+        rv = str(max(int(i["metadata"]["resourceVersion"]) for i in answer))
+        return Response({"metadata": {"resourceVersion": rv}, "items": answer})
+
+    sleeps: list[float] = []
+    heard: list[str] = []
+    events = watch.stream(list_fn, sleep=sleeps.append, on_retry=heard.append, persist=True, namespace="ns")
+    seen = [next(events) for _ in range(3)]
+    assert [(e.type, [watch.key(o)[1] for o in e.objects] or [watch.key(e.obj)[1]]) for e in seen] == [
+        ("SYNC", ["a"]), ("ADDED", ["b"]), ("SYNC", ["a", "b"])]
+    assert calls == ["list", "list", "watch 5", "watch 5", "watch 7", "list"]
+    assert len(sleeps) == 3 and all(0 < s <= 10 for s in sleeps)
+    assert heard[0].startswith("403 Forbidden") and heard[1] == "reconnected to the API server"
