@@ -3,19 +3,19 @@ already seen after a reconnect, prefix and colour lines per replica, and merge s
 
 The API server prefixes each line with an RFC 3339 timestamp when asked (``timestamps=true``); kubetrain always
 asks, so it can order lines from several pods and resume a cut stream without repeating a line. Timestamps
-are turned into integer nanoseconds (RFC3339Nano drops trailing zeros, so strings do not sort).
+are turned into integer nanoseconds by kubetrain.kube.objects.time_ns (the shared time parsing).
 """
 
 from __future__ import annotations
 
 import codecs
-import datetime as dt
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from kubetrain.kube.objects import time_ns
+
 NO_TIME = -1  # the key of a line without a parseable timestamp
-_EPOCH_CACHE: dict[str, int] = {}
 # Stable colours: master always cyan; the n-th worker/node always the n-th colour of this palette.
 MASTER_STYLE = "bold cyan"
 PALETTE = ("green", "yellow", "magenta", "blue", "bright_green", "bright_yellow", "bright_magenta",
@@ -29,45 +29,10 @@ def split_timestamp(line: str) -> tuple[int, str, str]:
     """
     space = line.find(" ")
     stamp = line[:space] if space > 0 else line
-    key = timestamp_ns(stamp)
-    if key == NO_TIME:
+    key = time_ns(stamp)
+    if key is None:
         return NO_TIME, "", line
     return key, stamp, line[space + 1:] if space > 0 else ""
-
-
-def timestamp_ns(stamp: str) -> int:
-    """RFC 3339 (any fraction length, Z or an offset) to integer nanoseconds; NO_TIME if it is not one."""
-    if len(stamp) < 20 or stamp[4] != "-" or stamp[10] != "T":
-        return NO_TIME
-    seconds_part = stamp[:19]
-    rest = stamp[19:]
-    nanos = 0
-    if rest.startswith("."):
-        digits = len(rest) - len(rest[1:].lstrip("0123456789"))
-        fraction = rest[1:digits]
-        rest = rest[digits:]
-        if fraction:
-            nanos = int(fraction[:9].ljust(9, "0"))
-    epoch = _epoch_seconds(seconds_part, rest)
-    return NO_TIME if epoch is None else epoch * 1_000_000_000 + nanos
-
-
-def _epoch_seconds(seconds_part: str, zone: str) -> int | None:
-    cache_key = seconds_part + zone
-    cached = _EPOCH_CACHE.get(cache_key)
-    if cached is not None:
-        return cached
-    try:
-        parsed = dt.datetime.fromisoformat(seconds_part + ("+00:00" if zone in ("Z", "z") else zone))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        return None
-    value = int(parsed.timestamp())
-    if len(_EPOCH_CACHE) > 4096:  # one entry per distinct second: keep it bounded on long follows
-        _EPOCH_CACHE.clear()
-    _EPOCH_CACHE[cache_key] = value
-    return value
 
 
 class LineAssembler:

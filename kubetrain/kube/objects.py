@@ -64,3 +64,41 @@ def parse_time(value: object) -> dt.datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+_EPOCH_CACHE: dict[str, int] = {}
+
+
+def time_ns(stamp: str) -> int | None:
+    """An RFC 3339 timestamp with any fraction length and a zone (Z or an offset), as the kubelet prefixes log
+    lines (RFC3339Nano drops trailing zeros, so the strings do not sort), to integer nanoseconds since the
+    epoch; None if it is not one. datetime keeps microseconds only, so the fraction is read apart; the
+    whole seconds are cached (a followed log parses one timestamp per line)."""
+    if len(stamp) < 20 or stamp[4] != "-" or stamp[10] != "T":
+        return None
+    seconds_part, rest = stamp[:19], stamp[19:]
+    nanos = 0
+    if rest.startswith("."):
+        digits = len(rest) - len(rest[1:].lstrip("0123456789"))
+        fraction, rest = rest[1:digits], rest[digits:]
+        if fraction:
+            nanos = int(fraction[:9].ljust(9, "0"))
+    epoch = _epoch_seconds(seconds_part, rest)
+    return None if epoch is None else epoch * 1_000_000_000 + nanos
+
+
+def _epoch_seconds(seconds_part: str, zone: str) -> int | None:
+    cache_key = seconds_part + zone
+    cached = _EPOCH_CACHE.get(cache_key)
+    if cached is not None:
+        return cached
+    if not zone:  # a log line's time without a zone is not the kubelet's: no guessing
+        return None
+    parsed = parse_time(seconds_part + zone)
+    if parsed is None:
+        return None
+    value = int(parsed.timestamp())
+    if len(_EPOCH_CACHE) > 4096:  # one entry per distinct second: keep it bounded on long follows
+        _EPOCH_CACHE.clear()
+    _EPOCH_CACHE[cache_key] = value
+    return value
