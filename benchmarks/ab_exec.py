@@ -91,7 +91,8 @@ def main() -> None:
         spec = write_spec(Path(tmp), "other", nodes=1)
         configs = {"cert": cp.kubeconfig, "exec": exec_kubeconfig(cp.kubeconfig, Path(tmp))}
         commands = {"status": ["status", "bench"], "list": ["list"], "logs --tail 5": ["logs", "bench", "--tail", "5"],
-                    "submit --dry-run=server": ["submit", "-f", str(spec), "--dry-run=server"]}
+                    "submit --dry-run=server": ["submit", "-f", str(spec), "--dry-run=server"],
+                    "gpu": ["gpu", "bench"]}
         kubetrain = str(Path(sys.executable).parent / "kubetrain")
         plugin_ms = statistics.median(_time([str(Path(tmp) / "cert-plugin")]) for _ in range(args.runs))
         before = load_average()

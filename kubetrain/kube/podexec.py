@@ -56,7 +56,7 @@ def exec_in_pod(rest: Rest, namespace: str, pod: str, container: str, command: l
     try:
         return _read(ws, timeout)
     finally:
-        ws.close()
+        ws.close(timeout=1.0)  # after the server's close frame at once; else waits at most 1 s for it
 
 
 def _connect(rest: Rest, target: str, sleep: Callable[[float], None]) -> WebSocket:
