@@ -56,7 +56,10 @@ class Informer:
             for event in watch.stream(self.list_fn, on_retry=said, sleep=sleep, persist=True, **self.kwargs):
                 if stop.is_set():
                     return
-                self._apply(event)
+                try:
+                    self._apply(event)
+                except Exception:  # a handler's bug must not end the informer: the cache is already updated
+                    log.exception("%s: handling a %s event failed", self.name, event.type)
         except _Stopped:
             return
 
