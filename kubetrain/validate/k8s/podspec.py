@@ -8,6 +8,7 @@ from typing import Any
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import containers, metadata, names, resources, scheduling, security, volumes
 from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named
+from kubetrain.validate.k8s.versions import LATEST, Rules
 from kubetrain.yamlsrc import PathKey
 
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
@@ -16,24 +17,24 @@ SUBDOMAIN_NAMES = ("serviceAccountName", "nodeName", "priorityClassName", "runti
 LABEL_NAMES = ("hostname", "subdomain")
 
 
-def pod_template(template: Any, path: PathKey, *, partial: bool = False) -> Findings:
+def pod_template(template: Any, path: PathKey, *, partial: bool = False, rules: Rules = LATEST) -> Findings:
     """A PodTemplateSpec: its metadata's labels and annotations, and its spec."""
     template = mapping(template)
     yield from metadata.labels_and_annotations(template.get("metadata"), (*path, "metadata"))
     spec = template.get("spec")
     if isinstance(spec, dict):
-        yield from pod_spec(spec, (*path, "spec"), partial=partial)
+        yield from pod_spec(spec, (*path, "spec"), partial=partial, rules=rules)
     elif not partial:
         yield Finding((*path, "spec"), "Required value")
 
 
-def pod_spec(spec: dict[str, Any], path: PathKey, *, partial: bool = False) -> Findings:
+def pod_spec(spec: dict[str, Any], path: PathKey, *, partial: bool = False, rules: Rules = LATEST) -> Findings:
     """ValidatePodSpec. `partial`: a Trainer runtime patch, merged into the runtime's template later, so the
     fields the runtime may supply (containers' images, the volumes mounts refer to) are not required."""
     if not spec.get("containers") and not partial:
         yield Finding((*path, "containers"), "Required value")
-    yield from volumes.volumes(spec.get("volumes"), (*path, "volumes"), partial=partial)
-    yield from containers.containers(spec, path, volumes.volume_names(spec), partial=partial)
+    yield from volumes.volumes(spec.get("volumes"), (*path, "volumes"), partial=partial, rules=rules)
+    yield from containers.containers(spec, path, volumes.volume_names(spec), partial=partial, rules=rules)
     for key in ("initContainers", "containers", "ephemeralContainers"):
         for container, where in named(spec.get(key), (*path, key)):
             yield from resources.container_resources(container.get("resources"), (*where, "resources"))

@@ -11,6 +11,7 @@ from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import names
 from kubetrain.validate.k8s.base import Findings, check, is_int, mapping, named
 from kubetrain.validate.k8s.containers import non_reserved_path_problem
+from kubetrain.validate.k8s.versions import LATEST, Rules
 from kubetrain.yamlsrc import PathKey
 
 SOURCES = ("hostPath", "emptyDir", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "secret", "nfs",
@@ -27,7 +28,7 @@ def volume_names(pod_spec: dict[str, Any]) -> set[str]:
     return {str(v.get("name")) for v, _ in named(pod_spec.get("volumes"), ())}
 
 
-def volumes(value: Any, path: PathKey, *, partial: bool = False) -> Findings:
+def volumes(value: Any, path: PathKey, *, partial: bool = False, rules: Rules = LATEST) -> Findings:
     seen: set[str] = set()
     for volume, where in named(value, path):
         name = volume.get("name")
@@ -39,6 +40,10 @@ def volumes(value: Any, path: PathKey, *, partial: bool = False) -> Findings:
                 yield Finding((*where, "name"), f"Duplicate value: {name!r}")
             seen.add(name)
         yield from volume_source(volume, where, partial=partial)
+        if volume.get("image") is not None and not rules.image_volumes:
+            # dropImageVolumes runs after defaulting, so no emptyDir takes the dropped source's place
+            yield Finding((*where, "image"), f"not supported by {rules.name}: ImageVolume is off by default there "
+                          "(on in 1.35), so the volume is left without a source (must specify a volume type)")
 
 
 def volume_source(volume: dict[str, Any], path: PathKey, *, partial: bool) -> Findings:
