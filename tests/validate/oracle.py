@@ -221,6 +221,62 @@ def m_topology(spec: Obj, rng: random.Random) -> str:
     return f"topologySpreadConstraint {json.dumps(constraint)[:120]}"
 
 
+def m_lifecycle(spec: Obj, rng: random.Random) -> str:
+    """A sleep hook (its bounds depend on terminationGracePeriodSeconds and the version)."""
+    hook = pick(rng, ["preStop", "postStart"])
+    _container(spec)["lifecycle"] = {hook: {"sleep": {"seconds": pick(rng, [*INTS, 30, 31])}}}
+    if rng.random() < 0.3:
+        spec["terminationGracePeriodSeconds"] = pick(rng, [0, 5, 60])
+    grace = spec.get("terminationGracePeriodSeconds")
+    return f"{hook} {json.dumps(_container(spec)['lifecycle'][hook])}, grace {grace}"
+
+
+def m_restart(spec: Obj, rng: random.Random) -> str:
+    """Container restart policies and rules (ContainerRestartRules, RestartAllContainersOnContainerExits)."""
+    container = _container(spec)
+    if rng.random() < 0.4:
+        container = {"name": "init", "image": "busybox:1.36", "command": ["true"]}
+        spec["initContainers"] = [container]
+    policy = maybe(rng, ["Always", "OnFailure", "Never", "always"])
+    if policy is not None:
+        container["restartPolicy"] = policy
+    if rng.random() < 0.6:
+        rule = _drop_none({"action": pick(rng, ["Restart", "RestartAllContainers", "Bogus"]),
+                           "exitCodes": maybe(rng, [{"operator": pick(rng, ["In", "NotIn", "Bogus"]),
+                                                     "values": pick(rng, [[1], [], list(range(256))])}])})
+        container["restartPolicyRules"] = [rule] * pick(rng, [1, 21])
+    fields = {k: container.get(k) for k in ("restartPolicy", "restartPolicyRules")}
+    return f"{container['name']} restart {json.dumps(fields)[:120]}"
+
+
+def m_new_sources(spec: Obj, rng: random.Random) -> str:
+    """Sources newer than some supported versions: an image volume, an env var from a file."""
+    if rng.random() < 0.5:
+        volume = {"name": "model", "image": _drop_none({"reference": maybe(rng, ["busybox:1.36", ""])})}
+        spec.setdefault("volumes", []).append(volume)
+        return f"volume {json.dumps(volume)}"
+    spec.setdefault("volumes", []).append({"name": "envs", "emptyDir": {}})
+    var = {"name": "A", "valueFrom": {"fileKeyRef": _drop_none({"path": maybe(rng, ["a.env", "/a.env"]),
+                                                                "volumeName": pick(rng, ["envs", "none"]),
+                                                                "key": pick(rng, STRINGS)})}}
+    _container(spec).setdefault("env", []).append(var)
+    return f"env {json.dumps(var)[:120]}"
+
+
+def m_dns(spec: Obj, rng: random.Random) -> str:
+    """dnsPolicy None and dnsConfig: nameservers, searches (RelaxedDNSSearchValidation), options."""
+    spec["dnsPolicy"] = pick(rng, ["None", "ClusterFirst"])
+    if rng.random() < 0.8:
+        spec["dnsConfig"] = _drop_none({
+            "nameservers": maybe(rng, [["1.1.1.1"], [], ["1.1.1.1"] * 4, ["010.0.0.1"], ["::1"], ["fe80::1%eth0"],
+                                       ["::ffff:1.2.3.4"],
+                                       ["1.2.3"], ["a"]]),
+            "searches": maybe(rng, [[pick(rng, STRINGS)], ["."], ["_srv.example.com"], ["a.example.com."],
+                                    ["a"] * 33, ["x" * 200] * 11]),
+            "options": maybe(rng, [[{"name": "ndots", "value": "2"}], [{"value": "2"}]])})
+    return f"dnsPolicy {spec['dnsPolicy']}, dnsConfig {json.dumps(spec.get('dnsConfig'))[:120]}"
+
+
 def m_template_meta(template: Obj, rng: random.Random) -> str:
     meta = template.setdefault("metadata", {})
     if rng.random() < 0.2:
@@ -233,12 +289,13 @@ def m_template_meta(template: Obj, rng: random.Random) -> str:
 
 
 POD_MUTATIONS: dict[str, list[Callable[[Obj, random.Random], str]]] = {
-    "containers": [m_container_name, m_image, m_env, m_env_from, m_probe, m_port],
+    "containers": [m_container_name, m_image, m_env, m_env_from, m_probe, m_port, m_lifecycle, m_restart],
+    "versioned": [m_new_sources],
     "volumes": [m_volume, m_dangling_mount],
     "scheduling": [m_toleration, m_node_selector, m_node_affinity, m_pod_affinity, m_topology],
     "resources": [m_resources],
     "security": [m_security],
-    "podspec": [m_pod_field],
+    "podspec": [m_pod_field, m_dns],
 }
 
 

@@ -65,6 +65,17 @@ CASES: list[tuple[str, Callable[[Obj], None], str, dict[int, str]]] = [
     ("sleep-one", _sleep(1), "", _from({31: OK})),
     ("sleep-negative", _sleep(-1), "spec.containers[0].lifecycle.preStop.sleep.seconds", _from({31: ERR})),
     ("sleep-over-grace", _sleep(31), "spec.containers[0].lifecycle.preStop.sleep.seconds", _from({31: ERR})),
+    ("dns-search-underscore", lambda s: s.update(dnsConfig={"searches": ["_srv.example.com"]}),
+     "spec.dnsConfig.searches[0]", _from({31: ERR, 33: OK})),
+    ("dns-search-root", lambda s: s.update(dnsConfig={"searches": ["."]}), "spec.dnsConfig.searches[0]",
+     _from({31: ERR, 33: OK})),
+    ("dns-nameserver-leading-zero", lambda s: s.update(dnsConfig={"nameservers": ["010.0.0.1"]}),
+     "spec.dnsConfig.nameservers[0]", _from({31: OK, 36: ERR})),
+    ("dns-nameserver-ipv4-mapped", lambda s: s.update(dnsConfig={"nameservers": ["::ffff:10.0.0.1"]}),
+     "spec.dnsConfig.nameservers[0]", _from({31: OK, 36: ERR})),
+    ("dns-nameserver-zone", lambda s: s.update(dnsConfig={"nameservers": ["fe80::1%eth0"]}),
+     "spec.dnsConfig.nameservers[0]", _from({31: ERR})),
+    ("dns-none-without-config", lambda s: s.update(dnsPolicy="None"), "spec.dnsConfig", _from({31: ERR})),
     ("container-restart-never", lambda s: _c(s).update(restartPolicy="Never"), "spec.containers[0].restartPolicy",
      _from({31: ERR, 34: WARN, 35: OK})),
     ("container-restart-bogus", lambda s: _c(s).update(restartPolicy="Sometimes"),
@@ -86,6 +97,11 @@ CASES: list[tuple[str, Callable[[Obj], None], str, dict[int, str]]] = [
      "spec.containers[0].env[0].valueFrom.fileKeyRef", _from({31: ERR, 35: OK})),
     ("image-volume", lambda s: s.update(volumes=[{"name": "model", "image": {"reference": "busybox:1.36"}}]),
      "spec.volumes[0].image", _from({31: ERR, 35: OK})),
+    ("image-volume-without-reference", lambda s: s.update(volumes=[{"name": "model", "image": {}}]),
+     "spec.volumes[0].image", _from({31: ERR})),
+    ("file-key-ref-missing-volume", lambda s: _c(s).update(env=[{"name": "A", "valueFrom": {"fileKeyRef": {
+        "path": "a.env", "volumeName": "cfg", "key": "A"}}}]), "spec.containers[0].env[0].valueFrom.fileKeyRef",
+     _from({31: ERR})),
 ]
 IDS = [c[0] for c in CASES]
 

@@ -121,6 +121,8 @@ def env(value: Any, path: PathKey, rules: Rules = LATEST) -> Findings:
                 yield Finding((*where, "valueFrom", "fileKeyRef"), f"not supported by {rules.name}: EnvFiles is "
                               "off by default there (beta, on, in 1.35), so the env var is left without a source")
             yield from one_of(source, (*where, "valueFrom"), VALUE_FROM, "source")
+            if isinstance(source.get("fileKeyRef"), dict):
+                yield from file_key_selector(source["fileKeyRef"], (*where, "valueFrom", "fileKeyRef"))
             field_path = mapping(source.get("fieldRef")).get("fieldPath")
             if isinstance(source.get("fieldRef"), dict) and not _downward_field(field_path):
                 yield Finding((*where, "valueFrom", "fieldRef", "fieldPath"), f"Unsupported value {field_path!r}: "
@@ -149,6 +151,40 @@ def key_selector(selector: dict[str, Any], path: PathKey) -> Findings:
         yield Finding((*path, "key"), "Required value")
     elif isinstance(key, str):
         yield from check((*path, "key"), names.configmap_key(key))
+
+
+def file_key_selector(selector: dict[str, Any], path: PathKey) -> Findings:
+    """validateFileKeySelector."""
+    key, volume, file = selector.get("key"), selector.get("volumeName"), selector.get("path")
+    for field, value in (("key", key), ("volumeName", volume), ("path", file)):
+        if not value:
+            yield Finding((*path, field), "Required value")
+    if isinstance(key, str) and key:
+        yield from check((*path, "key"), names.env_var_name(key))
+    if isinstance(volume, str) and volume:
+        yield from check((*path, "volumeName"), names.dns1123_label(volume))
+    if isinstance(file, str) and ".." in file.replace("\\", "/").split("/"):
+        yield Finding((*path, "path"), f"{file!r}: must not contain '..'")
+
+
+def file_key_volumes(pod_spec: dict[str, Any], path: PathKey, empty_dirs: set[str], volumes: set[str], *,
+                     partial: bool) -> Findings:
+    """validateFileKeyRefVolumes: a fileKeyRef names an emptyDir volume of the pod (of a runtime patch: maybe
+    one of the runtime's)."""
+    if partial:
+        return
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for container, where in named(pod_spec.get(key), (*path, key)):
+            for var, at in named(container.get("env"), (*where, "env")):
+                ref = mapping(mapping(var.get("valueFrom")).get("fileKeyRef"))
+                name = ref.get("volumeName")
+                if not isinstance(name, str) or not name:
+                    continue
+                if name not in volumes:
+                    yield Finding((*at, "valueFrom", "fileKeyRef", "volumeName"), f"Not found: {name!r}")
+                elif name not in empty_dirs:
+                    yield Finding((*at, "valueFrom", "fileKeyRef", "volumeName"),
+                                  f"{name!r}: referenced volume must be of type emptyDir")
 
 
 def _env_name(name: str, rules: Rules) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import containers, metadata, names, resources, scheduling, security, volumes
+from kubetrain.validate.k8s import containers, dns, metadata, names, resources, scheduling, security, volumes
 from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named
 from kubetrain.validate.k8s.versions import LATEST, Rules
 from kubetrain.yamlsrc import PathKey
@@ -35,6 +35,8 @@ def pod_spec(spec: dict[str, Any], path: PathKey, *, partial: bool = False, rule
         yield Finding((*path, "containers"), "Required value")
     yield from volumes.volumes(spec.get("volumes"), (*path, "volumes"), partial=partial, rules=rules)
     yield from containers.containers(spec, path, volumes.volume_names(spec), partial=partial, rules=rules)
+    yield from containers.file_key_volumes(spec, path, volumes.empty_dir_names(spec), volumes.volume_names(spec),
+                                           partial=partial)
     for key in ("initContainers", "containers", "ephemeralContainers"):
         for container, where in named(spec.get(key), (*path, key)):
             yield from resources.container_resources(container.get("resources"), (*where, "resources"))
@@ -43,6 +45,7 @@ def pod_spec(spec: dict[str, Any], path: PathKey, *, partial: bool = False, rule
                 yield from _host_network_ports(container, where)
     yield from enum(spec, "restartPolicy", path, RESTART_POLICIES)
     yield from enum(spec, "dnsPolicy", path, DNS_POLICIES)
+    yield from dns.dns_config(spec, path, rules)
     deadline = spec.get("activeDeadlineSeconds")
     if is_int(deadline) and not 1 <= deadline <= names.INT32_MAX:
         yield Finding((*path, "activeDeadlineSeconds"), f"{deadline}: must be between 1 and 2147483647, inclusive")

@@ -39,6 +39,16 @@ class Rules:
         return self.minor >= 33
 
     @property
+    def relaxed_dns_search(self) -> bool:
+        """RelaxedDNSSearchValidation (beta 1.33): `dnsConfig.searches` may be '.' and hold '_'."""
+        return self.minor >= 33
+
+    @property
+    def strict_ips(self) -> bool:
+        """StrictIPCIDRValidation (beta 1.36): legacy IP fields refuse leading zeros and IPv4-mapped IPv6."""
+        return self.minor >= 36
+
+    @property
     def container_restart_rules(self) -> bool:
         """ContainerRestartRules (beta 1.35): restartPolicy (and restartPolicyRules) on any container. 1.34
         drops both (alpha, off) and keeps only an init container's `Always`; older servers refuse them."""

@@ -9,7 +9,7 @@ from typing import Any
 from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import names
-from kubetrain.validate.k8s.base import Findings, check, is_int, mapping, named
+from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named
 from kubetrain.validate.k8s.containers import non_reserved_path_problem
 from kubetrain.validate.k8s.versions import LATEST, Rules
 from kubetrain.yamlsrc import PathKey
@@ -26,6 +26,12 @@ HOST_PATH_TYPES = ("", "DirectoryOrCreate", "Directory", "FileOrCreate", "File",
 
 def volume_names(pod_spec: dict[str, Any]) -> set[str]:
     return {str(v.get("name")) for v, _ in named(pod_spec.get("volumes"), ())}
+
+
+def empty_dir_names(pod_spec: dict[str, Any]) -> set[str]:
+    """Volumes that are emptyDirs, counting those without a source (SetDefaults_Volume makes them one)."""
+    return {str(v.get("name")) for v, _ in named(pod_spec.get("volumes"), ())
+            if v.get("emptyDir") is not None or not any(v.get(s) is not None for s in SOURCES)}
 
 
 def volumes(value: Any, path: PathKey, *, partial: bool = False, rules: Rules = LATEST) -> Findings:
@@ -60,6 +66,11 @@ def volume_source(volume: dict[str, Any], path: PathKey, *, partial: bool) -> Fi
         kind = source.get("type")
         if kind is not None and kind not in HOST_PATH_TYPES:
             yield Finding((*path, "hostPath", "type"), f"Unsupported value {kind!r}")
+    if isinstance(volume.get("image"), dict):
+        # validateImageVolumeSource: the reference is required of a Pod (so of every pod a template makes)
+        if not volume["image"].get("reference"):
+            yield Finding((*path, "image", "reference"), "Required value")
+        yield from enum(volume["image"], "pullPolicy", (*path, "image"), ("Always", "Never", "IfNotPresent"))
     yield from _empty_dir(volume.get("emptyDir"), (*path, "emptyDir"))
     yield from _projection(volume.get("secret"), (*path, "secret"), "secretName")
     yield from _projection(volume.get("configMap"), (*path, "configMap"), "name")
