@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import base64
 import copy
+import itertools
 import json
 import random
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -481,6 +483,17 @@ _BY_NAME: dict[str, tuple[str, Callable[..., str]]] = {
     **{m.__name__: ("objects", m) for ms in OBJECT_MUTATIONS.values() for m in ms}}
 
 
+def _pod_target(obj: Obj) -> Obj:
+    """The pod template a pod mutation changes: a TrainJob's is a runtime patch of the `node` job (the
+    Trainer merges it into the runtime's template: trainer_errors judges the result)."""
+    if obj["kind"] != "TrainJob":
+        return next(t for t in pod_templates(obj) if not t.partial).template  # type: ignore[no-any-return]
+    template: Obj = {"spec": {"containers": [{"name": "node"}]}}
+    obj["spec"].setdefault("runtimePatches", []).append({"manager": "kubetrain.dev/oracle", "trainingRuntimeSpec": {
+        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": template}}}]}}}})
+    return template
+
+
 def build(kind: str, steps: list[tuple[str, int]]) -> tuple[Obj, list[str]]:
     obj = bases()[kind]
     descriptions = []
@@ -488,7 +501,7 @@ def build(kind: str, steps: list[tuple[str, int]]) -> tuple[Obj, list[str]]:
         rng = random.Random(seed)
         _, mutation = _BY_NAME[name]
         if name in {m.__name__ for _, m in ALL_POD} or name == "m_template_meta":
-            template = next(t for t in pod_templates(obj) if not t.partial).template
+            template = _pod_target(obj)
             target = template if name == "m_template_meta" else template["spec"]
             descriptions.append(mutation(target, rng))
         else:
@@ -498,7 +511,7 @@ def build(kind: str, steps: list[tuple[str, int]]) -> tuple[Obj, list[str]]:
 
 def cases(kind: str, count: int, seed: int) -> Iterator[Case]:
     rng = random.Random(f"{seed}-{kind}")
-    has_pods = kind not in ("ConfigMap", "Secret", "Service", "PersistentVolumeClaim", "TrainJob")
+    has_pods = kind not in ("ConfigMap", "Secret", "Service", "PersistentVolumeClaim")
     names = [m.__name__ for m in OBJECT_MUTATIONS.get(kind, [])] + ["m_metadata"]
     if has_pods:
         names += [m.__name__ for _, m in ALL_POD] * 3 + ["m_template_meta"]
@@ -528,7 +541,65 @@ def server_errors(client: Any, obj: Obj, namespace: str) -> list[str]:
         if template.partial or (template.stage is None and obj["kind"] == "Pod"):
             continue
         requests.append(as_pod(obj, template.template))
-    return [message for message in (_dry_run(client, body, namespace) for body in requests) if message]
+    found = [message for message in (_dry_run(client, body, namespace) for body in requests) if message]
+    if obj["kind"] == "TrainJob" and not found:
+        found = trainer_errors(client, obj, namespace, next(SERIAL))
+    return found
+
+
+# kubectl apply's default (--validate=strict): an unknown field is refused, not pruned
+DRY_RUN = {"dryRun": "All", "fieldValidation": "Strict"}
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{name}"
+TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs"
+TRAINER_WAIT = 20.0
+SERIAL = itertools.count()
+
+
+def trainer_errors(client: Any, obj: Obj, namespace: str, serial: int) -> list[str]:
+    """What the real Trainer makes of a TrainJob the API server accepts: the TrainJob is created (suspended,
+    so nothing runs), the Trainer merges its runtime, resourcesPerNode, env and runtimePatches into a JobSet,
+    and each of the JobSet's Jobs and pod templates is created with `dryRun=All` (what JobSet and the Job
+    controller will create). A JobSet that never appears is the Trainer's refusal, with its condition."""
+    body = copy.deepcopy(obj)
+    # unique per case (cases run in parallel), of the same length: the JobSet's pod hostnames grow with it
+    name = str(body["metadata"]["name"])
+    tag = f"o{serial:x}"
+    body["metadata"].update(namespace=namespace, name=(name[:max(len(name) - len(tag), 0)] + tag)
+                            if len(name) > len(tag) else tag)
+    body["spec"]["suspend"] = True
+    rest = rest_of(client)
+    created = f"{TRAINJOBS.format(namespace=namespace)}/{body['metadata']['name']}"
+    rest.json("POST", TRAINJOBS.format(namespace=namespace), {"fieldValidation": "Strict"}, body)
+    try:
+        jobset = _wait_for_jobset(rest, namespace, body["metadata"]["name"], created)
+        if isinstance(jobset, str):
+            return [jobset]
+        messages = []
+        for replicated in jobset["spec"].get("replicatedJobs", []):
+            job_spec = replicated["template"]["spec"]
+            job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{replicated['name']}-dryrun"},
+                   "spec": {**job_spec, "suspend": True}}
+            messages += [_dry_run(client, job, namespace), _dry_run(client, as_pod(job, job_spec["template"]),
+                                                                    namespace)]
+        return [m for m in messages if m]
+    finally:
+        rest.json("DELETE", created, {"propagationPolicy": "Background"})
+
+
+def _wait_for_jobset(rest: Any, namespace: str, name: str, trainjob: str) -> Obj | str:
+    deadline = time.monotonic() + TRAINER_WAIT
+    while time.monotonic() < deadline:
+        try:
+            return rest.json("GET", JOBSETS.format(namespace=namespace, name=name))  # type: ignore[no-any-return]
+        except Exception as exc:
+            if not is_api_error(exc) or getattr(exc, "status", None) != 404:
+                raise
+        conditions = rest.json("GET", trainjob).get("status", {}).get("conditions", [])
+        failed = [c for c in conditions if c.get("type") == "Failed" and c.get("status") == "True"]
+        if failed:
+            return f"Trainer: {failed[0].get('message', '')[:400]}"
+        time.sleep(0.2)
+    return f"Trainer: no JobSet for TrainJob {name} after {TRAINER_WAIT:.0f} s"
 
 
 def _dry_run(client: Any, body: Obj, namespace: str) -> str:
@@ -537,8 +608,7 @@ def _dry_run(client: Any, body: Obj, namespace: str) -> str:
     version = body["apiVersion"]
     base = "/api/v1" if version == "v1" else f"/apis/{version}"
     try:
-        rest_of(client).json("POST", f"{base}/namespaces/{namespace}/{PLURALS[body['kind']]}", {"dryRun": "All"},
-                             body)
+        rest_of(client).json("POST", f"{base}/namespaces/{namespace}/{PLURALS[body['kind']]}", DRY_RUN, body)
     except Exception as exc:
         if not is_api_error(exc) or getattr(exc, "status", None) not in (400, 403, 413, 422):
             raise  # 403: a webhook's denial; 413: a body over the limit

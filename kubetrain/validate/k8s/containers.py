@@ -27,7 +27,7 @@ PROPAGATION = ("None", "HostToContainer", "Bidirectional")
 DEFAULT_GRACE_SECONDS = 30  # SetDefaults_PodSpec: terminationGracePeriodSeconds
 
 
-def containers(pod_spec: dict[str, Any], path: PathKey, volumes: set[str], *, partial: bool,
+def containers(pod_spec: dict[str, Any], path: PathKey, volumes: set[str] | None, *, partial: bool,
                rules: Rules = LATEST) -> Findings:
     """Every container list of a pod spec: unique names across them, and each container's own rules.
     `partial` (a runtime patch merged into a runtime's template): the required fields may come from the runtime."""
@@ -44,7 +44,7 @@ def containers(pod_spec: dict[str, Any], path: PathKey, volumes: set[str], *, pa
                                        rules=rules, grace=grace)
 
 
-def container_rules(container: dict[str, Any], path: PathKey, volumes: set[str], *, init: bool = False,
+def container_rules(container: dict[str, Any], path: PathKey, volumes: set[str] | None, *, init: bool = False,
                     partial: bool = False, rules: Rules = LATEST, grace: int = DEFAULT_GRACE_SECONDS) -> Findings:
     name = container.get("name")
     if not name:
@@ -61,7 +61,7 @@ def container_rules(container: dict[str, Any], path: PathKey, volumes: set[str],
     yield from ports(container.get("ports"), (*path, "ports"))
     yield from env(container.get("env"), (*path, "env"), rules)
     yield from env_from(container.get("envFrom"), (*path, "envFrom"), rules)
-    yield from volume_mounts(container.get("volumeMounts"), (*path, "volumeMounts"), volumes, partial=partial)
+    yield from volume_mounts(container.get("volumeMounts"), (*path, "volumeMounts"), volumes)
     sidecar = init and container.get("restartPolicy") == "Always"
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         if isinstance(container.get(probe), dict):
@@ -216,14 +216,15 @@ def env_from(value: Any, path: PathKey, rules: Rules = LATEST) -> Findings:
                     yield from check((*where, key, "name"), names.dns1123_subdomain(name))
 
 
-def volume_mounts(value: Any, path: PathKey, volumes: set[str], *, partial: bool) -> Findings:
-    """validateVolumeMounts: each names a volume of the pod, at a unique absolute-or-relative mountPath."""
+def volume_mounts(value: Any, path: PathKey, volumes: set[str] | None) -> Findings:
+    """validateVolumeMounts: each names a volume of the pod (`volumes`; None: not known, as in a patch of a
+    runtime whose volumes are not), at a unique absolute-or-relative mountPath."""
     paths: set[str] = set()
     for mount, where in named(value, path):
         name, mount_path = mount.get("name"), mount.get("mountPath")
         if not name:
             yield Finding((*where, "name"), "Required value")
-        elif name not in volumes and not partial:
+        elif volumes is not None and name not in volumes:
             yield Finding((*where, "name"), f"Not found: {name!r} (no volume of the pod has this name)")
         if not mount_path:
             yield Finding((*where, "mountPath"), "Required value")

@@ -17,24 +17,28 @@ SUBDOMAIN_NAMES = ("serviceAccountName", "nodeName", "priorityClassName", "runti
 LABEL_NAMES = ("hostname", "subdomain")
 
 
-def pod_template(template: Any, path: PathKey, *, partial: bool = False, rules: Rules = LATEST) -> Findings:
+def pod_template(template: Any, path: PathKey, *, partial: bool = False, rules: Rules = LATEST,
+                 runtime_volumes: frozenset[str] | None = None) -> Findings:
     """A PodTemplateSpec: its metadata's labels and annotations, and its spec."""
     template = mapping(template)
     yield from metadata.labels_and_annotations(template.get("metadata"), (*path, "metadata"))
     spec = template.get("spec")
     if isinstance(spec, dict):
-        yield from pod_spec(spec, (*path, "spec"), partial=partial, rules=rules)
+        yield from pod_spec(spec, (*path, "spec"), partial=partial, rules=rules, runtime_volumes=runtime_volumes)
     elif not partial:
         yield Finding((*path, "spec"), "Required value")
 
 
-def pod_spec(spec: dict[str, Any], path: PathKey, *, partial: bool = False, rules: Rules = LATEST) -> Findings:
+def pod_spec(spec: dict[str, Any], path: PathKey, *, partial: bool = False, rules: Rules = LATEST,
+             runtime_volumes: frozenset[str] | None = None) -> Findings:
     """ValidatePodSpec. `partial`: a Trainer runtime patch, merged into the runtime's template later, so the
-    fields the runtime may supply (containers' images, the volumes mounts refer to) are not required."""
+    fields the runtime may supply (containers' images, the volumes mounts refer to) are not required; with
+    `runtime_volumes` (a shipped runtime's pods' volumes) a mount must name one of those or the patch's."""
     if not spec.get("containers") and not partial:
         yield Finding((*path, "containers"), "Required value")
     yield from volumes.volumes(spec.get("volumes"), (*path, "volumes"), partial=partial, rules=rules)
-    yield from containers.containers(spec, path, volumes.volume_names(spec), partial=partial, rules=rules)
+    mountable = None if partial and runtime_volumes is None else volumes.volume_names(spec) | (runtime_volumes or set())
+    yield from containers.containers(spec, path, mountable, partial=partial, rules=rules)
     yield from containers.file_key_volumes(spec, path, volumes.empty_dir_names(spec), volumes.volume_names(spec),
                                            partial=partial)
     for key in ("initContainers", "containers", "ephemeralContainers"):
