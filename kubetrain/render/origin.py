@@ -17,7 +17,7 @@ def traced_problems(exc: RejectedRender, loaded: LoadedSpec) -> list[Problem]:
     string (the value at the rendered path, or the last key of that path), and a field of the file holds
     exactly that string (or has it as a key)."""
     data = loaded.job.model_dump(mode="json", by_alias=True)
-    problems = []
+    problems: list[Problem] = []
     for path, message, value in exc.rejected:
         quoted = [v for v in (value, path[-1] if path else None)
                   if isinstance(v, str) and v and (repr(v) in message or f'"{v}"' in message)]
