@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import integers, metadata, objects, podspec
+from kubetrain.validate.k8s import integers, metadata, objects, podspec, trainjob
 from kubetrain.validate.k8s.templates import pod_templates
 from kubetrain.validate.k8s.versions import LATEST, Rules
 
@@ -21,6 +21,8 @@ def k8s_findings(obj: dict[str, Any], text: str | None = None, rules: Rules = LA
     kind_rules = objects.BY_KIND.get(str(obj.get("kind")))
     if kind_rules is not None:
         findings += kind_rules(obj)
+    if obj.get("kind") == "TrainJob":
+        findings += trainjob.trainer_findings(obj, rules)
     for template in pod_templates(obj):
         for finding in podspec.pod_template(template.template, template.path, partial=template.partial,
                                                     rules=rules, runtime_volumes=template.runtime_volumes):
