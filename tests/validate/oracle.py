@@ -515,6 +515,8 @@ def cases(kind: str, count: int, seed: int) -> Iterator[Case]:
     names = [m.__name__ for m in OBJECT_MUTATIONS.get(kind, [])] + ["m_metadata"]
     if has_pods:
         names += [m.__name__ for _, m in ALL_POD] * 3 + ["m_template_meta"]
+    if kind == "TrainJob":  # its own fields (trainer, runtimeRef, patches' managers) as often as the pod's
+        names += [m.__name__ for m in OBJECT_MUTATIONS[kind]] * (len(ALL_POD) * 3)
     for _ in range(count):
         steps = [(pick(rng, names), rng.randrange(2**32)) for _ in range(1 if rng.random() < 0.7 else 2)]
         obj, description = build(kind, steps)

@@ -92,6 +92,7 @@ def test_the_torch_distributed_entry_matches_the_pinned_manifest(reference_dir: 
     ("resourcesPerNode", {"limits": {"nvidia.com/gpu": "0.5"}},
      'spec.trainer.resourcesPerNode.limits["nvidia.com/gpu"]'),
     ("image", " pytorch/pytorch:2.13.0", "spec.trainer.image"),
+    ("numNodes", 100_001, "spec.trainer.numNodes"),
 ])
 def test_the_trainer_fields_follow_the_container_rules(field: str, value: Any, path: str) -> None:
     """The Trainer copies them into the node container; benchmarks/bench_validate_oracle.py found the first
