@@ -102,8 +102,9 @@ def render_job(job: TrainingJob, options: RenderOptions | None = None, target: s
 
 def _refuse_what_kubernetes_rejects(obj: dict[str, Any]) -> None:
     """The last line of defence: Kubernetes' own object and pod rules (kubetrain/validate/k8s) on what was
-    rendered. The spec's checks should have caught everything with its field and line; this names the
-    rendered field instead, but never prints an object the cluster would refuse."""
+    rendered. The spec's checks should have caught everything with its field and line; what they missed is
+    raised with the refused values, which render_loaded traces back to the spec's field and line
+    (kubetrain/render/origin.py). Never prints an object the cluster would refuse."""
     errors = [f for f in k8s_findings(obj) if f.severity == "error"]
     if errors:
         raise RejectedRender(f"{obj['kind']}/{obj['metadata']['name']}",

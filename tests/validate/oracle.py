@@ -4,9 +4,10 @@ Each case is a valid base object (a Pod, Deployment, Job, ConfigMap, Secret, Ser
 TrainJob) with one or two mutations, each setting one field to a value from a dictionary of edge values
 (negative, zero, int32/int64 overflow, upper case, dots, slashes, 63/64/253/254 characters, empty, whitespace,
 two sources, dangling references, fractional extended resources). The offline verdict is kubetrain's; the
-server's is a `dryRun=All` create of the object and of each pod template wrapped in a Pod (what the operator,
-the Job controller or JobSet will create). tests/validate/test_oracle.py runs a fixed seed in CI,
-benchmarks/bench_validate_oracle.py runs many more.
+server's is a `dryRun=All` create (with `fieldValidation=Strict`, as kubectl applies) of the object and of
+each pod template wrapped in a Pod (what the operator, the Job controller or JobSet will create); for a
+TrainJob, of the Jobs and pods of the JobSet the real Trainer builds from it (trainer_errors).
+tests/validate/test_oracle.py runs a fixed seed in CI, benchmarks/bench_validate_oracle.py runs many more.
 """
 
 from __future__ import annotations

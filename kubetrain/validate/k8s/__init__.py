@@ -25,7 +25,7 @@ def k8s_findings(obj: dict[str, Any], text: str | None = None, rules: Rules = LA
         findings += trainjob.trainer_findings(obj, rules)
     for template in pod_templates(obj):
         for finding in podspec.pod_template(template.template, template.path, partial=template.partial,
-                                                    rules=rules, runtime_volumes=template.runtime_volumes):
+                                            rules=rules, runtime_volumes=template.runtime_volumes):
             if template.sets_restart_policy and finding.path == (*template.path, "spec", "restartPolicy"):
                 continue
             message = finding.message if template.stage is None else (
