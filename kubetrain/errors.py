@@ -61,6 +61,22 @@ class RenderError(KubetrainError):
     exit_code = 2
 
 
+class RejectedRender(RenderError):
+    """Kubernetes' rules refuse a rendered object. `rejected`: (rendered path, message, the rendered value at
+    that path) for each refusal, so that the caller holding the spec can name the spec field instead."""
+
+    def __init__(self, where: str, rejected: list[tuple[tuple[str | int, ...], str, object]]) -> None:
+        self.where = where
+        self.rejected = rejected
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        from kubetrain.yamlsrc import join_path
+
+        return "; ".join(f"the rendered {self.where} would be rejected: {join_path(path)}: {message}"
+                         for path, message, _ in self.rejected[:3])
+
+
 class OutputError(KubetrainError):
     """Writing the result failed (a full disk, a read-only target...)."""
 

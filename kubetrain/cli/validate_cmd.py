@@ -30,7 +30,7 @@ MANIFEST_SUFFIXES = {".yaml", ".yml", ".json"}
 @click.option("--strict", is_flag=True, help="Fail on warnings too.")
 @click.option("--ignore-missing-schemas", is_flag=True, help="Warn instead of fail for kinds without a schema.")
 @click.option("--kubernetes-version", default=DEFAULT_KUBERNETES_VERSION, show_default=True,
-              help="Version of the core schemas to check built-in kinds against.")
+              help="Kubernetes version (1.31 to 1.36) whose core schemas and pod rules apply.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--skip-non-kubernetes", is_flag=True,
               help="Pass over YAML without apiVersion and kind (CI workflows, Hydra or conda configs) and files "
@@ -70,6 +70,7 @@ def build_store(schemas: tuple[str, ...], from_cluster: bool, context: str | Non
                 kubeconfig: str | None = None) -> SchemaStore:
     """Schemas in precedence order: the cluster's CRDs, --schema, then the cache."""
     store = SchemaStore(kubernetes_version=kubernetes_version)
+    store.rules  # noqa: B018 - refuses an unsupported version before anything is read
     if from_cluster:
         from kubetrain.kube.connection import connect
         from kubetrain.kube.crds import training_crds

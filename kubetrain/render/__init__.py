@@ -15,7 +15,7 @@ import jinja2
 import yaml
 
 from kubetrain.cachedir import cache_dir
-from kubetrain.errors import Problem, RenderError, SpecError
+from kubetrain.errors import Problem, RejectedRender, RenderError, SpecError
 from kubetrain.jobspec import names
 from kubetrain.jobspec.checks import world_size_findings
 from kubetrain.jobspec.model import TrainingJob
@@ -24,7 +24,7 @@ from kubetrain.render.context import RenderOptions, code_configmap_name, labels,
 from kubetrain.render.launch import launcher_problem, launcher_warnings
 from kubetrain.render.yamlout import flow, quote
 from kubetrain.validate.k8s import k8s_findings
-from kubetrain.yamlsrc import MAX_OBJECT_BYTES, join_path, object_size_problem
+from kubetrain.yamlsrc import MAX_OBJECT_BYTES, object_size_problem
 
 __all__ = ["RenderOptions", "manifests_dir", "render_job", "render_warnings", "resolve_target"]
 
@@ -102,13 +102,22 @@ def render_job(job: TrainingJob, options: RenderOptions | None = None, target: s
 
 def _refuse_what_kubernetes_rejects(obj: dict[str, Any]) -> None:
     """The last line of defence: Kubernetes' own object and pod rules (kubetrain/validate/k8s) on what was
-    rendered. The spec's checks should have caught everything with its field and line; this names the
-    rendered field instead, but never prints an object the cluster would refuse."""
+    rendered. The spec's checks should have caught everything with its field and line; what they missed is
+    raised with the refused values, which render_loaded traces back to the spec's field and line
+    (kubetrain/render/origin.py). Never prints an object the cluster would refuse."""
     errors = [f for f in k8s_findings(obj) if f.severity == "error"]
     if errors:
-        where = f"{obj['kind']}/{obj['metadata']['name']}"
-        raise RenderError("; ".join(f"the rendered {where} would be rejected: {join_path(f.path)}: {f.message}"
-                                    for f in errors[:3]))
+        raise RejectedRender(f"{obj['kind']}/{obj['metadata']['name']}",
+                             [(f.path, f.message, value_at(obj, f.path)) for f in errors])
+
+
+def value_at(obj: Any, path: tuple[str | int, ...]) -> Any:
+    for part in path:
+        try:
+            obj = obj[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return obj
 
 
 def render_warnings(job: TrainingJob, options: RenderOptions | None = None) -> list[str]:

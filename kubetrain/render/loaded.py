@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.errors import Problem, SpecError
+from kubetrain.errors import Problem, RejectedRender, SpecError
 from kubetrain.jobspec.checks import spec_problems
 from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.render import RenderOptions, render_job
 from kubetrain.render.code import CodeBundle, collect_code
+from kubetrain.render.origin import traced_problems
 
 
 def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: str | None = None,
@@ -24,8 +25,14 @@ def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: s
     if code is None and loaded.job.spec.code:
         code_dir = (loaded.base_dir / loaded.job.spec.code.path).resolve()
         code = collect_code(code_dir, loaded.job.spec.code.exclude, include=loaded.job.spec.code.include)
-    return render_job(loaded.job, RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace),
-                      target=target)
+    try:
+        return render_job(loaded.job, RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace),
+                          target=target)
+    except RejectedRender as exc:
+        problems = traced_problems(exc, loaded)
+        if problems:
+            raise SpecError(problems) from None
+        raise
 
 
 def check_target(loaded: LoadedSpec, target: str) -> None:

@@ -135,7 +135,7 @@ def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStor
     findings += _metadata_findings(obj)
     findings += semantic_findings(obj)
     reported = {f.path for f in findings if f.severity == "error"}
-    findings += [f for f in k8s_findings(obj, text) if f.path not in reported]  # one message per field
+    findings += [f for f in k8s_findings(obj, text, store.rules) if f.path not in reported]  # one message per field
     issues = [issue(f) for f in findings]
     return sorted(issues, key=lambda i: (i.line or 0, i.path))
 

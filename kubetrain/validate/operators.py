@@ -15,9 +15,9 @@ from decimal import Decimal
 from typing import Any
 
 from kubetrain.jobspec import names
-from kubetrain.jobspec.names import TORCHRUN_RESERVED_ENV
 from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.validate.findings import Finding, get
+from kubetrain.validate.runtimes import UNKNOWN, runtime_of
 from kubetrain.yamlsrc import PathKey
 
 OPERATOR_PODS = "the operator's pod creation would fail"
@@ -28,9 +28,6 @@ CLEAN_POD_POLICIES = ("None", "Running", "All")
 RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2", "static")
 COMPUTE = ("cpu", "memory", "ephemeral-storage")
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
-# The replicated jobs and containers of the pinned Trainer v2.3.0 runtimes (manifests/base/runtimes/*.yaml
-# upstream), for checking runtimePatches offline.
-RUNTIME_SHAPES: dict[str, dict[str, frozenset[str]]] = {"torch-distributed": {"node": frozenset({"node"})}}
 # Trainer v2.3.0's JobSet plugin has these checks, but on the test control plane its webhook accepted such
 # patches (tests/validate/test_oracle.py): a later-stage rule, the patch does not do what it says.
 PATCH_STAGE = "the Trainer's JobSet plugin refuses or ignores the patch"
@@ -121,10 +118,11 @@ def trainjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
                                                  "training node"))
     env = trainer.get("env")
     names_set = {str(e.get("name")) for e in env if isinstance(e, dict)} if isinstance(env, list) else set()
-    reserved = sorted(names_set & set(TORCHRUN_RESERVED_ENV))
+    runtime = runtime_of(get(obj, "spec", "runtimeRef")) or UNKNOWN
+    reserved = sorted(names_set & set(runtime.reserved_env))
     if reserved:
-        yield Finding((*base, "env"), f"must not set torchrun's reserved variables {', '.join(reserved)} (the "
-                      "torch runtime sets them)")
+        yield Finding((*base, "env"), f"must not set the reserved variables {', '.join(reserved)} (the "
+                      f"{runtime.policy} runtime sets them)")
 
 
 def _runtime_ref(ref: Any) -> Iterator[Finding]:
@@ -146,7 +144,8 @@ def _runtime_patches(obj: dict[str, Any]) -> Iterator[Finding]:
     manager is a domain-prefixed path (apimachinery IsDomainPrefixedPath); for a runtime whose shape is known,
     a patch names only its replicated jobs and their containers, and sets no env on the node container."""
     patches = get(obj, "spec", "runtimePatches")
-    shape = RUNTIME_SHAPES.get(str(get(obj, "spec", "runtimeRef", "name")))
+    runtime = runtime_of(get(obj, "spec", "runtimeRef"))
+    shape = runtime.jobs if runtime else None
     for index, patch in enumerate(patches if isinstance(patches, list) else []):
         base: PathKey = ("spec", "runtimePatches", index)
         manager = patch.get("manager") if isinstance(patch, dict) else None

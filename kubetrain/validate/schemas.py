@@ -20,9 +20,10 @@ import yaml
 from kubetrain.cachedir import cache_dir
 from kubetrain.errors import SchemaError
 from kubetrain.validate.fastcheck import Check, compile_check
+from kubetrain.validate.k8s.versions import DEFAULT, Rules, rules_for
 from kubetrain.validate.openapi import structural_json_schema
 
-DEFAULT_KUBERNETES_VERSION = "1.36"
+DEFAULT_KUBERNETES_VERSION = DEFAULT
 MISSING_HINT = ("run `kubetrain schemas fetch` (pinned upstream CRDs), pass --schema FILE|URL, "
                 "or use --from-cluster")
 
@@ -54,6 +55,11 @@ class SchemaStore:
     _compiled: dict[tuple[str, str], Any] = field(default_factory=dict)
     _checks: dict[tuple[str, str], Check | None] = field(default_factory=dict)
     _structural: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def rules(self) -> Rules:
+        """The pod rules of `kubernetes_version` (a one-line SchemaError outside the versions kubetrain covers)."""
+        return rules_for(self.kubernetes_version)
 
     def add_crd(self, crd: dict[str, Any], source: str) -> None:
         for version in crd_versions(crd, source):

@@ -4,17 +4,20 @@ Each case is a valid base object (a Pod, Deployment, Job, ConfigMap, Secret, Ser
 TrainJob) with one or two mutations, each setting one field to a value from a dictionary of edge values
 (negative, zero, int32/int64 overflow, upper case, dots, slashes, 63/64/253/254 characters, empty, whitespace,
 two sources, dangling references, fractional extended resources). The offline verdict is kubetrain's; the
-server's is a `dryRun=All` create of the object and of each pod template wrapped in a Pod (what the operator,
-the Job controller or JobSet will create). tests/validate/test_oracle.py runs a fixed seed in CI,
-benchmarks/bench_validate_oracle.py runs many more.
+server's is a `dryRun=All` create (with `fieldValidation=Strict`, as kubectl applies) of the object and of
+each pod template wrapped in a Pod (what the operator, the Job controller or JobSet will create); for a
+TrainJob, of the Jobs and pods of the JobSet the real Trainer builds from it (trainer_errors).
+tests/validate/test_oracle.py runs a fixed seed in CI, benchmarks/bench_validate_oracle.py runs many more.
 """
 
 from __future__ import annotations
 
 import base64
 import copy
+import itertools
 import json
 import random
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -221,6 +224,62 @@ def m_topology(spec: Obj, rng: random.Random) -> str:
     return f"topologySpreadConstraint {json.dumps(constraint)[:120]}"
 
 
+def m_lifecycle(spec: Obj, rng: random.Random) -> str:
+    """A sleep hook (its bounds depend on terminationGracePeriodSeconds and the version)."""
+    hook = pick(rng, ["preStop", "postStart"])
+    _container(spec)["lifecycle"] = {hook: {"sleep": {"seconds": pick(rng, [*INTS, 30, 31])}}}
+    if rng.random() < 0.3:
+        spec["terminationGracePeriodSeconds"] = pick(rng, [0, 5, 60])
+    grace = spec.get("terminationGracePeriodSeconds")
+    return f"{hook} {json.dumps(_container(spec)['lifecycle'][hook])}, grace {grace}"
+
+
+def m_restart(spec: Obj, rng: random.Random) -> str:
+    """Container restart policies and rules (ContainerRestartRules, RestartAllContainersOnContainerExits)."""
+    container = _container(spec)
+    if rng.random() < 0.4:
+        container = {"name": "init", "image": "busybox:1.36", "command": ["true"]}
+        spec["initContainers"] = [container]
+    policy = maybe(rng, ["Always", "OnFailure", "Never", "always"])
+    if policy is not None:
+        container["restartPolicy"] = policy
+    if rng.random() < 0.6:
+        rule = _drop_none({"action": pick(rng, ["Restart", "RestartAllContainers", "Bogus"]),
+                           "exitCodes": maybe(rng, [{"operator": pick(rng, ["In", "NotIn", "Bogus"]),
+                                                     "values": pick(rng, [[1], [], list(range(256))])}])})
+        container["restartPolicyRules"] = [rule] * pick(rng, [1, 21])
+    fields = {k: container.get(k) for k in ("restartPolicy", "restartPolicyRules")}
+    return f"{container['name']} restart {json.dumps(fields)[:120]}"
+
+
+def m_new_sources(spec: Obj, rng: random.Random) -> str:
+    """Sources newer than some supported versions: an image volume, an env var from a file."""
+    if rng.random() < 0.5:
+        volume = {"name": "model", "image": _drop_none({"reference": maybe(rng, ["busybox:1.36", ""])})}
+        spec.setdefault("volumes", []).append(volume)
+        return f"volume {json.dumps(volume)}"
+    spec.setdefault("volumes", []).append({"name": "envs", "emptyDir": {}})
+    var = {"name": "A", "valueFrom": {"fileKeyRef": _drop_none({"path": maybe(rng, ["a.env", "/a.env"]),
+                                                                "volumeName": pick(rng, ["envs", "none"]),
+                                                                "key": pick(rng, STRINGS)})}}
+    _container(spec).setdefault("env", []).append(var)
+    return f"env {json.dumps(var)[:120]}"
+
+
+def m_dns(spec: Obj, rng: random.Random) -> str:
+    """dnsPolicy None and dnsConfig: nameservers, searches (RelaxedDNSSearchValidation), options."""
+    spec["dnsPolicy"] = pick(rng, ["None", "ClusterFirst"])
+    if rng.random() < 0.8:
+        spec["dnsConfig"] = _drop_none({
+            "nameservers": maybe(rng, [["1.1.1.1"], [], ["1.1.1.1"] * 4, ["010.0.0.1"], ["::1"], ["fe80::1%eth0"],
+                                       ["::ffff:1.2.3.4"],
+                                       ["1.2.3"], ["a"]]),
+            "searches": maybe(rng, [[pick(rng, STRINGS)], ["."], ["_srv.example.com"], ["a.example.com."],
+                                    ["a"] * 33, ["x" * 200] * 11]),
+            "options": maybe(rng, [[{"name": "ndots", "value": "2"}], [{"value": "2"}]])})
+    return f"dnsPolicy {spec['dnsPolicy']}, dnsConfig {json.dumps(spec.get('dnsConfig'))[:120]}"
+
+
 def m_template_meta(template: Obj, rng: random.Random) -> str:
     meta = template.setdefault("metadata", {})
     if rng.random() < 0.2:
@@ -233,12 +292,13 @@ def m_template_meta(template: Obj, rng: random.Random) -> str:
 
 
 POD_MUTATIONS: dict[str, list[Callable[[Obj, random.Random], str]]] = {
-    "containers": [m_container_name, m_image, m_env, m_env_from, m_probe, m_port],
+    "containers": [m_container_name, m_image, m_env, m_env_from, m_probe, m_port, m_lifecycle, m_restart],
+    "versioned": [m_new_sources],
     "volumes": [m_volume, m_dangling_mount],
     "scheduling": [m_toleration, m_node_selector, m_node_affinity, m_pod_affinity, m_topology],
     "resources": [m_resources],
     "security": [m_security],
-    "podspec": [m_pod_field],
+    "podspec": [m_pod_field, m_dns],
 }
 
 
@@ -424,6 +484,17 @@ _BY_NAME: dict[str, tuple[str, Callable[..., str]]] = {
     **{m.__name__: ("objects", m) for ms in OBJECT_MUTATIONS.values() for m in ms}}
 
 
+def _pod_target(obj: Obj) -> Obj:
+    """The pod template a pod mutation changes: a TrainJob's is a runtime patch of the `node` job (the
+    Trainer merges it into the runtime's template: trainer_errors judges the result)."""
+    if obj["kind"] != "TrainJob":
+        return next(t for t in pod_templates(obj) if not t.partial).template  # type: ignore[no-any-return]
+    template: Obj = {"spec": {"containers": [{"name": "node"}]}}
+    obj["spec"].setdefault("runtimePatches", []).append({"manager": "kubetrain.dev/oracle", "trainingRuntimeSpec": {
+        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": template}}}]}}}})
+    return template
+
+
 def build(kind: str, steps: list[tuple[str, int]]) -> tuple[Obj, list[str]]:
     obj = bases()[kind]
     descriptions = []
@@ -431,7 +502,7 @@ def build(kind: str, steps: list[tuple[str, int]]) -> tuple[Obj, list[str]]:
         rng = random.Random(seed)
         _, mutation = _BY_NAME[name]
         if name in {m.__name__ for _, m in ALL_POD} or name == "m_template_meta":
-            template = next(t for t in pod_templates(obj) if not t.partial).template
+            template = _pod_target(obj)
             target = template if name == "m_template_meta" else template["spec"]
             descriptions.append(mutation(target, rng))
         else:
@@ -441,10 +512,12 @@ def build(kind: str, steps: list[tuple[str, int]]) -> tuple[Obj, list[str]]:
 
 def cases(kind: str, count: int, seed: int) -> Iterator[Case]:
     rng = random.Random(f"{seed}-{kind}")
-    has_pods = kind not in ("ConfigMap", "Secret", "Service", "PersistentVolumeClaim", "TrainJob")
+    has_pods = kind not in ("ConfigMap", "Secret", "Service", "PersistentVolumeClaim")
     names = [m.__name__ for m in OBJECT_MUTATIONS.get(kind, [])] + ["m_metadata"]
     if has_pods:
         names += [m.__name__ for _, m in ALL_POD] * 3 + ["m_template_meta"]
+    if kind == "TrainJob":  # its own fields (trainer, runtimeRef, patches' managers) as often as the pod's
+        names += [m.__name__ for m in OBJECT_MUTATIONS[kind]] * (len(ALL_POD) * 3)
     for _ in range(count):
         steps = [(pick(rng, names), rng.randrange(2**32)) for _ in range(1 if rng.random() < 0.7 else 2)]
         obj, description = build(kind, steps)
@@ -471,7 +544,65 @@ def server_errors(client: Any, obj: Obj, namespace: str) -> list[str]:
         if template.partial or (template.stage is None and obj["kind"] == "Pod"):
             continue
         requests.append(as_pod(obj, template.template))
-    return [message for message in (_dry_run(client, body, namespace) for body in requests) if message]
+    found = [message for message in (_dry_run(client, body, namespace) for body in requests) if message]
+    if obj["kind"] == "TrainJob" and not found:
+        found = trainer_errors(client, obj, namespace, next(SERIAL))
+    return found
+
+
+# kubectl apply's default (--validate=strict): an unknown field is refused, not pruned
+DRY_RUN = {"dryRun": "All", "fieldValidation": "Strict"}
+JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{name}"
+TRAINJOBS = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs"
+TRAINER_WAIT = 20.0
+SERIAL = itertools.count()
+
+
+def trainer_errors(client: Any, obj: Obj, namespace: str, serial: int) -> list[str]:
+    """What the real Trainer makes of a TrainJob the API server accepts: the TrainJob is created (suspended,
+    so nothing runs), the Trainer merges its runtime, resourcesPerNode, env and runtimePatches into a JobSet,
+    and each of the JobSet's Jobs and pod templates is created with `dryRun=All` (what JobSet and the Job
+    controller will create). A JobSet that never appears is the Trainer's refusal, with its condition."""
+    body = copy.deepcopy(obj)
+    # unique per case (cases run in parallel), of the same length: the JobSet's pod hostnames grow with it
+    name = str(body["metadata"]["name"])
+    tag = f"o{serial:x}"
+    body["metadata"].update(namespace=namespace, name=(name[:max(len(name) - len(tag), 0)] + tag)
+                            if len(name) > len(tag) else tag)
+    body["spec"]["suspend"] = True
+    rest = rest_for(client)
+    created = f"{TRAINJOBS.format(namespace=namespace)}/{body['metadata']['name']}"
+    rest.json("POST", TRAINJOBS.format(namespace=namespace), {"fieldValidation": "Strict"}, body)
+    try:
+        jobset = _wait_for_jobset(rest, namespace, body["metadata"]["name"], created)
+        if isinstance(jobset, str):
+            return [jobset]
+        messages = []
+        for replicated in jobset["spec"].get("replicatedJobs", []):
+            job_spec = replicated["template"]["spec"]
+            job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{replicated['name']}-dryrun"},
+                   "spec": {**job_spec, "suspend": True}}
+            messages += [_dry_run(client, job, namespace), _dry_run(client, as_pod(job, job_spec["template"]),
+                                                                    namespace)]
+        return [m for m in messages if m]
+    finally:
+        rest.json("DELETE", created, {"propagationPolicy": "Background"})
+
+
+def _wait_for_jobset(rest: Any, namespace: str, name: str, trainjob: str) -> Obj | str:
+    deadline = time.monotonic() + TRAINER_WAIT
+    while time.monotonic() < deadline:
+        try:
+            return rest.json("GET", JOBSETS.format(namespace=namespace, name=name))  # type: ignore[no-any-return]
+        except Exception as exc:
+            if not is_api_error(exc) or getattr(exc, "status", None) != 404:
+                raise
+        conditions = rest.json("GET", trainjob).get("status", {}).get("conditions", [])
+        failed = [c for c in conditions if c.get("type") == "Failed" and c.get("status") == "True"]
+        if failed:
+            return f"Trainer: {failed[0].get('message', '')[:400]}"
+        time.sleep(0.2)
+    return f"Trainer: no JobSet for TrainJob {name} after {TRAINER_WAIT:.0f} s"
 
 
 def _dry_run(client: Any, body: Obj, namespace: str) -> str:
@@ -480,8 +611,7 @@ def _dry_run(client: Any, body: Obj, namespace: str) -> str:
     version = body["apiVersion"]
     base = "/api/v1" if version == "v1" else f"/apis/{version}"
     try:
-        rest_for(client).json("POST", f"{base}/namespaces/{namespace}/{PLURALS[body['kind']]}", {"dryRun": "All"},
-                             body)
+        rest_for(client).json("POST", f"{base}/namespaces/{namespace}/{PLURALS[body['kind']]}", DRY_RUN, body)
     except Exception as exc:
         if not is_api_error(exc) or getattr(exc, "status", None) not in (400, 403, 413, 422):
             raise  # 403: a webhook's denial; 413: a body over the limit

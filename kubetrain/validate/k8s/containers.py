@@ -9,6 +9,8 @@ from typing import Any
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import names
 from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named, one_of, range_check
+from kubetrain.validate.k8s.restart import container_restart
+from kubetrain.validate.k8s.versions import LATEST, Rules
 from kubetrain.yamlsrc import PathKey
 
 PULL_POLICIES = ("Always", "Never", "IfNotPresent")
@@ -22,23 +24,28 @@ DOWNWARD_FIELDS = frozenset({"metadata.name", "metadata.namespace", "metadata.ui
                              "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP",
                              "status.podIPs"})
 PROPAGATION = ("None", "HostToContainer", "Bidirectional")
+DEFAULT_GRACE_SECONDS = 30  # SetDefaults_PodSpec: terminationGracePeriodSeconds
 
 
-def containers(pod_spec: dict[str, Any], path: PathKey, volumes: set[str], *, partial: bool) -> Findings:
+def containers(pod_spec: dict[str, Any], path: PathKey, volumes: set[str] | None, *, partial: bool,
+               rules: Rules = LATEST) -> Findings:
     """Every container list of a pod spec: unique names across them, and each container's own rules.
     `partial` (a runtime patch merged into a runtime's template): the required fields may come from the runtime."""
     seen: set[str] = set()
+    grace = pod_spec.get("terminationGracePeriodSeconds")
+    grace = grace if is_int(grace) else DEFAULT_GRACE_SECONDS
     for key in ("initContainers", "containers", "ephemeralContainers"):
         for container, where in named(pod_spec.get(key), (*path, key)):
             name = container.get("name")
             if isinstance(name, str) and name in seen:
                 yield Finding((*where, "name"), f"Duplicate value: {name!r}")
             seen.add(name) if isinstance(name, str) else None
-            yield from container_rules(container, where, volumes, init=key == "initContainers", partial=partial)
+            yield from container_rules(container, where, volumes, init=key == "initContainers", partial=partial,
+                                       rules=rules, grace=grace)
 
 
-def container_rules(container: dict[str, Any], path: PathKey, volumes: set[str], *, init: bool = False,
-                    partial: bool = False) -> Findings:
+def container_rules(container: dict[str, Any], path: PathKey, volumes: set[str] | None, *, init: bool = False,
+                    partial: bool = False, rules: Rules = LATEST, grace: int = DEFAULT_GRACE_SECONDS) -> Findings:
     name = container.get("name")
     if not name:
         yield Finding((*path, "name"), "Required value")
@@ -52,9 +59,9 @@ def container_rules(container: dict[str, Any], path: PathKey, volumes: set[str],
     yield from enum(container, "imagePullPolicy", path, PULL_POLICIES)
     yield from enum(container, "terminationMessagePolicy", path, TERMINATION_MESSAGE_POLICIES)
     yield from ports(container.get("ports"), (*path, "ports"))
-    yield from env(container.get("env"), (*path, "env"))
-    yield from env_from(container.get("envFrom"), (*path, "envFrom"))
-    yield from volume_mounts(container.get("volumeMounts"), (*path, "volumeMounts"), volumes, partial=partial)
+    yield from env(container.get("env"), (*path, "env"), rules)
+    yield from env_from(container.get("envFrom"), (*path, "envFrom"), rules)
+    yield from volume_mounts(container.get("volumeMounts"), (*path, "volumeMounts"), volumes)
     sidecar = init and container.get("restartPolicy") == "Always"
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         if isinstance(container.get(probe), dict):
@@ -65,9 +72,18 @@ def container_rules(container: dict[str, Any], path: PathKey, volumes: set[str],
         handler = mapping(container.get("lifecycle")).get(hook)
         if isinstance(handler, dict):
             yield from handler_rules(handler, (*path, "lifecycle", hook), LIFECYCLE_HANDLERS)
-    # validateContainerRestartPolicy: ContainerRestartRules (beta, on by default since 1.35) allows a
-    # restartPolicy on every container
-    yield from enum(container, "restartPolicy", path, ("Always", "OnFailure", "Never"))
+            yield from sleep_rules(handler.get("sleep"), (*path, "lifecycle", hook, "sleep"), grace, rules)
+    yield from container_restart(container, path, rules, init=init)
+
+
+def sleep_rules(sleep: Any, path: PathKey, grace: int, rules: Rules) -> Findings:
+    """validateSleepAction: 0 < seconds <= terminationGracePeriodSeconds; 0 too from 1.33."""
+    seconds = mapping(sleep).get("seconds")
+    low = 0 if rules.sleep_zero else 1
+    if is_int(seconds) and not low <= seconds <= grace:
+        bound = "non-negative" if rules.sleep_zero else f"greater than 0 ({rules.name}; 0 needs 1.33)"
+        yield Finding((*path, "seconds"), f"{seconds}: must be {bound} and not more than "
+                      f"terminationGracePeriodSeconds ({grace})")
 
 
 def ports(value: Any, path: PathKey) -> Findings:
@@ -89,11 +105,11 @@ def ports(value: Any, path: PathKey) -> Findings:
         yield from enum(port, "protocol", where, PROTOCOLS)
 
 
-def env(value: Any, path: PathKey) -> Findings:
+def env(value: Any, path: PathKey, rules: Rules = LATEST) -> Findings:
     """validateEnv and validateEnvVarValueFrom."""
     for var, where in named(value, path):
         name = var.get("name")
-        yield from check((*where, "name"), names.env_var_name(name) if isinstance(name, str) else
+        yield from check((*where, "name"), _env_name(name, rules) if isinstance(name, str) else
                          "Required value" if name is None else None)
         source = var.get("valueFrom")
         if source is None:
@@ -101,7 +117,12 @@ def env(value: Any, path: PathKey) -> Findings:
         if var.get("value"):
             yield Finding((*where, "valueFrom"), "may not be specified when `value` is not empty")
         if isinstance(source, dict):
+            if source.get("fileKeyRef") is not None and not rules.env_files:
+                yield Finding((*where, "valueFrom", "fileKeyRef"), f"not supported by {rules.name}: EnvFiles is "
+                              "off by default there (beta, on, in 1.35), so the env var is left without a source")
             yield from one_of(source, (*where, "valueFrom"), VALUE_FROM, "source")
+            if isinstance(source.get("fileKeyRef"), dict):
+                yield from file_key_selector(source["fileKeyRef"], (*where, "valueFrom", "fileKeyRef"))
             field_path = mapping(source.get("fieldRef")).get("fieldPath")
             if isinstance(source.get("fieldRef"), dict) and not _downward_field(field_path):
                 yield Finding((*where, "valueFrom", "fieldRef", "fieldPath"), f"Unsupported value {field_path!r}: "
@@ -132,12 +153,54 @@ def key_selector(selector: dict[str, Any], path: PathKey) -> Findings:
         yield from check((*path, "key"), names.configmap_key(key))
 
 
-def env_from(value: Any, path: PathKey) -> Findings:
+def file_key_selector(selector: dict[str, Any], path: PathKey) -> Findings:
+    """validateFileKeySelector."""
+    key, volume, file = selector.get("key"), selector.get("volumeName"), selector.get("path")
+    for field, value in (("key", key), ("volumeName", volume), ("path", file)):
+        if not value:
+            yield Finding((*path, field), "Required value")
+    if isinstance(key, str) and key:
+        yield from check((*path, "key"), names.env_var_name(key))
+    if isinstance(volume, str) and volume:
+        yield from check((*path, "volumeName"), names.dns1123_label(volume))
+    if isinstance(file, str) and ".." in file.replace("\\", "/").split("/"):
+        yield Finding((*path, "path"), f"{file!r}: must not contain '..'")
+
+
+def file_key_volumes(pod_spec: dict[str, Any], path: PathKey, empty_dirs: set[str], volumes: set[str], *,
+                     partial: bool) -> Findings:
+    """validateFileKeyRefVolumes: a fileKeyRef names an emptyDir volume of the pod (of a runtime patch: maybe
+    one of the runtime's)."""
+    if partial:
+        return
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        for container, where in named(pod_spec.get(key), (*path, key)):
+            for var, at in named(container.get("env"), (*where, "env")):
+                ref = mapping(mapping(var.get("valueFrom")).get("fileKeyRef"))
+                name = ref.get("volumeName")
+                if not isinstance(name, str) or not name:
+                    continue
+                if name not in volumes:
+                    yield Finding((*at, "valueFrom", "fileKeyRef", "volumeName"), f"Not found: {name!r}")
+                elif name not in empty_dirs:
+                    yield Finding((*at, "valueFrom", "fileKeyRef", "volumeName"),
+                                  f"{name!r}: referenced volume must be of type emptyDir")
+
+
+def _env_name(name: str, rules: Rules) -> str | None:
+    """IsRelaxedEnvVarName from 1.32 (RelaxedEnvironmentVariableValidation), IsEnvVarName before."""
+    if rules.relaxed_env_names:
+        return names.env_var_name(name)
+    problem = names.strict_env_var_name(name)
+    return f"{problem} ({rules.name}; other printable ASCII needs 1.32)" if problem else None
+
+
+def env_from(value: Any, path: PathKey, rules: Rules = LATEST) -> Findings:
     """validateEnvFrom."""
     for source, where in named(value, path):
         prefix = source.get("prefix")
         if isinstance(prefix, str) and prefix:
-            yield from check((*where, "prefix"), names.env_var_name(prefix))
+            yield from check((*where, "prefix"), _env_name(prefix, rules))
         yield from one_of(source, where, ENV_FROM, "source")
         for key in ENV_FROM:
             if not isinstance(source.get(key), dict):
@@ -153,14 +216,15 @@ def env_from(value: Any, path: PathKey) -> Findings:
                     yield from check((*where, key, "name"), names.dns1123_subdomain(name))
 
 
-def volume_mounts(value: Any, path: PathKey, volumes: set[str], *, partial: bool) -> Findings:
-    """validateVolumeMounts: each names a volume of the pod, at a unique absolute-or-relative mountPath."""
+def volume_mounts(value: Any, path: PathKey, volumes: set[str] | None) -> Findings:
+    """validateVolumeMounts: each names a volume of the pod (`volumes`; None: not known, as in a patch of a
+    runtime whose volumes are not), at a unique absolute-or-relative mountPath."""
     paths: set[str] = set()
     for mount, where in named(value, path):
         name, mount_path = mount.get("name"), mount.get("mountPath")
         if not name:
             yield Finding((*where, "name"), "Required value")
-        elif name not in volumes and not partial:
+        elif volumes is not None and name not in volumes:
             yield Finding((*where, "name"), f"Not found: {name!r} (no volume of the pod has this name)")
         if not mount_path:
             yield Finding((*where, "mountPath"), "Required value")

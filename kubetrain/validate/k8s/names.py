@@ -14,6 +14,7 @@ CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 PORT_NAME = re.compile(r"^[-a-z0-9]+$")
 HAS_LETTER = re.compile(r"[a-z]")
 RELAXED_ENV_NAME = re.compile(r"^[\x20-\x3c\x3e-\x7e]+$")  # printable ASCII but '='
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 CACHE = 4096  # the same names recur in every job of a large run
 INT32_MAX = 2**31 - 1
 
@@ -56,6 +57,20 @@ def env_var_name(value: str) -> str | None:
     if not RELAXED_ENV_NAME.fullmatch(value):
         return (f"{value!r}: a valid environment variable name must consist only of printable ASCII characters "
                 "other than '='")
+    return None
+
+
+@lru_cache(CACHE)
+def strict_env_var_name(value: str) -> str | None:
+    """IsEnvVarName (before RelaxedEnvironmentVariableValidation): letters, digits, '_', '-', '.', no leading
+    digit, and not '.', '..' or '..'-prefixed (hasChDirPrefix)."""
+    if not ENV_NAME.fullmatch(value):
+        return (f"{value!r}: a valid environment variable name must consist of alphabetic characters, digits, "
+                "'_', '-', or '.', and must not start with a digit")
+    if value.startswith(".."):
+        return f"{value!r}: must not start with '..'"
+    if value == ".":
+        return f"{value!r}: must not be '.'"
     return None
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import containers, metadata, names, resources, scheduling, security, volumes
+from kubetrain.validate.k8s import containers, dns, metadata, names, resources, scheduling, security, volumes
 from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named
+from kubetrain.validate.k8s.versions import LATEST, Rules
 from kubetrain.yamlsrc import PathKey
 
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
@@ -16,24 +17,30 @@ SUBDOMAIN_NAMES = ("serviceAccountName", "nodeName", "priorityClassName", "runti
 LABEL_NAMES = ("hostname", "subdomain")
 
 
-def pod_template(template: Any, path: PathKey, *, partial: bool = False) -> Findings:
+def pod_template(template: Any, path: PathKey, *, partial: bool = False, rules: Rules = LATEST,
+                 runtime_volumes: frozenset[str] | None = None) -> Findings:
     """A PodTemplateSpec: its metadata's labels and annotations, and its spec."""
     template = mapping(template)
     yield from metadata.labels_and_annotations(template.get("metadata"), (*path, "metadata"))
     spec = template.get("spec")
     if isinstance(spec, dict):
-        yield from pod_spec(spec, (*path, "spec"), partial=partial)
+        yield from pod_spec(spec, (*path, "spec"), partial=partial, rules=rules, runtime_volumes=runtime_volumes)
     elif not partial:
         yield Finding((*path, "spec"), "Required value")
 
 
-def pod_spec(spec: dict[str, Any], path: PathKey, *, partial: bool = False) -> Findings:
+def pod_spec(spec: dict[str, Any], path: PathKey, *, partial: bool = False, rules: Rules = LATEST,
+             runtime_volumes: frozenset[str] | None = None) -> Findings:
     """ValidatePodSpec. `partial`: a Trainer runtime patch, merged into the runtime's template later, so the
-    fields the runtime may supply (containers' images, the volumes mounts refer to) are not required."""
+    fields the runtime may supply (containers' images, the volumes mounts refer to) are not required; with
+    `runtime_volumes` (a shipped runtime's pods' volumes) a mount must name one of those or the patch's."""
     if not spec.get("containers") and not partial:
         yield Finding((*path, "containers"), "Required value")
-    yield from volumes.volumes(spec.get("volumes"), (*path, "volumes"), partial=partial)
-    yield from containers.containers(spec, path, volumes.volume_names(spec), partial=partial)
+    yield from volumes.volumes(spec.get("volumes"), (*path, "volumes"), partial=partial, rules=rules)
+    mountable = None if partial and runtime_volumes is None else volumes.volume_names(spec) | (runtime_volumes or set())
+    yield from containers.containers(spec, path, mountable, partial=partial, rules=rules)
+    yield from containers.file_key_volumes(spec, path, volumes.empty_dir_names(spec), volumes.volume_names(spec),
+                                           partial=partial)
     for key in ("initContainers", "containers", "ephemeralContainers"):
         for container, where in named(spec.get(key), (*path, key)):
             yield from resources.container_resources(container.get("resources"), (*where, "resources"))
@@ -42,6 +49,7 @@ def pod_spec(spec: dict[str, Any], path: PathKey, *, partial: bool = False) -> F
                 yield from _host_network_ports(container, where)
     yield from enum(spec, "restartPolicy", path, RESTART_POLICIES)
     yield from enum(spec, "dnsPolicy", path, DNS_POLICIES)
+    yield from dns.dns_config(spec, path, rules)
     deadline = spec.get("activeDeadlineSeconds")
     if is_int(deadline) and not 1 <= deadline <= names.INT32_MAX:
         yield Finding((*path, "activeDeadlineSeconds"), f"{deadline}: must be between 1 and 2147483647, inclusive")

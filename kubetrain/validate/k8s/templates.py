@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.validate.k8s.base import mapping, named
+from kubetrain.validate.runtimes import runtime_of
 from kubetrain.yamlsrc import PathKey
 
 WORKLOADS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "ReplicationController", "PodTemplate")
@@ -19,6 +20,7 @@ class Template:
     stage: str | None  # None: the API server checks it with the object itself
     partial: bool = False  # a Trainer runtime patch, merged into the runtime's template
     sets_restart_policy: bool = False  # the operator replaces the template's restartPolicy
+    runtime_volumes: frozenset[str] | None = None  # of a patch: the volumes the runtime's pods have, if known
 
 
 def pod_templates(obj: dict[str, Any]) -> Iterator[Template]:
@@ -41,14 +43,17 @@ def pod_templates(obj: dict[str, Any]) -> Iterator[Template]:
         yield from _replicated_jobs(mapping(mapping(spec.get("template")).get("spec")), ("spec", "template", "spec"),
                                     "every TrainJob using this runtime would fail to start")
     elif kind == "TrainJob":
+        runtime = runtime_of(spec.get("runtimeRef"))
         for patch, where in named(spec.get("runtimePatches"), ("spec", "runtimePatches")):
             base = (*where, "trainingRuntimeSpec", "template", "spec")
             jobs = mapping(mapping(mapping(patch.get("trainingRuntimeSpec")).get("template")).get("spec"))
             yield from _replicated_jobs(jobs, base, "the Trainer's JobSet would fail to create its pods",
-                                        partial=True)
+                                        partial=True, runtime_volumes=runtime.volumes if runtime else None)
 
 
-def _replicated_jobs(spec: dict[str, Any], path: PathKey, stage: str, *, partial: bool = False) -> Iterator[Template]:
+def _replicated_jobs(spec: dict[str, Any], path: PathKey, stage: str, *, partial: bool = False,
+                     runtime_volumes: frozenset[str] | None = None) -> Iterator[Template]:
     for job, where in named(spec.get("replicatedJobs"), (*path, "replicatedJobs")):
         yield Template((*where, "template", "spec", "template"),
-                       mapping(mapping(job.get("template")).get("spec")).get("template"), stage, partial)
+                       mapping(mapping(job.get("template")).get("spec")).get("template"), stage, partial,
+                       runtime_volumes=runtime_volumes)

@@ -9,8 +9,9 @@ from typing import Any
 from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import names
-from kubetrain.validate.k8s.base import Findings, check, is_int, mapping, named
+from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named
 from kubetrain.validate.k8s.containers import non_reserved_path_problem
+from kubetrain.validate.k8s.versions import LATEST, Rules
 from kubetrain.yamlsrc import PathKey
 
 SOURCES = ("hostPath", "emptyDir", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "secret", "nfs",
@@ -27,7 +28,13 @@ def volume_names(pod_spec: dict[str, Any]) -> set[str]:
     return {str(v.get("name")) for v, _ in named(pod_spec.get("volumes"), ())}
 
 
-def volumes(value: Any, path: PathKey, *, partial: bool = False) -> Findings:
+def empty_dir_names(pod_spec: dict[str, Any]) -> set[str]:
+    """Volumes that are emptyDirs, counting those without a source (SetDefaults_Volume makes them one)."""
+    return {str(v.get("name")) for v, _ in named(pod_spec.get("volumes"), ())
+            if v.get("emptyDir") is not None or not any(v.get(s) is not None for s in SOURCES)}
+
+
+def volumes(value: Any, path: PathKey, *, partial: bool = False, rules: Rules = LATEST) -> Findings:
     seen: set[str] = set()
     for volume, where in named(value, path):
         name = volume.get("name")
@@ -39,6 +46,10 @@ def volumes(value: Any, path: PathKey, *, partial: bool = False) -> Findings:
                 yield Finding((*where, "name"), f"Duplicate value: {name!r}")
             seen.add(name)
         yield from volume_source(volume, where, partial=partial)
+        if volume.get("image") is not None and not rules.image_volumes:
+            # dropImageVolumes runs after defaulting, so no emptyDir takes the dropped source's place
+            yield Finding((*where, "image"), f"not supported by {rules.name}: ImageVolume is off by default there "
+                          "(on in 1.35), so the volume is left without a source (must specify a volume type)")
 
 
 def volume_source(volume: dict[str, Any], path: PathKey, *, partial: bool) -> Findings:
@@ -55,6 +66,11 @@ def volume_source(volume: dict[str, Any], path: PathKey, *, partial: bool) -> Fi
         kind = source.get("type")
         if kind is not None and kind not in HOST_PATH_TYPES:
             yield Finding((*path, "hostPath", "type"), f"Unsupported value {kind!r}")
+    if isinstance(volume.get("image"), dict):
+        # validateImageVolumeSource: the reference is required of a Pod (so of every pod a template makes)
+        if not volume["image"].get("reference"):
+            yield Finding((*path, "image", "reference"), "Required value")
+        yield from enum(volume["image"], "pullPolicy", (*path, "image"), ("Always", "Never", "IfNotPresent"))
     yield from _empty_dir(volume.get("emptyDir"), (*path, "emptyDir"))
     yield from _projection(volume.get("secret"), (*path, "secret"), "secretName")
     yield from _projection(volume.get("configMap"), (*path, "configMap"), "name")
