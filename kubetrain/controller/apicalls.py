@@ -104,6 +104,13 @@ def delete_custom(api: ApiClient, group: str, version: str, plural: str, namespa
                              body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
 
 
+def delete_pod(api: ApiClient, namespace: str, name: str, grace_seconds: int) -> None:
+    """Delete a pod (its controller creates it again); already gone is fine."""
+    with contextlib.suppress(NotFound):
+        rest_of(api).request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                             body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": grace_seconds})
+
+
 def read_configmap(api: ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
     """The ConfigMap as a dict, None if it does not exist."""
     try:

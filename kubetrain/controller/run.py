@@ -10,7 +10,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kubetrain.controller import health, progress
 from kubetrain.controller.apicalls import ApiClient
@@ -35,8 +37,9 @@ def identity() -> str:
 
 
 def run(api: ApiClient, settings: Settings, election: Election, probe_port: int,
-        probe_address: str = "127.0.0.1") -> int:
-    """Until SIGTERM/SIGINT (exit 0) or a lost Lease (exit 1, so the Deployment restarts us)."""
+        probe_address: str = "127.0.0.1", exec_api: Callable[[], Any] | None = None) -> int:
+    """Until SIGTERM/SIGINT (exit 0) or a lost Lease (exit 1, so the Deployment restarts us). `exec_api`:
+    the kubernetes package's client for pods/exec (the hang watch); None: no hang watch."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop, lost = threading.Event(), threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -56,7 +59,7 @@ def run(api: ApiClient, settings: Settings, election: Election, probe_port: int,
             stop.set()
 
         threading.Thread(target=elector.hold, args=(stop, on_lost), name="lease", daemon=True).start()
-    controller = Controller(api, settings, stop)
+    controller = Controller(api, settings, stop, exec_api)
     state["controller"] = controller
     controller.start()
     interval = settings.progress_interval
@@ -85,7 +88,9 @@ def _metrics(state: dict[str, Controller], started: float) -> dict[str, float]:
                    events_sent_total=controller.events.sent, events_dropped_total=controller.events.dropped,
                    events_pending=controller.events.pending(),
                    render_cache_hits_total=controller.desired.hits,
-                   render_cache_misses_total=controller.desired.misses)
+                   render_cache_misses_total=controller.desired.misses,
+                   hang_rounds_total=controller.hangs.rounds, hang_execs_total=controller.hangs.execs,
+                   hang_seconds_total=round(controller.hangs.seconds, 3))
         for verb, count in sorted(controller.counter.counts.items()):
             out[f'api_requests{{verb="{verb}"}}'] = count
             out[f'api_request_seconds{{verb="{verb}"}}'] = round(controller.counter.seconds[verb], 3)

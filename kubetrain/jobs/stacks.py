@@ -129,8 +129,10 @@ def _views(pod: PodAnswer) -> list[RankView]:
     return views
 
 
-def combine(name: str, pods: list[PodAnswer], asked: bool = True) -> JobStacks:
-    """One JobStacks from every pod's answer (pure: the tests feed it real probe output)."""
+def combine(name: str, pods: list[PodAnswer], asked: bool = True, thresholds: Thresholds | None = None
+            ) -> JobStacks:
+    """One JobStacks from every pod's answer (pure: the tests feed it real probe output). `thresholds`:
+    the spec's (the controller knows it); else the pods' $KUBETRAIN_HANG."""
     answered = [p for p in pods if p.answer is not None]
     ranks: list[RankView] = []
     dumps: dict[int, str] = {}
@@ -145,7 +147,7 @@ def combine(name: str, pods: list[PodAnswer], asked: bool = True) -> JobStacks:
         flights |= {int(k): v for k, v in (pod.answer.get("flight") or {}).items()}
         world = max([world, *(int(r.get("world_size", 0)) for r in pod.answer.get("records") or [])])
     now = max((float(p.answer["now"]) for p in answered if p.answer is not None), default=None)
-    thresholds = Thresholds.from_json(next((p.answer.get("hang") for p in answered if p.answer), None))
+    thresholds = thresholds or Thresholds.from_json(next((p.answer.get("hang") for p in answered if p.answer), None))
     assessment = assess(ranks, world or len(ranks), thresholds, now)
     live = [r for r in ranks if r.phase != "done"]
     stacks = collect(live, dumps, states)
@@ -159,8 +161,13 @@ def job_stacks(api: client.ApiClient, target: Target, namespace: str, name: str,
     """Ask every selected pod of the job in parallel and combine the answers (asked=False with
     exec_records: the records only, nothing signalled)."""
     replicas = select(job_replicas(api, target, namespace, name), replica)
+    return combine(name, ask_pods(api, namespace, name, replicas, run), asked)
+
+
+def ask_pods(api: client.ApiClient, namespace: str, name: str, replicas: list[Replica], run: Exec = exec_probe
+             ) -> list[PodAnswer]:
+    """Every replica's answer, asked in parallel (at most PARALLEL_EXECS execs at once)."""
     core = client.CoreV1Api(api)
     with cluster_errors(f"exec the stacks probe in the pods of {name} in namespace {namespace}"), \
             ThreadPoolExecutor(min(PARALLEL_EXECS, max(1, len(replicas)))) as pool:
-        pods = list(pool.map(lambda r: ask_pod(core, namespace, r, run), replicas))
-    return combine(name, pods, asked)
+        return list(pool.map(lambda r: ask_pod(core, namespace, r, run), replicas))
