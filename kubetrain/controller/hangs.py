@@ -108,6 +108,7 @@ class HangWatch:
     enqueue: Callable[[Key], None]
     conditions: dict[Key, list[dict[str, Any]]] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)  # uid → restarts done (the cache may lag behind)
+    refused: dict[str, int] = field(default_factory=dict)  # uid → restarts done when the budget was found spent
     rounds: int = 0
     execs: int = 0
     seconds: float = 0.0
@@ -158,17 +159,17 @@ class HangWatch:
         if _plain(latest) != _plain(before):
             self.enqueue(key)
         if verdict.hung and job.spec.hang.policy == "restart" and len(running) == len(replicas):
-            self.restart(obj, replicas, verdict, job.spec.hang.maxRestarts, before)
+            self.restart(obj, replicas, verdict, job.spec.hang.maxRestarts)
         return True
 
-    def restart(self, obj: dict[str, Any], replicas: list[Replica], verdict: Verdict, budget: int,
-                before: list[dict[str, Any]]) -> None:
+    def restart(self, obj: dict[str, Any], replicas: list[Replica], verdict: Verdict, budget: int) -> None:
         """Delete every pod of the hung job (the others wait in a collective the stuck rank never joins);
         the training operator creates them again, and the ranks resume from the newest checkpoint."""
         meta = obj["metadata"]
         done = max(self.restarts.get(meta["uid"], 0), int((status_of(obj).get("hang") or {}).get("restarts") or 0))
         if done >= budget:
-            if _plain(before).get("Hung", ("",))[0] != "True":  # once per hang, not every round
+            if self.refused.get(meta["uid"]) != done:  # once, not every round
+                self.refused[meta["uid"]] = done
                 self.record(obj, "Warning", "HangRestartBudget",
                             f"hung again after {done} restart(s) (spec.hang.maxRestarts {budget}): not restarting; "
                             "the process-group timeout ends the job")
