@@ -5,10 +5,10 @@
 N Running one-pod TrainingJobs; two real kubetrain.runtime ranks (kubetrain.runtime.progress.Progress in this
 process, stepping) write their records into the pods' progress directory on this machine, where kwok runs
 every pods/exec. The controller (its own process, the manifests' RBAC, --progress-interval 0) runs A/B
-interleaved: A `--hang-interval 0` (no hang watch), B `--hang-interval INTERVAL`, each for three intervals
-after the first read, `--pairs` times. Printed per run: the controller's API requests and CPU seconds per
-job and minute, execs and wall per round, and the CPU of the probes kwok ran (its children's; in a cluster
-they run in the training pods). Needs `make testenv`.
+interleaved: A `--hang-interval 0` (no hang watch) for 45 s, B `--hang-interval INTERVAL` for three whole
+rounds, both after 30 s of start-up (and B after its first round), `--pairs` times. Printed per run: the
+controller's API requests and CPU seconds per job and minute, execs and wall per round, and the CPU of the
+probes kwok ran (its children's; in a cluster they run in the training pods). Needs `make testenv`.
 """
 
 from __future__ import annotations
@@ -62,15 +62,22 @@ def measure(cp: Any, sa: Path, log: Path, namespace: str, count: int, interval: 
                   str(interval), "--lease-name", f"bench-{namespace}", "--lease-duration", "4")
     try:
         wait(lambda: "caches synced" in op.text(), "the controller's caches", 120)
-        window = interval or 15.0
-        if interval:  # past the first read (it writes each job's new conditions once)
-            wait(lambda: metrics(op).get("hang_rounds_total", 0) >= 2, "two hang rounds", 600)
-        before, cpu0, probes0 = metrics(op), cpu_seconds(op.pid), children_cpu(kwok.pid)
-        time.sleep(window * 3)
+        # Past the start-up (every child re-applied once) and, with the watch, past its first reads (each
+        # job's new conditions are written once); then whole rounds only.
+        time.sleep(30)
+        rounds = lambda: metrics(op).get("hang_rounds_total", 0)  # noqa: E731
+        if interval:
+            done = rounds()
+            wait(lambda: rounds() > done, "a hang round to end", 600, 0.2)
+        began, before, cpu0, probes0 = time.monotonic(), metrics(op), cpu_seconds(op.pid), children_cpu(kwok.pid)
+        if interval:
+            wait(lambda: rounds() >= before["hang_rounds_total"] + 3, "three hang rounds", 900, 0.2)
+        else:
+            time.sleep(45)
         after, cpu1, probes1 = metrics(op), cpu_seconds(op.pid), children_cpu(kwok.pid)
+        minutes = (time.monotonic() - began) / 60
     finally:
         op.stop()
-    minutes = window * 3 / 60
     rounds = max(1.0, after.get("hang_rounds_total", 0) - before.get("hang_rounds_total", 0))
     return {"requests": (after["api_requests_total"] - before["api_requests_total"]) / count / minutes,
             "patches": (after.get('api_requests{verb="PATCH"}', 0) - before.get('api_requests{verb="PATCH"}', 0))
@@ -104,8 +111,7 @@ def main() -> None:
         for i in range(args.jobs):
             custom.create_namespaced_custom_object(GROUP, VERSION, "hangs", PLURAL,
                                                    training_job(f"h-{i:03d}", "hangs", nodes=1))
-        first = measure(cp, sa, Path(tmp) / "warm.log", "hangs", args.jobs, 0)  # creates the children
-        del first
+        measure(cp, sa, Path(tmp) / "warm.log", "hangs", args.jobs, 0)  # creates the children
 
         def running() -> bool:
             jobs = custom.list_namespaced_custom_object(GROUP, VERSION, "hangs", PLURAL)["items"]

@@ -31,7 +31,7 @@ def operator(controlplane: Any, real_node: Any, namespace: str, tmp_path: Path) 
     install(admin)
     config = sa_kubeconfig(admin, controlplane.kubeconfig, tmp_path / "sa.kubeconfig")
     op = Operator(config, tmp_path / "controller.log", "--watch-namespace", namespace, "--lease-name",
-                  f"lease-{namespace}", "--progress-interval", "5", "--hang-interval", "5", "--lease-duration", "4")
+                  f"lease-{namespace}", "--progress-interval", "5", "--hang-interval", "0", "--lease-duration", "4")
     yield op
     op.stop()
 
