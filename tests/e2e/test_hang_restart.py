@@ -31,7 +31,7 @@ def operator(controlplane: Any, real_node: Any, namespace: str, tmp_path: Path) 
     install(admin)
     config = sa_kubeconfig(admin, controlplane.kubeconfig, tmp_path / "sa.kubeconfig")
     op = Operator(config, tmp_path / "controller.log", "--watch-namespace", namespace, "--lease-name",
-                  f"lease-{namespace}", "--progress-interval", "5", "--hang-interval", "0", "--lease-duration", "4")
+                  f"lease-{namespace}", "--progress-interval", "5", "--hang-interval", "5", "--lease-duration", "4")
     yield op
     op.stop()
 
@@ -87,4 +87,6 @@ def test_a_hung_job_is_restarted_and_resumes_to_identical_parameters(k8s: Any, c
     assert resumed and int(str(resumed[-1]["start_step"])) > 0, _starts(logged)
     assert _model_hash(claim / "digits-hang") == _model_hash(claim / "digits-href")
     assert "Progressing" in _events(core, namespace, "digits-hang")
+    print(*(f"{reason}: {message}" for reason, messages in _events(core, namespace, "digits-hang").items()
+            for message in messages), sep="\n")
     assert operator.proc.poll() is None, operator.text()[-3000:]
