@@ -7,6 +7,10 @@ progress records and /proc states; nothing is signalled), judged with the Traini
 one writer of status.conditions) and an Event on each change. With policy restart, a hung job's pods are
 deleted, at most maxRestarts times (status.hang counts them): the training operator creates them again and
 the runtime resumes from the newest complete checkpoint.
+
+When a job becomes hung, the controller asks once more with the full probe of `kubetrain stacks` (every rank's
+stack, torch's flight recorder), which also copies the evidence onto the checkpoint volume
+(`<spec.checkpoint.dir>/hangs/hang-<time>-<pod>/`) before any restart takes the pods' /tmp away.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubetrain.controller import apicalls as controller_api
@@ -26,7 +30,7 @@ from kubetrain.controller.mirror import condition
 from kubetrain.controller.reconcile import now
 from kubetrain.jobs import targets
 from kubetrain.jobs.pods import Replica, job_replicas
-from kubetrain.jobs.stacks import JobStacks, ask_pods, combine, exec_records
+from kubetrain.jobs.stacks import JobStacks, ask_pods, combine, exec_probe, exec_records, exec_saving
 from kubetrain.jobspec.model import TrainingJob
 from kubetrain.kube import watch
 from kubetrain.kube.objects import status_of
@@ -60,7 +64,7 @@ def verdict_of(report: JobStacks) -> Verdict | None:
         return None
     a = report.assessment
     if a.hung:
-        message = report.headline()
+        message = report.headline() + (f"; {report.flight}" if report.flight else "")
     else:  # no step number: the condition (and the status) changes only when the judgement does
         silent = "; ".join(describe_silent(s) for s in report.stacks if not s.answered)
         message = f"progressing: phase {a.phase}, threshold {a.limit:.0f} s" + (f"; cannot run: {silent}" if silent
@@ -72,12 +76,13 @@ def _plain(conds: list[dict[str, Any]]) -> dict[str, tuple[str, str, str]]:
     return {c["type"]: (c["status"], c["reason"], c.get("message") or "") for c in conds if c["type"] in TYPES}
 
 
-def transitions(before: list[dict[str, Any]], after: Verdict) -> list[tuple[str, str, str]]:
-    """(type, reason, message) of the Events a change of verdict deserves."""
+def transitions(before: list[dict[str, Any]], after: Verdict, saved: list[str] | None = None
+                ) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of the Events a change of verdict deserves; `saved`: where the evidence went."""
     was = {k: v[0] for k, v in _plain(before).items()}
     events = []
     if after.hung and was.get("Hung") != "True":
-        events.append(("Warning", "Hung", after.message))
+        events.append(("Warning", "Hung", after.message + (f"; evidence saved in {', '.join(saved)}" if saved else "")))
     if not after.hung and was.get("Hung") == "True":
         events.append(("Normal", "Progressing", f"progress resumed at step {after.step:,}"))
     if after.stragglers and was.get("Straggler") != "True":
@@ -146,13 +151,19 @@ class HangWatch:
         if not running:
             return False
         self.execs += len(running)
+        thresholds = Thresholds.from_spec(job.spec.hang)
         pods = ask_pods(self.exec_api(), meta["namespace"], meta["name"], running, exec_records)
-        verdict = verdict_of(combine(meta["name"], pods, asked=False,
-                                     thresholds=Thresholds.from_spec(job.spec.hang)))
+        verdict = verdict_of(combine(meta["name"], pods, asked=False, thresholds=thresholds))
         if verdict is None:
             return False
         before = self.conditions.get(key) or carried(status, None)
-        for kind, reason, message in transitions(before, verdict):
+        hung_before = _plain(before).get("Hung")
+        saved: list[str] = []
+        if verdict.hung and hung_before and hung_before[0] == "True":
+            verdict = replace(verdict, message=hung_before[2])  # the same hang: its first, fuller verdict stays
+        elif verdict.hung:
+            verdict, saved = self.evidence(obj, job, running, thresholds, verdict)
+        for kind, reason, message in transitions(before, verdict, saved):
             self.record(obj, kind, reason, message)
         latest = verdict.conditions()
         self.conditions[key] = latest
@@ -161,6 +172,20 @@ class HangWatch:
         if verdict.hung and job.spec.hang.policy == "restart" and len(running) == len(replicas):
             self.restart(obj, replicas, verdict, job.spec.hang.maxRestarts)
         return True
+
+    def evidence(self, obj: dict[str, Any], job: TrainingJob, running: list[Replica], thresholds: Thresholds,
+                 verdict: Verdict) -> tuple[Verdict, list[str]]:
+        """On a new hang: every rank's stack and flight recorder (the probe of `kubetrain stacks`), copied to
+        `<spec.checkpoint.dir>/hangs` in each pod when that is a path (a volume). Returns the fuller verdict
+        (unless the job progressed meanwhile) and where the evidence was saved."""
+        meta = obj["metadata"]
+        directory = job.spec.checkpoint.dir or ""
+        run = exec_saving(directory.rstrip("/") + "/hangs") if directory.startswith("/") else exec_probe
+        self.execs += len(running)
+        pods = ask_pods(self.exec_api(), meta["namespace"], meta["name"], running, run)
+        full = verdict_of(combine(meta["name"], pods, asked=True, thresholds=thresholds))
+        saved = [str(p.answer["saved"]) for p in pods if p.answer and p.answer.get("saved")]
+        return (full if full is not None and full.hung else verdict), saved
 
     def restart(self, obj: dict[str, Any], replicas: list[Replica], verdict: Verdict, budget: int) -> None:
         """Delete every pod of the hung job (the others wait in a collective the stuck rank never joins);

@@ -40,9 +40,11 @@ _LAUNCH = ('for p in python3 python; do command -v "$p" >/dev/null 2>&1 && exec 
            'echo "no python in the container" >&2; exit 127')
 
 
-def probe_command(ask: bool = True) -> list[str]:
-    """ask=False: read the records only (no signal, no wait)."""
-    return ["sh", "-c", _LAUNCH, Path(probe.__file__).read_text(), *([] if ask else ["records"])]
+def probe_command(ask: bool = True, save: str | None = None) -> list[str]:
+    """ask=False: read the records only (no signal, no wait). save: also copy the evidence into a new
+    directory under this one (in the pod: a volume's path)."""
+    extra = ["records"] if not ask else ["save", save] if save else []
+    return ["sh", "-c", _LAUNCH, Path(probe.__file__).read_text(), *extra]
 
 
 def exec_probe(core: client.CoreV1Api, namespace: str, pod: str, container: str) -> ExecResult:
@@ -51,6 +53,13 @@ def exec_probe(core: client.CoreV1Api, namespace: str, pod: str, container: str)
 
 def exec_records(core: client.CoreV1Api, namespace: str, pod: str, container: str) -> ExecResult:
     return exec_command(core, namespace, pod, container, probe_command(ask=False), PROBE_TIMEOUT)
+
+
+def exec_saving(directory: str) -> Exec:
+    """The full probe (stacks, flight recorder), saving the evidence under `directory` in the pod."""
+    def run(core: client.CoreV1Api, namespace: str, pod: str, container: str) -> ExecResult:
+        return exec_command(core, namespace, pod, container, probe_command(save=directory), PROBE_TIMEOUT)
+    return run
 
 
 @dataclass(frozen=True)

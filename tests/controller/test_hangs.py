@@ -75,8 +75,9 @@ def ranks(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
         shutil.rmtree(hangenv.POD_PROGRESS_DIR, ignore_errors=True)
 
 
-def hang_job(name: str, namespace: str, **hang: Any) -> dict[str, Any]:
-    return training_job(name, namespace, nodes=1, hang={**HANG, **hang})
+def hang_job(name: str, namespace: str, checkpoint: Path | None = None, **hang: Any) -> dict[str, Any]:
+    return training_job(name, namespace, nodes=1, hang={**HANG, **hang},
+                        **({"checkpoint": {"dir": str(checkpoint)}} if checkpoint else {}))
 
 
 def condition_is(k8s: Any, namespace: str, name: str, kind: str, status: str) -> dict[str, Any] | None:
@@ -99,9 +100,10 @@ def pod_uid(k8s: Any, namespace: str, pod: str) -> str:
 
 
 def test_a_stopped_rank_makes_the_job_hung_and_resuming_clears_it(k8s: Any, namespace: str, start: Any,
-                                                                   ranks: list[subprocess.Popen[str]]) -> None:
+                                                                   ranks: list[subprocess.Popen[str]],
+                                                                   tmp_path: Path) -> None:
     op = start("--hang-interval", "1")
-    create(k8s, hang_job("hung", namespace))
+    create(k8s, hang_job("hung", namespace, checkpoint=tmp_path / "ckpt"))  # kwok's exec: this machine's path
     pod = wait_for(lambda: pods(k8s, namespace, "hung", 1), "Running pod", 90)[0]
     straggling = wait_for(lambda: condition_is(k8s, namespace, "hung", "Straggler", "True"), "Straggler", 60)
     message = cond(straggling, "Straggler")["message"]
@@ -114,9 +116,13 @@ def test_a_stopped_rank_makes_the_job_hung_and_resuming_clears_it(k8s: Any, name
     assert verdict["reason"] == "Hung" and verdict["message"].startswith("hung since "), verdict
     assert "(no progress for over 3 s, phase train): " in verdict["message"], verdict
     assert f"rank 1 (node 1, {pod} on " in verdict["message"], verdict
-    assert f"stopped (SIGSTOP?), pid {ranks[1].pid}, state T" in verdict["message"], verdict
+    assert f"stopped (SIGSTOP?), pid {ranks[1].pid}, state T; 1 rank waits in " in verdict["message"], verdict
     TrainingJobStatus.model_validate(hung["status"])
-    assert wait_for(lambda: events(k8s, namespace, "hung").get("Hung"), "the Hung Event", 30) == [verdict["message"]]
+    said = wait_for(lambda: events(k8s, namespace, "hung").get("Hung"), "the Hung Event", 30)
+    saved = sorted((tmp_path / "ckpt" / "hangs").glob("hang-*"))
+    assert len(said) == 1 and len(saved) == 1 and said[0] == f"{verdict['message']}; evidence saved in {saved[0]}"
+    assert "all_reduce" in (saved[0] / "stacks-rank-0.txt").read_text()  # rank 0's stack, on the volume
+    assert {p.name for p in saved[0].iterdir()} >= {"probe.json", "rank-0.json", "rank-1.json", "stacks-rank-0.txt"}
     assert events(k8s, namespace, "hung")["Straggler"][0].startswith("rank 1 (node 1, ")
 
     os.kill(ranks[1].pid, signal.SIGCONT)

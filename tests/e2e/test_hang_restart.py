@@ -1,6 +1,7 @@
 """spec.hang.policy restart in the cluster, on the real node: the controller (its own process, the manifests'
 RBAC) finds a digits TrainingJob hung after one worker's training process is SIGSTOPped, says so (Hung
-condition and Event naming the stopped rank's pod), deletes the job's pods; the training operator creates them
+condition and Event naming the stopped rank's pod), saves every rank's stack and record on the checkpoint
+volume, deletes the job's pods; the training operator creates them
 again, the ranks resume from the newest checkpoint, and the job finishes with final parameters identical to an
 uninterrupted run's (sha256 over the checkpoints' parameters)."""
 
@@ -77,6 +78,13 @@ def test_a_hung_job_is_restarted_and_resumes_to_identical_parameters(k8s: Any, c
                     "the controller to restart the hung job", 180, 2)
     assert f"{worker} on " in said["Hung"][0] and "stopped (SIGSTOP?)" in said["Hung"][0], said
     assert said["Hung"][0].startswith("hung since "), said
+    # The evidence, taken before the restart, is on the checkpoint volume: one directory per pod.
+    saved = sorted((claim / "digits-hang" / "hangs").glob("hang-*"))
+    assert len(saved) == 2, saved
+    assert all(f"/ckpt/digits-hang/hangs/{d.name}" in said["Hung"][0] for d in saved), said
+    stacks = [(d / "stacks-rank-0.txt").read_text() for d in saved if (d / "stacks-rank-0.txt").is_file()]
+    assert len(stacks) == 1 and "(most recent call first)" in stacks[0], stacks  # rank 0's stack
+    assert any((d / "rank-1.json").is_file() for d in saved)  # the stopped rank: its record (no stack)
     for name in ("digits-href", "digits-hang"):
         wait_for(lambda n=name: phase_is(k8s, namespace, n, "Succeeded"), f"{name} Succeeded", 900, 2)
 
