@@ -131,6 +131,8 @@ def test_a_stopped_rank_makes_the_job_hung_and_resuming_clears_it(k8s: Any, name
     said = wait_for(lambda: events(k8s, namespace, "hung").get("Progressing"), "the Progressing Event", 30)
     assert said[0].startswith("progress resumed at step "), said
     assert len(events(k8s, namespace, "hung")["Hung"]) == 1  # one Event per hang, not one per read
+    print(*(f"{c['type']}={c['status']} {c['reason']}: {c['message']}" for c in hung["status"]["conditions"]),
+          *(f"{r}: {m}" for r, ms in events(k8s, namespace, "hung").items() for m in ms), sep="\n")
     assert op.proc.poll() is None, op.text()[-3000:]
 
 
