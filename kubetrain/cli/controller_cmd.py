@@ -52,6 +52,9 @@ def controller() -> None:
               metavar="SECONDS", help="Read each running job's rank-0 log tail this often (0: never).")
 @click.option("--progress-tail", type=click.IntRange(1, 10000), default=200, show_default=True, metavar="LINES",
               help="Log lines read per progress read.")
+@click.option("--hang-interval", type=click.FloatRange(min=0), default=30.0, show_default=True, metavar="SECONDS",
+              help="Read each running job's rank progress records (one exec per running pod) this often for the "
+              "Hung and Straggler conditions and spec.hang.policy (0: never).")
 @click.option("--probe-address", default="127.0.0.1", show_default=True, metavar="IP",
               help="Address of /healthz, /readyz and /metrics: loopback by default; in a pod the one the kubelet "
               "and Prometheus reach (the Deployment passes the pod IP; 0.0.0.0: every interface).")
@@ -60,7 +63,8 @@ def controller() -> None:
 @handle_errors
 def run(context: str | None, kubeconfig: str | None, watch_namespace: str | None, leader_elect: bool,
         lease_namespace: str | None, lease_name: str, lease_duration: float, workers: int, update_policy: str,
-        progress_interval: float, progress_tail: int, probe_address: str, probe_port: int) -> None:
+        progress_interval: float, progress_tail: int, hang_interval: float, probe_address: str,
+        probe_port: int) -> None:
     """Reconcile TrainingJobs until SIGTERM (exit 0) or a lost Lease (exit 1).
 
     \b
@@ -74,7 +78,7 @@ def run(context: str | None, kubeconfig: str | None, watch_namespace: str | None
 
     connection = connect_from(context, kubeconfig)
     settings = Settings(namespace=watch_namespace, workers=workers, update_policy=update_policy,
-                        progress_interval=progress_interval, progress_tail=progress_tail)
+                        progress_interval=progress_interval, progress_tail=progress_tail, hang_interval=hang_interval)
     election = Election(lease_namespace or os.environ.get("POD_NAMESPACE") or "kubetrain-system", lease_name,
                         duration=lease_duration, enabled=leader_elect)
     sys.exit(run_controller(connection.rest, settings, election, probe_port, probe_address))

@@ -81,6 +81,13 @@ def delete_child(api: Rest, child: dict[str, Any], plural: str) -> None:
                     body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"})
 
 
+def delete_pod(api: Rest, namespace: str, name: str, grace_seconds: int) -> None:
+    """Delete a pod (its controller creates it again); already gone is fine."""
+    with contextlib.suppress(NotFound):
+        api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                    body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": grace_seconds})
+
+
 def read_configmap(api: Rest, namespace: str, name: str) -> dict[str, Any] | None:
     """The ConfigMap as a dict, None if it does not exist."""
     try:

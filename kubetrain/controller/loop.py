@@ -14,13 +14,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from kubetrain.controller import kube, kueue, mirror, progress
+from kubetrain.controller import hangs, kube, kueue, mirror, progress
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
 from kubetrain.controller.informer import Informer, Key, wait_synced
 from kubetrain.controller.queue import WorkQueue
 from kubetrain.controller.reconcile import Desired, DesiredCache, now, owned_by, owner_name, update_policy
 from kubetrain.jobs import apply, targets
 from kubetrain.jobs.crud import TERMINAL
+from kubetrain.jobs.crud import state as child_state
 from kubetrain.jobs.targets import Target
 from kubetrain.kube import watch
 from kubetrain.kube.objects import meta_of, status_of
@@ -39,6 +40,7 @@ class Settings:
     update_policy: str = "report"  # report | recreate (a TrainingJob's annotation overrides it)
     progress_interval: float = 30.0  # seconds between progress reads of a running job; 0 disables
     progress_tail: int = 200  # log lines read per progress read (the tail only)
+    hang_interval: float = 30.0  # seconds between reads of a running job's rank records; 0 disables
 
 
 @dataclass
@@ -70,6 +72,8 @@ class Controller:
         self.progress_rounds = 0
         self.progress_seconds = 0.0
         self.threads: list[threading.Thread] = []
+        self.hangs = hangs.HangWatch(self.api, self.jobs, self._spec_of,
+                                     self.events.record, self.queue.add)
 
     def _informer(self, group: str, version: str, plural: str, handler: Any, **kwargs: Any) -> Informer:
         list_fn = kube.custom_list_fn(self.api, group, version, plural, self.settings.namespace)
@@ -84,6 +88,8 @@ class Controller:
         wait_synced(informers, self.stop)
         for index in range(self.settings.workers):
             self._spawn(self._work, name=f"worker-{index}")
+        if self.settings.hang_interval > 0:
+            self._spawn(self.hangs.run, self.stop, self.settings.hang_interval, name="hangs")
         log.info("controller: caches synced (%d TrainingJobs); %d workers", len(self.jobs.items()),
                  self.settings.workers)
 
@@ -159,9 +165,13 @@ class Controller:
         if not want.problems:
             child, extra = self._sync_child(key, obj, want)
         latest = self._latest(obj)
+        if child is not None and child_state(child) in hangs.WATCHED_PHASES:
+            extra = [*extra, *hangs.carried(status_of(latest), self.hangs.conditions.get(key))]
         status = mirror.status_for(latest, want, child, extra, self._queued(want, child))
         if child is not None and want.target and self._ended(latest, status):
             status = self._with_final_progress(key, want.target, status)
+        if kept := status_of(latest).get("hang"):
+            status["hang"] = kept  # written by the hang watch (restarts), kept as it is
         self._write_status(obj, status_of(latest), status)
 
     def _ended(self, latest: dict[str, Any], status: dict[str, Any]) -> bool:
@@ -225,6 +235,10 @@ class Controller:
                    f"annotate {UPDATE_HINT} to apply it, or delete and re-apply the TrainingJob")
         return [mirror.condition("SpecChanged", True, "NotApplied", message)]
 
+    def _spec_of(self, obj: dict[str, Any]) -> Any:
+        """The TrainingJob's loaded spec (from the render cache), None when it is invalid."""
+        return self.desired.get(obj, self.served, self._configmap).job
+
     def _configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A code ConfigMap, cached: its name is its content's digest, so it never changes under a name."""
         key = (namespace, name)
@@ -238,18 +252,18 @@ class Controller:
         return self.configmaps[key]
 
     def _latest(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """The object with the status we last wrote, if the watch has not delivered it yet (progress, which
-        the progress reader writes, always from the cache)."""
+        """The object with the status we last wrote, if the watch has not delivered it yet (progress and
+        hang, which the progress reader and the hang watch write, always from the cache)."""
         written = self.written.get(obj["metadata"]["uid"])
         if written is None:
             return obj
-        progress = status_of(obj).get("progress")
-        return {**obj, "status": {**written, **({"progress": progress} if progress else {})}}
+        readers = {k: v for k in READER_KEYS if (v := status_of(obj).get(k))}
+        return {**obj, "status": {**written, **readers}}
 
     def _write_status(self, obj: dict[str, Any], previous: dict[str, Any], status: dict[str, Any]) -> None:
         old = status_of(obj)
         meta = obj["metadata"]
-        mine = {k: v for k, v in status.items() if k != "progress"}
+        mine = {k: v for k, v in status.items() if k not in READER_KEYS}
         if status == old or mine == self.written.get(meta["uid"]):
             return
         kube.patch_status(self.api, meta["namespace"], meta["name"], _with_nulls(old, status))
@@ -259,6 +273,7 @@ class Controller:
 
 
 UPDATE_HINT = "kubetrain.dev/update-policy=recreate"
+READER_KEYS = ("progress", "hang")  # status fields written by the periodic readers, not by the reconcile
 
 
 class ChildConflict(Exception):

@@ -85,7 +85,9 @@ def _metrics(state: dict[str, Controller], started: float) -> dict[str, float]:
                    events_sent_total=controller.events.sent, events_dropped_total=controller.events.dropped,
                    events_pending=controller.events.pending(),
                    render_cache_hits_total=controller.desired.hits,
-                   render_cache_misses_total=controller.desired.misses)
+                   render_cache_misses_total=controller.desired.misses,
+                   hang_rounds_total=controller.hangs.rounds, hang_execs_total=controller.hangs.execs,
+                   hang_seconds_total=round(controller.hangs.seconds, 3))
         for verb, count in sorted(controller.counter.counts.items()):
             out[f'api_requests{{verb="{verb}"}}'] = count
             out[f'api_request_seconds{{verb="{verb}"}}'] = round(controller.counter.seconds[verb], 3)

@@ -18,7 +18,7 @@ class Condition(_Status):
     """A condition, as in every Kubernetes status."""
 
     type: str
-    """Valid, Queued, Admitted, Running, Succeeded, Failed or SpecChanged."""
+    """Valid, Queued, Admitted, Running, Succeeded, Failed, SpecChanged, Hung or Straggler."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
     reason: str
@@ -76,6 +76,17 @@ class Progress(_Status):
     """When this progress was read (RFC 3339)."""
 
 
+class HangRestarts(_Status):
+    """What spec.hang.policy restart did in the cluster (docs/hangs.md)."""
+
+    restarts: int = 0
+    """Times the controller deleted the pods of this hung job so that they resume from the last checkpoint."""
+    lastRestartTime: str | None = None
+    """When it last did (RFC 3339)."""
+    lastRestartStep: int | None = None
+    """The step the job was hung at then."""
+
+
 class TrainingJobStatus(_Status):
     """What the controller observed and did, mirrored from the child job."""
 
@@ -88,7 +99,7 @@ class TrainingJobStatus(_Status):
     specHash: str | None = None
     """Hash of the rendered spec the child was created from (kubetrain.dev/spec-hash)."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Valid, Queued/Admitted (with Kueue), Running, Succeeded/Failed, SpecChanged."""
+    """Valid, Queued/Admitted (with Kueue), Running, Succeeded/Failed, SpecChanged, Hung, Straggler."""
     replicas: dict[str, ReplicaCounts] = Field(default_factory=dict)
     """Pod counts per replica type (Master, Worker, or the TrainJob's jobs)."""
     startTime: str | None = None
@@ -99,3 +110,5 @@ class TrainingJobStatus(_Status):
     """The PyTorchJob or TrainJob, and the code ConfigMap."""
     progress: Progress | None = None
     """Live progress while running."""
+    hang: HangRestarts | None = None
+    """Restarts of a hung job by spec.hang.policy restart."""

@@ -39,9 +39,11 @@ _LAUNCH = ('for p in python3 python; do command -v "$p" >/dev/null 2>&1 && exec 
            'echo "no python in the container" >&2; exit 127')
 
 
-def probe_command(ask: bool = True) -> list[str]:
-    """ask=False: read the records only (no signal, no wait)."""
-    return ["sh", "-c", _LAUNCH, Path(probe.__file__).read_text(), *([] if ask else ["records"])]
+def probe_command(ask: bool = True, save: str | None = None) -> list[str]:
+    """ask=False: read the records only (no signal, no wait). save: also copy the evidence into a new
+    directory under this one (in the pod: a volume's path)."""
+    extra = ["records"] if not ask else ["save", save] if save else []
+    return ["sh", "-c", _LAUNCH, Path(probe.__file__).read_text(), *extra]
 
 
 def exec_probe(rest: Rest, namespace: str, pod: str, container: str) -> ExecResult:
@@ -50,6 +52,13 @@ def exec_probe(rest: Rest, namespace: str, pod: str, container: str) -> ExecResu
 
 def exec_records(rest: Rest, namespace: str, pod: str, container: str) -> ExecResult:
     return exec_command(rest, namespace, pod, container, probe_command(ask=False), PROBE_TIMEOUT)
+
+
+def exec_saving(directory: str) -> Exec:
+    """The full probe (stacks, flight recorder), saving the evidence under `directory` in the pod."""
+    def run(rest: Rest, namespace: str, pod: str, container: str) -> ExecResult:
+        return exec_command(rest, namespace, pod, container, probe_command(save=directory), PROBE_TIMEOUT)
+    return run
 
 
 @dataclass(frozen=True)
@@ -128,8 +137,10 @@ def _views(pod: PodAnswer) -> list[RankView]:
     return views
 
 
-def combine(name: str, pods: list[PodAnswer], asked: bool = True) -> JobStacks:
-    """One JobStacks from every pod's answer (pure: the tests feed it real probe output)."""
+def combine(name: str, pods: list[PodAnswer], asked: bool = True, thresholds: Thresholds | None = None
+            ) -> JobStacks:
+    """One JobStacks from every pod's answer (pure: the tests feed it real probe output). `thresholds`:
+    the spec's (the controller knows it); else the pods' $KUBETRAIN_HANG."""
     answered = [p for p in pods if p.answer is not None]
     ranks: list[RankView] = []
     dumps: dict[int, str] = {}
@@ -144,7 +155,7 @@ def combine(name: str, pods: list[PodAnswer], asked: bool = True) -> JobStacks:
         flights |= {int(k): v for k, v in (pod.answer.get("flight") or {}).items()}
         world = max([world, *(int(r.get("world_size", 0)) for r in pod.answer.get("records") or [])])
     now = max((float(p.answer["now"]) for p in answered if p.answer is not None), default=None)
-    thresholds = Thresholds.from_json(next((p.answer.get("hang") for p in answered if p.answer), None))
+    thresholds = thresholds or Thresholds.from_json(next((p.answer.get("hang") for p in answered if p.answer), None))
     assessment = assess(ranks, world or len(ranks), thresholds, now)
     live = [r for r in ranks if r.phase != "done"]
     stacks = collect(live, dumps, states)
@@ -158,7 +169,12 @@ def job_stacks(rest: Rest, target: Target, namespace: str, name: str, replica: s
     """Ask every selected pod of the job in parallel and combine the answers (asked=False with
     exec_records: the records only, nothing signalled)."""
     replicas = select(job_replicas(rest, target, namespace, name), replica)
+    return combine(name, ask_pods(rest, namespace, name, replicas, run), asked)
+
+
+def ask_pods(rest: Rest, namespace: str, name: str, replicas: list[Replica], run: Exec = exec_probe
+             ) -> list[PodAnswer]:
+    """Every replica's answer, asked in parallel (at most PARALLEL_EXECS execs at once)."""
     with cluster_errors(f"exec the stacks probe in the pods of {name} in namespace {namespace}"), \
             ThreadPoolExecutor(min(PARALLEL_EXECS, max(1, len(replicas)))) as pool:
-        pods = list(pool.map(lambda r: ask_pod(rest, namespace, r, run), replicas))
-    return combine(name, pods, asked)
+        return list(pool.map(lambda r: ask_pod(rest, namespace, r, run), replicas))

@@ -4,7 +4,9 @@ It must run with the image's Python and nothing else (the CLI's kubetrain versio
 and a script job's image has none): stdlib only, no kubetrain import. File names follow kubetrain.observe.hang
 (a test checks they agree). It prints one JSON document:
 
-(`records` as argument: only the records and states, for `kubetrain status --hang`.)
+(`records` as argument: only the records and states, for `kubetrain status --hang`. `save DIR`: also copy the
+progress directory's files (records, stacks, flight records, torch's own watchdog dumps) and this answer into
+a new `DIR/hang-<UTC time>-<host>/`, for the controller on a hang; `saved` names it, or says why not.)
 
 * `records`: every rank's progress record in $KUBETRAIN_PROGRESS_DIR;
 * `dumps`: what each live rank appended to its stacks file after SIGUSR2 (faulthandler, kubetrain.runtime);
@@ -18,7 +20,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -28,6 +32,7 @@ ANSWER_SECONDS = 3.0  # the ranks' writer threads answer flight-recorder request
 UNRESPONSIVE = "TtDZX"
 FR_FIELDS = ("collective_seq_id", "profiling_name", "state", "is_p2p")
 FR_ENTRIES = 16
+SAVED = ("rank-*.json", "stacks-rank-*.txt", "flight-recorder-rank-*.json", "fr-dump-rank-*")
 
 
 def state(pid: int) -> str | None:
@@ -109,6 +114,25 @@ def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS, ask: bool =
             "flight": {str(k): v for k, v in records_fr.items() if v}}
 
 
+def save(where: str | Path, answer: dict[str, Any], into: str) -> str:
+    """Copy the evidence into a new directory under `into`; its path, or `error: ...`."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = Path(into) / f"hang-{stamp}-{socket.gethostname()}"
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for pattern in SAVED:
+            for path in sorted(Path(where).glob(pattern)):
+                shutil.copyfile(path, target / path.name)
+        (target / "probe.json").write_text(json.dumps(answer))
+    except OSError as exc:
+        return f"error: {target}: {exc.strerror or exc}"
+    return str(target)
+
+
 if __name__ == "__main__":
-    print(json.dumps(probe(os.environ.get("KUBETRAIN_PROGRESS_DIR") or "/tmp/kubetrain-progress",
-                           ask=sys.argv[1:] != ["records"])))
+    where = os.environ.get("KUBETRAIN_PROGRESS_DIR") or "/tmp/kubetrain-progress"
+    args = sys.argv[1:]
+    answer = probe(where, ask=args != ["records"])
+    if args[:1] == ["save"] and len(args) == 2:
+        answer["saved"] = save(where, answer, args[1])
+    print(json.dumps(answer))

@@ -112,3 +112,17 @@ def test_the_probe_uses_the_same_file_names_as_the_runtime(tmp_path: Path) -> No
         assert path.name.replace("7", "") in source.replace("{record['rank']}", "").replace("{r['rank']}", "")
     assert f'"{hangenv.FR_REQUEST}"' in source and f'"{hangenv.POD_PROGRESS_DIR}"' in source
     assert f"{hangenv.PROGRESS_DIR_ENV}=" in source and f'"{hangenv.HANG_ENV}"' in source
+
+
+def test_the_probe_saves_the_evidence_or_says_why_not(tmp_path: Path, ranks: list[subprocess.Popen[str]]) -> None:
+    env = {**os.environ, hangenv.PROGRESS_DIR_ENV: str(tmp_path)}
+    command = probe_command(save=str(tmp_path / "volume" / "hangs"))
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=True)
+    saved = Path(json.loads(done.stdout)["saved"])
+    assert saved.parent == tmp_path / "volume" / "hangs" and saved.name.startswith("hang-")
+    assert {"rank-0.json", "rank-1.json", "stacks-rank-0.txt", "probe.json"} <= {p.name for p in saved.iterdir()}
+    assert "waiting_in_all_reduce" in (saved / "stacks-rank-1.txt").read_text()
+    (tmp_path / "file").write_text("")
+    refused = subprocess.run(probe_command(save=str(tmp_path / "file" / "hangs")), capture_output=True, text=True,
+                             env=env, timeout=60, check=True)
+    assert json.loads(refused.stdout)["saved"].startswith(f"error: {tmp_path / 'file' / 'hangs'}/hang-")
