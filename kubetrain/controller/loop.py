@@ -20,7 +20,15 @@ from kubetrain.controller.apicalls import ApiClient
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
 from kubetrain.controller.informer import Informer, Key, wait_synced
 from kubetrain.controller.queue import WorkQueue
-from kubetrain.controller.reconcile import Desired, DesiredCache, now, owned_by, owner_name, update_policy
+from kubetrain.controller.reconcile import (
+    Desired,
+    DesiredCache,
+    checkpoint_dir,
+    now,
+    owned_by,
+    owner_name,
+    update_policy,
+)
 from kubetrain.jobs import apply, targets
 from kubetrain.jobs.crud import TERMINAL
 from kubetrain.jobs.targets import Target
@@ -37,7 +45,7 @@ CONFIGMAP_CACHE = 16  # code ConfigMaps kept in memory (each ≤ 1 MiB)
 class Settings:
     namespace: str | None = None  # None: every namespace (ClusterRole); else only this one (Role)
     workers: int = 16
-    update_policy: str = "report"  # report | recreate (a TrainingJob's annotation overrides it)
+    update_policy: str = "report"  # report | recreate | continue (a TrainingJob's annotation overrides it)
     progress_interval: float = 30.0  # seconds between progress reads of a running job; 0 disables
     progress_tail: int = 200  # log lines read per progress read (the tail only)
 
@@ -155,13 +163,17 @@ class Controller:
             self.applied.pop(key, None)
             self.written.pop(str(((obj or {}).get("metadata") or {}).get("uid")), None)
             return  # the garbage collector deletes the children (controller ownerReferences)
-        want = self.desired.get(obj, self.served, self._configmap)
+        latest = self._latest(obj)
+        current_dir = status_of(latest).get("checkpointDir")
+        want = self.desired.get(obj, self.served, self._configmap, current_dir)
         child: dict[str, Any] | None = None
         extra: list[dict[str, Any]] = []
         if not want.problems:
             child, extra = self._sync_child(key, obj, want)
-        latest = self._latest(obj)
+            latest = self._latest(obj)  # a recreation wrote the new child's checkpoint directory
         status = mirror.status_for(latest, want, child, extra, self._queued(want, child))
+        if ckpt := checkpoint_dir(want.job, status_of(latest).get("checkpointDir"), None, None):
+            status["checkpointDir"] = ckpt
         if child is not None and want.target and self._ended(latest, status):
             status = self._with_final_progress(key, want.target, status)
         self._write_status(obj, status_of(latest), status)
@@ -217,15 +229,34 @@ class Controller:
                       ) -> list[dict[str, Any]]:
         policy = update_policy(obj, self.settings.update_policy)
         old, new = apply.spec_hash(child), want.spec_hash
-        if policy == "recreate":
+        if policy in ("recreate", "continue"):
+            start = self._record_checkpoint_dir(obj, want, policy)
             kube.delete_child(self.api, child, target.plural)
             self.applied.pop(key_of(obj), None)
             self.events.record(obj, "Normal", "Recreating", f"spec changed ({old} → {new}): deleting "
-                              f"{target.kind} {child['metadata']['name']} to recreate it (update policy recreate)")
-            return [mirror.condition("SpecChanged", True, "Recreating", f"spec hash {old} → {new}; recreating")]
+                              f"{target.kind} {child['metadata']['name']} to recreate it (update policy {policy}"
+                              f"{start})")
+            return [mirror.condition("SpecChanged", True, "Recreating", f"spec hash {old} → {new}; recreating"
+                                     f"{start}")]
         message = (f"spec changed (spec hash {old} → {new}) but the {target.kind} keeps running the old spec: "
                    f"annotate {UPDATE_HINT} to apply it, or delete and re-apply the TrainingJob")
         return [mirror.condition("SpecChanged", True, "NotApplied", message)]
+
+    def _record_checkpoint_dir(self, obj: dict[str, Any], want: Desired, policy: str) -> str:
+        """Where the recreated child checkpoints, written to status before the old child is deleted (a
+        controller that stops in between must not start the new child in the old run's directory)."""
+        latest = self._latest(obj)
+        current = status_of(latest).get("checkpointDir")
+        target_dir = checkpoint_dir(want.job, current, policy, want.spec_hash)
+        if target_dir is None:
+            return ""
+        if target_dir != current:
+            meta = obj["metadata"]
+            kube.patch_status(self.api, meta["namespace"], meta["name"], {"checkpointDir": target_dir})
+            before = self.written.get(meta["uid"]) or {k: v for k, v in status_of(obj).items() if k != "progress"}
+            self.written[meta["uid"]] = {**before, "checkpointDir": target_dir}
+        verb = "continues from the checkpoints in" if policy == "continue" else "starts fresh, checkpointing to"
+        return f"; the new child {verb} {target_dir}"
 
     def _configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A code ConfigMap, cached: its name is its content's digest, so it never changes under a name."""
