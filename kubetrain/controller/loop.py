@@ -23,7 +23,8 @@ from kubetrain.controller.queue import WorkQueue
 from kubetrain.controller.reconcile import (
     Desired,
     DesiredCache,
-    checkpoint_dir,
+    checkpoint_dir_of,
+    keep_admission,
     now,
     owned_by,
     owner_name,
@@ -172,7 +173,8 @@ class Controller:
             child, extra = self._sync_child(key, obj, want)
             latest = self._latest(obj)  # a recreation wrote the new child's checkpoint directory
         status = mirror.status_for(latest, want, child, extra, self._queued(want, child))
-        if ckpt := checkpoint_dir(want.job, status_of(latest).get("checkpointDir"), None, None):
+        current_dir = status_of(latest).get("checkpointDir")  # kept as it is while the spec is invalid
+        if ckpt := current_dir if want.problems else checkpoint_dir_of(want.job, current_dir):
             status["checkpointDir"] = ckpt
         if child is not None and want.target and self._ended(latest, status):
             status = self._with_final_progress(key, want.target, status)
@@ -213,8 +215,8 @@ class Controller:
         if apply.spec_hash(child) != want.spec_hash:
             return child, self._spec_changed(obj, child, target, want)
         if child["metadata"].get("generation") != (self.applied.get(key) or {}).get("metadata", {}).get("generation"):
-            # First sight since (re)start, or someone edited the child: re-assert our fields (drift).
-            return self._apply(key, target, want.child, obj, created=False), []
+            # First sight since (re)start, someone edited the child, or Kueue admitted it: re-assert our fields.
+            return self._apply(key, target, keep_admission(want.child, child), obj, created=False), []
         return child, []
 
     def _apply(self, key: Key, target: Target, child: dict[str, Any], obj: dict[str, Any], created: bool
@@ -247,7 +249,7 @@ class Controller:
         controller that stops in between must not start the new child in the old run's directory)."""
         latest = self._latest(obj)
         current = status_of(latest).get("checkpointDir")
-        target_dir = checkpoint_dir(want.job, current, policy, want.spec_hash)
+        target_dir = checkpoint_dir_of(want.job, current, policy, want.spec_hash)
         if target_dir is None:
             return ""
         if target_dir != current:

@@ -76,10 +76,10 @@ def spec_data(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def desired(obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = None,
-            checkpoint_dir: str | None = None) -> Desired:
+            current_dir: str | None = None) -> Desired:
     """Load, check and render the object. `served`: the targets the cluster serves (pytorchjob, trainjob);
-    `lookup` reads the code ConfigMap `kubetrain submit --controller` uploaded; `checkpoint_dir` is the
-    child's checkpoint directory when it is not spec.checkpoint.dir (status.checkpointDir)."""
+    `lookup` reads the code ConfigMap `kubetrain submit --controller` uploaded; `current_dir` is
+    status.checkpointDir (see checkpoint_dir_of)."""
     try:
         loaded = LoadedSpec(validate_data(spec_data(obj), {}, ""), "", Path("/"))
     except SpecError as exc:
@@ -93,7 +93,7 @@ def desired(obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = 
         return Desired(job, None, target, problems)
     try:
         child = render_loaded(loaded, target=target, namespace=job.metadata.namespace, code=code,
-                              checkpoint_dir=checkpoint_dir)[-1]
+                              checkpoint_dir=checkpoint_dir_of(job, current_dir))[-1]
     except (SpecError, RenderError) as exc:
         return Desired(job, None, target, exc.lines())
     return Desired(job, owned(child, obj), target)
@@ -111,10 +111,10 @@ class DesiredCache:
         self._lock = threading.Lock()
 
     def get(self, obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = None,
-            checkpoint_dir: str | None = None) -> Desired:
+            current_dir: str | None = None) -> Desired:
         meta = meta_of(obj)
         content = json.dumps([meta.get("uid"), spec_data(obj), annotation(obj, CODE_ANNOTATION), served,
-                              checkpoint_dir], sort_keys=True, default=str)
+                              current_dir], sort_keys=True, default=str)
         key = hashlib.sha256(content.encode()).hexdigest()
         with self._lock:
             found = self._items.get(key)
@@ -123,7 +123,7 @@ class DesiredCache:
                 self.hits += 1
                 return found
             self.misses += 1
-        want = desired(obj, served, lookup, checkpoint_dir)
+        want = desired(obj, served, lookup, current_dir)
         if not want.problems:
             with self._lock:
                 self._items[key] = want
@@ -179,6 +179,19 @@ def owned(child: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
     return {**child, "metadata": {**child["metadata"], "ownerReferences": [ref]}}
 
 
+def keep_admission(child: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
+    """The child to re-apply over `live` (drift): Kueue admits a queued TrainJob by setting the `spec.suspend:
+    true` it was created with to false. Re-applying the rendered `true` (forced) suspended the admitted job
+    again, its pods went, Kueue unsuspended it, and round it went, never Succeeding. So the live value is kept,
+    with the live resourceVersion as a precondition: an admission between our read and the apply is a 409, and
+    the retry reads it."""
+    spec = child.get("spec") or {}
+    if "suspend" not in spec or "suspend" not in (live.get("spec") or {}):
+        return child
+    metadata = {**child["metadata"], "resourceVersion": meta_of(live).get("resourceVersion")}
+    return {**child, "metadata": metadata, "spec": {**spec, "suspend": live["spec"]["suspend"]}}
+
+
 def owner_name(obj: dict[str, Any]) -> str | None:
     """The TrainingJob that controls `obj`, if any."""
     for ref in meta_of(obj).get("ownerReferences") or []:
@@ -197,8 +210,8 @@ def update_policy(obj: dict[str, Any], default: str) -> str:
     return chosen if chosen in POLICIES else default
 
 
-def checkpoint_dir(job: TrainingJob | None, current: str | None, policy: str | None, spec_hash: str | None
-                   ) -> str | None:
+def checkpoint_dir_of(job: TrainingJob | None, current: str | None, policy: str | None = None,
+                      spec_hash: str | None = None) -> str | None:
     """The child's checkpoint directory (status.checkpointDir). A child recreated from a changed spec under
     `recreate` starts fresh in a directory of its own under spec.checkpoint.dir (the old run's checkpoints
     stay where they were, never resumed from, never pruned by the new run); under `continue` it keeps the old

@@ -133,13 +133,12 @@ def test_deployed_controller_reconciles_a_trainingjob_to_succeeded(
     assert core.read_namespaced_pod(pod.metadata.name, NAMESPACE).status.container_statuses[0].restart_count == 0
 
     removed = cli("controller", "uninstall").stdout.split()
-    assert "deployment/kubetrain-controller" in removed, removed
-    ext = kubernetes.client.ApiextensionsV1Api(k8s)
-    wait_for(lambda: _gone(lambda: ext.read_custom_resource_definition("trainingjobs.kubetrain.dev")),
-             "the CRD removed", 120)
+    assert {"deployment/kubetrain-controller", "namespace/kubetrain-system"} <= set(removed), removed
     wait_for(lambda: _gone(lambda: core.read_namespace(NAMESPACE)), "kubetrain-system removed", 180)
-    assert tj(k8s, namespace, "digits-deployed") is None
-    wait_for(lambda: pytorchjob(k8s, namespace, "digits-deployed") is None, "the child collected", 120)
+    rbac = kubernetes.client.RbacAuthorizationV1Api(k8s)
+    assert _gone(lambda: rbac.read_cluster_role(NAME)) and _gone(lambda: rbac.read_cluster_role_binding(NAME))
+    # Without --with-crd the CRD, and so the users' TrainingJobs, stay (docs/operator.md).
+    assert tj(k8s, namespace, "digits-deployed") is not None
 
 
 def real_node_name(core: Any) -> str:
@@ -151,5 +150,5 @@ def _gone(read: Any) -> bool:
     try:
         read()
     except ApiException as exc:
-        return exc.status == 404
+        return bool(exc.status == 404)
     return False
