@@ -163,6 +163,14 @@ def test_spec_update_is_reported_then_recreated_under_the_policy(controlplane, k
     # serves the same log for the pod of the same name: a read after the new child started is fine).
     progress = cleared["status"].get("progress")
     assert progress is None or progress["updateTime"] >= child["metadata"]["creationTimestamp"], cleared["status"]
+    # Recreated is not the end: the new child's pod runs the new image, and the TrainingJob follows it.
+    core = kubernetes.client.CoreV1Api(k8s)
+    new_pod = wait_for(lambda: [p for p in core.list_namespaced_pod(
+        namespace, label_selector="training.kubeflow.org/job-name=upd").items if p.status.phase == "Running"
+        and any(r.uid == child["metadata"]["uid"] for r in p.metadata.owner_references or [])], "new pod", 90)[0]
+    assert new_pod.spec.containers[0].image == "ghcr.io/example/train:2.0"
+    controlplane.set_pod_phase(namespace, new_pod.metadata.name, "Succeeded")
+    wait_for(lambda: phase_is(k8s, namespace, "upd", "Succeeded"), "phase Succeeded", 90)
 
 
 def _checkpoint_dir_of(child: dict[str, Any]) -> str:
