@@ -3,18 +3,23 @@
 Its image is built from images/Dockerfile.controller with `BASE_IMAGE` set to the suite's local Debian python
 image (no registry is reachable here; pip reaches PyPI through the host's trust store, mounted into the build)
 and imported into the node's containerd. `kubetrain controller install --image` applies the CRD, namespace,
-ServiceAccount, RBAC and Deployment. One overlay, what a kustomize overlay for this cluster would carry: the
-real node's placement, and host networking, because the test node has no kube-proxy (no Service IPs: the API
-server's only address a pod can reach is the host's loopback); with host networking two replicas would share
-one port, so one replica, on a free port. The pod authenticates with its ServiceAccount's projected token (the
-in-cluster config), passes its probes on the pod IP, and reconciles a TrainingJob whose pods train to
-Succeeded; `kubetrain controller uninstall` removes it all.
+ServiceAccount, RBAC and Deployment (two replicas, leader election). The test cluster's overlay on the
+Deployment is what a kustomize overlay for this cluster would carry: the real node's nodeSelector and
+toleration, and a way to the API server, because the test node has no kube-proxy (Service IPs lead nowhere)
+and the API server listens on loopback only: a TCP forwarder on the node's gateway address, which the pods
+reach by the name the serving certificate holds (hostAliases: kubernetes.default.svc), named by
+KUBERNETES_SERVICE_HOST/PORT as the kubelet would. The pods authenticate with their ServiceAccount's projected
+token (the in-cluster config), pass their probes on the pod IP, one takes the Lease, and it reconciles a
+TrainingJob whose pods train to Succeeded; `kubetrain controller uninstall` removes the controller.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +33,7 @@ from tests.controller.operator_env import create, phase_is, pytorchjob, tj
 from tests.harness.helpers import wait_for
 from tests.testenv import binaries
 from tests.testenv import node as real
-from tests.testenv.processes import free_port
+from tests.testenv.polling import TimedOut
 
 from .conftest import PLACEMENT, REPO, Cli
 from .test_digits import _metrics
@@ -60,63 +65,101 @@ def controller_image(real_node: real.RealNode, tmp_path_factory: pytest.TempPath
     return REF
 
 
-def _overlay(apiserver_port: int, probe_port: int) -> list[dict[str, Any]]:
+class Forwarder:
+    """TCP from the node's gateway address to the API server's loopback port (a thread per direction)."""
+
+    def __init__(self, host: str, target: int) -> None:
+        self.server = socket.create_server((host, 0))
+        self.port, self.target = int(self.server.getsockname()[1]), target
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                return
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+
+def _overlay(gateway: str, port: int) -> list[dict[str, Any]]:
     """JSON patch of the installed Deployment for this test cluster (see the module docstring)."""
-    container = "/spec/template/spec/containers/0"
-    env = [{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-           {"name": "KUBERNETES_SERVICE_PORT", "value": str(apiserver_port)}]
+    pod, container = "/spec/template/spec", "/spec/template/spec/containers/0"
+    env = [{"name": "KUBERNETES_SERVICE_HOST", "value": "kubernetes.default.svc"},
+           {"name": "KUBERNETES_SERVICE_PORT", "value": str(port)}]
     return [
-        {"op": "replace", "path": "/spec/replicas", "value": 1},
-        {"op": "add", "path": "/spec/template/spec/hostNetwork", "value": True},
-        {"op": "add", "path": "/spec/template/spec/nodeSelector", "value": PLACEMENT["nodeSelector"]},
-        {"op": "add", "path": "/spec/template/spec/tolerations", "value": PLACEMENT["tolerations"]},
+        {"op": "add", "path": f"{pod}/nodeSelector", "value": PLACEMENT["nodeSelector"]},
+        {"op": "add", "path": f"{pod}/tolerations", "value": PLACEMENT["tolerations"]},
+        {"op": "add", "path": f"{pod}/hostAliases",
+         "value": [{"ip": gateway, "hostnames": ["kubernetes.default.svc"]}]},
         *({"op": "add", "path": f"{container}/env/-", "value": item} for item in env),
-        {"op": "replace", "path": f"{container}/args",
-         "value": ["controller", "run", "--leader-elect", "--probe-address=$(POD_IP)", f"--probe-port={probe_port}"]},
-        {"op": "replace", "path": f"{container}/ports/0/containerPort", "value": probe_port},
     ]
 
 
-def _rolled_out(apps: Any, core: Any) -> Any:
-    """The one controller pod, Ready, once the patched Deployment has fully rolled out (no old pod left)."""
+def _rolled_out(apps: Any, core: Any, node: str) -> list[Any] | None:
+    """The Deployment's pods, all Ready on the real node, once the patched Deployment has fully rolled out."""
     dep = apps.read_namespaced_deployment(NAME, NAMESPACE)
-    status = dep.status
-    if (status.observed_generation != dep.metadata.generation or status.updated_replicas != 1
-            or status.ready_replicas != 1 or (status.replicas or 0) != 1):
+    status, want = dep.status, dep.spec.replicas
+    if (status.observed_generation != dep.metadata.generation or status.updated_replicas != want
+            or status.ready_replicas != want or (status.replicas or 0) != want):
         return None
     pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"app.kubernetes.io/name={NAME}").items
-    ready = [p for p in pods if not p.metadata.deletion_timestamp and any(
+    ready = [p for p in pods if p.spec.node_name == node and not p.metadata.deletion_timestamp and any(
         c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
-    return ready[0] if len(pods) == 1 and ready else None
+    return ready if len(pods) == len(ready) == want else None
 
 
 @pytest.fixture
-def deployed(controlplane: Any, real_node: real.RealNode, cli: Cli, controller_image: str) -> Iterator[Any]:
+def deployed(controlplane: Any, real_node: real.RealNode, cli: Cli, controller_image: str) -> Iterator[list[Any]]:
     admin = controlplane.api_client()
     apps, core = kubernetes.client.AppsV1Api(admin), kubernetes.client.CoreV1Api(admin)
+    forwarder = Forwarder(real_node.gateway, controlplane.ports["apiserver"])
     installed = cli("controller", "install", "--image", controller_image).stdout.split()
     assert {"serviceaccount/kubetrain-controller", "deployment/kubetrain-controller",
             "customresourcedefinition/trainingjobs.kubetrain.dev"} <= set(installed), installed
-    probe_port = free_port()
-    apps.patch_namespaced_deployment(NAME, NAMESPACE, _overlay(controlplane.ports["apiserver"], probe_port))
+    apps.patch_namespaced_deployment(NAME, NAMESPACE, _overlay(real_node.gateway, forwarder.port))
     try:
-        pod = wait_for(lambda: _rolled_out(apps, core), "the controller Deployment rolled out and Ready", 300)
-        yield pod, probe_port
+        try:
+            pods = wait_for(lambda: _rolled_out(apps, core, real_node_name(core)),
+                            "the controller Deployment rolled out and Ready", 300)
+        except TimedOut:
+            pytest.fail(f"the controller Deployment did not become Ready:\n{_describe(core)}", pytrace=False)
+        yield pods
     finally:
         cli("controller", "uninstall", check=False)
+        forwarder.close()
 
 
 def test_deployed_controller_reconciles_a_trainingjob_to_succeeded(
         controlplane: Any, k8s: Any, cli: Cli, image: str, project: Path, namespace: str, claim: Path,
-        deployed: Any) -> None:
-    pod, probe_port = deployed
+        deployed: list[Any]) -> None:
     core = kubernetes.client.CoreV1Api(k8s)
-    assert pod.spec.node_name == real_node_name(core) and pod.spec.service_account_name == NAME
-    assert pod.spec.containers[0].image == REF and pod.status.container_statuses[0].restart_count == 0
-    probes = pod.spec.containers[0]
-    assert probes.liveness_probe.http_get.path == "/healthz" and probes.readiness_probe.http_get.path == "/readyz"
-    with urllib.request.urlopen(f"http://{pod.status.pod_ip}:{probe_port}/healthz", timeout=10) as answer:
-        assert answer.status == 200  # the address flag: the pod IP the kubelet probes
+    for pod in deployed:
+        container = pod.spec.containers[0]
+        assert pod.spec.service_account_name == NAME and container.image == REF
+        assert container.liveness_probe.http_get.path == "/healthz"
+        assert container.readiness_probe.http_get.path == "/readyz"
+        with urllib.request.urlopen(f"http://{pod.status.pod_ip}:8081/healthz", timeout=10) as answer:
+            assert answer.status == 200  # on the pod IP, where the kubelet probes (--probe-address)
+    lease = wait_for(lambda: _holder(k8s), "a controller pod holding the Lease", 60)
+    (leader,) = [p for p in deployed if lease.startswith(f"{p.metadata.name}_")]
 
     job = _training_job(project, image, namespace)
     job["metadata"]["name"] = "digits-deployed"
@@ -128,9 +171,10 @@ def test_deployed_controller_reconciles_a_trainingjob_to_succeeded(
     logged = cli("logs", "digits-deployed", "-n", namespace).stdout
     assert _metrics(logged, "end") and _metrics(logged, "start")[0]["world_size"] == 2, logged[-2000:]
     assert done["status"]["progress"]["step"] == _metrics(logged, "end")[0]["step"], done["status"]
-    log = core.read_namespaced_pod_log(pod.metadata.name, NAMESPACE)
+    log = core.read_namespaced_pod_log(leader.metadata.name, NAMESPACE)
     assert "leads (Lease kubetrain-system/kubetrain-controller)" in log, log[-3000:]
-    assert core.read_namespaced_pod(pod.metadata.name, NAMESPACE).status.container_statuses[0].restart_count == 0
+    for pod in deployed:  # no probe failed, nothing crashed
+        assert core.read_namespaced_pod(pod.metadata.name, NAMESPACE).status.container_statuses[0].restart_count == 0
 
     removed = cli("controller", "uninstall").stdout.split()
     assert {"deployment/kubetrain-controller", "namespace/kubetrain-system"} <= set(removed), removed
@@ -139,6 +183,29 @@ def test_deployed_controller_reconciles_a_trainingjob_to_succeeded(
     assert _gone(lambda: rbac.read_cluster_role(NAME)) and _gone(lambda: rbac.read_cluster_role_binding(NAME))
     # Without --with-crd the CRD, and so the users' TrainingJobs, stay (docs/operator.md).
     assert tj(k8s, namespace, "digits-deployed") is not None
+
+
+def _describe(core: Any) -> str:
+    """Pods, their container states, the namespace's Events and the controller's log, for a failure message."""
+    lines = []
+    for pod in core.list_namespaced_pod(NAMESPACE).items:
+        lines.append(f"pod {pod.metadata.name} on {pod.spec.node_name}: {pod.status.phase} "
+                     f"{[(c.type, c.status) for c in pod.status.conditions or []]}")
+        for status in pod.status.container_statuses or []:
+            lines.append(f"  {status.name}: ready={status.ready} restarts={status.restart_count} {status.state}")
+        try:
+            lines.append(core.read_namespaced_pod_log(pod.metadata.name, NAMESPACE, tail_lines=40))
+        except ApiException as exc:
+            lines.append(f"  no log: {exc.reason}")
+    for event in core.list_namespaced_event(NAMESPACE).items:
+        lines.append(f"event {event.involved_object.kind}/{event.involved_object.name}: {event.reason}: "
+                     f"{event.message}")
+    return "\n".join(lines)[-8000:]
+
+
+def _holder(k8s: Any) -> str | None:
+    lease = kubernetes.client.CoordinationV1Api(k8s).read_namespaced_lease(NAME, NAMESPACE)
+    return str(lease.spec.holder_identity) if lease.spec.holder_identity else None
 
 
 def real_node_name(core: Any) -> str:
