@@ -45,8 +45,10 @@ def controller() -> None:
               metavar="SECONDS", help="How long a silent leader keeps the Lease.")
 @click.option("--workers", type=click.IntRange(1, 64), default=16, show_default=True,
               help="Objects reconciled in parallel.")
-@click.option("--update-policy", type=click.Choice(["report", "recreate"]), default="report", show_default=True,
-              help="A spec change to an existing job: report it as a condition, or recreate the child. "
+@click.option("--update-policy", type=click.Choice(["report", "recreate", "continue"]), default="report",
+              show_default=True, help="A spec change to an existing job: report it as a condition, recreate the "
+              "child (a fresh start, checkpoints in a directory of its own), or recreate it to continue from the "
+              "old child's checkpoints. "
               "The annotation kubetrain.dev/update-policy overrides it per object.")
 @click.option("--progress-interval", type=click.FloatRange(min=0), default=30.0, show_default=True,
               metavar="SECONDS", help="Read each running job's rank-0 log tail this often (0: never).")

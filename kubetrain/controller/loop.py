@@ -18,7 +18,16 @@ from kubetrain.controller import hangs, kube, kueue, mirror, progress
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
 from kubetrain.controller.informer import Informer, Key, wait_synced
 from kubetrain.controller.queue import WorkQueue
-from kubetrain.controller.reconcile import Desired, DesiredCache, now, owned_by, owner_name, update_policy
+from kubetrain.controller.reconcile import (
+    Desired,
+    DesiredCache,
+    checkpoint_dir_of,
+    keep_admission,
+    now,
+    owned_by,
+    owner_name,
+    update_policy,
+)
 from kubetrain.jobs import apply, targets
 from kubetrain.jobs.crud import TERMINAL
 from kubetrain.jobs.crud import state as child_state
@@ -37,7 +46,7 @@ CONFIGMAP_CACHE = 16  # code ConfigMaps kept in memory (each ≤ 1 MiB)
 class Settings:
     namespace: str | None = None  # None: every namespace (ClusterRole); else only this one (Role)
     workers: int = 16
-    update_policy: str = "report"  # report | recreate (a TrainingJob's annotation overrides it)
+    update_policy: str = "report"  # report | recreate | continue (a TrainingJob's annotation overrides it)
     progress_interval: float = 30.0  # seconds between progress reads of a running job; 0 disables
     progress_tail: int = 200  # log lines read per progress read (the tail only)
     hang_interval: float = 30.0  # seconds between reads of a running job's rank records; 0 disables
@@ -159,15 +168,20 @@ class Controller:
             self.applied.pop(key, None)
             self.written.pop(str(((obj or {}).get("metadata") or {}).get("uid")), None)
             return  # the garbage collector deletes the children (controller ownerReferences)
-        want = self.desired.get(obj, self.served, self._configmap)
+        latest = self._latest(obj)
+        current_dir = status_of(latest).get("checkpointDir")
+        want = self.desired.get(obj, self.served, self._configmap, current_dir)
         child: dict[str, Any] | None = None
         extra: list[dict[str, Any]] = []
         if not want.problems:
             child, extra = self._sync_child(key, obj, want)
-        latest = self._latest(obj)
+        latest = self._latest(obj)  # a recreation wrote the new child's checkpoint directory
         if child is not None and child_state(child) in hangs.WATCHED_PHASES:
             extra = [*extra, *hangs.carried(status_of(latest), self.hangs.conditions.get(key))]
         status = mirror.status_for(latest, want, child, extra, self._queued(want, child))
+        current_dir = status_of(latest).get("checkpointDir")  # kept as it is while the spec is invalid
+        if ckpt := current_dir if want.problems else checkpoint_dir_of(want.job, current_dir):
+            status["checkpointDir"] = ckpt
         if child is not None and want.target and self._ended(latest, status):
             status = self._with_final_progress(key, want.target, status)
         if kept := status_of(latest).get("hang"):
@@ -209,8 +223,8 @@ class Controller:
         if apply.spec_hash(child) != want.spec_hash:
             return child, self._spec_changed(obj, child, target, want)
         if child["metadata"].get("generation") != (self.applied.get(key) or {}).get("metadata", {}).get("generation"):
-            # First sight since (re)start, or someone edited the child: re-assert our fields (drift).
-            return self._apply(key, target, want.child, obj, created=False), []
+            # First sight since (re)start, someone edited the child, or Kueue admitted it: re-assert our fields.
+            return self._apply(key, target, keep_admission(want.child, child), obj, created=False), []
         return child, []
 
     def _apply(self, key: Key, target: Target, child: dict[str, Any], obj: dict[str, Any], created: bool
@@ -225,12 +239,15 @@ class Controller:
                       ) -> list[dict[str, Any]]:
         policy = update_policy(obj, self.settings.update_policy)
         old, new = apply.spec_hash(child), want.spec_hash
-        if policy == "recreate":
+        if policy in ("recreate", "continue"):
+            start = self._record_checkpoint_dir(obj, want, policy)
             kube.delete_child(self.api, child, target.plural)
             self.applied.pop(key_of(obj), None)
             self.events.record(obj, "Normal", "Recreating", f"spec changed ({old} → {new}): deleting "
-                              f"{target.kind} {child['metadata']['name']} to recreate it (update policy recreate)")
-            return [mirror.condition("SpecChanged", True, "Recreating", f"spec hash {old} → {new}; recreating")]
+                              f"{target.kind} {child['metadata']['name']} to recreate it (update policy {policy}"
+                              f"{start})")
+            return [mirror.condition("SpecChanged", True, "Recreating", f"spec hash {old} → {new}; recreating"
+                                     f"{start}")]
         message = (f"spec changed (spec hash {old} → {new}) but the {target.kind} keeps running the old spec: "
                    f"annotate {UPDATE_HINT} to apply it, or delete and re-apply the TrainingJob")
         return [mirror.condition("SpecChanged", True, "NotApplied", message)]
@@ -238,6 +255,22 @@ class Controller:
     def _spec_of(self, obj: dict[str, Any]) -> Any:
         """The TrainingJob's loaded spec (from the render cache), None when it is invalid."""
         return self.desired.get(obj, self.served, self._configmap).job
+
+    def _record_checkpoint_dir(self, obj: dict[str, Any], want: Desired, policy: str) -> str:
+        """Where the recreated child checkpoints, written to status before the old child is deleted (a
+        controller that stops in between must not start the new child in the old run's directory)."""
+        latest = self._latest(obj)
+        current = status_of(latest).get("checkpointDir")
+        target_dir = checkpoint_dir_of(want.job, current, policy, want.spec_hash)
+        if target_dir is None:
+            return ""
+        if target_dir != current:
+            meta = obj["metadata"]
+            kube.patch_status(self.api, meta["namespace"], meta["name"], {"checkpointDir": target_dir})
+            before = self.written.get(meta["uid"]) or {k: v for k, v in status_of(obj).items() if k != "progress"}
+            self.written[meta["uid"]] = {**before, "checkpointDir": target_dir}
+        verb = "continues from the checkpoints in" if policy == "continue" else "starts fresh, checkpointing to"
+        return f"; the new child {verb} {target_dir}"
 
     def _configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         """A code ConfigMap, cached: its name is its content's digest, so it never changes under a name."""

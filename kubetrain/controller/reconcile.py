@@ -33,7 +33,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 UPDATE_POLICY_ANNOTATION = "kubetrain.dev/update-policy"
 CODE_ANNOTATION = "kubetrain.dev/code"  # {"configMap": name, "items": [{key, path}]}, set by submit
 CodeLookup = Callable[[str, str], dict[str, Any] | None]  # (namespace, ConfigMap name) → ConfigMap or None
-POLICIES = ("report", "recreate")
+# recreate: the new child starts fresh (its own checkpoint directory); continue: it resumes the old child's
+# checkpoints (the runtime refuses, in one line, a checkpoint that does not fit the new model).
+POLICIES = ("report", "recreate", "continue")
 # Annotations the tools around an object add; they must not be copied onto the child's pods.
 FOREIGN_ANNOTATION_PREFIXES = ("kubectl.kubernetes.io/", "kubetrain.dev/", "argocd.argoproj.io/",
                                "kustomize.toolkit.fluxcd.io/")
@@ -73,9 +75,11 @@ def spec_data(obj: dict[str, Any]) -> dict[str, Any]:
             "spec": obj.get("spec")}
 
 
-def desired(obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = None) -> Desired:
+def desired(obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = None,
+            current_dir: str | None = None) -> Desired:
     """Load, check and render the object. `served`: the targets the cluster serves (pytorchjob, trainjob);
-    `lookup` reads the code ConfigMap `kubetrain submit --controller` uploaded."""
+    `lookup` reads the code ConfigMap `kubetrain submit --controller` uploaded; `current_dir` is
+    status.checkpointDir (see checkpoint_dir_of)."""
     try:
         loaded = LoadedSpec(validate_data(spec_data(obj), {}, ""), "", Path("/"))
     except SpecError as exc:
@@ -88,7 +92,8 @@ def desired(obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = 
     if problems:
         return Desired(job, None, target, problems)
     try:
-        child = render_loaded(loaded, target=target, namespace=job.metadata.namespace, code=code)[-1]
+        child = render_loaded(loaded, target=target, namespace=job.metadata.namespace, code=code,
+                              checkpoint_dir=checkpoint_dir_of(job, current_dir))[-1]
     except (SpecError, RenderError) as exc:
         return Desired(job, None, target, exc.lines())
     return Desired(job, owned(child, obj), target)
@@ -105,10 +110,11 @@ class DesiredCache:
         self._items: OrderedDict[str, Desired] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = None) -> Desired:
+    def get(self, obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = None,
+            current_dir: str | None = None) -> Desired:
         meta = meta_of(obj)
-        content = json.dumps([meta.get("uid"), spec_data(obj), annotation(obj, CODE_ANNOTATION), served],
-                             sort_keys=True, default=str)
+        content = json.dumps([meta.get("uid"), spec_data(obj), annotation(obj, CODE_ANNOTATION), served,
+                              current_dir], sort_keys=True, default=str)
         key = hashlib.sha256(content.encode()).hexdigest()
         with self._lock:
             found = self._items.get(key)
@@ -117,7 +123,7 @@ class DesiredCache:
                 self.hits += 1
                 return found
             self.misses += 1
-        want = desired(obj, served, lookup)
+        want = desired(obj, served, lookup, current_dir)
         if not want.problems:
             with self._lock:
                 self._items[key] = want
@@ -173,6 +179,19 @@ def owned(child: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
     return {**child, "metadata": {**child["metadata"], "ownerReferences": [ref]}}
 
 
+def keep_admission(child: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
+    """The child to re-apply over `live` (drift): Kueue admits a queued TrainJob by setting the `spec.suspend:
+    true` it was created with to false. Re-applying the rendered `true` (forced) suspended the admitted job
+    again, its pods went, Kueue unsuspended it, and round it went, never Succeeding. So the live value is kept,
+    with the live resourceVersion as a precondition: an admission between our read and the apply is a 409, and
+    the retry reads it."""
+    spec = child.get("spec") or {}
+    if "suspend" not in spec or "suspend" not in (live.get("spec") or {}):
+        return child
+    metadata = {**child["metadata"], "resourceVersion": meta_of(live).get("resourceVersion")}
+    return {**child, "metadata": metadata, "spec": {**spec, "suspend": live["spec"]["suspend"]}}
+
+
 def owner_name(obj: dict[str, Any]) -> str | None:
     """The TrainingJob that controls `obj`, if any."""
     for ref in meta_of(obj).get("ownerReferences") or []:
@@ -189,6 +208,22 @@ def owned_by(child: dict[str, Any], owner: dict[str, Any]) -> bool:
 def update_policy(obj: dict[str, Any], default: str) -> str:
     chosen = annotation(obj, UPDATE_POLICY_ANNOTATION)
     return chosen if chosen in POLICIES else default
+
+
+def checkpoint_dir_of(job: TrainingJob | None, current: str | None, policy: str | None = None,
+                      spec_hash: str | None = None) -> str | None:
+    """The child's checkpoint directory (status.checkpointDir). A child recreated from a changed spec under
+    `recreate` starts fresh in a directory of its own under spec.checkpoint.dir (the old run's checkpoints
+    stay where they were, never resumed from, never pruned by the new run); under `continue` it keeps the old
+    child's directory and resumes from its newest checkpoint. `policy` None: no recreation now."""
+    base = job.spec.checkpoint.dir if job else None
+    if not base:
+        return None
+    runs = f"{base.rstrip('/')}/run-"
+    if policy == "recreate" and spec_hash:
+        return runs + spec_hash
+    # A changed spec.checkpoint.dir is where the user wants the child to checkpoint (and resume from).
+    return current if current and (current == base or current.startswith(runs)) else base
 
 
 def now() -> str:

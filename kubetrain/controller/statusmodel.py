@@ -108,6 +108,9 @@ class TrainingJobStatus(_Status):
     """When the child job finished."""
     children: list[ChildRef] = Field(default_factory=list)
     """The PyTorchJob or TrainJob, and the code ConfigMap."""
+    checkpointDir: str | None = None
+    """Where the child checkpoints: spec.checkpoint.dir, or a run-SPECHASH directory under it for a child
+    recreated with a fresh start (update policy recreate)."""
     progress: Progress | None = None
     """Live progress while running."""
     hang: HangRestarts | None = None

@@ -53,6 +53,9 @@ class RenderOptions:
     cloud: str | None = None  # a resolved profile for `placement.cloud: auto`
     image: str | None = None  # the image reference `kubetrain build` just made
     namespace: str | None = None
+    # Where this child's checkpoints go instead of spec.checkpoint.dir: the controller's directory for a job
+    # recreated from a changed spec (a fresh start). Not part of the spec hash: it does not change the spec.
+    checkpoint_dir: str | None = None
 
 
 def spec_hash(job: TrainingJob, options: RenderOptions) -> str:
@@ -92,7 +95,7 @@ def resources(spec: JobSpec) -> dict[str, dict[str, str]]:
     return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
 
 
-def env(job: TrainingJob) -> list[dict[str, Any]]:
+def env(job: TrainingJob, checkpoint_dir: str | None = None) -> list[dict[str, Any]]:
     """Container env: defaults, then the debug preset, then the user's values, then Secret references."""
     spec = job.spec
     values = {"PYTHONUNBUFFERED": "1", "KUBETRAIN_JOB_NAME": job.metadata.name}
@@ -113,7 +116,7 @@ def env(job: TrainingJob) -> list[dict[str, Any]]:
         values["TMPDIR"] = "/tmp"
     values.update(progress_env(POD_PROGRESS_DIR))
     values[HANG_ENV] = spec.hang.model_dump_json(by_alias=True)  # read back by `kubetrain stacks` and status
-    runtime_config = _runtime_config(spec)
+    runtime_config = _runtime_config(spec, checkpoint_dir)
     if runtime_config:
         values["KUBETRAIN_CONFIG"] = runtime_config
     values.update(spec.env)
@@ -124,14 +127,18 @@ def env(job: TrainingJob) -> list[dict[str, Any]]:
     return items
 
 
-def _runtime_config(spec: JobSpec) -> str | None:
-    """The Trainer API and checkpoint settings, as JSON for kubetrain.runtime inside the container."""
+def _runtime_config(spec: JobSpec, checkpoint_dir: str | None = None) -> str | None:
+    """The Trainer API and checkpoint settings, as JSON for kubetrain.runtime inside the container.
+    `checkpoint_dir` replaces spec.checkpoint.dir (only where checkpointing is on)."""
     if spec.train is None and spec.checkpoint.dir is None:
         return None
     train = spec.train.model_dump(mode="json", by_alias=True) if spec.train else None
     if train is not None and "timeoutSeconds" not in spec.train.model_fields_set:  # type: ignore[union-attr]
         train["timeoutSeconds"] = process_group_timeout(spec.hang)
-    config = {"train": train, "checkpoint": spec.checkpoint.model_dump(mode="json", by_alias=True)}
+    checkpoint = spec.checkpoint.model_dump(mode="json", by_alias=True)
+    if checkpoint_dir and spec.checkpoint.dir:
+        checkpoint["dir"] = checkpoint_dir
+    config = {"train": train, "checkpoint": checkpoint}
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
@@ -220,7 +227,7 @@ def template_context(job: TrainingJob, options: RenderOptions) -> dict[str, Any]
         "command": container_command(spec.archive, job.metadata.name),
         "args": torchrun_args(spec, workdir),
         "workdir": workdir,
-        "env": env(job),
+        "env": env(job, options.checkpoint_dir),
         "resources": resources(spec),
         "security_context": security_context(spec),
         "volumes": volumes,

@@ -32,6 +32,27 @@ from kubetrain.runtime.state import (
 from kubetrain.runtime.stop import StopSignal, TrainingStopped
 from kubetrain.runtime.wrapped import Wrapped
 
+# A checkpoint written by another spec (a resumed or `continue`d job whose model changed).
+MISFIT_HINT = "start fresh: another checkpoint.dir, or the controller's update policy recreate"
+
+
+def model_misfit(model: dict[str, Any], saved: dict[str, Any]) -> str | None:
+    """Why a saved model state cannot load into this model (missing, unexpected or reshaped parameters), in
+    one line; None when it fits. torch's own error lists every key over many lines."""
+    missing = [k for k in model if k not in saved]
+    unexpected = [k for k in saved if k not in model]
+    reshaped = [(k, tuple(saved[k].shape), tuple(v.shape)) for k, v in model.items()
+                if k in saved and hasattr(v, "shape") and hasattr(saved[k], "shape") and saved[k].shape != v.shape]
+    if reshaped:
+        key, there, here = reshaped[0]
+        more = f" and {len(reshaped) - 1} more" if len(reshaped) > 1 else ""
+        return f"{key} has shape {list(there)} in the checkpoint, {list(here)} in the model{more}"
+    if missing or unexpected:
+        parts = [f"{len(missing)} parameters missing (e.g. {missing[0]})" if missing else "",
+                 f"{len(unexpected)} unexpected (e.g. {unexpected[0]})" if unexpected else ""]
+        return ", ".join(p for p in parts if p)
+    return None
+
 
 @dataclass
 class FitResult:
@@ -356,7 +377,7 @@ class Loop:
             state = self.sharded.load(path, self.wrapped.module, self.optimizer)
         else:
             state = chosen[1] if chosen and chosen[1] is not None else self.store.load(path)
-        self._apply(state)
+        self._apply(state, path)
         self.resumed_from = self.last_checkpoint = path
         self.saved_step = self.step
         self.reporter.emit("resume", step=self.step, epoch=self.epoch, batch_in_epoch=self.batch_in_epoch,
@@ -376,10 +397,18 @@ class Loop:
             return self.store.load_newest()
         return (newest[0][1], None) if newest else None
 
-    def _apply(self, state: dict[str, Any]) -> None:
+    def _apply(self, state: dict[str, Any], path: str) -> None:
         if "model" in state:  # sharded checkpoints loaded model and optimizer already
+            problem = model_misfit(self.wrapped.module.state_dict(), state["model"])
+            if problem:
+                raise RuntimeConfigError(f"spec.train.model: checkpoint {path} does not fit the model: {problem} "
+                                         f"({MISFIT_HINT})")
             self.wrapped.module.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            try:
+                self.optimizer.load_state_dict(state["optimizer"])
+            except (ValueError, KeyError) as exc:
+                raise RuntimeConfigError(f"spec.train.optimizer: checkpoint {path} does not fit the optimizer: "
+                                         f"{' '.join(str(exc).split())} ({MISFIT_HINT})") from None
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler") is not None:

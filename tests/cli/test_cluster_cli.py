@@ -89,7 +89,22 @@ def test_submit_wait_status_list_and_delete(controlplane: Any, kt: Any, namespac
                              f"{namespace})\n"
 
 
-def test_resubmit_is_a_noop_changed_needs_replace(kt: Any, namespace: str, tmp_path: Path) -> None:
+def owned_running(controlplane: Any, namespace: str, job: str, uid: str, count: int) -> list[Any]:
+    """`count` Running pods of the job object `uid` (not of an earlier job of the same name)."""
+    core = kubernetes.client.CoreV1Api(controlplane.api_client())
+
+    def check() -> list[Any] | None:
+        items = core.list_namespaced_pod(namespace, label_selector=f"training.kubeflow.org/job-name={job}").items
+        mine = [p for p in items if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+                and any(ref.uid == uid for ref in p.metadata.owner_references or [])]
+        return mine if len(mine) == count else None
+
+    found: list[Any] = watch_until(check, 60)
+    return found
+
+
+def test_resubmit_is_a_noop_changed_needs_replace(controlplane: Any, kt: Any, namespace: str, tmp_path: Path
+                                                  ) -> None:
     spec = str(write_spec(tmp_path, "again", nodes=1))
     assert kt("submit", "-f", spec, "-n", namespace, "-o", "name").stdout == "pytorchjob.kubeflow.org/again\n"
     again = kt("submit", "-f", spec, "-n", namespace)
@@ -107,6 +122,8 @@ def test_resubmit_is_a_noop_changed_needs_replace(kt: Any, namespace: str, tmp_p
     (job,) = yaml.safe_load_all(replaced.stdout)
     assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1 and job["metadata"]["uid"]
     assert f"PyTorchJob {namespace}/again replaced" in replaced.stderr
+    # Replaced is not the end: the new job's two pods run.
+    owned_running(controlplane, namespace, "again", job["metadata"]["uid"], 2)
 
 
 def test_dry_runs_write_nothing(controlplane: Any, kt: Any, namespace: str, tmp_path: Path) -> None:
@@ -150,6 +167,7 @@ def test_wait_for_capacity_waits_for_busy_gpus_but_never_for_a_job_that_cannot_f
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "second\n"
     assert "--wait-for-capacity: waiting" in result.stderr and "GPUs held by" in result.stderr
+    pods_of(controlplane, namespace, "second", 1)  # and the job it waited to submit runs
 
 
 def test_submit_prints_the_launcher_warnings(kt: Any, namespace: str, tmp_path: Path) -> None:

@@ -27,11 +27,13 @@ def conn(controlplane: Any) -> Connection:
     return connect(kubeconfig=str(controlplane.kubeconfig))
 
 
-def pods_by_phase(conn: Connection, namespace: str, job: str, count: int, phase: str = "Running"
-                  ) -> list[dict[str, Any]]:
-    """Watch the job's pods until `count` of them are in `phase`."""
+def pods_by_phase(conn: Connection, namespace: str, job: str, count: int, phase: str = "Running",
+                  owner: str | None = None) -> list[dict[str, Any]]:
+    """Watch the job's pods until `count` of them are in `phase` (with `owner`: of the job with that uid)."""
     def check(cache: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]] | None:
-        matching = [p for p in cache.values() if (p.get("status") or {}).get("phase") == phase]
+        matching = [p for p in cache.values() if (p.get("status") or {}).get("phase") == phase
+                    and (owner is None or any(r.get("uid") == owner for r in p["metadata"].get("ownerReferences")
+                                              or []))]
         return matching if len(matching) >= count else None
 
     return watch.wait_for(kubernetes.client.CoreV1Api(typed(conn)).list_namespaced_pod, check, timeout=60,
@@ -80,6 +82,8 @@ def test_unchanged_is_a_noop_changed_is_refused_replace_recreates(conn: Connecti
     new = jobs.get(conn.rest, PYTORCHJOB, namespace, "same")
     assert replaced.action == apply.REPLACED and new is not None
     assert new["metadata"]["uid"] != job["metadata"]["uid"] and jobs.shape(new) == (2, 8)
+    running = pods_by_phase(conn, namespace, "same", 2, owner=new["metadata"]["uid"])  # the new job's pods run
+    assert len(running) == 2
     configmap = replaced.objects[0]
     assert configmap["kind"] == "ConfigMap"
     assert configmap["metadata"]["ownerReferences"][0]["uid"] == new["metadata"]["uid"]

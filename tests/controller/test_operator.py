@@ -6,6 +6,7 @@ Pods are kwok's: the training-operator creates them, kwok runs them, `set_pod_ph
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -162,6 +163,63 @@ def test_spec_update_is_reported_then_recreated_under_the_policy(controlplane, k
     # serves the same log for the pod of the same name: a read after the new child started is fine).
     progress = cleared["status"].get("progress")
     assert progress is None or progress["updateTime"] >= child["metadata"]["creationTimestamp"], cleared["status"]
+    # Recreated is not the end: the new child's pod runs the new image, and the TrainingJob follows it.
+    core = kubernetes.client.CoreV1Api(k8s)
+    new_pod = wait_for(lambda: [p for p in core.list_namespaced_pod(
+        namespace, label_selector="training.kubeflow.org/job-name=upd").items if p.status.phase == "Running"
+        and any(r.uid == child["metadata"]["uid"] for r in p.metadata.owner_references or [])], "new pod", 90)[0]
+    assert new_pod.spec.containers[0].image == "ghcr.io/example/train:2.0"
+    controlplane.set_pod_phase(namespace, new_pod.metadata.name, "Succeeded")
+    wait_for(lambda: phase_is(k8s, namespace, "upd", "Succeeded"), "phase Succeeded", 90)
+
+
+def _checkpoint_dir_of(child: dict[str, Any]) -> str:
+    """The checkpoint directory the child's pods train with (KUBETRAIN_CONFIG, read by kubetrain.runtime)."""
+    container = child["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    config = next(e["value"] for e in container["env"] if e["name"] == "KUBETRAIN_CONFIG")
+    return str(json.loads(config)["checkpoint"]["dir"])
+
+
+def _recreated(k8s: Any, namespace: str, name: str, old: dict[str, Any]) -> dict[str, Any]:
+    def new_child() -> dict[str, Any] | None:
+        child = pytorchjob(k8s, namespace, name)
+        return child if child and child["metadata"]["uid"] != old["metadata"]["uid"] else None
+
+    return wait_for(new_child, "recreated child", 120)
+
+
+def test_recreate_starts_fresh_and_continue_resumes_the_old_checkpoints(k8s, namespace, start):
+    # recreate: the new child's pods checkpoint (and resume) in a directory of their own, so a changed spec
+    # never resumes the old run's checkpoint; continue: the new child resumes from the old child's directory.
+    start()
+    train = {"model": "m:f", "dataset": "m:d", "epochs": 2}
+    create(k8s, training_job("fresh", namespace, nodes=1, train=train,
+                             checkpoint={"dir": "/ckpt/fresh", "everySteps": 5}))
+    first = wait_for(lambda: pytorchjob(k8s, namespace, "fresh"), "child", 60)
+    assert _checkpoint_dir_of(first) == "/ckpt/fresh"
+    wait_for(lambda: (tj(k8s, namespace, "fresh")["status"].get("checkpointDir")) == "/ckpt/fresh", "status", 30)
+    _patch_spec(k8s, namespace, "fresh", {"train": {**train, "epochs": 4}},
+                **{"kubetrain.dev/update-policy": "recreate"})
+    second = _recreated(k8s, namespace, "fresh", first)
+    spec_hash = second["metadata"]["annotations"]["kubetrain.dev/spec-hash"]
+    assert _checkpoint_dir_of(second) == f"/ckpt/fresh/run-{spec_hash}"
+    status = wait_for(lambda: (o := tj(k8s, namespace, "fresh")) and all(
+        c["type"] != "SpecChanged" for c in o["status"]["conditions"]) and o["status"], "recreated status", 60)
+    assert status["checkpointDir"] == f"/ckpt/fresh/run-{spec_hash}", status
+    recreating = [e for e in _event_messages(k8s, namespace, "fresh") if "recreate it" in e]
+    assert recreating and recreating[0].endswith(f"starts fresh, checkpointing to /ckpt/fresh/run-{spec_hash})")
+
+    _patch_spec(k8s, namespace, "fresh", {"train": {**train, "epochs": 6}},
+                **{"kubetrain.dev/update-policy": "continue"})
+    third = _recreated(k8s, namespace, "fresh", second)
+    assert _checkpoint_dir_of(third) == f"/ckpt/fresh/run-{spec_hash}"  # where the second child checkpointed
+    assert third["metadata"]["annotations"]["kubetrain.dev/spec-hash"] != spec_hash
+
+
+def _event_messages(k8s: Any, namespace: str, name: str) -> list[str]:
+    items = kubernetes.client.CoreV1Api(k8s).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=TrainingJob").items
+    return [e.message for e in items]
 
 
 def test_delete_cascades_to_the_child(k8s, namespace, start):

@@ -105,3 +105,19 @@ def test_queued_and_admitted_follow_the_workload(controlplane: Any, kueue: Any, 
     wait_for(lambda: phase_is(k8s, namespace, "second", "Succeeded"), "phase Succeeded", 90)
     assert op.proc.poll() is None, op.text()
 
+
+
+def test_queued_trainjob_gets_pods_and_succeeds(controlplane: Any, kueue: Any, k8s: Any, namespace: str,
+                                                start: Any) -> None:
+    # The controller renders the CLI's TrainJob: under Kueue 0.19 it must still get its JobSet's pods.
+    kueue.queues.add_local_queues(namespace)
+    start()
+    create(k8s, training_job("tjq", namespace, nodes=2, target="trainjob", scheduling={"queue": "cpu"}))
+    until(k8s, namespace, "tjq", "Admitted", "Admitted")
+    core = kubernetes.client.CoreV1Api(k8s)
+    running = wait_for(lambda: (names := [p.metadata.name for p in core.list_namespaced_pod(
+        namespace, label_selector="jobset.sigs.k8s.io/jobset-name=tjq").items if p.status.phase == "Running"])
+        and len(names) == 2 and names, "2 Running pods of the queued TrainJob", 120)
+    for pod in running:
+        controlplane.set_pod_phase(namespace, pod, "Succeeded")
+    wait_for(lambda: phase_is(k8s, namespace, "tjq", "Succeeded"), "phase Succeeded", 120)

@@ -13,7 +13,7 @@ from kubetrain.controller import mirror
 from kubetrain.controller.handoff import code_volume, training_job
 from kubetrain.controller.progress import progress_of
 from kubetrain.controller.queue import WorkQueue
-from kubetrain.controller.reconcile import CODE_ANNOTATION, desired, owner_name, spec_data
+from kubetrain.controller.reconcile import CODE_ANNOTATION, checkpoint_dir_of, desired, owner_name, spec_data
 from kubetrain.controller.statusmodel import TrainingJobStatus
 from kubetrain.errors import SpecError
 from kubetrain.jobspec.load import load_spec, parse_spec
@@ -63,6 +63,20 @@ def test_desired_child_is_the_clis_render_with_a_controller_owner() -> None:
                    "controller": True, "blockOwnerDeletion": True}
     assert owner_name(child) == "mnist"
     assert "kubectl.kubernetes.io/last-applied-configuration" not in str(child)
+
+
+def test_checkpoint_directory_per_update_policy() -> None:
+    job = desired(tj({**GOOD, "checkpoint": {"dir": "/ckpt/j/"}}), ["pytorchjob"]).job
+    assert checkpoint_dir_of(job, None) == "/ckpt/j/"  # the first child: spec.checkpoint.dir as written
+    assert checkpoint_dir_of(job, "/ckpt/j/", "recreate", "abc") == "/ckpt/j/run-abc"  # a fresh start
+    assert checkpoint_dir_of(job, "/ckpt/j/run-abc", "continue", "def") == "/ckpt/j/run-abc"  # resumes there
+    assert checkpoint_dir_of(job, "/ckpt/j/run-abc") == "/ckpt/j/run-abc"
+    assert checkpoint_dir_of(job, "/elsewhere") == "/ckpt/j/"  # the user moved spec.checkpoint.dir
+    assert checkpoint_dir_of(desired(tj(GOOD), ["pytorchjob"]).job, "/ckpt/j", "recreate", "abc") is None
+    # The override reaches the pods' runtime config, and the spec hash does not move with it.
+    plain = desired(tj({**GOOD, "checkpoint": {"dir": "/ckpt/j"}}), ["pytorchjob"])
+    moved = desired(tj({**GOOD, "checkpoint": {"dir": "/ckpt/j"}}), ["pytorchjob"], current_dir="/ckpt/j/run-abc")
+    assert plain.spec_hash == moved.spec_hash and '"dir":"/ckpt/j/run-abc"' in str(moved.child)
 
 
 def test_invalid_object_gets_the_clis_messages() -> None:

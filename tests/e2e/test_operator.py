@@ -15,7 +15,19 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.controller.operator_env import Operator, create, install, phase_is, pytorchjob, sa_kubeconfig, tj
+from tests.controller.operator_env import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    Operator,
+    create,
+    custom,
+    install,
+    phase_is,
+    pytorchjob,
+    sa_kubeconfig,
+    tj,
+)
 from tests.harness.helpers import wait_for
 
 from .conftest import Cli
@@ -73,3 +85,55 @@ def test_controller_runs_a_trainingjob_on_the_real_node(k8s: Any, cli: Cli, imag
     status = cli("status", NAME, "-n", namespace)
     assert f"{namespace}/{NAME}: Succeeded" in status.stdout, status.stdout
     assert operator.proc.poll() is None, operator.text()[-3000:]
+
+
+def _succeeded_child(k8s: Any, namespace: str, name: str, old_uid: str | None) -> dict[str, Any]:
+    """The TrainingJob once a child other than `old_uid` has Succeeded (its status computed for the current
+    generation, so the old child's Succeeded does not count)."""
+    def done() -> dict[str, Any] | None:
+        obj = tj(k8s, namespace, name) or {}
+        status, child = obj.get("status") or {}, pytorchjob(k8s, namespace, name)
+        fresh = child is not None and child["metadata"]["uid"] != old_uid
+        current = status.get("observedGeneration") == obj.get("metadata", {}).get("generation")
+        return obj if fresh and current and status.get("phase") == "Succeeded" else None
+
+    return wait_for(done, "the new child Succeeded", 900)
+
+
+def _patch(k8s: Any, namespace: str, name: str, epochs: int, policy: str) -> None:
+    body = {"metadata": {"annotations": {"kubetrain.dev/update-policy": policy}},
+            "spec": {"train": {"epochs": epochs}}}
+    custom(k8s).patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, NAME, body)
+
+
+def test_recreated_job_starts_fresh_and_continue_resumes_on_the_real_node(
+        k8s: Any, cli: Cli, image: str, project: Path, namespace: str, claim: Path, operator: Operator) -> None:
+    # Item 5 of issue 27: a changed spec under `recreate` trains from step 0 (before, the new child resumed
+    # the old run's last checkpoint and only ran the steps beyond it); under `continue` it resumes.
+    job = _training_job(project, image, namespace)
+    job["spec"]["train"]["epochs"] = 1
+    create(k8s, job)
+    first = _succeeded_child(k8s, namespace, NAME, None)
+    first_end = _metrics(cli("logs", NAME, "-n", namespace).stdout, "end")[0]["step"]
+    old_uid = pytorchjob(k8s, namespace, NAME)["metadata"]["uid"]
+    assert list((claim / NAME).glob("step-*"))
+
+    _patch(k8s, namespace, NAME, 2, "recreate")
+    second = _succeeded_child(k8s, namespace, NAME, old_uid)
+    logged = cli("logs", NAME, "-n", namespace).stdout
+    spec_hash = second["status"]["specHash"]
+    assert not _metrics(logged, "resume") and _metrics(logged, "start")[0]["start_step"] == 0, logged[-2000:]
+    second_end = _metrics(logged, "end")[0]["step"]
+    assert second_end == 2 * first_end, (first_end, second_end)
+    assert first["status"]["checkpointDir"] == f"/ckpt/{NAME}"
+    assert second["status"]["checkpointDir"] == f"/ckpt/{NAME}/run-{spec_hash}"
+    assert list((claim / NAME / f"run-{spec_hash}").glob("step-*"))
+    assert second["status"]["progress"]["step"] == second_end  # read once more at the end, from this child
+
+    old_uid = pytorchjob(k8s, namespace, NAME)["metadata"]["uid"]
+    _patch(k8s, namespace, NAME, 3, "continue")
+    third = _succeeded_child(k8s, namespace, NAME, old_uid)
+    logged = cli("logs", NAME, "-n", namespace).stdout
+    assert _metrics(logged, "resume")[0]["step"] == second_end, logged[-2000:]
+    assert _metrics(logged, "end")[0]["step"] == 3 * first_end
+    assert third["status"]["checkpointDir"] == f"/ckpt/{NAME}/run-{spec_hash}"

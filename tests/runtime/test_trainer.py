@@ -252,3 +252,22 @@ def test_sigterm_checkpoints_and_resume_is_bit_identical(tmp_path: Path) -> None
     for index, state in reference["optimizer"]["state"].items():
         for name, value in state.items():
             assert torch.equal(torch.as_tensor(value), torch.as_tensor(resumed["optimizer"]["state"][index][name]))
+
+
+def test_resuming_a_checkpoint_of_another_model_is_a_one_line_refusal(tmp_path: Path) -> None:
+    # What `continue` (the controller's update policy) does after a changed model: the runtime refuses the
+    # old checkpoint in one line (exit 2) instead of torch's many-line load_state_dict error.
+    train = Train(model="m:f", dataset="m:d", epochs=1, batchSize=8, lr=0.05, seed=3, logEvery=100)
+    ckpt = Checkpoint(dir=str(tmp_path), everySteps=5)
+    fit(train, factories(), ckpt)
+    wider = lambda: nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Dropout(0.0), nn.Linear(32, 3))  # noqa: E731
+    with pytest.raises(RuntimeConfigError) as info:
+        fit(train, factories(model=wider), ckpt)
+    message = str(info.value)
+    assert "\n" not in message and info.value.exit_code == 2
+    assert message.startswith(f"spec.train.model: checkpoint {tmp_path}/step-0000000012.pt does not fit the "
+                              "model: 0.weight has shape [16, 4] in the checkpoint, [32, 4] in the model and 2 "
+                              "more ("), message
+    # The same model resumes (the check refuses only what cannot load).
+    result, lines = fit(Train(**{**train.model_dump(), "epochs": 2}), factories(), ckpt)
+    assert lines[0]["kind"] == "resume" and result.step == 24
