@@ -18,6 +18,7 @@ from kubetrain.imagebuild.process import (
     Echo,
     StepTracker,
     ToolMissing,
+    check_piped,
     check_streamed,
     command_line,
     echo_stderr,
@@ -135,9 +136,21 @@ def _kind_load(engine: Builder, ref: str, cluster: str, staging: Path, echo: Ech
     if engine.name == "docker":
         check_streamed(["kind", "load", "docker-image", ref, "--name", cluster], what, echo=echo)
         return
+    if engine.name == "podman" and len(_kind_nodes(cluster)) == 1:
+        # kind opens the archive once per node, so a pipe serves a one-node cluster (`--cpu-only`) only:
+        # no tarball of gigabytes on disk, and the save and the node's import run at the same time.
+        load = ["kind", "load", "image-archive", "/dev/stdin", "--name", cluster]
+        echo(f"kubetrain: podman save {ref} | {command_line(load)}")
+        check_piped(["podman", "save", ref], load, (f"saving {ref}", what), echo=echo)
+        return
     archive = staging / "image.tar"
     check_streamed(engine.save(ref, archive), f"saving {ref} to {archive.name}", echo=echo)
     check_streamed(["kind", "load", "image-archive", str(archive), "--name", cluster], what, echo=echo)
+
+
+def _kind_nodes(cluster: str) -> list[str]:
+    result = run_captured(["kind", "get", "nodes", "--name", cluster])
+    return result.stdout.split() if result.code == 0 else []
 
 
 def _require_containerd(address: str) -> None:

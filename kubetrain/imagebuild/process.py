@@ -12,8 +12,10 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import IO
 
 from kubetrain.errors import KubetrainError
 
@@ -97,19 +99,21 @@ class StepTracker:
         return self.failed or self.current
 
 
-def run_streamed(argv: Sequence[str], *, echo: Echo = echo_stderr, stdin: str | None = None,
+def run_streamed(argv: Sequence[str], *, echo: Echo = echo_stderr, stdin: str | IO[bytes] | None = None,
                  env: Mapping[str, str] | None = None,
                  tracker: StepTracker | None = None) -> tuple[int, list[str]]:
-    """Run with stdout+stderr streamed through `echo`; returns (exit code, last lines)."""
+    """Run with stdout+stderr streamed through `echo`; returns (exit code, last lines). `stdin`: text to
+    write, or a pipe to read from."""
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+    text = stdin if isinstance(stdin, str) else None
+    source = subprocess.PIPE if isinstance(stdin, str) else subprocess.DEVNULL if stdin is None else stdin
     try:
         proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1, env=_env(env),
-                                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
+                                errors="replace", bufsize=1, env=_env(env), stdin=source)
     except FileNotFoundError:
         raise ToolMissing(f"{argv[0]}: command not found on PATH") from None
-    if stdin is not None and proc.stdin:
-        proc.stdin.write(stdin)
+    if text is not None and proc.stdin:
+        proc.stdin.write(text)
         proc.stdin.close()
     assert proc.stdout is not None
     with proc.stdout:
@@ -128,6 +132,30 @@ def check_streamed(argv: Sequence[str], what: str, *, echo: Echo = echo_stderr, 
     code, tail = run_streamed(argv, echo=echo, stdin=stdin, env=env)
     if code != 0:
         raise CommandFailed(f"{what} failed: `{command_line(argv)}` exited {code}", tail, hint)
+
+
+def check_piped(first: Sequence[str], second: Sequence[str], what: tuple[str, str], *,
+                echo: Echo = echo_stderr) -> None:
+    """`first | second`, second's output streamed through `echo`; CommandFailed names `what[0]` when first
+    fails (the cause, whatever second then says of a cut-off stream), else `what[1]` when second does."""
+    with tempfile.TemporaryFile() as errors:
+        try:
+            producer = subprocess.Popen(list(first), stdout=subprocess.PIPE, stderr=errors,
+                                        stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise ToolMissing(f"{first[0]}: command not found on PATH") from None
+        assert producer.stdout is not None
+        try:
+            code, tail = run_streamed(second, echo=echo, stdin=producer.stdout)
+        finally:
+            producer.stdout.close()  # so that first gets SIGPIPE, not a full pipe, if second ended early
+            produced = producer.wait()
+        if produced != 0:
+            errors.seek(0)
+            lines = errors.read().decode(errors="replace").splitlines()[-TAIL_LINES:]
+            raise CommandFailed(f"{what[0]} failed: `{command_line(first)}` exited {produced}", lines)
+    if code != 0:
+        raise CommandFailed(f"{what[1]} failed: `{command_line(second)}` exited {code}", tail)
 
 
 def _env(extra: Mapping[str, str] | None) -> dict[str, str] | None:

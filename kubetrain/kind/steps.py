@@ -16,6 +16,10 @@ TRAINING_OPERATOR_KUSTOMIZE = (f"github.com/kubeflow/trainer.git/manifests/overl
                                f"?ref={TRAINING_OPERATOR_VERSION}")
 # The image that overlay deploys (its `images:` newTag, a commit tag rather than the release's name).
 TRAINING_OPERATOR_IMAGE = "ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489"
+OPERATOR_NAMESPACE = "kubeflow"
+OPERATOR_CERT_SECRET = "training-operator-webhook-cert"  # filled by the operator's own cert-rotator
+OPERATOR_POD_SELECTOR = "control-plane=kubeflow-training-operator"
+CERT_WAIT_SECONDS = 120
 RUNTIME_CLASS = """\
 apiVersion: node.k8s.io/v1
 kind: RuntimeClass
@@ -154,10 +158,32 @@ def training_operator_step(context: str, manifests: str = TRAINING_OPERATOR_KUST
                                "--output", "jsonpath={.spec.template.spec.containers[0].image}"])
         return result.code == 0 and result.stdout.strip() == TRAINING_OPERATOR_IMAGE
 
-    apply = ["kubectl", "--context", context, "apply", "--server-side", "-k", manifests]
-    return Step(f"Kubeflow training-operator {TRAINING_OPERATOR_VERSION}", done, streamed(apply))
+    apply = streamed(["kubectl", "--context", context, "apply", "--server-side", "-k", manifests])
+
+    def act(echo: Echo) -> None:
+        apply(echo)
+        restart_for_certs(context, echo)
+
+    return Step(f"Kubeflow training-operator {TRAINING_OPERATOR_VERSION}", done, act)
+
+
+def restart_for_certs(context: str, echo: Echo) -> None:
+    """Restart the operator's first pod once its cert-rotator has filled the webhook cert Secret.
+
+    The rotator runs in that pod, so the pod always starts with the Secret still empty, and the kubelet
+    refreshes a mounted Secret only on its periodic pod sync (one to two minutes): until then /readyz
+    answers "certificates are not ready". A pod started after the Secret is filled mounts the certs at once.
+    Should the wait fail (an older kubectl may not take `--for=jsonpath` without a value), the rollout wait
+    that follows still decides, as slowly as before."""
+    kubectl = ["kubectl", "--context", context, "--namespace", OPERATOR_NAMESPACE]
+    filled = run_captured([*kubectl, "wait", f"secret/{OPERATOR_CERT_SECRET}", "--for=jsonpath={.data.ca\\.crt}",
+                           f"--timeout={CERT_WAIT_SECONDS}s"])
+    if filled.code != 0:
+        return
+    echo("kubetrain: the training-operator's webhook certificate exists; restarting its pod to mount it")
+    streamed([*kubectl, "delete", "pod", "--selector", OPERATOR_POD_SELECTOR, "--wait=false"])(echo)
 
 
 def operator_rollout(context: str) -> list[str]:
-    return ["kubectl", "--context", context, "--namespace", "kubeflow", "rollout", "status",
+    return ["kubectl", "--context", context, "--namespace", OPERATOR_NAMESPACE, "rollout", "status",
             "deployment/training-operator", "--timeout=300s"]

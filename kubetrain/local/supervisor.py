@@ -73,6 +73,20 @@ def processes_of_run(run_id: str) -> list[int]:
     return found
 
 
+def has_no_children(pid: int) -> bool:
+    """Whether process `pid` has no child process (Linux /proc/PID/task/*/children; False where unknown)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        return all(not _read(f"/proc/{pid}/task/{tid}/children").strip() for tid in tasks)
+    except OSError:
+        return False
+
+
+def _read(path: str) -> str:
+    with open(path) as handle:
+        return handle.read()
+
+
 class Watch(Protocol):
     def check(self) -> bool:
         """Called every poll; True: stop the job now (it is hung)."""
@@ -198,6 +212,8 @@ class Supervisor:
             if self.signum and self.stop_deadline is None:
                 name = signal.Signals(self.signum).name
                 self._terminate(f"got {name}; stopping the job (the runtime checkpoints first)")
+            elif failure and not self.plan.elastic and self.stop_deadline is None and self._workers_gone():
+                self._stop_idle(failure[0])
             elif failure and not self.plan.elastic and self.stop_deadline is None \
                     and now - failure[1] > FAILURE_GRACE_SECONDS:
                 self._terminate(f"a node exited with {failure[0]}; stopping the other nodes")
@@ -217,6 +233,18 @@ class Supervisor:
         print("kubetrain run: stopping the hung job (SIGKILL: a rank stuck in a collective cannot checkpoint)",
               file=self.err, flush=True)
         self.hung = True
+        self._kill_all()
+
+    def _workers_gone(self) -> bool:
+        """Whether no running agent has a worker left. Such an agent only waits in torchrun's exit barrier
+        for the failed node, which never comes: up to 300 s, in a blocking store call that a SIGTERM does
+        not interrupt."""
+        running = [proc.pid for proc in self.procs if proc.poll() is None]
+        return all(has_no_children(pid) for pid in running)
+
+    def _stop_idle(self, code: int) -> None:
+        print(f"kubetrain run: a node exited with {code}; the other nodes have no worker left: stopping them",
+              file=self.err, flush=True)
         self._kill_all()
 
     def _terminate(self, reason: str) -> None:

@@ -141,7 +141,7 @@ def test_kind_load_with_docker(fakebin: FakeBin, project: Project) -> None:
 
 def test_kind_load_with_podman_goes_through_an_archive(fakebin: FakeBin, project: Project) -> None:
     fakebin.install("podman", "kind").on("kind", "get", "clusters", stdout="dev\n").on(
-        "podman", "image", "exists", exit=1)
+        "podman", "image", "exists", exit=1).on("kind", "get", "nodes", stdout="dev-control-plane\ndev-worker\n")
     result = run(project(), "--kind", "dev", "--builder", "podman")
     assert result.exit_code == 0, result.output
     ref = result.stdout.strip()
@@ -152,9 +152,36 @@ def test_kind_load_with_podman_goes_through_an_archive(fakebin: FakeBin, project
         ["kind", "get", "clusters"],
         ["podman", "image", "exists", ref],
         ["podman", "build", "--format", "docker", "-f", dockerfile, "-t", ref, context],
+        ["kind", "get", "nodes", "--name", "dev"],  # two nodes: kind opens the archive once for each
         ["podman", "save", "-o", archive, ref],
         ["kind", "load", "image-archive", archive, "--name", "dev"],
     ]
+
+
+def test_kind_load_into_one_node_streams_podman_save(fakebin: FakeBin, project: Project) -> None:
+    fakebin.install("podman", "kind").on("kind", "get", "clusters", stdout="dev\n").on(
+        "kind", "get", "nodes", stdout="dev-control-plane\n").on("podman", "save", stdout="<docker archive>")
+    result = run(project(), "--kind", "dev", "--builder", "podman")
+    assert result.exit_code == 0, result.output
+    ref = result.stdout.strip()
+    assert fakebin.argvs()[-3:] == [
+        ["kind", "get", "nodes", "--name", "dev"],
+        ["podman", "save", ref],
+        ["kind", "load", "image-archive", "/dev/stdin", "--name", "dev"],
+    ]
+    assert fakebin.calls()[-1]["stdin"] == "<docker archive>"  # what podman save wrote, through the pipe
+
+
+def test_a_failed_podman_save_into_kind_is_named_as_the_cause(fakebin: FakeBin, project: Project) -> None:
+    fakebin.install("podman", "kind").on("kind", "get", "clusters", stdout="dev\n").on(
+        "kind", "get", "nodes", stdout="dev-control-plane\n").on(
+        "podman", "save", exit=125, stderr="Error: no space left on device\n").on(
+        "kind", "load", exit=1, stderr="ERROR: failed to load image: unexpected EOF\n")
+    result = run(project(), "--kind", "dev", "--builder", "podman")
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert lines[-2].startswith("error: saving ghcr.io/") and lines[-2].endswith("` exited 125"), lines
+    assert lines[-1] == "error:   | Error: no space left on device"
 
 
 def test_containerd_load_copies_out_of_podman_then_imports_with_ctr(fakebin: FakeBin, project: Project) -> None:

@@ -27,6 +27,10 @@ HELM_INSTALL = ["helm", "--kube-context", "kind-kubetrain", "upgrade", "--instal
 OPERATOR_CHECK = ["kubectl", *CTX, "--namespace", "kubeflow", "get", "deployment", "training-operator",
                   "--output", "jsonpath={.spec.template.spec.containers[0].image}"]
 OPERATOR_APPLY = ["kubectl", *CTX, "apply", "--server-side", "-k", KUSTOMIZE]
+CERT_WAIT = ["kubectl", *CTX, "--namespace", "kubeflow", "wait", "secret/training-operator-webhook-cert",
+             "--for=jsonpath={.data.ca\\.crt}", "--timeout=120s"]
+POD_RESTART = ["kubectl", *CTX, "--namespace", "kubeflow", "delete", "pod", "--selector",
+               "control-plane=kubeflow-training-operator", "--wait=false"]
 ROLLOUT = ["kubectl", *CTX, "--namespace", "kubeflow", "rollout", "status", "deployment/training-operator",
            "--timeout=300s"]
 GET_NODES = ["kubectl", *CTX, "get", "nodes", "--output", "json"]
@@ -63,12 +67,12 @@ def test_gpu_create_runs_every_step_in_order(fakebin: Any, monkeypatch: pytest.M
         ["kubectl", *CTX, "get", "runtimeclass", "nvidia"],
         ["kubectl", *CTX, "apply", "-f", "-"],
         HELM_LIST, HELM_INSTALL,
-        OPERATOR_CHECK, OPERATOR_APPLY,
+        OPERATOR_CHECK, OPERATOR_APPLY, CERT_WAIT, POD_RESTART,
         ROLLOUT, GET_NODES,
     ]
     calls = fakebin.calls()
     assert calls[4]["stdin"] == render_config("kubetrain", None)
-    assert yaml.safe_load(calls[-7]["stdin"]) == yaml.safe_load(RUNTIME_CLASS)
+    assert yaml.safe_load(calls[-9]["stdin"]) == yaml.safe_load(RUNTIME_CLASS)
     assert all(c["env"].get("KUBECONFIG") == "/tmp/kubeconfig-test" for c in calls)  # kubectl conventions
     assert result.stdout.splitlines()[0] == ("kind cluster 'kubetrain' is ready: kubectl context "
                                              "kind-kubetrain, "
@@ -126,11 +130,26 @@ def test_cpu_only_skips_every_gpu_part(fakebin: Any) -> None:
         ["docker", "info", "--format", "{{json .}}"],
         ["kind", "get", "clusters"],
         ["kind", "create", "cluster", "--name", "kubetrain", "--config=-", "--wait", "120s"],
-        OPERATOR_CHECK, OPERATOR_APPLY, ROLLOUT, GET_NODES,
+        OPERATOR_CHECK, OPERATOR_APPLY, CERT_WAIT, POD_RESTART, ROLLOUT, GET_NODES,
     ]
     assert fakebin.calls()[2]["stdin"] == render_config("kubetrain", None, cpu_only=True)
     assert "CPU only (no GPUs)" in result.stdout
     assert "spec.gpusPerNode: 0 and spec.build.variant: cpu" in result.stdout
+
+
+def test_the_operator_pod_is_restarted_only_once_its_certificate_exists(fakebin: Any) -> None:
+    """The first operator pod mounts its webhook cert Secret before its own cert-rotator fills it (the kubelet
+    would refresh it a minute or two later): once the Secret has a CA, a new pod mounts it at once. If the
+    wait fails (e.g. a kubectl that lacks value-less `--for=jsonpath`), the rollout wait still decides."""
+    fakebin.install("docker", "kind", "kubectl")
+    fakebin.on("docker", "info", stdout='{"DefaultRuntime": "runc"}')
+    fakebin.on(*CERT_WAIT, exit=1, stderr="error: timed out waiting for the condition\n")
+    fakebin.on("kubectl", *CTX, "--namespace", "kubeflow", "get", exit=1)
+    fakebin.on("kubectl", *CTX, "get", "nodes", stdout=nodes_json("kubetrain", [0]))
+    result = create("--cpu-only")
+    assert result.exit_code == 0, result.output
+    assert fakebin.argvs()[-4:] == [OPERATOR_APPLY, CERT_WAIT, ROLLOUT, GET_NODES]  # no pod deleted
+    assert "restarting its pod" not in result.stderr
 
 
 def test_failed_prerequisites_are_all_reported_before_anything_runs(fakebin: Any) -> None:
@@ -220,8 +239,8 @@ def test_failure_in_the_middle_then_a_rerun_resumes(fakebin: Any) -> None:
     assert rerun.exit_code == 0, rerun.output
     acted = [a for a in fakebin.argvs() if a[:2] in (["kind", "create"], ["docker", "exec"]) and "bash" in a]
     assert acted == []
-    assert fakebin.argvs()[-6:] == [HELM_LIST, HELM_INSTALL, OPERATOR_CHECK, OPERATOR_APPLY, ROLLOUT,
-                                    GET_NODES]
+    assert fakebin.argvs()[-8:] == [HELM_LIST, HELM_INSTALL, OPERATOR_CHECK, OPERATOR_APPLY, CERT_WAIT,
+                                    POD_RESTART, ROLLOUT, GET_NODES]
 
 
 def test_existing_cluster_without_gpu_workers(fakebin: Any) -> None:
