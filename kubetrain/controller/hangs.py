@@ -162,6 +162,7 @@ class HangWatch:
         elif verdict.hung:
             verdict, saved = self.evidence(obj, job, running, thresholds, verdict)
         for kind, reason, message in transitions(before, verdict, saved):
+            log.info("hang watch: %s/%s: %s: %s", meta["namespace"], meta["name"], reason, message)
             self.record(obj, kind, reason, message)
         latest = verdict.conditions()
         self.conditions[key] = latest
