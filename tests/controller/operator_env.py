@@ -82,6 +82,16 @@ class Operator:
         return int(self.proc.returncode)
 
 
+def namespaced_operator(controlplane: Any, namespace: str, tmp_path: Path, *flags: str) -> Operator:
+    """The controller as its own process under the manifests' RBAC (a ServiceAccount's kubeconfig), watching
+    `namespace` with a Lease of its own."""
+    admin = controlplane.api_client()
+    install(admin)
+    config = sa_kubeconfig(admin, controlplane.kubeconfig, tmp_path / "sa.kubeconfig")
+    return Operator(config, tmp_path / "controller.log", "--watch-namespace", namespace, "--lease-name",
+                    f"lease-{namespace}", "--lease-duration", "4", *flags)
+
+
 def training_job(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
     body = {"image": "ghcr.io/example/train:1.0", "command": ["python", "train.py"], "nodes": 2,
             "resources": {"cpu": "100m", "memory": "64Mi"}, **spec}

@@ -15,7 +15,7 @@ import kubernetes
 import pytest
 import yaml
 
-from tests.controller.operator_env import Operator, create, install, phase_is, sa_kubeconfig, tj
+from tests.controller.operator_env import Operator, create, namespaced_operator, phase_is, tj
 from tests.testenv.polling import TimedOut, wait_for
 
 from .conftest import Cli
@@ -31,11 +31,7 @@ HANG = {"timeoutSeconds": 20, "stepFactor": 10, "phaseTimeoutSeconds": 60, "poli
 
 @pytest.fixture
 def operator(controlplane: Any, real_node: Any, namespace: str, tmp_path: Path) -> Iterator[Operator]:
-    admin = controlplane.api_client()
-    install(admin)
-    config = sa_kubeconfig(admin, controlplane.kubeconfig, tmp_path / "sa.kubeconfig")
-    op = Operator(config, tmp_path / "controller.log", "--watch-namespace", namespace, "--lease-name",
-                  f"lease-{namespace}", "--progress-interval", "5", "--hang-interval", "5", "--lease-duration", "4")
+    op = namespaced_operator(controlplane, namespace, tmp_path, "--progress-interval", "5", "--hang-interval", "5")
     yield op
     op.stop()
 

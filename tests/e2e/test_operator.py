@@ -22,10 +22,9 @@ from tests.controller.operator_env import (
     Operator,
     create,
     custom,
-    install,
+    namespaced_operator,
     phase_is,
     pytorchjob,
-    sa_kubeconfig,
     tj,
 )
 from tests.harness.helpers import wait_for
@@ -39,11 +38,7 @@ NAME = "digits-op"
 
 @pytest.fixture
 def operator(controlplane: Any, real_node: Any, namespace: str, tmp_path: Path) -> Iterator[Operator]:
-    admin = controlplane.api_client()
-    install(admin)
-    config = sa_kubeconfig(admin, controlplane.kubeconfig, tmp_path / "sa.kubeconfig")
-    op = Operator(config, tmp_path / "controller.log", "--watch-namespace", namespace, "--lease-name",
-                  f"lease-{namespace}", "--progress-interval", "1", "--lease-duration", "4")
+    op = namespaced_operator(controlplane, namespace, tmp_path, "--progress-interval", "1")
     yield op
     op.stop()
 
