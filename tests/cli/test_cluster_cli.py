@@ -316,6 +316,7 @@ def test_kubeconfig_env_and_context_namespace(controlplane: Any, namespace: str,
     assert f"PyTorchJob {namespace}/ctx created" in result.stderr  # the context's namespace
     listing = CliRunner(env={"KUBECONFIG": str(path)}).invoke(cli, ["list", "-o", "json"])
     assert [j["name"] for j in json.loads(listing.stdout)] == ["ctx"]
+    pods_of(controlplane, namespace, "ctx", 1)  # and the job runs there
 
 
 def test_submit_resolves_cloud_auto_from_the_nodes(kt: Any, namespace: str, tmp_path: Path) -> None:

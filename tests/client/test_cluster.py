@@ -101,6 +101,8 @@ def test_code_configmap_is_owned_and_garbage_collected(conn: Connection, namespa
     assert (owner.kind, owner.name, owner.uid, owner.block_owner_deletion) == (
         "PyTorchJob", "withcode", job["metadata"]["uid"], True)
     assert cm.immutable and "train.py" in str(cm.data)
+    (pod,) = pods_by_phase(conn, namespace, "withcode", 1)  # the pod that mounts it runs
+    assert name in {v.get("configMap", {}).get("name") for v in pod["spec"]["volumes"]}
 
     assert jobs.delete(conn.rest, PYTORCHJOB, namespace, "withcode")
     # Nobody deletes the ConfigMap but the garbage collector (through the owner reference).

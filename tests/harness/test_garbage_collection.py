@@ -27,7 +27,9 @@ def test_delete_job_collects_pods_and_services(controlplane, namespace, propagat
     selector = f"{JOB_NAME_LABEL}=gc"
     server_side_apply(client, pytorchjob("gc", namespace, workers=1, gpus=1))
 
-    pods = wait_for(lambda: _n(core.list_namespaced_pod(namespace, label_selector=selector).items, 2), "2 pods")
+    # Running, as a user's pods are when they delete the job (not just created).
+    pods = wait_for(lambda: _n([p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+                                if p.status.phase == "Running"], 2), "2 Running pods")
     services = wait_for(
         lambda: _n(core.list_namespaced_service(namespace, label_selector=selector).items, 2), "2 services"
     )

@@ -13,7 +13,7 @@ import pytest
 
 from tests.client.specs import write_spec
 from tests.harness.helpers import wait_for
-from tests.queues.drills import Proc
+from tests.queues.drills import Proc, running_pods
 
 pytestmark = pytest.mark.controlplane
 
@@ -41,6 +41,10 @@ def test_kill_9_during_submit_then_rerun_repairs(controlplane: Any, namespace: s
     assert third.wait() == 0, third.stderr  # and again: a no-op
     assert custom.list_namespaced_custom_object("kubeflow.org", "v1", namespace, "pytorchjobs")["items"][0][
         "metadata"]["uid"] == jobs[0]["metadata"]["uid"]
+    # The outcome: the repaired job's pod runs (owned by that one job, not a leftover of the killed submit).
+    (pod,) = running_pods(core, namespace, 1)
+    owners = core.read_namespaced_pod(pod, namespace).metadata.owner_references
+    assert [o.uid for o in owners] == [jobs[0]["metadata"]["uid"]]
 
 
 def test_a_stopped_training_operator_is_named_by_status(controlplane: Any, namespace: str, k8s: Any,
