@@ -27,6 +27,7 @@ from kubetrain.controller.informer import Informer, Key
 from kubetrain.controller.mirror import condition
 from kubetrain.controller.reconcile import now
 from kubetrain.jobs import targets
+from kubetrain.jobs.crud import TERMINAL
 from kubetrain.jobs.pods import Replica, job_replicas
 from kubetrain.jobs.stacks import JobStacks, ask_pods, combine, exec_probe, exec_records, exec_saving
 from kubetrain.jobspec.model import TrainingJob
@@ -124,7 +125,10 @@ class HangWatch:
         """Read every watched job once; returns how many had ranks to judge."""
         began = time.monotonic()
         judged = 0
-        for obj in self.jobs.items():
+        items = self.jobs.items()
+        for gone in self.conditions.keys() - {watch.key(o) for o in items}:
+            del self.conditions[gone]
+        for obj in items:
             try:
                 judged += self.check(obj)
             except Exception as exc:  # a pod that just went away, an exec refused: try again next round
@@ -141,7 +145,8 @@ class HangWatch:
         target = targets.TARGETS.get(str(status.get("target")))
         job = self.spec_of(obj) if status.get("phase") in WATCHED_PHASES and target else None
         if job is None or target is None:
-            self.conditions.pop(key, None)
+            if status.get("phase") in TERMINAL or not target:  # else (e.g. Created again) the verdict is kept
+                self.ended(obj, self.conditions.pop(key, None))
             return False
         meta = obj["metadata"]
         replicas = [r for r in job_replicas(self.api, target, meta["namespace"], meta["name"]) if not r.deleting]
@@ -171,6 +176,16 @@ class HangWatch:
         if verdict.hung and job.spec.hang.policy == "restart" and len(running) == len(replicas):
             self.restart(obj, replicas, verdict, job.spec.hang.maxRestarts)
         return True
+
+    def ended(self, obj: dict[str, Any], last: list[dict[str, Any]] | None) -> None:
+        """A job that ends while last judged hung (a restarted job can finish between two rounds) gets the
+        closing Event: its status drops the Hung condition with the Running phase."""
+        phase = status_of(obj).get("phase")
+        if phase in TERMINAL and last and _plain(last).get("Hung", ("",))[0] == "True":
+            meta = obj["metadata"]
+            message = f"no longer hung: the job {phase}"
+            log.info("hang watch: %s/%s: Progressing: %s", meta["namespace"], meta["name"], message)
+            self.record(obj, "Normal" if phase == "Succeeded" else "Warning", "Progressing", message)
 
     def evidence(self, obj: dict[str, Any], job: TrainingJob, running: list[Replica], thresholds: Thresholds,
                  verdict: Verdict) -> tuple[Verdict, list[str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.controller.hangs import Verdict, carried, transitions, verdict_of
+from kubetrain.controller.hangs import HangWatch, Verdict, carried, transitions, verdict_of
 from kubetrain.controller.mirror import condition
 from kubetrain.jobs.pods import Replica
 from kubetrain.jobs.stacks import PodAnswer, combine
@@ -68,3 +68,37 @@ def test_a_restarted_controller_keeps_the_conditions_on_the_object_until_its_fir
     assert carried(old, None) == [condition("Hung", True, "Hung", "hung since")]
     latest = Verdict(False, "progressing", (), 1).conditions()
     assert carried(old, latest) == latest
+
+
+class _Jobs:
+    def __init__(self, objs: list[dict[str, Any]]) -> None:
+        self.objs = objs
+
+    def items(self) -> list[dict[str, Any]]:
+        return self.objs
+
+
+def _watch(objs: list[dict[str, Any]], said: list[tuple[str, str, str]]) -> HangWatch:
+    return HangWatch(api=None, jobs=_Jobs(objs), spec_of=lambda o: None,  # type: ignore[arg-type]
+                     record=lambda o, kind, reason, message: said.append((kind, reason, message)),
+                     enqueue=lambda key: None)
+
+
+def _job(name: str, phase: str) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": name, "uid": name},
+            "status": {"phase": phase, "target": "pytorchjob"}}
+
+
+def test_a_job_ending_while_hung_gets_the_closing_event_and_is_forgotten() -> None:
+    said: list[tuple[str, str, str]] = []
+    hung = Verdict(True, "hung since ...", (), 7).conditions()
+    objs = [_job("done", "Succeeded"), _job("again", "Created"), _job("fine", "Failed")]
+    watch = _watch(objs, said)
+    watch.conditions = {("ns", "done"): hung, ("ns", "again"): hung, ("ns", "gone"): hung,
+                        ("ns", "fine"): Verdict(False, "progressing", (), 9).conditions()}
+    watch.round()
+    assert said == [("Normal", "Progressing", "no longer hung: the job Succeeded")]
+    # Created again (pods recreated by a restart): the verdict is kept for the next Running read.
+    assert watch.conditions == {("ns", "again"): hung}
+    watch.round()
+    assert len(said) == 1
