@@ -6,6 +6,8 @@ On a machine with NVIDIA GPUs it
 * measures the Trainer's throughput against a hand-written loop on the same model, data and batch (the ratio,
   best of interleaved rounds), and FSDP's peak memory against DDP's (`torch.cuda.max_memory_allocated`; on
   two or more GPUs over torchrun, where FSDP has something to shard);
+* runs `kubetrain run` of examples/digits: the CPU spec (its ranks see no GPU), on one GPU (nccl), and on more
+  nodes than GPUs (refused in one line);
 * runs nvidia-smi the way `kubetrain gpu` does and feeds its real output through that command's parser
   (the raw output is kept in the report, to become a test fixture);
 * writes one JSON and one markdown report (--out, default benchmarks/results/gpu-check/).
@@ -58,12 +60,12 @@ def no_gpu_reason() -> str | None:
 
 
 # --- the workload ---------------------------------------------------------------------------------------
-def make_data(samples: int) -> Any:
+def make_data(samples: int, features: int = FEATURES) -> Any:
     import torch
     from torch.utils.data import TensorDataset
 
     generator = torch.Generator().manual_seed(1)
-    x = torch.randn(samples, FEATURES, generator=generator)
+    x = torch.randn(samples, features, generator=generator)
     return TensorDataset(x, x[:, :CLASSES].argmax(dim=1))  # learnable: the loss must fall
 
 
@@ -81,7 +83,8 @@ def make_big() -> Any:
 
 
 # --- one Trainer run ------------------------------------------------------------------------------------
-def trainer_run(model: Callable[[], Any] = make_model, samples: int = BATCH * STEPS, **train: Any) -> dict[str, Any]:
+def trainer_run(model: Callable[[], Any] = make_model, samples: int = BATCH * STEPS, features: int = FEATURES,
+                **train: Any) -> dict[str, Any]:
     """A Trainer run in this process (a world of one over nccl): its metrics, peak memory and wall time."""
     import torch
 
@@ -94,7 +97,7 @@ def trainer_run(model: Callable[[], Any] = make_model, samples: int = BATCH * ST
     stream = io.StringIO()
     torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
-    result = Trainer(Train(**settings), factories=Factories(model=model, dataset=lambda: make_data(samples)),
+    result = Trainer(Train(**settings), factories=Factories(model=model, dataset=lambda: make_data(samples, features)),
                      stream=stream).fit()
     seconds = time.perf_counter() - started
     records = [r for r in map(parse_metrics_line, stream.getvalue().splitlines()) if r]
@@ -156,6 +159,48 @@ def check_nvidia_smi() -> dict[str, Any]:
             "raw": {" ".join(COMMAND): query, " ".join(LIST_COMMAND): listing}}
 
 
+def check_kubetrain_run(work: Path) -> dict[str, Any]:
+    """`kubetrain run` (the README's main job) of examples/digits on this machine: the CPU spec as it is (2
+    nodes; its ranks must see no GPU, as its pods do), the same spec with `gpusPerNode: 1` on one node (nccl on
+    cuda:0), and on 2 nodes where this machine has fewer GPUs than 2 (refused before starting)."""
+    import shutil
+
+    import torch
+    import yaml
+
+    from kubetrain.metrics import parse_metrics_line
+
+    project = work / "digits"
+    shutil.copytree(REPO / "examples" / "digits", project)
+    doc = yaml.safe_load((project / "kubetrain.yaml").read_text())
+    doc["spec"]["train"]["epochs"] = 2
+    doc["spec"]["volumes"][0]["mountPath"] = "/ckpt"
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    out: dict[str, Any] = {}
+    for name, spec in (("cpu-spec", {}), ("one-gpu", {"nodes": 1, "gpusPerNode": 1}),
+                       ("too-many-gpus", {"nodes": torch.cuda.device_count() + 1, "gpusPerNode": 1})):
+        path = project / f"{name}.yaml"
+        checkpoint = {**doc["spec"]["checkpoint"], "dir": f"/ckpt/{name}"}  # each run trains from step 0
+        path.write_text(yaml.safe_dump({**doc, "spec": {**doc["spec"], "checkpoint": checkpoint, **spec}}))
+        done = subprocess.run([sys.executable, "-m", "kubetrain", "run", "-f", str(path), "--raw"], cwd=project,
+                              capture_output=True, text=True, timeout=150, env=env, check=False)
+        records = [r for r in map(parse_metrics_line, done.stdout.splitlines()) if r]
+        starts = [r for r in records if r["kind"] == "start"]
+        out[name] = {"exit": done.returncode, "starts": [{k: r.get(k) for k in ("world_size", "backend", "device")}
+                                                         for r in starts],
+                     "end": next((r for r in records if r["kind"] == "end"), None),
+                     "stderr_tail": done.stderr[-600:],
+                     "output_tail": "\n".join(line for line in done.stdout.splitlines()
+                                              if not parse_metrics_line(line))[-1500:]}
+    cpu, gpu, refused = out["cpu-spec"], out["one-gpu"], out["too-many-gpus"]
+    out["ok"] = (cpu["exit"] == 0 and all(s["device"] == "cpu" and s["backend"] == "gloo" for s in cpu["starts"])
+                 and gpu["exit"] == 0 and [s["device"] for s in gpu["starts"]] == ["cuda:0"]
+                 and gpu["starts"][0]["backend"] == "nccl"
+                 and refused["exit"] == 2 and "spec.gpusPerNode" in refused["stderr_tail"])
+    return out
+
+
 def check_runtime(work: Path) -> dict[str, Any]:
     import torch
 
@@ -211,8 +256,9 @@ def check_memory(work: Path) -> dict[str, Any]:
             result[f"{strategy}_max_memory_allocated_mib"] = max(peaks)
         result["ok"] = result["fsdp_max_memory_allocated_mib"] < result["ddp_max_memory_allocated_mib"]
         return result
-    ddp = trainer_run(model=make_big, samples=BATCH * 8, epochs=1)
-    fsdp = trainer_run(model=make_big, samples=BATCH * 8, epochs=1, strategy="fsdp", fsdp={"metaInit": True})
+    ddp = trainer_run(model=make_big, samples=BATCH * 8, features=BIG_WIDTH, epochs=1)
+    fsdp = trainer_run(model=make_big, samples=BATCH * 8, features=BIG_WIDTH, epochs=1, strategy="fsdp",
+                       fsdp={"metaInit": True})
     return {"ok": True, "ranks": 1, "note": "one GPU: FSDP has no other rank to shard across; run on 2+ GPUs "
             "to see the saving", "ddp_max_memory_allocated_mib": ddp["max_memory_allocated_mib"],
             "fsdp_max_memory_allocated_mib": fsdp["max_memory_allocated_mib"]}
@@ -225,7 +271,8 @@ def _pythonpath() -> str:
 def worker_memory(strategy: str, out: Path) -> None:
     """Under torchrun: one Trainer run of the big model; each rank writes its peak to OUT.<rank>.json."""
     extra = {"strategy": "fsdp", "fsdp": {"metaInit": True}} if strategy == "fsdp" else {}
-    run = trainer_run(model=make_big, samples=BATCH * 8 * int(os.environ["WORLD_SIZE"]), epochs=1, **extra)
+    run = trainer_run(model=make_big, samples=BATCH * 8 * int(os.environ["WORLD_SIZE"]), features=BIG_WIDTH, epochs=1,
+                      **extra)
     out.with_suffix(f".{os.environ['RANK']}.json").write_text(json.dumps({"mib": run["max_memory_allocated_mib"]}))
 
 
@@ -260,7 +307,8 @@ def markdown(report: dict[str, Any]) -> str:
              f"NCCL {env['nccl']}, Python {env['python']}; {report['started']}, {report['seconds']} s.", "",
              "| check | result | details |", "|---|---|---|"]
     for name, check in report["checks"].items():
-        details = {k: v for k, v in check.items() if k not in ("ok", "raw", "runs", "gpus")}
+        details = {k: (_run_summary(v) if name == "kubetrain-run" and isinstance(v, dict) else v)
+                   for k, v in check.items() if k not in ("ok", "raw", "runs", "gpus")}
         lines.append(f"| {name} | {'ok' if check.get('ok') else 'FAILED'} | `{json.dumps(details)[:300]}` |")
     runs = report["checks"].get("runtime", {}).get("runs", {})
     if runs:
@@ -271,6 +319,11 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | {'ok' if run.get('ok') else 'FAILED'} | {run.get('samples_per_s')} | "
                          f"{run.get('max_memory_allocated_mib')} | {trend} |")
     return "\n".join(lines) + "\n"
+
+
+def _run_summary(run: dict[str, Any]) -> str:
+    placed = ", ".join(f"{s['backend']} on {s['device']}" for s in run.get("starts") or [])
+    return f"exit {run.get('exit')}" + (f", {placed}" if placed else "")
 
 
 @contextlib.contextmanager
@@ -291,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     with _workdir() as work:
         checks = {"nvidia-smi": run_check(check_nvidia_smi), "runtime": run_check(lambda: check_runtime(work)),
                   "throughput": run_check(lambda: check_throughput(args.rounds)),
-                  "memory": run_check(lambda: check_memory(work))}
+                  "memory": run_check(lambda: check_memory(work)),
+                  "kubetrain-run": run_check(lambda: check_kubetrain_run(work))}
     report = {"ok": all(c.get("ok") for c in checks.values()), "started": started,
               "seconds": round(time.perf_counter() - clock, 1), "environment": environment(), "checks": checks}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -49,7 +49,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     """
     from kubetrain.cli.output import warn
     from kubetrain.local import RunOptions, build_plan, parse_env_file
-    from kubetrain.local.preflight import check_program, check_refs, gpu_warning, require_torch
+    from kubetrain.local.preflight import check_gpu_count, check_program, check_refs, gpu_warning, require_torch
 
     loaded = load(filename)
     secrets = parse_env_file(env_file) if env_file else {}
@@ -57,6 +57,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     warn_render(loaded, cloud="local")  # placement does not apply to a local run: only launcher warnings
     if gpus := gpu_warning(loaded.job.spec.gpusPerNode):
         warn(gpus)
+    check_gpu_count(plan, loaded.job.spec.gpusPerNode)
     if dry_run:
         click.echo("\n".join(plan.describe()))
         return

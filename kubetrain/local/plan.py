@@ -166,6 +166,11 @@ def _node_env(spec: JobSpec, env: dict[str, str], index: int, procs: int, total:
     if spec.gpusPerNode and "CUDA_VISIBLE_DEVICES" not in env:
         first = (index - 1) * spec.gpusPerNode
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(spec.gpusPerNode))
+    elif "CUDA_VISIBLE_DEVICES" not in env:
+        # A CPU job sees no GPU, as its pods do (NVIDIA_VISIBLE_DEVICES=void): on a GPU workstation the runtime
+        # would otherwise pick nccl and put every node's rank 0 on cuda:0, which NCCL refuses ("Duplicate GPU
+        # detected", seen on an H200: docs/gpu.md).
+        env["CUDA_VISIBLE_DEVICES"] = ""
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // total)))
     # torch 2.15 shares one rendezvous TCPStore across restart rounds without a per-round key prefix, so
     # restarted workers can read the previous round's gloo addresses and fail to connect: use a fresh

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from kubetrain.errors import Problem, SpecError, UsageError
@@ -79,6 +80,19 @@ def _executable(plan: RunPlan) -> bool:
         path = Path(plan.target) if plan.target.startswith("/") else plan.cwd / plan.target
         return path.is_file() and os.access(path, os.X_OK)
     return shutil.which(plan.target, path=plan.nodes[0].env.get("PATH", os.defpath)) is not None
+
+
+def check_gpu_count(plan: RunPlan, gpus_per_node: int | None, dev: Path = Path("/dev"),
+                    environ: Mapping[str, str] = os.environ) -> None:
+    """Each local node gets its own GPUs (CUDA_VISIBLE_DEVICES): a machine with fewer than nodes × gpusPerNode
+    would leave later nodes' ranks on indices that do not exist, so they see no GPU, pick gloo while rank 0
+    picks nccl, and the process group never forms. Machines without GPUs are gpu_warning's."""
+    found = [d for d in dev.glob("nvidia*") if d.name.removeprefix("nvidia").isdigit()]
+    wanted = len(plan.nodes) * (gpus_per_node or 0)
+    if found and wanted > len(found) and "CUDA_VISIBLE_DEVICES" not in environ:
+        raise UsageError(f"spec.gpusPerNode: {len(plan.nodes)} node(s) x {gpus_per_node} GPU(s) need {wanted} GPUs "
+                         f"on this machine, which has {len(found)} ({dev}/nvidia*): run with --nodes "
+                         f"{max(1, len(found) // (gpus_per_node or 1))}, or set CUDA_VISIBLE_DEVICES yourself")
 
 
 def gpu_warning(gpus_per_node: int | None, dev: Path = Path("/dev")) -> str | None:

@@ -45,13 +45,50 @@ def failure_lines(error: Any, log_dir: str | None) -> list[str]:
     return lines
 
 
+# Options `kubetrain run` passes that an older torchrun lacks: torch 2.11's has no --shutdown-timeout and takes
+# the log-line prefix only from the environment (argparse exit 2 on an H200 with torch 2.11: docs/gpu.md).
+PREFIX_ENV = {"--log-line-prefix-template": "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"}
+
+
+def for_this_torchrun(argv: list[str], takes_value: dict[str, bool]) -> tuple[list[str], dict[str, str], list[str]]:
+    """argv for the installed torchrun (`takes_value`: its options), the environment replacing options it lacks,
+    and the options dropped. Everything from the program on is passed as it is."""
+    out: list[str] = []
+    env: dict[str, str] = {}
+    dropped: list[str] = []
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
+        name, eq, value = argv[i].partition("=")
+        known = takes_value.get(name)
+        width = 1 if eq or known is False else 2  # an unknown option takes one value, as all of ours do
+        if known is None:
+            value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            if name in PREFIX_ENV:
+                env[PREFIX_ENV[name]] = value
+            else:
+                dropped.append(name)
+        else:
+            out += argv[i:i + width]
+        i += width
+    return out + argv[i:], env, dropped
+
+
+def _options(parser: Any) -> dict[str, bool]:
+    return {flag: action.nargs != 0 for action in parser._actions for flag in action.option_strings}
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser, parse_args
     from torch.distributed.run import main as torchrun
-    from torch.distributed.run import parse_args
 
-    argv = sys.argv[1:] if argv is None else argv
+    argv, env, dropped = for_this_torchrun(sys.argv[1:] if argv is None else argv,
+                                           _options(get_args_parser()))
+    os.environ.update(env)
+    if dropped:
+        print(f"kubetrain.runtime.launch: this torchrun has no {', '.join(dropped)}: left out", file=sys.stderr,
+              flush=True)
     try:
         torchrun(argv)
     except SignalException as exc:

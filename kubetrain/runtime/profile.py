@@ -22,6 +22,18 @@ from kubetrain.runtime.report import Reporter
 TOP = 5
 
 
+def sort_key(device_type: str) -> str:
+    """The FunctionEventAvg attribute ranking ops by their own time. On GPUs it is self_device_time_total:
+    key_averages()' events lost the self_cuda_time_total alias (torch 2.4+; only FunctionEvent keeps it), and
+    the first profile on a real GPU crashed on it (H200, torch 2.11: docs/gpu.md)."""
+    from torch.autograd.profiler_util import FunctionEventAvg
+
+    if device_type == "cpu":
+        return "self_cpu_time_total"
+    return next((k for k in ("self_device_time_total", "self_cuda_time_total") if hasattr(FunctionEventAvg(), k)),
+                "self_cpu_time_total")
+
+
 class StepProfiler:
     """Wraps torch.profiler.profile; `step()` after every optimizer step, `stop()` at the end."""
 
@@ -31,7 +43,7 @@ class StepProfiler:
         self.steps = 0
         self._write_trace = tensorboard_trace_handler(str(self.directory))
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if env.device.type == "cuda" else [])
-        self.sort_key = "self_cuda_time_total" if env.device.type == "cuda" else "self_cpu_time_total"
+        self.sort_key = sort_key(env.device.type)
         self.profiler = profile(activities=activities, profile_memory=True, on_trace_ready=self._ready,
                                 schedule=schedule(wait=settings.wait, warmup=settings.warmup,
                                                   active=settings.active, repeat=settings.repeat))

@@ -105,3 +105,17 @@ def test_a_failed_listing_keeps_the_gpus_and_says_why(listing: ExecResult, messa
 def test_the_old_seven_column_output_is_refused_not_misread() -> None:
     with pytest.raises(ValueError, match="unexpected nvidia-smi output"):
         parse_query("0, NVIDIA H100 80GB HBM3, 87, 30000, 81559, 52, 512.37\n")
+
+
+def test_a_real_h200s_output_is_read_as_it_was() -> None:
+    """nvidia-smi on a real H200 (the first real output this parser saw; the files name where it came from)."""
+    header = (FIXTURES / "h200-query.txt").read_text().splitlines()[1]
+    assert header.lstrip("# ").strip() == " ".join(COMMAND)
+    run = FakeExec({tuple(COMMAND): ExecResult(fixture("h200-query.txt"), "", 0),
+                    tuple(LIST_COMMAND): ExecResult(fixture("h200-list.txt"), "", 0)})
+    result = pod_gpus(None, "ml", replica(), run)  # type: ignore[arg-type]
+    assert run.commands == [tuple(COMMAND)] and result.message == ""  # MIG Disabled: no listing asked for
+    [gpu] = result.gpus
+    assert (gpu.name, gpu.mig, gpu.utilization, gpu.memory_total) == ("NVIDIA H200", False, 0.0, 143771.0)
+    assert table_rows([result]) == [["worker-0", "0", "NVIDIA H200", "0%", "0.0/140.4 GiB", "41°C", "81 W"]]
+    assert parse_list(fixture("h200-list.txt")) == {0: ()}  # the GPU, with no MIG slices

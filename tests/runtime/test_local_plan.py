@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from kubetrain.jobspec.load import load_spec
 from kubetrain.local.envfile import parse_env_text
 from kubetrain.local.paths import PathMap
 from kubetrain.local.plan import RUN_ID_ENV, RunOptions, build_plan
-from kubetrain.local.preflight import gpu_warning
+from kubetrain.local.preflight import check_gpu_count, gpu_warning
 from kubetrain.local.supervisor import format_line
 from tests.runtime.helpers import EXAMPLE, REPO, write_spec
 
@@ -187,3 +188,25 @@ def test_a_restart_moves_the_store_and_every_agent_to_the_same_new_port(tmp_path
     plan = with_fresh_endpoint(_plan(tmp_path))
     ports = {dict(itertools.pairwise(node.argv))["--rdzv-endpoint"].split(":")[1] for node in plan.nodes}
     assert ports == {plan.store_argv[-1]}
+
+
+def test_a_cpu_job_sees_no_gpu_as_its_pods_do(tmp_path: Path) -> None:
+    plan = _plan(tmp_path)
+    assert [node.env["CUDA_VISIBLE_DEVICES"] for node in plan.nodes] == ["", ""]
+    mine = _plan(tmp_path, environ={**os.environ, "CUDA_VISIBLE_DEVICES": "1"})
+    assert [node.env["CUDA_VISIBLE_DEVICES"] for node in mine.nodes] == ["1", "1"]
+
+
+def test_more_gpus_than_the_machine_has_are_refused_before_starting(tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ("nvidia0", "nvidiactl", "nvidia-uvm"):
+        (dev / name).touch()
+    plan = _plan(tmp_path, extra="  gpusPerNode: 1\n")
+    with pytest.raises(UsageError, match=r"^spec\.gpusPerNode: 2 node\(s\) x 1 GPU\(s\) need 2 GPUs on this machine, "
+                                         r"which has 1 \(.*/dev/nvidia\*\): run with --nodes 1"):
+        check_gpu_count(plan, 1, dev=dev, environ={})
+    check_gpu_count(plan, 1, dev=dev, environ={"CUDA_VISIBLE_DEVICES": "0,0"})  # the user's choice
+    check_gpu_count(plan, 1, dev=tmp_path / "none", environ={})  # no GPU at all: gpu_warning's case
+    (dev / "nvidia1").touch()
+    check_gpu_count(plan, 1, dev=dev, environ={})

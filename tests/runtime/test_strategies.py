@@ -276,3 +276,43 @@ def test_profiler_writes_traces_and_a_summary(tmp_path: Path) -> None:
     assert any(event.get("name") == "aten::addmm" for event in events)  # the Linear layers' matmuls
     summary = Path(profiles[0]["summary"]).read_text()
     assert "Self CPU" in summary and "CPU Mem" in summary
+
+
+def test_the_gpu_sort_key_is_an_attribute_of_real_profile_averages() -> None:
+    """The summary's ranking on a GPU: run on an H200, self_cuda_time_total crashed (FunctionEventAvg lacks it)."""
+    import torch
+
+    from kubetrain.runtime.profile import sort_key
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.ones(64, 64) @ torch.ones(64, 64)
+    averages = prof.key_averages()
+    for device in ("cuda", "cpu"):
+        key = sort_key(device)
+        assert averages and all(isinstance(getattr(event, key), (int, float)) for event in averages), key
+        assert averages.table(sort_by=key, row_limit=3)
+    assert sort_key("cuda") != sort_key("cpu")
+
+
+def test_the_launcher_fits_kubetrain_runs_options_to_an_older_torchrun(tmp_path: Path) -> None:
+    """torch 2.11's torchrun (an H200's) has no --shutdown-timeout nor --log-line-prefix-template: argparse exit 2
+    before any rank started. The launcher drops the first and moves the second to the environment."""
+    from torch.distributed.run import get_args_parser
+
+    from kubetrain.jobspec.load import load_spec
+    from kubetrain.local.plan import RunOptions, build_plan
+    from kubetrain.runtime.launch import _options, for_this_torchrun
+    from tests.runtime.helpers import write_spec
+
+    spec = write_spec(tmp_path / "kubetrain.yaml", train={"model": "m:f", "dataset": "m:d"})
+    argv = build_plan(load_spec(str(spec)), RunOptions(), environ={"PATH": "/bin"}).nodes[0].argv[3:]
+    parser = get_args_parser()
+    now = _options(parser)
+    assert for_this_torchrun(argv, now) == (argv, {}, [])  # this torch knows every option
+    older = {k: v for k, v in now.items() if not k.startswith(("--shutdown", "--log-line-prefix", "--log_line"))}
+    fitted, env, dropped = for_this_torchrun(argv, older)
+    assert dropped == ["--shutdown-timeout"] and env == {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank-${rank}]:"}
+    args = parser.parse_args(fitted)
+    assert (args.tee, args.local_addr, args.module, args.training_script) == ("3", "127.0.0.1", True,
+                                                                              "kubetrain.runtime")
+    assert fitted[-len(args.training_script_args) - 1:] == argv[-len(args.training_script_args) - 1:]
