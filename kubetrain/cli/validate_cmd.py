@@ -20,6 +20,8 @@ MANIFEST_SUFFIXES = {".yaml", ".yml", ".json"}
 
 @click.command()
 @click.argument("paths", nargs=-1, metavar="[PATH|DIR|-]...")
+@click.option("-f", "--filename", "filenames", multiple=True, metavar="PATH|DIR|-",
+              help="A file, directory or - (stdin) to check, as kubectl's -f (repeatable; same as a PATH argument).")
 @click.option("--schema", "schemas", multiple=True, metavar="PATH|URL",
               help="A CRD file, a directory of CRDs, or a URL (repeatable). Takes precedence over the cache.")
 @click.option("--from-cluster", is_flag=True,
@@ -36,7 +38,7 @@ MANIFEST_SUFFIXES = {".yaml", ".yml", ".json"}
               help="Pass over YAML without apiVersion and kind (CI workflows, Hydra or conda configs) and files "
                    "without objects, as the pre-commit hook does.")
 @handle_errors
-def validate(paths: tuple[str, ...], schemas: tuple[str, ...], from_cluster: bool, context: str | None,
+def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[str, ...], from_cluster: bool, context: str | None,
              kubeconfig: str | None, strict: bool, ignore_missing_schemas: bool, kubernetes_version: str, output: str,
              skip_non_kubernetes: bool) -> None:
     """Check manifests offline against the CRD and core schemas.
@@ -50,11 +52,12 @@ def validate(paths: tuple[str, ...], schemas: tuple[str, ...], from_cluster: boo
       kubetrain schemas fetch && kubetrain validate deploy/
       kubetrain render | kubetrain validate -
       kubetrain validate --schema crds/ --strict -o json job.yaml
+      kubetrain validate -f kubetrain.yaml -f deploy/
     """
     if (context or kubeconfig) and not from_cluster:
         raise UsageError("--context and --kubeconfig only apply with --from-cluster")
     store = build_store(schemas, from_cluster, context, kubernetes_version, kubeconfig=kubeconfig)
-    sources = read_sources(paths or ("-",))
+    sources = read_sources((*filenames, *paths) or ("-",))
     report = validate_sources(sources, store, ignore_missing_schemas, skip_non_kubernetes)
     if from_cluster:
         report.issues += _server_pod_issues(sources, context, kubeconfig)

@@ -324,3 +324,16 @@ def test_the_console_entry_tunes_the_gc_and_keeps_output_and_code(argv: list[str
     assert fresh.returncode == direct.exit_code and fresh.stdout == direct.stdout
     assert int(fresh.stderr.rsplit("frozen=", 1)[1]) > 1000, fresh.stderr
     assert "(200000, 30, 30) frozen=" in fresh.stderr
+
+
+def test_validate_takes_kubectls_filename_flag(reference_dir: Path) -> None:
+    """`-f` as kubectl's (repeatable, a file, a directory or -), beside the positional paths."""
+    crd = str(reference_dir / "kubeflow-training-operator-v1.9.4")
+    simple = str(VALIDATE_FIXTURES / "simple.yaml")
+    one = CliRunner().invoke(cli, ["validate", "--schema", crd, "-f", simple])
+    assert one.exit_code == 0 and "1 document(s): 0 error(s), 1 warning(s): valid" in one.stderr, one.output
+    both = CliRunner().invoke(cli, ["validate", "-o", "json", "--schema", crd, "-f", simple, "--filename", "-", simple],
+                              input=Path(simple).read_text())
+    assert json.loads(both.stdout)["documents"] == 3, both.output
+    missing = CliRunner().invoke(cli, ["validate", "-f", "nope.yaml"])
+    assert missing.exit_code == 2 and missing.stderr.startswith("error: nope.yaml: no such file"), missing.output
