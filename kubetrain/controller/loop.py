@@ -176,6 +176,8 @@ class Controller:
         if not want.problems:
             child, extra = self._sync_child(key, obj, want)
         latest = self._latest(obj)  # a recreation wrote the new child's checkpoint directory
+        if any(c["type"] == "SpecChanged" and c["reason"] == "Recreating" for c in extra):
+            child = None  # the old child, going: its phase (say Succeeded) is not this generation's (Pending)
         if child is not None and child_state(child) in hangs.WATCHED_PHASES:
             extra = [*extra, *hangs.carried(status_of(latest), self.hangs.conditions.get(key))]
         status = mirror.status_for(latest, want, child, extra, self._queued(want, child))

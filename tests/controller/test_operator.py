@@ -173,6 +173,40 @@ def test_spec_update_is_reported_then_recreated_under_the_policy(controlplane, k
     wait_for(lambda: phase_is(k8s, namespace, "upd", "Succeeded"), "phase Succeeded", 90)
 
 
+def test_a_recreated_job_is_not_succeeded_until_its_new_child_is(controlplane, k8s, namespace, start):
+    """`kubectl wait --for=condition=Succeeded` after a recreating update must wait for the new run: while the
+    old child is deleted the phase is Pending (Recreating), not the old child's Succeeded (a real-node test
+    read the logs of a new child that had not started, because the status still said Succeeded)."""
+    start()
+    create(k8s, training_job("again", namespace, nodes=1))
+    first = wait_for(lambda: pytorchjob(k8s, namespace, "again"), "child", 60)
+    pod = wait_for(lambda: pods(k8s, namespace, "again", 1), "Running pod", 90)[0]
+    controlplane.set_pod_phase(namespace, pod, "Succeeded")
+    wait_for(lambda: phase_is(k8s, namespace, "again", "Succeeded"), "phase Succeeded", 90)
+    _patch_spec(k8s, namespace, "again", {"image": "ghcr.io/example/train:2.0"},
+                **{"kubetrain.dev/update-policy": "recreate"})
+    generation = tj(k8s, namespace, "again")["metadata"]["generation"]
+    seen: list[tuple[Any, Any, bool]] = []
+    core = kubernetes.client.CoreV1Api(k8s)
+
+    def new_pod_running() -> bool:
+        status = tj(k8s, namespace, "again").get("status") or {}
+        child = pytorchjob(k8s, namespace, "again")
+        fresh = child is not None and child["metadata"]["uid"] != first["metadata"]["uid"]
+        seen.append((status.get("observedGeneration"), status.get("phase"), fresh))
+        return fresh and any(p.status.phase == "Running" and any(
+            r.uid == child["metadata"]["uid"] for r in p.metadata.owner_references or [])
+            for p in core.list_namespaced_pod(namespace, label_selector="training.kubeflow.org/job-name=again").items)
+
+    wait_for(new_pod_running, "the new child's pod Running", 120, interval=0.05)
+    assert not [s for s in seen if s[0] == generation and s[1] == "Succeeded"], seen
+    assert (generation, "Pending", False) in seen, seen  # the old child going: Pending, with SpecChanged
+    new_pod = pods(k8s, namespace, "again", 1)
+    assert new_pod, "the new child's pod"
+    controlplane.set_pod_phase(namespace, new_pod[0], "Succeeded")
+    wait_for(lambda: phase_is(k8s, namespace, "again", "Succeeded"), "phase Succeeded again", 90)
+
+
 def _checkpoint_dir_of(child: dict[str, Any]) -> str:
     """The checkpoint directory the child's pods train with (KUBETRAIN_CONFIG, read by kubetrain.runtime)."""
     container = child["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]

@@ -119,7 +119,8 @@ def test_recreated_job_starts_fresh_and_continue_resumes_on_the_real_node(
     second = _succeeded_child(k8s, namespace, NAME, old_uid)
     logged = cli("logs", NAME, "-n", namespace).stdout
     spec_hash = second["status"]["specHash"]
-    assert not _metrics(logged, "resume") and _metrics(logged, "start")[0]["start_step"] == 0, logged[-2000:]
+    starts = _metrics(logged, "start")
+    assert starts and not _metrics(logged, "resume") and starts[0]["start_step"] == 0, logged[-2000:]
     second_end = _metrics(logged, "end")[0]["step"]
     assert second_end == 2 * first_end, (first_end, second_end)
     assert first["status"]["checkpointDir"] == f"/ckpt/{NAME}"
