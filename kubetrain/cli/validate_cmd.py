@@ -39,8 +39,8 @@ MANIFEST_SUFFIXES = {".yaml", ".yml", ".json"}
                    "without objects, as the pre-commit hook does.")
 @handle_errors
 def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[str, ...], from_cluster: bool,
-             context: str | None, kubeconfig: str | None, strict: bool, ignore_missing_schemas: bool, kubernetes_version: str, output: str,
-             skip_non_kubernetes: bool) -> None:
+             context: str | None, kubeconfig: str | None, strict: bool, ignore_missing_schemas: bool,
+             kubernetes_version: str, output: str, skip_non_kubernetes: bool) -> None:
     """Check manifests offline against the CRD and core schemas.
 
     Works on any manifests, rendered or hand-written, multi-document, and on kubetrain.yaml job specs (checked
