@@ -32,9 +32,10 @@ def parse_quantity(text: str | int | float) -> Decimal:
         value = Decimal(number)
     except InvalidOperation as exc:  # pragma: no cover - the regex already vetted it
         raise ValueError(f"not a Kubernetes quantity: {text!r}") from exc
-    if suffix in _BINARY:
-        return value * _BINARY[suffix]
-    return value * _DECIMAL[suffix]
+    try:
+        return value * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
+    except ArithmeticError as exc:  # an exponent past Decimal's range, e.g. 1e999999Ei
+        raise ValueError(f"not a Kubernetes quantity: {text!r} (out of range)") from exc
 
 
 def format_bytes(value: Decimal | int) -> str:

@@ -23,6 +23,7 @@ class Section(BaseModel):
         extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True,
         validate_default=True, coerce_numbers_to_str=True,
         allow_inf_nan=False,  # JSON has no Infinity or NaN: `lr: .inf` would render as invalid JSON
+        defer_build=True,
     )
     # Field descriptions are the attribute docstrings, read on first need (kubetrain/jobspec/fielddocs.py), not
     # by pydantic's use_attribute_docstrings at class creation, which was ~20 % of render's start-up.
@@ -75,7 +76,8 @@ def _quantity(value: str) -> str:
 
 def _bytes(value: str) -> str:
     """Memory and disk sizes: whole bytes. The apiserver accepts '500m' (half a byte) and rounds it up to 1."""
-    if parse_quantity(value) % 1:
+    amount = parse_quantity(value)
+    if amount != amount.to_integral_value():  # not `% 1`: that raises DivisionImpossible above 28 digits
         if value.endswith("m"):
             raise ValueError(f"{value!r} is a fraction of a byte ('m' means milli); did you mean '{value}i'?")
         raise ValueError(f"{value!r} is a fraction of a byte; use whole bytes or a unit such as Mi or Gi")

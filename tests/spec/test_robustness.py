@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,3 +41,10 @@ def test_random_documents(data: Any) -> None:
 def test_random_spec_sections(spec: dict[str, Any]) -> None:
     data = {**VALID, "spec": {**VALID["spec"], **spec}}
     assert_clean(yaml.safe_dump(data))
+
+
+@pytest.mark.parametrize("size", [1e28, "1e28", "10000000000000000000000000000.5", "1e999999Ei", "1e-999999"])
+def test_huge_and_tiny_sizes_are_one_line_problems(size: Any) -> None:
+    """Found by test_random_spec_sections (shmSize 1e+28): Decimal's `% 1` raised DivisionImpossible past 28
+    digits, a traceback instead of a problem."""
+    assert_clean(yaml.safe_dump({**VALID, "spec": {**VALID["spec"], "shmSize": size, "resources": {"memory": size}}}))
