@@ -82,12 +82,17 @@ def _executable(plan: RunPlan) -> bool:
     return shutil.which(plan.target, path=plan.nodes[0].env.get("PATH", os.defpath)) is not None
 
 
+def _gpu_devices(dev: Path) -> list[Path]:
+    """The NVIDIA GPU device nodes (/dev/nvidia0, ...; not nvidiactl or nvidia-uvm)."""
+    return [d for d in dev.glob("nvidia*") if d.name.removeprefix("nvidia").isdigit()]
+
+
 def check_gpu_count(plan: RunPlan, gpus_per_node: int | None, dev: Path = Path("/dev"),
                     environ: Mapping[str, str] = os.environ) -> None:
     """Each local node gets its own GPUs (CUDA_VISIBLE_DEVICES): a machine with fewer than nodes × gpusPerNode
     would leave later nodes' ranks on indices that do not exist, so they see no GPU, pick gloo while rank 0
     picks nccl, and the process group never forms. Machines without GPUs are gpu_warning's."""
-    found = [d for d in dev.glob("nvidia*") if d.name.removeprefix("nvidia").isdigit()]
+    found = _gpu_devices(dev)
     wanted = len(plan.nodes) * (gpus_per_node or 0)
     if found and wanted > len(found) and "CUDA_VISIBLE_DEVICES" not in environ:
         raise UsageError(f"spec.gpusPerNode: {len(plan.nodes)} node(s) x {gpus_per_node} GPU(s) need {wanted} GPUs "
@@ -98,7 +103,7 @@ def check_gpu_count(plan: RunPlan, gpus_per_node: int | None, dev: Path = Path("
 def gpu_warning(gpus_per_node: int | None, dev: Path = Path("/dev")) -> str | None:
     """gpusPerNode asks for GPUs this machine does not have (no NVIDIA device node): the run goes on, on the
     CPU, which is worth a line rather than a surprise."""
-    if not gpus_per_node or any(dev.glob("nvidia[0-9]*")):
+    if not gpus_per_node or _gpu_devices(dev):
         return None
     return (f"spec.gpusPerNode: {gpus_per_node} GPU(s) per node requested, but this machine has no NVIDIA GPU "
             f"({dev}/nvidia* absent): the local run uses the CPU; each pod in the cluster gets its GPUs")
