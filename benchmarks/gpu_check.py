@@ -264,6 +264,24 @@ def check_memory(work: Path) -> dict[str, Any]:
             "fsdp_max_memory_allocated_mib": fsdp["max_memory_allocated_mib"]}
 
 
+def check_workloads(rounds: int, models: str, out: Path) -> dict[str, Any]:
+    """GPT-2 small and ResNet-50 sized models, Trainer against a hand-tuned loop, fp32 / bf16 / bf16 + compile
+    (benchmarks/gpu_workloads.py); each cell is written to OUT/workloads.json as soon as it is measured."""
+    import gpu_workloads  # imports torch, which this script may only import once a GPU is known to be there
+
+    results: list[dict[str, Any]] = []
+
+    def keep(result: dict[str, Any]) -> None:
+        results.append(result)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "workloads.json").write_text(json.dumps(results, indent=1) + "\n")
+        print(f"gpu-check: workload {result['model']} {result['precision']}: Trainer/hand {result['ratio']:.3f}",
+              file=sys.stderr, flush=True)
+
+    gpu_workloads.run_all("full", rounds, models.split(","), keep)
+    return {**gpu_workloads.verdict(results), "results": results, "table": gpu_workloads.table(results)}
+
+
 def _pythonpath() -> str:
     return os.pathsep.join(filter(None, [str(REPO / "benchmarks"), str(REPO), os.environ.get("PYTHONPATH")]))
 
@@ -308,7 +326,7 @@ def markdown(report: dict[str, Any]) -> str:
              "| check | result | details |", "|---|---|---|"]
     for name, check in report["checks"].items():
         details = {k: (_run_summary(v) if name == "kubetrain-run" and isinstance(v, dict) else v)
-                   for k, v in check.items() if k not in ("ok", "raw", "runs", "gpus")}
+                   for k, v in check.items() if k not in ("ok", "raw", "runs", "gpus", "results", "table")}
         lines.append(f"| {name} | {'ok' if check.get('ok') else 'FAILED'} | `{json.dumps(details)[:300]}` |")
     runs = report["checks"].get("runtime", {}).get("runs", {})
     if runs:
@@ -318,6 +336,10 @@ def markdown(report: dict[str, Any]) -> str:
             trend = f"{losses[0]:.3f} → {losses[-1]:.3f}" if losses else run.get("error", "")
             lines.append(f"| {name} | {'ok' if run.get('ok') else 'FAILED'} | {run.get('samples_per_s')} | "
                          f"{run.get('max_memory_allocated_mib')} | {trend} |")
+    table = report["checks"].get("workloads", {}).get("table")
+    if table:
+        lines += ["", "Realistic workloads (medians of interleaved rounds; MFU against the datasheet dense bf16 "
+                  "peak):", "", table]
     return "\n".join(lines) + "\n"
 
 
@@ -336,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="what only a real NVIDIA GPU can tell (docs/gpu.md)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for gpu-check.json and .md")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the throughput comparison")
+    parser.add_argument("--workload-rounds", type=int, default=5, help="interleaved rounds of each workload cell")
+    parser.add_argument("--workloads", default="gpt,resnet", help="realistic workloads to run (none: '')")
     args = parser.parse_args(argv)
     if reason := no_gpu_reason():
         print(f"gpu-check: {reason}", file=sys.stderr)
@@ -346,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
                   "throughput": run_check(lambda: check_throughput(args.rounds)),
                   "memory": run_check(lambda: check_memory(work)),
                   "kubetrain-run": run_check(lambda: check_kubetrain_run(work))}
+        if args.workloads:
+            checks["workloads"] = run_check(lambda: check_workloads(args.workload_rounds, args.workloads, args.out))
     report = {"ok": all(c.get("ok") for c in checks.values()), "started": started,
               "seconds": round(time.perf_counter() - clock, 1), "environment": environment(), "checks": checks}
     args.out.mkdir(parents=True, exist_ok=True)

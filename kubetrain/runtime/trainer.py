@@ -73,10 +73,17 @@ def _build(factory: Callable[..., Any], field: str, expected: type | tuple[type,
     return value
 
 
-def _optimizer(factories: Factories, model: nn.Module, lr: float) -> torch.optim.Optimizer:
+def _optimizer(factories: Factories, model: nn.Module, lr: float, fused: bool) -> torch.optim.Optimizer:
     if factories.optimizer is None:
-        return torch.optim.AdamW(model.parameters(), lr=lr)
+        return torch.optim.AdamW(model.parameters(), lr=lr, fused=fused or None)
     return _build(factories.optimizer, "optimizer", torch.optim.Optimizer, model.parameters(), lr)  # type: ignore[no-any-return]
+
+
+def fused_adamw(train: Train, env: DistEnv) -> bool:
+    """The default AdamW runs fused on CUDA (one kernel over all parameters, torch's fastest implementation
+    there; its default is the multi-tensor one). Not under fsdp, whose sharded (DTensor) parameters keep
+    torch's default."""
+    return env.device.type == "cuda" and train.strategy != "fsdp"
 
 
 def _loss_fn(factories: Factories) -> Callable[..., torch.Tensor]:
@@ -131,7 +138,7 @@ class Trainer:
         train = resolve_precision(train, env.device)
         warn_slow_precision(train, env.device)
         wrapped = wrap_model(model, train, env)
-        optimizer = _optimizer(factories, model, train.lr)
+        optimizer = _optimizer(factories, model, train.lr, fused_adamw(train, env))
         sampler = ResumableSampler(train_set, env, train.seed)
         loader_for = functools.partial(make_loader, batch_size=train.batchSize, num_workers=train.numWorkers,
                                        env=env, seed=train.seed)

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from kubetrain.jobspec.sections import Train
+from kubetrain.runtime.distributed import DistEnv
+from kubetrain.runtime.trainer import fused_adamw
 from kubetrain.runtime.wrap import autocast, grad_scaler, resolve_precision
 
 CUDA = torch.device("cuda", 0)
@@ -68,3 +70,10 @@ def test_other_precisions_and_cpus_are_left_alone(gpu, capsys, precision: str) -
 
 def test_grad_scaler_only_for_fp16() -> None:
     assert [grad_scaler(train(precision=p), CPU) is not None for p in ("fp32", "bf16", "fp16")] == [False, False, True]
+
+
+@pytest.mark.parametrize(("device", "strategy", "fused"), [
+    ("cuda", "ddp", True), ("cuda", "dp", True), ("cuda", "fsdp", False), ("cpu", "ddp", False)])
+def test_the_default_adamw_is_fused_on_cuda_except_under_fsdp(device: str, strategy: str, fused: bool) -> None:
+    env = DistEnv(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device(device), backend="gloo")
+    assert fused_adamw(Train(model="m:f", dataset="m:d", strategy=strategy), env) is fused
