@@ -136,7 +136,7 @@ copy_reference() {
   tmp="$(mktemp -d "$CACHE_ROOT/$KUBERNETES_VERSION/.reference.XXXXXX")"
   mkdir -p "$tmp/kubeflow-training-operator-$TRAINING_OPERATOR_VERSION" "$tmp/kubeflow-trainer-$TRAINER_VERSION"
   cp "$op_dir/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" "$tmp/kubeflow-training-operator-$TRAINING_OPERATOR_VERSION/"
-  cp "$trainer_dir"/manifests/base/crds/trainer.kubeflow.org_{trainjobs,clustertrainingruntimes}.yaml \
+  cp "$trainer_dir"/manifests/base/crds/trainer.kubeflow.org_{trainjobs,clustertrainingruntimes,trainingruntimes}.yaml \
      "$trainer_dir/manifests/base/runtimes/torch_distributed.yaml" "$tmp/kubeflow-trainer-$TRAINER_VERSION/"
   chmod -R u+w "$tmp"
   rm -rf "$REFERENCE_DIR" && mv "$tmp" "$REFERENCE_DIR"
