@@ -133,6 +133,9 @@ def render_warnings(job: TrainingJob, options: RenderOptions | None = None) -> l
         warnings.append("spec.placement.cloud: auto is resolved by `kubetrain submit` from the cluster's node "
                         "labels; offline, no cloud profile applies (no GPU-model selector, no cloud tolerations)")
     spec = job.spec
+    if spec.gpu_via == "auto" and not (options and options.gpu_via):
+        warnings.append("spec.gpus.via: auto is resolved by `kubetrain submit` from the cluster's DeviceClasses; "
+                        "offline it renders the device plugin's nvidia.com/gpu limit")
     if spec.target == "trainjob" and spec.scheduling.queue and "terminationGracePeriodSeconds" in spec.model_fields_set:
         warnings.append("spec.terminationGracePeriodSeconds: not rendered for a TrainJob under Kueue (Kueue 0.19 "
                         "drops it on admission and the Trainer's JobSet update is then refused); the pods get the "
