@@ -12,6 +12,7 @@ pods start without the devices.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 from kubetrain.validate.findings import Finding
@@ -120,18 +121,8 @@ def device_class(obj: dict[str, Any]) -> Findings:
     yield from selectors(mapping(obj.get("spec")).get("selectors"), ("spec", "selectors"))
 
 
-def pod_claims(spec: dict[str, Any], path: PathKey, rules: Rules) -> Findings:
-    """validatePodResourceClaims and each container's `resources.claims` (validateResourceClaimNames)."""
-    claims = items(spec.get("resourceClaims"))
-    used = [(c, w) for key in ("initContainers", "containers") for c, w in named(spec.get(key), (*path, key))
-            if items(mapping(c.get("resources")).get("claims"))]
-    if not claims and not used:
-        return
-    if not rules.dra:
-        where = (*path, "resourceClaims") if claims else (*used[0][1], "resources", "claims")
-        yield Finding(where, f"{rules.name} drops pod resourceClaims and container claims (DynamicResourceAllocation "
-                      "is off by default before 1.34): the pods would start without their devices")
-        return
+def _pod_claim_entries(claims: list[Any], path: PathKey) -> Generator[Finding, None, set[str]]:
+    """The pod's resourceClaims; returns (as the generator's value) the names they declare."""
     if len(claims) > MAX_POD_CLAIMS:
         yield Finding((*path, "resourceClaims"), f"Too many: {len(claims)}: must have at most {MAX_POD_CLAIMS} items")
     declared: set[str] = set()
@@ -149,6 +140,22 @@ def pod_claims(spec: dict[str, Any], path: PathKey, rules: Rules) -> Findings:
                           "`resourceClaimName`, `resourceClaimTemplateName`")
         for key in sources:
             yield from check((*where, key), names.dns1123_subdomain(str(claim[key])))
+    return declared
+
+
+def pod_claims(spec: dict[str, Any], path: PathKey, rules: Rules) -> Generator[Finding, None, None]:
+    """validatePodResourceClaims and each container's `resources.claims` (validateResourceClaimNames)."""
+    claims = items(spec.get("resourceClaims"))
+    used = [(c, w) for key in ("initContainers", "containers") for c, w in named(spec.get(key), (*path, key))
+            if items(mapping(c.get("resources")).get("claims"))]
+    if not claims and not used:
+        return
+    if not rules.dra:
+        where = (*path, "resourceClaims") if claims else (*used[0][1], "resources", "claims")
+        yield Finding(where, f"{rules.name} drops pod resourceClaims and container claims (DynamicResourceAllocation "
+                      "is off by default before 1.34): the pods would start without their devices")
+        return
+    declared = yield from _pod_claim_entries(claims, path)
     for container, where in used:
         seen: set[tuple[str, str]] = set()
         for ref, at in named(mapping(container.get("resources")).get("claims"), (*where, "resources", "claims")):
