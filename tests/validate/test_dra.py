@@ -13,7 +13,7 @@ import pytest
 
 from kubetrain.kube.errors import api_message, is_api_error
 from kubetrain.validate import SchemaStore, validate_objects
-from tests.validate.oracle import rest_for
+from tests.harness.helpers import rest_for
 
 Obj = dict[str, Any]
 GROUP = "resource.k8s.io"
