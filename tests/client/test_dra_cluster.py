@@ -63,6 +63,15 @@ def _spec(tmp_path: Path, name: str, count: int, *selectors: str) -> Path:
     return path
 
 
+def _devices_free(conn: Connection) -> None:
+    """An earlier test's claims are deleted by the resourceclaim controller after its pods: wait for that."""
+    def free() -> bool:
+        inventory = devices.read_inventory(conn.rest)
+        return not any(key[0] == DRIVER for key in inventory.held)
+
+    wait_for(free, "every device of the earlier tests' claims to be released", timeout=60)
+
+
 def _pods(conn: Connection, namespace: str, job: str, phases: list[str]) -> list[dict[str, Any]]:
     def seen() -> list[dict[str, Any]] | None:
         items = conn.rest.get(f"/api/v1/namespaces/{namespace}/pods",
@@ -75,6 +84,7 @@ def _pods(conn: Connection, namespace: str, job: str, phases: list[str]) -> list
 
 def test_a_dra_job_gets_its_claims_allocated_on_the_nodes_that_have_the_devices(conn: Connection, namespace: str,
                                                                                 tmp_path: Path) -> None:
+    _devices_free(conn)
     objects = render(_spec(tmp_path, "dra-fits", 3), namespace)
     fit = preflight.fit_check(conn.rest, PYTORCHJOB, objects, namespace)
     assert fit.status == preflight.OK, fit.line()
@@ -97,6 +107,7 @@ def test_a_dra_job_gets_its_claims_allocated_on_the_nodes_that_have_the_devices(
 def test_a_request_beyond_the_slices_stays_pending_and_status_names_the_claim(conn: Connection, namespace: str,
                                                                               tmp_path: Path) -> None:
     big = 'device.capacity["gpu.kubetrain.test"].memory.compareTo(quantity("80Gi")) >= 0'
+    _devices_free(conn)
     objects = render(_spec(tmp_path, "dra-big", 4, big), namespace)
     fit = preflight.fit_check(conn.rest, PYTORCHJOB, objects, namespace)
     assert fit.status == preflight.FAIL and "enough for 1 pod(s)" in fit.message, fit.line()

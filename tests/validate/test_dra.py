@@ -52,7 +52,8 @@ CASES: list[tuple[str, Obj, str | None]] = [
     ("claim", _claim(), None),
     ("device-class", _class([CEL]), None),
     ("all-devices", _template(allocationMode="All", count=None), None),
-    ("count-zero", _template(count=0), "spec.spec.devices.requests[0].exactly.count"),
+    ("count-zero-is-one", _template(count=0), None),  # SetDefaults_ExactDeviceRequest: 0 (unset) means 1
+    ("count-negative", _template(count=-2), "spec.spec.devices.requests[0].exactly.count"),
     ("count-with-all", _template(allocationMode="All", count=2), "spec.spec.devices.requests[0].exactly.count"),
     ("mode-unknown", _template(allocationMode="Some"), "spec.spec.devices.requests[0].exactly.allocationMode"),
     ("class-missing", _template(deviceClassName=""), "spec.spec.devices.requests[0].exactly.deviceClassName"),

@@ -97,7 +97,7 @@ def exact_request(request: dict[str, Any], path: PathKey) -> Findings:
                       "\"ExactCount\"")
     elif mode == "All" and count not in (None, 0):
         yield Finding((*path, "count"), f"Invalid value: {count}: must not be specified when allocationMode is 'All'")
-    elif mode == "ExactCount" and isinstance(count, int) and count <= 0:
+    elif mode == "ExactCount" and isinstance(count, int) and count < 0:  # 0 (unset) is defaulted to 1
         yield Finding((*path, "count"), f"Invalid value: {count}: must be greater than zero")
 
 
