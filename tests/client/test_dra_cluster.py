@@ -19,6 +19,10 @@ from kubetrain.jobs.targets import PYTORCHJOB
 from kubetrain.kube.connection import Connection, connect
 from kubetrain.kube.errors import NotFound
 from tests.client.specs import render, write_spec
+from tests.testenv.binaries import MissingBinaries
+from tests.testenv.dradriver import DRIVER as EXAMPLE_DRIVER
+from tests.testenv.dradriver import DraDriver
+from tests.testenv.plugin import unavailable
 from tests.testenv.polling import wait_for
 
 pytestmark = pytest.mark.controlplane
@@ -55,10 +59,27 @@ def conn(controlplane: Any, dra_devices: None) -> Connection:
     return connect(kubeconfig=str(controlplane.kubeconfig))
 
 
-def _spec(tmp_path: Path, name: str, count: int, *selectors: str) -> Path:
+@pytest.fixture(scope="module")
+def example_driver(controlplane: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DraDriver]:
+    """The DRA example driver's kubelet plugin for kwok node gpu-node-2: it publishes 2 devices there (no
+    kubelet calls it, so nothing prepares them; tests/e2e/test_dra.py runs it beside the real kubelet)."""
+    workdir = tmp_path_factory.mktemp("dra-example")
+    try:
+        driver = DraDriver(controlplane, workdir, "gpu-node-2", workdir / "kubelet", devices=2)
+    except MissingBinaries as exc:
+        unavailable(str(exc))
+        raise
+    driver.start()
+    try:
+        yield driver
+    finally:
+        driver.stop()
+
+
+def _spec(tmp_path: Path, name: str, count: int, *selectors: str, device_class: str = DRIVER) -> Path:
     path = write_spec(tmp_path, name, nodes=2, gpus=count)
     body = yaml.safe_load(path.read_text())
-    body["spec"]["gpus"] = {"via": "dra", "deviceClass": DRIVER, "selectors": list(selectors)}
+    body["spec"]["gpus"] = {"via": "dra", "deviceClass": device_class, "selectors": list(selectors)}
     path.write_text(yaml.safe_dump(body))
     return path
 
@@ -138,3 +159,18 @@ def test_the_rendered_objects_pass_a_server_dry_run(conn: Connection, namespace:
                      namespace)
     result = apply.submit(conn.rest, PYTORCHJOB, objects, dry_run="server")
     assert [o["kind"] for o in result.objects] == ["ResourceClaimTemplate", "ResourceClaimTemplate", "PyTorchJob"]
+
+
+def test_the_example_drivers_devices_go_to_a_dra_job(conn: Connection, namespace: str, tmp_path: Path,
+                                                     example_driver: DraDriver) -> None:
+    """The devices a real DRA driver publishes (not hand-written slices) are matched, fitted and allocated."""
+    objects = render(_spec(tmp_path, "dra-example", 1, device_class=EXAMPLE_DRIVER), namespace)
+    fit = preflight.fit_check(conn.rest, PYTORCHJOB, objects, namespace)
+    assert fit.message == f"2 pod(s) × 1 {EXAMPLE_DRIVER}: 2 of 2 matching device(s) free", fit.line()
+    apply.submit(conn.rest, PYTORCHJOB, objects)
+    running = _pods(conn, namespace, "dra-example", ["Running", "Running"])
+    assert {p["spec"]["nodeName"] for p in running} == {"gpu-node-2"}
+    replicas = pods.job_replicas(conn.rest, PYTORCHJOB, namespace, "dra-example")
+    allocated = sorted(d for found in gpu.claimed_devices(conn.rest, namespace, "dra-example", replicas).values()
+                       for d in found)
+    assert allocated == [f"{EXAMPLE_DRIVER}/gpu-node-2/gpu-0", f"{EXAMPLE_DRIVER}/gpu-node-2/gpu-1"]

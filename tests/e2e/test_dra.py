@@ -34,7 +34,7 @@ ACCURACY = 0.97
 @pytest.fixture(scope="module")
 def dra_driver(real_node: real.RealNode) -> Iterator[DraDriver]:
     try:
-        driver = DraDriver(real_node, devices=2)
+        driver = DraDriver(real_node.cp, real_node.dir, real.NODE_NAME, real_node.dir / "kubelet", devices=2)
     except MissingBinaries as exc:
         unavailable(str(exc))
         raise
@@ -55,7 +55,7 @@ def test_a_dra_digits_job_gets_prepared_devices_and_trains(cli: Cli, image: str,
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     cli("submit", "-f", str(path), "-n", namespace, "--image", image)
 
-    rest = connect(kubeconfig=str(dra_driver.node.cp.kubeconfig)).rest
+    rest = connect(kubeconfig=str(dra_driver.cp.kubeconfig)).rest
 
     def prepared() -> list[list[str]] | None:
         claims = devices.job_claims(rest, namespace, "kubetrain.dev/job=digits-dra")

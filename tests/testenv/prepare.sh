@@ -16,7 +16,7 @@
 #   KUBEBUILDER_ASSETS       likewise (usually holds etcd and kube-apiserver)
 #   KUBETRAIN_TESTENV_TRAINER=0  skip the optional Trainer v2 + JobSet build
 #   KUBETRAIN_TESTENV_KIND=0     skip the kind CLI and node image (prepare-kind.sh)
-#   KUBETRAIN_TESTENV_DRA=0      skip the DRA example driver (the real node's DRA test then fails under CI)
+#   KUBETRAIN_TESTENV_DRA=0      skip the DRA example driver (its tests then skip, or fail under CI)
 # Progress goes to stderr; the last stdout line is the binary directory.
 set -euo pipefail
 
@@ -54,8 +54,8 @@ ORDER=(etcd kwok training-operator kubernetes trainer)
 [[ "${KUBETRAIN_TESTENV_KUEUE:-1}" == 0 ]] || ORDER+=(kueue)
 # Set KUBETRAIN_TESTENV_NODE=0 to skip the real node (kubelet, CoreDNS, containerd, images).
 [[ "${KUBETRAIN_TESTENV_NODE:-1}" == 0 ]] || ORDER+=(kubelet coredns)
-# Set KUBETRAIN_TESTENV_DRA=0 to skip the DRA example driver (with the real node only).
-[[ "${KUBETRAIN_TESTENV_NODE:-1}" == 0 || "${KUBETRAIN_TESTENV_DRA:-1}" == 0 ]] || ORDER+=(draexample)
+# Set KUBETRAIN_TESTENV_DRA=0 to skip the DRA example driver (tests/client/test_dra_cluster.py, tests/e2e/test_dra.py).
+[[ "${KUBETRAIN_TESTENV_DRA:-1}" == 0 ]] || ORDER+=(draexample)
 MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/manifests"
 
 check_go() {
