@@ -200,7 +200,8 @@ def upstream_mirror(tmp_path: Path, reference_dir: Path) -> Iterator[tuple[str, 
     root = tmp_path / "mirror"
     sources = {"kubeflow.org_pytorchjobs.yaml": "kubeflow-training-operator-v1.9.4",
                "trainer.kubeflow.org_trainjobs.yaml": "kubeflow-trainer-v2.3.0",
-               "trainer.kubeflow.org_clustertrainingruntimes.yaml": "kubeflow-trainer-v2.3.0"}
+               "trainer.kubeflow.org_clustertrainingruntimes.yaml": "kubeflow-trainer-v2.3.0",
+               "trainer.kubeflow.org_trainingruntimes.yaml": "kubeflow-trainer-v2.3.0"}
     for pinned in PINNED:
         target = root / pinned.ref / pinned.path
         target.parent.mkdir(parents=True, exist_ok=True)
