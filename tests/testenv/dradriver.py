@@ -17,7 +17,7 @@ from kubetrain.kube.errors import NotFound
 
 from . import binaries
 from .binaries import PREPARE_HINT, MissingBinaries
-from .polling import wait_for
+from .polling import TimedOut, wait_for
 from .processes import Child
 
 if TYPE_CHECKING:
@@ -55,13 +55,18 @@ class DraDriver:
                 "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DRIVER},
                 "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]}})
         kubelet_root = self.kubelet_root
+        for where in ("plugins_registry", "plugins"):  # a kubelet makes them; a kwok node has none
+            (kubelet_root / where).mkdir(parents=True, exist_ok=True)
         self._child = cp.sup.start(f"{BINARY}-{self.node_name}", [
             str(self.binary), f"--node-name={self.node_name}", f"--cdi-root={self.cdi_root}",
             f"--num-devices={self.devices}", f"--kubeconfig={kubeconfig}",
             f"--kubelet-registrar-directory-path={kubelet_root / 'plugins_registry'}",
             f"--kubelet-plugins-directory-path={kubelet_root / 'plugins'}"], cwd=self.dir)
-        wait_for(lambda: self.published(rest) == self.devices or None,
-                 f"{BINARY} to publish {self.devices} devices for {self.node_name}", 60)
+        try:
+            wait_for(lambda: self.published(rest) == self.devices or None,
+                     f"{BINARY} to publish {self.devices} devices for {self.node_name}", 60)
+        except TimedOut as exc:
+            raise TimedOut(f"{exc}; its log ends:\n{self._child.log_tail()}") from None
         return self
 
     def published(self, rest: Any) -> int:
