@@ -44,7 +44,7 @@ declare -A SPEC=(
   [coredns]="coredns|.|coredns"
   # Kueue (tests/testenv/kueue.py): the manager binary only.
   [kueue]="kueue|sigs.k8s.io/kueue/cmd/kueue|kueue"
-  # The DRA example driver's kubelet plugin, run beside the real node's kubelet (tests/testenv/dradriver.py).
+  # The DRA example driver's kubelet plugin (tests/testenv/dradriver.py).
   [draexample]="draexample|sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin|dra-example-kubeletplugin"
 )
 ORDER=(etcd kwok training-operator kubernetes trainer)
@@ -54,7 +54,7 @@ ORDER=(etcd kwok training-operator kubernetes trainer)
 [[ "${KUBETRAIN_TESTENV_KUEUE:-1}" == 0 ]] || ORDER+=(kueue)
 # Set KUBETRAIN_TESTENV_NODE=0 to skip the real node (kubelet, CoreDNS, containerd, images).
 [[ "${KUBETRAIN_TESTENV_NODE:-1}" == 0 ]] || ORDER+=(kubelet coredns)
-# Set KUBETRAIN_TESTENV_DRA=0 to skip the DRA example driver (tests/client/test_dra_cluster.py, tests/e2e/test_dra.py).
+# Set KUBETRAIN_TESTENV_DRA=0 to skip the DRA example driver (tests/client/test_dra_cluster.py).
 [[ "${KUBETRAIN_TESTENV_DRA:-1}" == 0 ]] || ORDER+=(draexample)
 MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/manifests"
 
