@@ -2,7 +2,7 @@
 
 Order: the job first, then the code ConfigMap (and a DRA job's ResourceClaimTemplates), created already owned
 by the job (ownerReference with blockOwnerDeletion), so the garbage collector removes them with the job. A
-DRA TrainJob's TrainingRuntime goes first (the Trainer resolves the runtime when it admits the TrainJob) and
+DRA TrainJob's TrainingRuntime goes first (the TrainJob names it, so it exists when the Trainer reconciles) and
 gets its owner once the job exists. Job-first means no moment where
 a ConfigMap exists without an owner: if kubetrain dies between the two writes, the job's pods wait in
 ContainerCreating for the volume (the kubelet retries the mount), and re-submitting the unchanged spec

@@ -118,7 +118,7 @@ def test_a_dra_trainjob_runs_on_its_derived_runtime_with_the_pods_claims(conn: C
     pod = node["template"]["spec"]["template"]["spec"]
     assert pod["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "tj-dra-node-gpus"}]
     container = next(c for c in pod["containers"] if c["name"] == "node")
-    assert container["resources"]["claims"] == [{"name": "gpus"}]
+    assert container["resources"]["claims"] == [{"name": "gpus"}]  # kept: the TrainJob has no resourcesPerNode
     assert "nvidia.com/gpu" not in str(container["resources"])
     runtime = conn.rest.get(f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainingruntimes/tj-dra-dra")
     assert [o["kind"] for o in runtime["metadata"]["ownerReferences"]] == ["TrainJob"]

@@ -46,7 +46,9 @@ def test_trainjob_runs_on_a_derived_runtime_that_claims_the_gpus() -> None:
     assert trainjob["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
                                               "name": "j-dra"}
     assert trainjob["spec"]["trainer"]["numProcPerNode"] == 4
-    assert trainjob["spec"]["trainer"]["resourcesPerNode"]["claims"] == [{"name": "gpus"}]
+    # Trainer v2.3.0 drops claims from resourcesPerNode: the container's resources live in the runtime
+    assert "resourcesPerNode" not in trainjob["spec"]["trainer"]
+    assert pod_spec["containers"][0]["resources"]["claims"] == [{"name": "gpus"}]
 
 
 def test_auto_renders_the_plugin_offline_and_dra_when_submit_found_it() -> None:
