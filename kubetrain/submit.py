@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from kubetrain.jobs.apply import ApplyResult
     from kubetrain.jobs.targets import Target
     from kubetrain.jobspec.load import LoadedSpec
+    from kubetrain.jobspec.model import JobSpec
     from kubetrain.kube.connection import Connection
 
 DRY_RUNS = ("none", "client", "server")
@@ -74,8 +75,10 @@ def submit(connection: Connection, loaded: LoadedSpec, namespace: str, options: 
         raise ValueError(f"dry_run must be one of {DRY_RUNS}, not {options.dry_run!r}")
     target = resolve(connection.rest, options.target or loaded.job.spec.target)
     cloud = resolve_cloud(connection, report) if loaded.job.spec.placement.cloud == "auto" else None
-    objects = render_loaded(loaded, target=target.name, namespace=namespace, image=options.image, cloud=cloud)
-    for message in render_warnings(loaded.job, RenderOptions(cloud=cloud)):
+    gpu_via = resolve_gpu_via(connection, loaded.job.spec, report) if loaded.job.spec.gpu_via == "auto" else None
+    objects = render_loaded(loaded, target=target.name, namespace=namespace, image=options.image, cloud=cloud,
+                            gpu_via=gpu_via)
+    for message in render_warnings(loaded.job, RenderOptions(cloud=cloud, gpu_via=gpu_via)):
         report.warn(message)
     validate_rendered(connection, target, objects, report)
     checks: list[CheckResult] = []
@@ -99,6 +102,25 @@ def resolve_cloud(connection: Connection, report: Reporter) -> str:
     profile = detect_cloud(nodes) or "none"
     report.info(f"placement.cloud auto: this cluster looks like {profile}")
     return profile
+
+
+def resolve_gpu_via(connection: Connection, spec: JobSpec, report: Reporter) -> str:
+    """`gpus.via: auto`: dra when the cluster has the DeviceClass (so a DRA driver is installed), else plugin."""
+    from kubetrain.kube.errors import ApiError, NotFound
+
+    device_class = spec.gpus.deviceClass if spec.gpus else ""
+    try:
+        connection.rest.get(f"/apis/resource.k8s.io/v1/deviceclasses/{device_class}")
+        via = "dra"
+    except NotFound:
+        via = "plugin"
+    except ApiError as exc:
+        report.warn(f"gpus.via auto: cannot read DeviceClass {device_class} ({exc.status}), using the device plugin")
+        return "plugin"
+    found = "has" if via == "dra" else "has no"
+    report.info(f"gpus.via auto: the cluster {found} DeviceClass {device_class}: GPUs through "
+                f"{'DRA' if via == 'dra' else 'the device plugin'}")
+    return via
 
 
 def validate_rendered(connection: Connection, target: Target, objects: list[dict[str, Any]],
@@ -166,11 +188,9 @@ def wait_for_capacity(connection: Connection, target: Target, objects: list[dict
     from kubetrain.cluster import preflight
     from kubetrain.kube.watch import WaitTimeout
 
-    job = objects[-1]
     deadline = None if timeout is None else time.monotonic() + timeout
     said = False
-    while (result := preflight.check_fit(connection.rest, job, target, namespace,
-                                         job["metadata"]["name"])).status != preflight.OK:
+    while (result := preflight.fit_check(connection.rest, target, objects, namespace)).status != preflight.OK:
         if deadline is not None and time.monotonic() > deadline:
             raise WaitTimeout(f"timed out after {timeout:g}s waiting for GPU capacity: {result.message}")
         if not said:

@@ -217,10 +217,14 @@ def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: 
     """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest. Returns its name."""
     from kubetrain.controller.handoff import hand_over, training_job
 
+    if loaded.job.spec.gpu_via != "plugin":
+        raise UsageError(f"spec.gpus.via: {loaded.job.spec.gpu_via} cannot be combined with --controller (the "
+                         "controller creates only the job, not its ResourceClaimTemplates); submit without it")
     # Rendered as the controller will (with the overrides): a bad --image or --target is refused here.
     rendered = render_loaded(loaded, namespace=namespace, **_render_overrides(overrides or {}))
     body = training_job(loaded, namespace, rendered if loaded.job.spec.code else [], overrides)
-    applied = hand_over(connection.rest, body, rendered[:-1] if loaded.job.spec.code else [],
+    configmaps = [o for o in rendered[:-1] if o["kind"] == "ConfigMap"]
+    applied = hand_over(connection.rest, body, configmaps,
                         None if dry_run == "none" else dry_run)
     name = str(applied["metadata"]["name"])
     suffix = f" ({dry_run} dry run)" if dry_run != "none" else ""

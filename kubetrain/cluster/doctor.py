@@ -15,6 +15,7 @@ from typing import Any
 
 from kubetrain.cluster.cloud import allocatable_gpus, detect_cloud, gpu_groups, has_gpu_labels, is_gpu_node
 from kubetrain.cluster.webhooks import webhook_checks
+from kubetrain.jobs import devices as dra
 from kubetrain.jobs import targets
 from kubetrain.jobs.targets import Target
 from kubetrain.kube import errors, watch
@@ -74,7 +75,8 @@ def run_doctor(conn: Connection, namespace: str, cpu: bool = False) -> Report:
                                          lambda t: find_operator(api, t.operators))
         nodes = _list(api, "/api/v1/nodes")
         daemonsets = _list(api, "/apis/apps/v1/daemonsets")
-        report.checks += cpu_check(nodes) if cpu else gpu_checks(nodes, daemonsets)
+        inventory = read_dra(api)
+        report.checks += cpu_check(nodes) if cpu else gpu_checks(nodes, daemonsets, inventory)
         report.cloud, cloud_check = cloud_profile(nodes)
         report.checks.append(cloud_check)
         report.checks += queue_checks(api)
@@ -89,6 +91,14 @@ def list_node_dicts(conn: Connection) -> list[dict[str, Any]] | None:
     with cluster_errors("list nodes", conn.server):
         nodes = _list(conn.rest, "/api/v1/nodes")
     return None if isinstance(nodes, Forbidden) else nodes
+
+
+def read_dra(api: Rest) -> dra.Inventory | Forbidden | None:
+    """DeviceClasses, ResourceSlices and ResourceClaims; None when resource.k8s.io/v1 is not served."""
+    try:
+        return dra.read_inventory(api) if dra.served(api) else None
+    except errors.Forbidden as exc:
+        return Forbidden(api_message(exc))
 
 
 def _list(api: Rest, path: str, **query: Any) -> list[dict[str, Any]] | Forbidden:
@@ -166,10 +176,15 @@ def _names(names: tuple[str, ...] | list[str]) -> str:
     return shown + (f" and {len(names) - SHOWN_NODES} more" if len(names) > SHOWN_NODES else "")
 
 
-def gpu_checks(nodes: list[dict[str, Any]] | Forbidden, daemonsets: list[dict[str, Any]] | Forbidden) -> list[Check]:
+def gpu_checks(nodes: list[dict[str, Any]] | Forbidden, daemonsets: list[dict[str, Any]] | Forbidden,
+               inventory: dra.Inventory | Forbidden | None = None) -> list[Check]:
     if isinstance(nodes, Forbidden):
         return [Check(WARN, "gpu", f"cannot list nodes ({nodes}): GPU checks skipped",
                       "ask for cluster-wide list on nodes, or run kubetrain doctor as a cluster admin")]
+    # Where DRA is served, say which mechanism hands out GPUs; with DRA only, the device plugin's checks are moot.
+    mechanism = [] if inventory is None else [mechanism_check(nodes, inventory)]
+    if isinstance(inventory, dra.Inventory) and inventory.devices and not any(allocatable_gpus(n) for n in nodes):
+        return mechanism
     checks = [_capacity(nodes)]
     for group in gpu_groups(nodes):
         checks.append(_group_check(group))
@@ -178,7 +193,43 @@ def gpu_checks(nodes: list[dict[str, Any]] | Forbidden, daemonsets: list[dict[st
         checks.append(Check(WARN, "gpu", f"GPU node(s) not Ready or cordoned: {_names(not_ready)}",
                             "kubectl describe node <name>"))
     checks += device_plugin_checks(nodes, daemonsets)
-    return checks
+    return checks + mechanism
+
+
+def mechanism_check(nodes: list[dict[str, Any]], inventory: dra.Inventory | Forbidden | None) -> Check:
+    """Which way the cluster hands out GPUs: the device plugin's nvidia.com/gpu, DRA's DeviceClasses and
+    ResourceSlices, or both; and so which `gpus.via` works here."""
+    plugin_nodes = [n for n in nodes if allocatable_gpus(n) > 0]
+    plugin = (f"the device plugin ({sum(allocatable_gpus(n) for n in plugin_nodes)} nvidia.com/gpu on "
+              f"{len(plugin_nodes)} node(s))") if plugin_nodes else ""
+    if isinstance(inventory, Forbidden):
+        return Check(WARN, "gpu-mechanism", f"GPUs through {plugin or 'no device plugin'}; cannot read DRA objects "
+                     f"({inventory})", "ask for list on deviceclasses, resourceslices and resourceclaims "
+                     "(resource.k8s.io)")
+    offered = bool(inventory and inventory.devices)
+    if inventory is not None and (inventory.classes or offered):
+        nodes_with = len({d.node for d in inventory.devices if d.node})
+        classes = ", ".join(sorted(inventory.classes)) or "none"
+        draw = (f"DRA (DeviceClasses {classes}; {len(inventory.devices)} device(s) on {nodes_with} node(s), "
+                f"{len(inventory.free(inventory.devices))} free)")
+    else:
+        draw = ""
+    offers = " and ".join(p for p in (plugin, draw) if p)
+    if plugin and offered:
+        return Check(OK, "gpu-mechanism", f"GPUs through {offers}", "spec.gpus.via: plugin or dra both work; "
+                     "auto picks dra where the DeviceClass exists")
+    if offered:
+        return Check(OK, "gpu-mechanism", f"GPUs through {offers} only", "set spec.gpus.via: dra (or auto)")
+    if plugin:
+        hint = ("DeviceClasses exist but no ResourceSlice publishes a device: is the DRA driver running?"
+                if draw else "spec.gpus.via: plugin (the default)")
+        return Check(OK if not draw else WARN, "gpu-mechanism", f"GPUs through {offers}", hint)
+    if draw:
+        return Check(WARN, "gpu-mechanism", f"no GPU offered: {draw}",
+                     "no ResourceSlice publishes a device: check the DRA driver's kubelet plugin pods")
+    where = "DRA is not served (resource.k8s.io/v1, Kubernetes >= 1.34)" if inventory is None else \
+        "no DeviceClass or ResourceSlice"
+    return Check(WARN, "gpu-mechanism", f"no GPU offered: no nvidia.com/gpu allocatable and {where}")
 
 
 def cpu_check(nodes: list[dict[str, Any]] | Forbidden) -> list[Check]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from kubetrain.cluster import fit as fitting
 from kubetrain.errors import ClusterError
+from kubetrain.jobs import devices
 from kubetrain.jobs.crud import pod_specs
 from kubetrain.jobs.targets import Target, served
 from kubetrain.jobspec.quantity import parse_quantity
@@ -55,10 +56,10 @@ def run(api: Rest, target: Target, objects: list[dict[str, Any]], namespace: str
     if reach.status == FAIL:
         return [reach]
     job = objects[-1]
-    name = job["metadata"]["name"]
     results = [reach]
     add = _adder(results, skip)
-    add("permissions", lambda: check_access(api, target, namespace, with_configmap=len(objects) > 1))
+    with_configmap = any(o.get("kind") == "ConfigMap" for o in objects)
+    add("permissions", lambda: check_access(api, target, namespace, with_configmap=with_configmap))
     installed = add("crd", lambda: check_crd(api, target))
     if installed is None or installed.status == OK:
         add("operator", lambda: check_operator(api, target))
@@ -69,7 +70,7 @@ def run(api: Rest, target: Target, objects: list[dict[str, Any]], namespace: str
         else:
             results += check_references(api, namespace, references(job))
         add("pod-templates", lambda: check_pod_templates(api, job, namespace))
-    add("fit", lambda: check_fit(api, job, target, namespace, name))
+    add("fit", lambda: fit_check(api, target, objects, namespace))
     if (queue := queue_of(job)) and (ns is None or ns.status != FAIL):
         add("queue", lambda: check_queue(api, job, namespace, queue))
     return results
@@ -319,6 +320,65 @@ def check_fit(api: Rest, job: dict[str, Any], target: Target, namespace: str, na
     held = fitting.holders(pods, result.nodes, request.resource)
     return CheckResult("fit", WARN, f"not now: {result.message}" + (f"; GPUs held by {held}" if held else ""),
                        result.hint)
+
+
+def fit_check(api: Rest, target: Target, objects: list[dict[str, Any]], namespace: str) -> CheckResult:
+    """The fit of the job's GPUs: its DRA claims when it has claim templates, else its nvidia.com/gpu."""
+    job = objects[-1]
+    templates = [o for o in objects if o.get("kind") == "ResourceClaimTemplate"]
+    if templates:
+        return check_dra_fit(api, job, templates)
+    return check_fit(api, job, target, namespace, job["metadata"]["name"])
+
+
+def dra_demand(job: dict[str, Any], templates: list[dict[str, Any]]) -> dict[devices.Request, tuple[int, str]]:
+    """Each distinct device request of the job's claim templates -> (pods that claim it, a template's name).
+    A TrainJob's pods claim through its TrainingRuntime: every one of its numNodes pods claims each template."""
+    by_name = {t["metadata"]["name"]: t for t in templates}
+    if job.get("kind") == "TrainJob":
+        nodes = int(((job.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
+        claimed = [(nodes, name) for name in by_name]
+    else:
+        claimed = [(replicas, str(claim.get("resourceClaimTemplateName"))) for replicas, pod in pod_specs(job)
+                   for claim in pod.get("resourceClaims") or []]
+    demand: dict[devices.Request, tuple[int, str]] = {}
+    for pods, name in claimed:
+        template = by_name.get(name)
+        for request in devices.requests_of(((template or {}).get("spec") or {}).get("spec") or {}):
+            total, first = demand.get(request, (0, name))
+            demand[request] = (total + pods, first)
+    return demand
+
+
+def check_dra_fit(api: Rest, job: dict[str, Any], templates: list[dict[str, Any]]) -> CheckResult:
+    """Will the job's claims be allocated: its requests against the ResourceSlices' devices that match their
+    DeviceClass and selectors, less those existing ResourceClaims hold. Never → refusal, not now → warning."""
+    try:
+        if not devices.served(api):
+            return CheckResult("fit", FAIL, "the job claims devices through DRA, but the cluster does not serve "
+                               "resource.k8s.io/v1 (Kubernetes >= 1.34)", "use spec.gpus.via: plugin")
+        inventory = devices.read_inventory(api)
+    except ApiError as exc:
+        return CheckResult("fit", WARN, f"cannot check DRA devices: {api_message(exc)}")
+    fits, short, never = [], [], False
+    for request, (pods, template) in dra_demand(job, templates).items():
+        found = devices.match(inventory, request)
+        free = inventory.free(found.devices)
+        problem = devices.shortfall(inventory, request, pods, f"ResourceClaimTemplate {template}")
+        if problem is None:
+            fits.append(f"{pods} pod(s) × {request.count} {request.device_class}: {len(free)} of "
+                        f"{len(found.devices)} matching device(s) free")
+            continue
+        never = never or devices.pods_that_fit(found.devices, request.count) < pods
+        held = sorted({inventory.held[d.key] for d in found.devices if d.key in inventory.held})
+        short.append(problem + (f"; held by claims {', '.join(held[:5])}" if held else ""))
+    if not short:
+        return CheckResult("fit", OK, "; ".join(fits) or "the claim templates request no devices")
+    if never:
+        return CheckResult("fit", FAIL, f"can never fit: {'; '.join(short)}", "check the DeviceClass and "
+                           "spec.gpus.selectors against kubectl get resourceslices -o yaml, or lower gpusPerNode / "
+                           "nodes")
+    return CheckResult("fit", WARN, f"not now: {'; '.join(short)}", "the pods wait (Pending) until devices free up")
 
 
 # Pods that hold a node's GPUs: bound to a node (an unscheduled Pending pod holds nothing) and not finished.

@@ -30,7 +30,7 @@ def training_job(loaded: LoadedSpec, namespace: str, rendered: list[dict[str, An
     body = loaded.job.model_dump(mode="json", by_alias=True, exclude_unset=True)
     body["metadata"] = {**body["metadata"], "namespace": namespace}
     body["spec"] = {**body["spec"], **(overrides or {})}
-    configmaps = rendered[:-1]
+    configmaps = [o for o in rendered[:-1] if o.get("kind") == "ConfigMap"]
     if configmaps:
         volume = code_volume(rendered[-1])
         if volume is None:  # the renderer mounts every code ConfigMap as volume `code`

@@ -89,6 +89,9 @@ def desired(obj: dict[str, Any], served: list[str], lookup: CodeLookup | None = 
     target = resolve_target(job) if job.spec.target != "auto" else next(iter(served), "pytorchjob")
     if target not in served:
         problems.append(f"spec.target: {target}: the cluster does not serve it (install its operator)")
+    if job.spec.gpu_via != "plugin":  # the controller creates one child; DRA needs its claim templates too
+        problems.append(f"spec.gpus.via: {job.spec.gpu_via} is not supported by the kubetrain controller yet; "
+                        "submit the job directly (kubetrain submit without --controller)")
     if problems:
         return Desired(job, None, target, problems)
     try:

@@ -1,7 +1,9 @@
 """Apply a rendered job: server-side apply (field manager `kubetrain`), no-op when unchanged, --replace.
 
-Order: the job first, then the code ConfigMap, created already owned by the job (ownerReference with
-blockOwnerDeletion), so the garbage collector removes it with the job. Job-first means no moment where
+Order: the job first, then the code ConfigMap (and a DRA job's ResourceClaimTemplates), created already owned
+by the job (ownerReference with blockOwnerDeletion), so the garbage collector removes them with the job. A
+DRA TrainJob's TrainingRuntime goes first (the TrainJob names it, so it exists when the Trainer reconciles) and
+gets its owner once the job exists. Job-first means no moment where
 a ConfigMap exists without an owner: if kubetrain dies between the two writes, the job's pods wait in
 ContainerCreating for the volume (the kubelet retries the mount), and re-submitting the unchanged spec
 creates the missing ConfigMap. ConfigMap-first would instead leak an ownerless ConfigMap on a failed job
@@ -29,6 +31,11 @@ from kubetrain.render.context import SPEC_HASH_ANNOTATION
 FIELD_MANAGER = "kubetrain"
 APPLY_PATCH = "application/apply-patch+yaml"
 CREATED, UNCHANGED, REPLACED = "created", "unchanged", "replaced"
+# What render makes besides the job: (group, version, plural) by kind.
+COMPANIONS = {"ConfigMap": ("", "v1", "configmaps"),
+              "ResourceClaimTemplate": ("resource.k8s.io", "v1", "resourceclaimtemplates"),
+              "TrainingRuntime": ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes")}
+BEFORE_THE_JOB = {"TrainingRuntime"}
 
 
 @dataclass(frozen=True)
@@ -51,12 +58,14 @@ def spec_hash(obj: dict[str, Any]) -> str | None:
 def submit(api: Rest, target: Target, objects: list[dict[str, Any]], *, dry_run: str | None = None,
            replace: bool = False, timeout: float | None = 300) -> ApplyResult:
     """Create the job (and its ConfigMaps), or do nothing if this spec is already there, or replace it."""
-    job, configmaps = objects[-1], objects[:-1]
+    job = objects[-1]
+    first = [o for o in objects[:-1] if o["kind"] in BEFORE_THE_JOB]
+    configmaps = [o for o in objects[:-1] if o["kind"] not in BEFORE_THE_JOB]
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     existing = jobs.get(api, target, namespace, name)
     if existing is not None and not replace:
         if spec_hash(existing) == spec_hash(job) and spec_hash(job):
-            applied = [existing] if dry_run else [existing, *_ensure_configmaps(api, existing, configmaps)]
+            applied = [existing] if dry_run else [existing, *_ensure_configmaps(api, existing, [*first, *configmaps])]
             return ApplyResult(UNCHANGED, applied, dry_run)
         raise ClusterError(_changed_message(target, existing, job))
     action = CREATED
@@ -69,8 +78,10 @@ def submit(api: Rest, target: Target, objects: list[dict[str, Any]], *, dry_run:
         return ApplyResult(action, objects, dry_run)
     # A server dry run of a replace validates the new object as an update of the old one (hence force).
     server_dry = dry_run == "server"
+    for companion in first:  # without an owner until the job exists
+        apply_configmap(api, companion, dry_run is not None)
     created = apply_object(api, target, job, dry_run=server_dry, force=server_dry and existing is not None)
-    owned = [with_owner(cm, created) for cm in configmaps]
+    owned = [with_owner(cm, created) for cm in [*first, *configmaps]]
     return ApplyResult(action, [*[apply_configmap(api, cm, dry_run is not None) for cm in owned], created], dry_run)
 
 
@@ -107,9 +118,11 @@ def with_owner(configmap: dict[str, Any], owner: dict[str, Any]) -> dict[str, An
 
 
 def apply_configmap(api: Rest, configmap: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
-    name, namespace = configmap["metadata"]["name"], configmap["metadata"]["namespace"]
-    with cluster_errors(f"apply configmap {name} in namespace {namespace}"):
-        return _apply(api, path_of("", "v1", "configmaps", namespace, name), configmap, dry_run)
+    """A job's companion object: its code ConfigMap, a ResourceClaimTemplate, a TrainingRuntime."""
+    name, namespace, kind = configmap["metadata"]["name"], configmap["metadata"]["namespace"], configmap["kind"]
+    group, version, plural = COMPANIONS[kind]
+    with cluster_errors(f"apply {plural} {name} in namespace {namespace}"):
+        return _apply(api, path_of(group, version, plural, namespace, name), configmap, dry_run)
 
 
 def _ensure_configmaps(api: Rest, job: dict[str, Any], configmaps: list[dict[str, Any]]
@@ -118,9 +131,10 @@ def _ensure_configmaps(api: Rest, job: dict[str, Any], configmaps: list[dict[str
     out = []
     for cm in configmaps:
         name, namespace = cm["metadata"]["name"], cm["metadata"]["namespace"]
-        with cluster_errors(f"get configmap {name} in namespace {namespace}"):
+        group, version, plural = COMPANIONS[cm["kind"]]
+        with cluster_errors(f"get {plural} {name} in namespace {namespace}"):
             try:
-                out.append(api.get(path_of("", "v1", "configmaps", namespace, name)))
+                out.append(api.get(path_of(group, version, plural, namespace, name)))
                 continue
             except NotFound:
                 pass

@@ -10,9 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from kubetrain.jobs import devices
 from kubetrain.jobs.pods import Replica, job_replicas, select
 from kubetrain.jobs.targets import Target
 from kubetrain.kube.errors import ApiError, cluster_errors, translate
+from kubetrain.kube.objects import JOB_LABEL
 from kubetrain.kube.podexec import exec_in_pod
 from kubetrain.kube.rest import Rest
 
@@ -62,11 +64,12 @@ class PodGpus:
     node: str | None
     gpus: list[Gpu] = field(default_factory=list)
     message: str = ""
+    devices: tuple[str, ...] = ()  # DRA: driver/pool/device of each device allocated to the pod's claims
 
     def as_dict(self) -> dict[str, Any]:
         return {"replica": self.replica, "pod": self.pod, "node": self.node,
                 "gpus": [{**asdict(g), "slices": [asdict(s) for s in g.slices]} for g in self.gpus],
-                "message": self.message or None}
+                "devices": list(self.devices), "message": self.message or None}
 
 
 @dataclass(frozen=True)
@@ -174,21 +177,22 @@ def _result(out: str, err: str, status_text: str, still_open: bool, what: str = 
 Exec = Callable[..., ExecResult]  # exec_nvidia_smi's signature
 
 
-def pod_gpus(rest: Rest, namespace: str, replica: Replica, run: Exec = exec_nvidia_smi) -> PodGpus:
+def pod_gpus(rest: Rest, namespace: str, replica: Replica, run: Exec = exec_nvidia_smi,
+             allocated: tuple[str, ...] = ()) -> PodGpus:
     """One pod's row: skipped with a message when it is not running. A pod that requests no GPU is asked too:
     the answer is then said plainly ("no GPU"), and GPUs it sees anyway (an image's NVIDIA_VISIBLE_DEVICES=all
-    on a node whose default runtime is nvidia's) are shown with a warning."""
-    base = PodGpus(replica.label, replica.pod, replica.node)
+    on a node whose default runtime is nvidia's) are shown with a warning. `allocated`: the devices DRA gave
+    the pod's claims."""
+    base = PodGpus(replica.label, replica.pod, replica.node, devices=allocated)
     if replica.phase != "Running" or replica.state != "running":
-        return PodGpus(replica.label, replica.pod, replica.node,
-                       message=f"not running ({replica.reason or replica.phase})")
+        return replace(base, message=f"not running ({replica.reason or replica.phase})")
     gpus, message = verdict(exec_replica(rest, namespace, replica, run))
     if any(g.mig for g in gpus):
         gpus, message = _mig_slices(gpus, exec_replica(rest, namespace, replica, run, LIST_COMMAND))
-    if replica.gpus == 0:
+    if replica.gpus == 0 and not allocated:
         message = (f"requests no nvidia.com/gpu, yet sees {len(gpus)} GPU(s)" if gpus
                    else f"no GPU: the pod requests no nvidia.com/gpu ({_no_gpu_reason(message)})")
-    return PodGpus(base.replica, base.pod, base.node, gpus, message)
+    return replace(base, gpus=gpus, message=message)
 
 
 def _mig_slices(gpus: list[Gpu], listing: ExecResult) -> tuple[list[Gpu], str]:
@@ -228,9 +232,27 @@ def job_gpus(rest: Rest, target: Target, namespace: str, name: str, replica: str
              run: Exec = exec_nvidia_smi) -> list[PodGpus]:
     """nvidia-smi in every selected pod, in parallel; master first."""
     replicas = select(job_replicas(rest, target, namespace, name), replica)
+    allocated = claimed_devices(rest, namespace, name, replicas)
     with cluster_errors(f"exec nvidia-smi in the pods of {name} in namespace {namespace}"), \
             ThreadPoolExecutor(min(PARALLEL_EXECS, max(1, len(replicas)))) as pool:
-        return list(pool.map(lambda r: pod_gpus(rest, namespace, r, run), replicas))
+        return list(pool.map(lambda r: pod_gpus(rest, namespace, r, run, allocated.get(r.pod, ())), replicas))
+
+
+def claimed_devices(rest: Rest, namespace: str, name: str, replicas: list[Replica]) -> dict[str, tuple[str, ...]]:
+    """pod -> the DRA devices allocated to its ResourceClaims (none when no pod claims any, or the claims
+    cannot be read)."""
+    if not any((r.obj.get("spec") or {}).get("resourceClaims") for r in replicas):
+        return {}
+    try:
+        claims = {str(c["metadata"]["name"]): c for c in devices.job_claims(rest, namespace, f"{JOB_LABEL}={name}")}
+    except ApiError:
+        return {}
+    out = {}
+    for r in replicas:
+        statuses = (r.obj.get("status") or {}).get("resourceClaimStatuses") or []
+        out[r.pod] = tuple(d for s in statuses if (c := claims.get(str(s.get("resourceClaimName"))))
+                           for d in devices.allocated_devices(c))
+    return out
 
 
 def table_rows(results: list[PodGpus]) -> list[list[str]]:
@@ -260,7 +282,8 @@ def _utilization(gpu: Gpu) -> str:
 
 def notes(results: list[PodGpus]) -> list[str]:
     """"worker-0: not running (Completed)": what a pod's row cannot say, one line per pod that has a message."""
-    return [f"{pod.replica}: {pod.message}" for pod in results if pod.message]
+    lines = [f"{pod.replica}: {pod.message}" for pod in results if pod.message]
+    return lines + [f"{pod.replica}: DRA devices {', '.join(pod.devices)}" for pod in results if pod.devices]
 
 
 def _fmt(value: float | None, unit: str, digits: int = 0) -> str:

@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kubetrain.jobs import crud as jobs
-from kubetrain.jobs import hints, pods
+from kubetrain.jobs import devices, hints, pods
 from kubetrain.jobs.targets import PYTORCHJOB, Target
 from kubetrain.kube.events import list_events, list_selected, selectors, uid_selector
-from kubetrain.kube.objects import meta_of, parse_time, status_of
+from kubetrain.kube.objects import JOB_LABEL, meta_of, parse_time, status_of
 from kubetrain.observe.nccl import requested_fabric, socket_fallback, transports
 from kubetrain.queues import workloads as queues
 
@@ -202,6 +202,7 @@ def job_status(api: Rest, targets: list[Target] | None, namespace: str, name: st
                       f"{STATUS_POD_EVENT_LISTS} pods' Events): `kubetrain events {name}`")
     if fallback := socket_fallback(fabric, transports(head)):
         queued.append(fallback)
+    queued += devices.pending_claim_hints(api, namespace, f"{JOB_LABEL}={name}", pod_list)
     all_hints = hints.unique(queued + recreated + [h for r in rows for h in r.hints] +
                              [h for e in events if e.type == "Warning" for h in e.hints])
     when = ""

@@ -11,6 +11,7 @@ from kubetrain.jobspec.network import GPUDIRECT_VOLUMES
 from kubetrain.jobspec.worldsize import procs_gpus_problem
 
 RESERVED_VOLUMES = {"dshm", "code", "tmp"}
+TORCH_RUNTIME = "torch-distributed"
 TRAINJOB_RUN_POLICY = {"activeDeadlineSeconds"}  # what trainjob.yaml.j2 maps; any other field set is refused
 
 
@@ -31,6 +32,7 @@ def spec_problems(job: TrainingJob, target: str | None = None) -> list[tuple[str
         problems.append(("spec.nodes", f"{spec.nodes} must be between elastic.minNodes "
                          f"({spec.elastic.minNodes}) and elastic.maxNodes ({spec.elastic.maxNodes})"))
     problems += _placement_problems(job)
+    problems += _gpu_problems(job, target or spec.target)
     problems += _network_problems(job)
     if spec.resources.guaranteed and not (spec.resources.cpu and spec.resources.memory):
         problems.append(("spec.resources.guaranteed", "needs resources.cpu and resources.memory (Guaranteed QoS "
@@ -93,6 +95,27 @@ def _placement_problems(job: TrainingJob) -> list[tuple[str, str]]:
     if placement.gpuType and (error := gpu_type_error(placement.cloud, placement.gpuType)):
         return [("spec.placement.gpuType", error)]
     return []
+
+
+def _gpu_problems(job: TrainingJob, target: str) -> list[tuple[str, str]]:
+    """`gpus` against `gpusPerNode`, and what only Dynamic Resource Allocation can express."""
+    spec, gpus = job.spec, job.spec.gpus
+    if gpus is None:
+        return []
+    problems = []
+    if gpus.count is not None and gpus.count != spec.gpusPerNode:
+        problems.append(("spec.gpus.count", f"{gpus.count} but gpusPerNode is {spec.gpusPerNode}: they are the "
+                         "same number; write one of them"))
+    if gpus.via != "plugin" and spec.gpusPerNode == 0:
+        problems.append(("spec.gpus.via", f"{gpus.via} asks for no GPUs: set gpusPerNode (or gpus.count)"))
+    if gpus.selectors and gpus.via == "plugin":
+        problems.append(("spec.gpus.selectors", "need Dynamic Resource Allocation (via: dra or auto); with the "
+                         "device plugin choose the GPU model with placement.gpuType"))
+    if gpus.via != "plugin" and target == "trainjob" and spec.trainingRuntime != TORCH_RUNTIME:
+        problems.append(("spec.gpus.via", f"{gpus.via} with target trainjob needs trainingRuntime "
+                         f"{TORCH_RUNTIME}: Trainer v2.3 cannot add pod resourceClaims through a TrainJob, so "
+                         f"kubetrain renders a TrainingRuntime derived from {TORCH_RUNTIME} that claims the GPUs"))
+    return problems
 
 
 def _network_problems(job: TrainingJob) -> list[tuple[str, str]]:

@@ -1,9 +1,9 @@
 """The kubetrain job spec (`kubetrain.yaml`): one typed model, the single source of truth."""
 
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, field_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
 from kubetrain.jobspec import names
 from kubetrain.jobspec.network import Network
@@ -15,6 +15,7 @@ from kubetrain.jobspec.sections import (
     DnsLabel,
     Elastic,
     EnvName,
+    Gpus,
     Hang,
     Placement,
     Resources,
@@ -90,7 +91,10 @@ class JobSpec(Section):
     nodes: Annotated[int, Field(ge=1, le=10000)] = 1
     """Number of pods. With `elastic`, the initial count (between minNodes and maxNodes)."""
     gpusPerNode: Annotated[int, Field(ge=0, le=64)] = 0
-    """nvidia.com/gpu per pod; 0 makes a CPU job."""
+    """GPUs per pod; 0 makes a CPU job. Asked for as an nvidia.com/gpu limit unless `gpus.via` says otherwise."""
+    gpus: Gpus | None = None
+    """How the GPUs are requested: the device plugin (default) or Dynamic Resource Allocation, with a
+    DeviceClass and CEL selectors over device attributes (docs/gpu.md, "Dynamic Resource Allocation")."""
     procsPerNode: Annotated[int, Field(ge=1, le=1024)] | None = None
     """Training processes per pod; default gpusPerNode, or 1 for a CPU job."""
     resources: Resources = Field(default_factory=Resources)
@@ -139,6 +143,22 @@ class JobSpec(Section):
     """Trainer API: model/dataset/loss/optimizer factories, run by kubetrain.runtime."""
     build: Build | None = None
     """How `kubetrain build` builds the image."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gpu_count(cls, data: Any) -> Any:
+        # gpus.count and gpusPerNode are one number: whichever is written fills the other (checks.py refuses
+        # two different values, at gpus.count's line).
+        if isinstance(data, dict) and isinstance(data.get("gpus"), dict) and "gpusPerNode" not in data:
+            count = data["gpus"].get("count")
+            if isinstance(count, int) and not isinstance(count, bool):
+                return {**data, "gpusPerNode": count}
+        return data
+
+    @property
+    def gpu_via(self) -> str:
+        """plugin, dra or auto (before submit resolves auto)."""
+        return self.gpus.via if self.gpus and self.gpusPerNode else "plugin"
 
     @property
     def procs_per_node(self) -> int:

@@ -106,7 +106,7 @@ ModuleRef = Annotated[str, AfterValidator(_module_ref)]
 
 
 class Resources(Section):
-    """CPU and memory per pod (per node). GPUs are set with `gpusPerNode`."""
+    """CPU and memory per pod (per node). GPUs are set with `gpusPerNode` (and `gpus`)."""
 
     cpu: Quantity | None = None
     """CPU cores requested per pod, e.g. "8" or "7500m". Not set as a limit, to avoid CFS throttling."""
@@ -208,6 +208,35 @@ class Placement(Section):
         for key, value in self.nodeSelector.items():
             _check(names.qualified_name_error(key) or names.label_value_error(value), key)
         return self
+
+
+GpuVia = Literal["plugin", "dra", "auto"]
+DEFAULT_DEVICE_CLASS = "gpu.nvidia.com"  # the DeviceClass NVIDIA's DRA driver installs
+
+
+def _cel_selector(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must be a CEL expression over `device`, e.g. "
+                         "device.attributes[\"gpu.nvidia.com\"].productName == \"NVIDIA H100 80GB HBM3\"")
+    return value
+
+
+class Gpus(Section):
+    """How the pods ask for their GPUs: the device plugin's `nvidia.com/gpu` limit, or Dynamic Resource
+    Allocation (resource.k8s.io/v1 ResourceClaims). How many is `gpusPerNode` (or `count` here)."""
+
+    via: GpuVia = "plugin"
+    """plugin: an nvidia.com/gpu limit (the NVIDIA device plugin). dra: a ResourceClaimTemplate per replica
+    type, claimed by each pod (Kubernetes >= 1.34 with a DRA driver). auto: dra when the cluster has the
+    DeviceClass `deviceClass`, else plugin, decided by `kubetrain submit`; offline (`render`) it is plugin."""
+    count: Annotated[int, Field(ge=1, le=64)] | None = None
+    """GPUs per pod: the same number as `gpusPerNode` (write either; both must agree)."""
+    deviceClass: Subdomain = DEFAULT_DEVICE_CLASS
+    """The DeviceClass the claims request (with `dra`): gpu.nvidia.com for NVIDIA's DRA driver."""
+    selectors: list[Annotated[str, AfterValidator(_cel_selector)]] = Field(default_factory=list)
+    """CEL expressions every claimed device must satisfy (with `dra`), e.g.
+    `device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("80Gi")) >= 0`; rendered as the request's
+    `selectors: [{cel: {expression: ...}}]`."""
 
 
 class Elastic(Section):

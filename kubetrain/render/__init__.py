@@ -19,6 +19,7 @@ from kubetrain.errors import Problem, RejectedRender, RenderError, SpecError
 from kubetrain.jobspec import names
 from kubetrain.jobspec.checks import world_size_findings
 from kubetrain.jobspec.model import TrainingJob
+from kubetrain.render import dra
 from kubetrain.render.code import configmap_payload
 from kubetrain.render.context import RenderOptions, code_configmap_name, labels, template_context
 from kubetrain.render.launch import launcher_problem, launcher_warnings
@@ -92,7 +93,9 @@ def render_job(job: TrainingJob, options: RenderOptions | None = None, target: s
     objects = []
     if job.spec.code and options.code is not None:
         objects.append(_render_configmap(job, options, context))
-    objects.append(_render_template(TEMPLATES[resolve_target(job, target)], context))
+    kind = resolve_target(job, target)
+    objects += _render_dra(job, context, kind)
+    objects.append(_render_template(TEMPLATES[kind], context))
     for obj in objects:
         if problem := object_size_problem(obj):
             raise RenderError(f"{obj['kind']}/{obj['metadata']['name']}: {problem[1]}")
@@ -130,6 +133,9 @@ def render_warnings(job: TrainingJob, options: RenderOptions | None = None) -> l
         warnings.append("spec.placement.cloud: auto is resolved by `kubetrain submit` from the cluster's node "
                         "labels; offline, no cloud profile applies (no GPU-model selector, no cloud tolerations)")
     spec = job.spec
+    if spec.gpu_via == "auto" and not (options and options.gpu_via):
+        warnings.append("spec.gpus.via: auto is resolved by `kubetrain submit` from the cluster's DeviceClasses; "
+                        "offline it renders the device plugin's nvidia.com/gpu limit")
     if spec.target == "trainjob" and spec.scheduling.queue and "terminationGracePeriodSeconds" in spec.model_fields_set:
         warnings.append("spec.terminationGracePeriodSeconds: not rendered for a TrainJob under Kueue (Kueue 0.19 "
                         "drops it on admission and the Trainer's JobSet update is then refused); the pods get the "
@@ -173,6 +179,22 @@ def _render_configmap(job: TrainingJob, options: RenderOptions, context: dict[st
     cm_context = {"configmap_name": code_configmap_name(job, options.code), "namespace": context["namespace"],
                   "labels": labels(job), "data": data, "binary_data": binary}
     return _render_template("configmap.yaml.j2", cm_context)
+
+
+def _render_dra(job: TrainingJob, context: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    """With `gpus.via: dra`: a ResourceClaimTemplate per replica type (and for a TrainJob the TrainingRuntime
+    whose pods claim it)."""
+    if not context["gpu_claims"]:
+        return []
+    request = dra.device_request(job.spec)
+    objects = [_render_template("resourceclaimtemplate.yaml.j2", {
+        "template_name": dra.template_name(job.metadata.name, replica), "namespace": context["namespace"],
+        "labels": context["labels"], "request": request}) for replica in dra.replica_types(job.spec, kind)]
+    if kind == "trainjob":
+        objects.append(_render_template("trainingruntime.yaml.j2", {
+            **context, "runtime_labels": {**context["labels"], "trainer.kubeflow.org/framework": "torch"},
+            "claims": context["pod_claims"]["node"]}))
+    return objects
 
 
 def _render_template(name: str, context: dict[str, Any]) -> dict[str, Any]:

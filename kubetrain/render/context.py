@@ -13,6 +13,7 @@ from kubetrain.jobspec.model import JobSpec, TrainingJob
 from kubetrain.jobspec.network import FABRICS
 from kubetrain.jobspec.quantity import format_bytes, parse_quantity
 from kubetrain.kube.objects import GPU_RESOURCE, JOB_LABEL, QUEUE_LABEL
+from kubetrain.render import dra
 from kubetrain.render.code import CodeBundle, configmap_payload
 from kubetrain.render.gpudirect import gpudirect_annotations, gpudirect_env, gpudirect_sidecar, gpudirect_volumes
 from kubetrain.render.launch import container_command, torchrun_args
@@ -56,11 +57,21 @@ class RenderOptions:
     # Where this child's checkpoints go instead of spec.checkpoint.dir: the controller's directory for a job
     # recreated from a changed spec (a fresh start). Not part of the spec hash: it does not change the spec.
     checkpoint_dir: str | None = None
+    gpu_via: str | None = None  # plugin or dra for `gpus.via: auto`, as submit found the cluster
+
+
+def gpu_via(job: TrainingJob, options: RenderOptions) -> str:
+    return dra.gpu_via(job.spec, options.gpu_via)
 
 
 def spec_hash(job: TrainingJob, options: RenderOptions) -> str:
-    payload = {"spec": job.model_dump(mode="json", by_alias=True), "code": options.code.digest if options.code
-               else None, "cloud": options.cloud, "image": options.image}
+    dumped = job.model_dump(mode="json", by_alias=True)
+    if dumped["spec"].get("gpus") is None:  # the hash of a spec without `gpus` stays what it was before it existed
+        del dumped["spec"]["gpus"]
+    payload = {"spec": dumped, "code": options.code.digest if options.code else None, "cloud": options.cloud,
+               "image": options.image}
+    if options.gpu_via:
+        payload["gpuVia"] = options.gpu_via
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -72,9 +83,10 @@ def shm_bytes(spec: JobSpec) -> int:
     return DEFAULT_SHM
 
 
-def resources(spec: JobSpec) -> dict[str, dict[str, str]]:
+def resources(spec: JobSpec, via: str = dra.PLUGIN) -> dict[str, Any]:
     """Requests and limits. GPU requests equal limits (the apiserver insists); /dev/shm is tmpfs charged to
-    the container's memory cgroup, so the memory limit is `resources.memory` plus the shm size."""
+    the container's memory cgroup, so the memory limit is `resources.memory` plus the shm size. With DRA the
+    GPUs are the pod's claim instead of a limit."""
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
     if spec.resources.cpu:
@@ -84,7 +96,7 @@ def resources(spec: JobSpec) -> dict[str, dict[str, str]]:
         limits["memory"] = format_bytes(parse_quantity(spec.resources.memory) + Decimal(shm_bytes(spec)))
     if spec.resources.ephemeralStorage:
         requests["ephemeral-storage"] = limits["ephemeral-storage"] = spec.resources.ephemeralStorage
-    if spec.gpusPerNode:
+    if spec.gpusPerNode and via == dra.PLUGIN:
         requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(spec.gpusPerNode)
     if spec.network and spec.network.resource_name:
         requests[spec.network.resource_name] = limits[spec.network.resource_name] = str(spec.network.devices)
@@ -92,7 +104,8 @@ def resources(spec: JobSpec) -> dict[str, dict[str, str]]:
         # Guaranteed QoS: every container's requests equal its limits for both cpu and memory.
         limits["cpu"] = requests["cpu"]
         requests["memory"] = limits["memory"]
-    return {key: value for key, value in (("requests", requests), ("limits", limits)) if value}
+    claims = [{"name": dra.CLAIM}] if spec.gpusPerNode and via == dra.DRA else []
+    return {key: value for key, value in (("requests", requests), ("limits", limits), ("claims", claims)) if value}
 
 
 def env(job: TrainingJob, checkpoint_dir: str | None = None) -> list[dict[str, Any]]:
@@ -216,6 +229,7 @@ def template_context(job: TrainingJob, options: RenderOptions) -> dict[str, Any]
     spec = job.spec
     volumes, mounts = volumes_and_mounts(job, options)
     workdir = spec.code.mountPath if spec.code else None
+    via = gpu_via(job, options)
     return {
         "name": job.metadata.name,
         "namespace": options.namespace or job.metadata.namespace,
@@ -228,7 +242,10 @@ def template_context(job: TrainingJob, options: RenderOptions) -> dict[str, Any]
         "args": torchrun_args(spec, workdir),
         "workdir": workdir,
         "env": env(job, options.checkpoint_dir),
-        "resources": resources(spec),
+        "resources": resources(spec, via),
+        "gpu_claims": via == dra.DRA and spec.gpusPerNode > 0,
+        "runtime_name": dra.runtime_name(job.metadata.name),
+        "pod_claims": {replica: dra.pod_claims(job, replica) for replica in ("master", "worker", "node")},
         "security_context": security_context(spec),
         "volumes": volumes,
         "mounts": mounts,

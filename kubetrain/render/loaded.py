@@ -18,7 +18,7 @@ from kubetrain.render.origin import traced_problems
 
 def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: str | None = None,
                   image: str | None = None, cloud: str | None = None, code: CodeBundle | None = None,
-                  checkpoint_dir: str | None = None) -> list[dict[str, Any]]:
+                  checkpoint_dir: str | None = None, gpu_via: str | None = None) -> list[dict[str, Any]]:
     """`code`: the job's code, already collected (the controller's); None reads `spec.code.path`.
     `checkpoint_dir`: the controller's directory for a recreated child (RenderOptions.checkpoint_dir)."""
     if target and target != loaded.job.spec.target:
@@ -26,7 +26,8 @@ def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: s
     if code is None and loaded.job.spec.code:
         code_dir = (loaded.base_dir / loaded.job.spec.code.path).resolve()
         code = collect_code(code_dir, loaded.job.spec.code.exclude, include=loaded.job.spec.code.include)
-    options = RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace, checkpoint_dir=checkpoint_dir)
+    options = RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace, checkpoint_dir=checkpoint_dir,
+                            gpu_via=gpu_via)
     try:
         return render_job(loaded.job, options, target=target)
     except RejectedRender as exc:

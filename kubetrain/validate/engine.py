@@ -12,7 +12,7 @@ from kubetrain.jobspec import names
 from kubetrain.kube.objects import meta_of
 from kubetrain.validate.cel import cel_findings
 from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import k8s_findings
+from kubetrain.validate.k8s import dra, k8s_findings
 from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
 from kubetrain.validate.semantic import misplaced_run_policies, semantic_findings
 from kubetrain.yamlsrc import (
@@ -129,6 +129,8 @@ def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStor
         return _spec_issues(doc, source, index, name)
     if kind == "List" and isinstance(obj.get("items"), list):
         return [i for item in obj["items"] for i in validate_document(ParsedDoc(item), source, index, store)]
+    if (unserved := dra.unserved(obj, store.rules)) is not None:
+        return [issue(unserved)]  # its schema (if any) and rules are moot: the server refuses the kind
     findings = _schema_findings(obj, store, ignore_missing_schemas)
     text = compact_json(obj)
     findings += size_findings(obj, text)

@@ -38,6 +38,10 @@ PINNED = (
     PinnedSchema("clustertrainingruntimes.trainer.kubeflow.org", "v2.3.0",
                  "manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml",
                  "ec84dc3388fcdbe8c61d3c247a773d14458dd9438e995bea8e50d2a18080eef9"),
+    # The namespaced runtime a `gpus.via: dra` TrainJob runs on (kubetrain/render/dra.py).
+    PinnedSchema("trainingruntimes.trainer.kubeflow.org", "v2.3.0",
+                 "manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml",
+                 "69b8dbdf60a18e28cddcc2b8dfc4ce72a943e14b531b9389d593118faee4919f"),
 )
 
 

@@ -100,12 +100,12 @@ def test_render_overrides_and_target_checks() -> None:
 
 def test_spec_errors_exit_2_one_line_each(tmp_path: Path) -> None:
     spec = tmp_path / "kubetrain.yaml"
-    spec.write_text((SPECS / "kind-gpu.yaml").read_text().replace("gpusPerNode: 1", "gpusPerNode: -1\n  bogus: 1"))
+    spec.write_text((SPECS / "kind-gpu.yaml").read_text().replace("gpusPerNode: 1", "gpusPerNode: -1\n  xyzzy: 1"))
     result = CliRunner().invoke(cli, ["render", "-f", str(spec)])
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.splitlines() == [f"error: {spec}:7: spec.gpusPerNode: must be >= 0",
-                                          f"error: {spec}:8: spec.bogus: unknown field"]
+                                          f"error: {spec}:8: spec.xyzzy: unknown field"]
 
 
 @settings(max_examples=150, deadline=None)
@@ -200,7 +200,8 @@ def upstream_mirror(tmp_path: Path, reference_dir: Path) -> Iterator[tuple[str, 
     root = tmp_path / "mirror"
     sources = {"kubeflow.org_pytorchjobs.yaml": "kubeflow-training-operator-v1.9.4",
                "trainer.kubeflow.org_trainjobs.yaml": "kubeflow-trainer-v2.3.0",
-               "trainer.kubeflow.org_clustertrainingruntimes.yaml": "kubeflow-trainer-v2.3.0"}
+               "trainer.kubeflow.org_clustertrainingruntimes.yaml": "kubeflow-trainer-v2.3.0",
+               "trainer.kubeflow.org_trainingruntimes.yaml": "kubeflow-trainer-v2.3.0"}
     for pinned in PINNED:
         target = root / pinned.ref / pinned.path
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
@@ -96,3 +97,28 @@ def test_trainjob_state_mapping() -> None:
     assert jobs.state({"kind": "PyTorchJob", "status": {"conditions": [
         {"type": "Created", "status": "True"}, {"type": "Running", "status": "False"},
         {"type": "Restarting", "status": "True"}]}}) == "Restarting"
+
+
+def test_a_dra_trainjob_runs_on_its_derived_runtime_with_the_pods_claims(conn: Connection, namespace: str,
+                                                                         tmp_path: Path) -> None:
+    """Trainer v2.3.0 takes the TrainingRuntime kubetrain derives for `gpus.via: dra`: the JobSet it makes
+    has the claim in the node pods, and the runtime is owned by the TrainJob."""
+    path = write_spec(tmp_path, "tj-dra", nodes=2, gpus=2, target="trainjob")
+    body = yaml.safe_load(path.read_text())
+    body["spec"]["gpus"] = {"via": "dra", "deviceClass": "gpu.kubetrain.test"}
+    path.write_text(yaml.safe_dump(body))
+    apply.submit(conn.rest, TRAINJOB, render(path, namespace))
+
+    def jobset() -> dict[str, Any] | None:
+        found = conn.rest.get(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets").get("items") or []
+        return next((j for j in found if j["metadata"]["name"] == "tj-dra"), None)
+
+    made = wait_for(jobset, "the Trainer's JobSet of tj-dra", timeout=60)
+    node = next(r for r in made["spec"]["replicatedJobs"] if r["name"] == "node")
+    pod = node["template"]["spec"]["template"]["spec"]
+    assert pod["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "tj-dra-node-gpus"}]
+    container = next(c for c in pod["containers"] if c["name"] == "node")
+    assert container["resources"]["claims"] == [{"name": "gpus"}]  # kept: the TrainJob has no resourcesPerNode
+    assert "nvidia.com/gpu" not in str(container["resources"])
+    runtime = conn.rest.get(f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainingruntimes/tj-dra-dra")
+    assert [o["kind"] for o in runtime["metadata"]["ownerReferences"]] == ["TrainJob"]

@@ -52,6 +52,13 @@ def test_queue_backs_off_per_key_without_blocking_others() -> None:
     assert queue.retry("bad") == pytest.approx(0.2)
 
 
+def test_desired_refuses_dra_gpus_the_controller_cannot_create() -> None:
+    want = desired(tj({**GOOD, "gpusPerNode": 1, "gpus": {"via": "dra"}}), ["pytorchjob"])
+    assert want.child is None
+    assert want.problems == ["spec.gpus.via: dra is not supported by the kubetrain controller yet; submit the job "
+                             "directly (kubetrain submit without --controller)"]
+
+
 def test_desired_child_is_the_clis_render_with_a_controller_owner() -> None:
     want = desired(tj(GOOD, annotations={"kubectl.kubernetes.io/last-applied-configuration": "{}"}),
                    ["pytorchjob", "trainjob"])

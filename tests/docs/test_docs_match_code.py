@@ -102,7 +102,7 @@ _NOT_FIELDS = re.compile(r"\.(?:py|ya?ml|md|json|sh|txt|toml|pt|log|j2|html|csv)
 
 
 # Paths the docs name on other objects (the rendered PyTorchJob, its webhook's rules), not on a TrainingJob.
-_OTHER_OBJECTS = {"runPolicy.managedBy", "spec.managedBy", "spec.runPolicy.suspend"}
+_OTHER_OBJECTS = {"runPolicy.managedBy", "spec.managedBy", "spec.runPolicy.suspend", "resources.claims"}
 
 
 def _properties(node: dict[str, object]) -> dict[str, dict[str, object]]:

@@ -16,6 +16,7 @@
 #   KUBEBUILDER_ASSETS       likewise (usually holds etcd and kube-apiserver)
 #   KUBETRAIN_TESTENV_TRAINER=0  skip the optional Trainer v2 + JobSet build
 #   KUBETRAIN_TESTENV_KIND=0     skip the kind CLI and node image (prepare-kind.sh)
+#   KUBETRAIN_TESTENV_DRA=0      skip the DRA example driver (its tests then skip, or fail under CI)
 # Progress goes to stderr; the last stdout line is the binary directory.
 set -euo pipefail
 
@@ -43,6 +44,8 @@ declare -A SPEC=(
   [coredns]="coredns|.|coredns"
   # Kueue (tests/testenv/kueue.py): the manager binary only.
   [kueue]="kueue|sigs.k8s.io/kueue/cmd/kueue|kueue"
+  # The DRA example driver's kubelet plugin (tests/testenv/dradriver.py).
+  [draexample]="draexample|sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin|dra-example-kubeletplugin"
 )
 ORDER=(etcd kwok training-operator kubernetes trainer)
 # Set KUBETRAIN_TESTENV_TRAINER=0 to skip the optional Trainer v2 + JobSet build.
@@ -51,6 +54,8 @@ ORDER=(etcd kwok training-operator kubernetes trainer)
 [[ "${KUBETRAIN_TESTENV_KUEUE:-1}" == 0 ]] || ORDER+=(kueue)
 # Set KUBETRAIN_TESTENV_NODE=0 to skip the real node (kubelet, CoreDNS, containerd, images).
 [[ "${KUBETRAIN_TESTENV_NODE:-1}" == 0 ]] || ORDER+=(kubelet coredns)
+# Set KUBETRAIN_TESTENV_DRA=0 to skip the DRA example driver (tests/client/test_dra_cluster.py).
+[[ "${KUBETRAIN_TESTENV_DRA:-1}" == 0 ]] || ORDER+=(draexample)
 MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/manifests"
 
 check_go() {
@@ -70,6 +75,7 @@ check_pins() {
   grep -q "github.com/kubeflow/trainer/v2 $TRAINER_VERSION" "$HERE/gomod/trainer/go.mod" || die "gomod/trainer/go.mod does not pin $TRAINER_VERSION"
   grep -q "sigs.k8s.io/jobset $JOBSET_VERSION" "$HERE/gomod/trainer/go.mod" || die "gomod/trainer/go.mod does not pin $JOBSET_VERSION"
   grep -q "sigs.k8s.io/kueue $KUEUE_VERSION" "$HERE/gomod/kueue/go.mod" || die "gomod/kueue/go.mod does not pin $KUEUE_VERSION"
+  grep -q "sigs.k8s.io/dra-example-driver $DRA_EXAMPLE_DRIVER_VERSION" "$HERE/gomod/draexample/go.mod" || die "gomod/draexample/go.mod does not pin $DRA_EXAMPLE_DRIVER_VERSION"
 }
 
 # A component is rebuilt when its pinned go.mod/go.sum change (check_pins ties
@@ -136,7 +142,7 @@ copy_reference() {
   tmp="$(mktemp -d "$CACHE_ROOT/$KUBERNETES_VERSION/.reference.XXXXXX")"
   mkdir -p "$tmp/kubeflow-training-operator-$TRAINING_OPERATOR_VERSION" "$tmp/kubeflow-trainer-$TRAINER_VERSION"
   cp "$op_dir/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" "$tmp/kubeflow-training-operator-$TRAINING_OPERATOR_VERSION/"
-  cp "$trainer_dir"/manifests/base/crds/trainer.kubeflow.org_{trainjobs,clustertrainingruntimes}.yaml \
+  cp "$trainer_dir"/manifests/base/crds/trainer.kubeflow.org_{trainjobs,clustertrainingruntimes,trainingruntimes}.yaml \
      "$trainer_dir/manifests/base/runtimes/torch_distributed.yaml" "$tmp/kubeflow-trainer-$TRAINER_VERSION/"
   chmod -R u+w "$tmp"
   rm -rf "$REFERENCE_DIR" && mv "$tmp" "$REFERENCE_DIR"

@@ -4,7 +4,8 @@ prepare.sh copies them out of the modules it already downloads (the Kubeflow
 training-operator v1.9.4 and Trainer v2.3.0 modules pinned under gomod/) into
 
     <cache>/<k8s version>/reference/kubeflow-training-operator-<v>/kubeflow.org_pytorchjobs.yaml
-    <cache>/<k8s version>/reference/kubeflow-trainer-<v>/trainer.kubeflow.org_{trainjobs,clustertrainingruntimes}.yaml
+    <cache>/<k8s version>/reference/kubeflow-trainer-<v>/trainer.kubeflow.org_<kind>.yaml
+        (trainjobs, clustertrainingruntimes, trainingruntimes)
 
 and the tests check every file against the sha256 pins kubetrain itself keeps
 for `kubetrain schemas fetch` (kubetrain/validate/fetch.py), so the suite and

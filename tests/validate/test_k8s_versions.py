@@ -23,7 +23,7 @@ from kubetrain.yamlsrc import join_path
 from tests.validate import oracle
 
 Obj = dict[str, Any]
-VERSIONS = range(31, 37)
+VERSIONS = range(31, 38)
 OK, WARN, ERR = "valid", "warning", "error"
 
 
@@ -102,6 +102,19 @@ CASES: list[tuple[str, Callable[[Obj], None], str, dict[int, str]]] = [
     ("file-key-ref-missing-volume", lambda s: _c(s).update(env=[{"name": "A", "valueFrom": {"fileKeyRef": {
         "path": "a.env", "volumeName": "cfg", "key": "A"}}}]), "spec.containers[0].env[0].valueFrom.fileKeyRef",
      _from({31: ERR})),
+    # Dynamic Resource Allocation: before 1.34 the server drops the claims (the pod starts without its devices).
+    ("dra-claim", lambda s: (s.update(resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "t"}]),
+                             _c(s).update(resources={"claims": [{"name": "gpus"}]})),
+     "spec.resourceClaims", _from({31: ERR, 34: OK})),
+    ("dra-claim-undeclared", lambda s: _c(s).update(resources={"claims": [{"name": "gpus"}]}),
+     "spec.containers[0].resources.claims", _from({31: ERR})),
+    ("dra-claim-two-sources", lambda s: s.update(resourceClaims=[{"name": "gpus", "resourceClaimName": "c",
+                                                                  "resourceClaimTemplateName": "t"}]),
+     "spec.resourceClaims", _from({31: ERR})),
+    ("dra-claim-no-source", lambda s: s.update(resourceClaims=[{"name": "gpus"}]), "spec.resourceClaims",
+     _from({31: ERR})),
+    ("dra-claim-upper-case", lambda s: s.update(resourceClaims=[{"name": "GPUs", "resourceClaimTemplateName": "t"}]),
+     "spec.resourceClaims", _from({31: ERR})),
 ]
 IDS = [c[0] for c in CASES]
 
@@ -148,7 +161,7 @@ def test_pytorchjob_templates_follow_the_version(minor: int) -> None:
     assert paths == expected
 
 
-@pytest.mark.parametrize("text", ["1.31", "v1.33", "1.34.2", "1.36"])
+@pytest.mark.parametrize("text", ["1.31", "v1.33", "1.34.2", "1.36", "v1.37.2"])
 def test_version_forms(text: str) -> None:
     assert rules_for(text).minor == int(text.lstrip("v").split(".")[1])
 
@@ -170,7 +183,7 @@ def test_cli_flag_changes_the_verdict(tmp_path: Path) -> None:
         assert new.exit_code == 0, new.output
 
 
-@pytest.mark.parametrize("text", ["1.30", "1.37", "2.0", "latest"])
+@pytest.mark.parametrize("text", ["1.30", "1.38", "2.0", "latest"])
 def test_cli_refuses_versions_it_has_no_rules_for(tmp_path: Path, text: str) -> None:
     result = CliRunner().invoke(cli, ["validate", "--kubernetes-version", text, str(_manifest(tmp_path))])
     assert result.exit_code == 2, result.output

@@ -11,7 +11,7 @@ from typing import Any
 
 from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import names, scheduling
+from kubetrain.validate.k8s import dra, names, scheduling
 from kubetrain.validate.k8s.base import Findings, check, enum, items, mapping, named, range_check
 from kubetrain.yamlsrc import PathKey
 
@@ -160,4 +160,5 @@ def _requirement_matches(requirement: dict[str, Any], labels: dict[str, Any]) ->
 
 BY_KIND: dict[str, Callable[[dict[str, Any]], Findings]] = {
     "ConfigMap": configmap, "Secret": secret, "Service": service, "PersistentVolumeClaim": persistent_volume_claim,
-    "Deployment": workload, "ReplicaSet": workload, "StatefulSet": workload, "DaemonSet": workload, "Job": job}
+    "Deployment": workload, "ReplicaSet": workload, "StatefulSet": workload, "DaemonSet": workload, "Job": job,
+    "ResourceClaimTemplate": dra.claim_object, "ResourceClaim": dra.claim_object, "DeviceClass": dra.device_class}

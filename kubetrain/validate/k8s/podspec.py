@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import containers, dns, metadata, names, resources, scheduling, security, volumes
+from kubetrain.validate.k8s import containers, dns, dra, metadata, names, resources, scheduling, security, volumes
 from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named
 from kubetrain.validate.k8s.versions import LATEST, Rules
 from kubetrain.yamlsrc import PathKey
@@ -47,6 +47,7 @@ def pod_spec(spec: dict[str, Any], path: PathKey, *, partial: bool = False, rule
             yield from security.container_security(container.get("securityContext"), (*where, "securityContext"))
             if spec.get("hostNetwork") is True:
                 yield from _host_network_ports(container, where)
+    yield from dra.pod_claims(spec, path, rules)
     yield from enum(spec, "restartPolicy", path, RESTART_POLICIES)
     yield from enum(spec, "dnsPolicy", path, DNS_POLICIES)
     yield from dns.dns_config(spec, path, rules)

@@ -2,8 +2,8 @@
 
 Each flag is what the API server of that minor version does on a create with its default feature gates
 (k8s.io/kubernetes pkg/features/kube_features.go, the gate's first default-on version; pkg/api/pod/util.go
-GetValidationOptionsFromPodSpecAndMeta and dropDisabledPodFields; checked against the v1.31.0, v1.34.0 and
-v1.36.3 sources). Rules whose gate is off in every supported version (Lt/Gt tolerations, stop signals) and
+GetValidationOptionsFromPodSpecAndMeta and dropDisabledPodFields; checked against the v1.31.0, v1.34.0,
+v1.36.3 and v1.37.2 sources). Rules whose gate is off in every supported version (Lt/Gt tolerations, stop signals) and
 fields an older server drops without a word (pod-level resources, hostnameOverride) do not change a verdict.
 """
 
@@ -15,8 +15,9 @@ from functools import lru_cache
 from kubetrain.errors import SchemaError
 
 OLDEST = 31
-NEWEST = 36  # the suite's kube-apiserver (tests/testenv/versions.env)
-DEFAULT = f"1.{NEWEST}"
+NEWEST = 37
+SUITE = 36  # the suite's kube-apiserver (tests/testenv/versions.env): the default, and what render refuses by
+DEFAULT = f"1.{SUITE}"
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,12 @@ class Rules:
     @property
     def name(self) -> str:
         return f"Kubernetes 1.{self.minor}"
+
+    @property
+    def dra(self) -> bool:
+        """DynamicResourceAllocation (GA 1.34): resource.k8s.io/v1 is served, and pod resourceClaims and
+        container claims are kept; before, the gate is off by default and the server drops them."""
+        return self.minor >= 34
 
     @property
     def relaxed_env_names(self) -> bool:
@@ -89,4 +96,4 @@ def rules_for(version: str) -> Rules:
     return Rules(minor)
 
 
-LATEST = Rules(NEWEST)
+LATEST = Rules(SUITE)
