@@ -79,6 +79,8 @@ class _KubectlScalars(yaml.constructor.SafeConstructor):
     is its decoded bytes as a string, invalid UTF-8 replaced (as Go's JSON encoder does); a surrogate written
     as an escape ("\\ud800") is U+FFFD, as go-yaml writes it (Python would keep a string it cannot encode)."""
 
+    bool_values = {**yaml.constructor.SafeConstructor.bool_values, "y": True, "n": False}
+
     def construct_yaml_str(self, node: yaml.ScalarNode) -> str:
         value = str(self.construct_scalar(node))
         return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) else value
@@ -102,6 +104,8 @@ class _KubectlResolver(yaml.resolver.Resolver):
     (PyYAML's YAML 1.1 grammar wants `1.0e+0` and reads `1e0` as a string)."""
 
 
+# go-yaml v2 (resolve.go) reads y, Y, n, N as booleans too, so `value: y` is a boolean to kubectl.
+_KubectlResolver.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
 _KubectlResolver.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789"))
 

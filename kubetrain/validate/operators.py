@@ -159,7 +159,7 @@ def _runtime_patches(obj: dict[str, Any]) -> Iterator[Finding]:
 
 def _patched_job(job: Any, path: PathKey, shape: dict[str, frozenset[str]]) -> Iterator[Finding]:
     name = job.get("name") if isinstance(job, dict) else None
-    if name not in shape:
+    if not isinstance(name, str) or name not in shape:
         yield Finding((*path, "name"), later(f"must not have replicated job that doesn't exist in the runtime job "
                                              f"template ({', '.join(sorted(shape))})", PATCH_STAGE))
         return
@@ -169,7 +169,7 @@ def _patched_job(job: Any, path: PathKey, shape: dict[str, frozenset[str]]) -> I
         for index, container in enumerate(containers if isinstance(containers, list) else []):
             where = (*path, "template", "spec", "template", "spec", key, index)
             cname = container.get("name") if isinstance(container, dict) else None
-            if cname not in shape[name]:
+            if not isinstance(cname, str) or cname not in shape[name]:
                 yield Finding((*where, "name"), later(f"must not have {key[:-1]} that doesn't exist in the runtime "
                                                       f"job {name} ({', '.join(sorted(shape[name]))})", PATCH_STAGE))
             elif cname in ENV_LESS_CONTAINERS and container.get("env"):
