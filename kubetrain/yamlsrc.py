@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -79,7 +79,7 @@ class _KubectlScalars(yaml.constructor.SafeConstructor):
     is its decoded bytes as a string, invalid UTF-8 replaced (as Go's JSON encoder does); a surrogate written
     as an escape ("\\ud800") is U+FFFD, as go-yaml writes it (Python would keep a string it cannot encode)."""
 
-    bool_values = {**yaml.constructor.SafeConstructor.bool_values, "y": True, "n": False}
+    bool_values: ClassVar[dict[str, bool]] = {**yaml.constructor.SafeConstructor.bool_values, "y": True, "n": False}
 
     def construct_yaml_str(self, node: yaml.ScalarNode) -> str:
         value = str(self.construct_scalar(node))

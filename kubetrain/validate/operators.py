@@ -22,6 +22,8 @@ from kubetrain.yamlsrc import PathKey
 
 OPERATOR_PODS = "the operator's pod creation would fail"
 OPERATOR_SERVICES = "the operator's Service creation would fail"
+JOBSET_WEBHOOK = "JobSet's webhook refuses the JobSet the Trainer creates from it"
+DEFAULT_CONTAINER, DEFAULT_PORT_NAME, DEFAULT_PORT = "pytorch", "pytorchjob-port", 23456
 TORCHRUN = "torchrun would fail at start"
 MANAGED_BY = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
@@ -84,6 +86,8 @@ def pytorchjob_later(obj: dict[str, Any]) -> Iterator[Finding]:
                 yield Finding(("metadata", "name"), later(f"the Service {longest!r} would exceed 63 characters",
                                                           OPERATOR_SERVICES))
                 break
+    for replica_type, replica in replicas.items() if isinstance(replicas, dict) else ():
+        yield from _service_port_findings(str(replica_type), replica)
     policy = get(spec, "runPolicy", "cleanPodPolicy")
     if policy is not None and policy not in CLEAN_POD_POLICIES:
         yield Finding(("spec", "runPolicy", "cleanPodPolicy"),
@@ -105,8 +109,61 @@ def _elastic_later(elastic: dict[str, Any]) -> Iterator[Finding]:
                       later(f"minReplicas ({low}) must be <= maxReplicas ({high})", TORCHRUN))
 
 
+def service_ports(containers: Any) -> list[dict[str, Any]]:
+    """The ports of the Service training-operator v1.9.4 makes per replica (`GetPortsFromJob` after
+    `setPyTorchDefaultPort`): the `pytorch` container's ports by name — a later port of the same name replaces
+    an earlier one, as in the operator's map — plus `pytorchjob-port: 23456` when no port has that name."""
+    if not isinstance(containers, list):
+        return []
+    chosen = next((c for c in containers if isinstance(c, dict) and c.get("name") == DEFAULT_CONTAINER), None)
+    if chosen is None:
+        return []
+    ports: dict[str, Any] = {}
+    listed = chosen.get("ports")
+    for port in listed if isinstance(listed, list) else []:
+        if isinstance(port, dict):
+            ports[str(port.get("name") or "")] = port.get("containerPort")
+    ports.setdefault(DEFAULT_PORT_NAME, DEFAULT_PORT)
+    return [{"name": key, "port": value} for key, value in ports.items()]
+
+
+def _service_port_findings(replica_type: str, replica: Any) -> Iterator[Finding]:
+    """ValidateService on the operator's Service: with several ports each has a name, and no two share a
+    port number (all are TCP)."""
+    ports = service_ports(get(replica, "template", "spec", "containers"))
+    where: PathKey = ("spec", "pytorchReplicaSpecs", replica_type, "template", "spec", "containers")
+    numbers = [p["port"] for p in ports]
+    duplicate = next((n for n in numbers if numbers.count(n) > 1), None)
+    if len(ports) > 1 and any(not p["name"] for p in ports):
+        yield Finding(where, later("with several ports, every port of the pytorch container needs a name",
+                                   OPERATOR_SERVICES))
+    elif duplicate is not None:
+        yield Finding(where, later(f"port {duplicate} twice in the Service (the operator adds {DEFAULT_PORT_NAME}: "
+                                   f"{DEFAULT_PORT} unless a port has that name)", OPERATOR_SERVICES))
+
+
+def jobset_names(obj: dict[str, Any]) -> Iterator[Finding]:
+    """JobSet v0.12.0's webhook (`validateCreate`): the longest Job name `<jobset>-<job>-<index>` and, for an
+    Indexed Job, the longest pod name `<jobset>-<job>-<index>-<pod index>-abcde` are DNS-1035 labels. The
+    Trainer names the JobSet after the TrainJob; the shipped runtimes' replicated jobs have one replica each,
+    and the node job runs `numNodes` pods."""
+    name = get(obj, "metadata", "name")
+    runtime = runtime_of(get(obj, "spec", "runtimeRef"))
+    if not isinstance(name, str) or runtime is None:
+        return
+    nodes = get(obj, "spec", "trainer", "numNodes")
+    nodes = nodes if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0 else 1
+    for job in sorted(runtime.jobs):
+        longest = f"{name}-{job}-0-{(nodes if job == 'node' else 1) - 1}-abcde"
+        if error := names.dns_label_error(longest, rfc1035=True):
+            yield Finding(("metadata", "name"), later(f"the pod name {longest!r} would be invalid: {error}",
+                                                      JOBSET_WEBHOOK))
+            return
+
+
 def trainjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
     yield from _runtime_ref(get(obj, "spec", "runtimeRef"))
+    yield from jobset_names(obj)
     yield from _runtime_patches(obj)
     trainer = get(obj, "spec", "trainer")
     if not isinstance(trainer, dict):
