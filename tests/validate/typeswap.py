@@ -62,9 +62,11 @@ def rich_bases() -> dict[str, Obj]:
         spec = obj.get("spec")
         if kind == "Pod":
             obj["spec"] = copy.deepcopy(RICH_POD_SPEC)
-        elif kind in ("Deployment", "Job"):
-            spec["template"]["spec"] = {**copy.deepcopy(RICH_POD_SPEC), **(
-                {"restartPolicy": "Never"} if kind == "Job" else {})}
+        elif kind == "Deployment":  # no activeDeadlineSeconds in a ReplicaSet's pods
+            spec["template"]["spec"] = {k: v for k, v in copy.deepcopy(RICH_POD_SPEC).items()
+                                        if k != "activeDeadlineSeconds"}
+        elif kind == "Job":
+            spec["template"]["spec"] = {**copy.deepcopy(RICH_POD_SPEC), "restartPolicy": "Never"}
         elif kind == "PyTorchJob":
             for replica in spec["pytorchReplicaSpecs"].values():
                 replica["template"]["spec"] = copy.deepcopy(RICH_POD_SPEC)
