@@ -22,6 +22,7 @@ from kubetrain.jobs.podcheck import as_pod
 from kubetrain.validate import operators
 from kubetrain.validate.findings import Finding, get
 from kubetrain.validate.k8s.templates import pod_templates
+from kubetrain.validate.semantic import pytorchjob_operator_errors
 from kubetrain.yamlsrc import PathKey
 
 OPERATOR_WEBHOOK = "the training-operator's webhook (kubetrain's port of its rules) refuses it"
@@ -73,7 +74,7 @@ def operator_rule_findings(obj: dict[str, Any]) -> Iterator[Finding]:
     """The operators' webhook rules, which a local server without the operators does not run."""
     kind = obj.get("kind")
     if kind == "PyTorchJob":
-        for finding in operators.pytorchjob_webhook(obj):
+        for finding in pytorchjob_operator_errors(obj):
             yield Finding(finding.path, f"{finding.message} ({OPERATOR_WEBHOOK})", finding.severity)
     elif kind == "TrainJob":
         yield from (f for f in operators.trainjob_webhook(obj) if f.severity == "error" and (

@@ -31,6 +31,12 @@ def semantic_findings(obj: dict[str, Any]) -> list[Finding]:
     return findings
 
 
+def pytorchjob_operator_errors(obj: dict[str, Any]) -> list[Finding]:
+    """The training-operator's create-time refusals of a PyTorchJob (its webhook: replica types and counts, the
+    `pytorch` container, the name; its Service): what `validate --exact` adds to the API server's verdict."""
+    return [f for f in (*_pytorchjob_findings(obj), *operators.pytorchjob_webhook(obj)) if f.severity == "error"]
+
+
 def misplaced_run_policies(obj: Any, path: PathKey = ()) -> list[PathKey]:
     """Every `runPolicy` key of a PyTorchJob that is not spec.runPolicy (a classic user error)."""
     found: list[PathKey] = []
