@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,31 +13,21 @@ import pytest
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
-from kubetrain.jobs.localapi import read_state, state_dir, stop_all
-from tests.conftest import PYTORCHJOB_CRD, TRAINER_DIR
-from tests.testenv import binaries
-from tests.testenv.plugin import unavailable
+from kubetrain.jobs.localapi import read_state, state_dir
+from tests.conftest import LocalApiServer
 from tests.validate.kubectl_cases import CASES, Case
 
 pytestmark = pytest.mark.controlplane
 
 
-@pytest.fixture(scope="module")
-def exact(tmp_path_factory: pytest.TempPathFactory, reference_dir: Path) -> Iterator[list[str]]:
-    """The flags of `validate --exact` on this suite's binaries and CRDs, with a cache dir of its own (so the
-    local server is this module's); the server is stopped at the end."""
-    try:
-        found = binaries.resolve(("etcd", "kube-apiserver"))
-    except binaries.MissingBinaries as exc:
-        unavailable(str(exc))
-        raise
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KUBETRAIN_CACHE_DIR", str(tmp_path_factory.mktemp("exact-cache")))
-        try:
-            yield ["--exact", "--server-binaries", str(found["kube-apiserver"].parent),
-                   "--schema", str(PYTORCHJOB_CRD), "--schema", str(TRAINER_DIR)]
-        finally:
-            stop_all()
+@pytest.fixture
+def exact(local_apiserver: LocalApiServer) -> list[str]:
+    return local_apiserver.flags
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(local_apiserver: LocalApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBETRAIN_CACHE_DIR", local_apiserver.env["KUBETRAIN_CACHE_DIR"])
 
 
 def run(flags: list[str], *args: str) -> tuple[int, dict[str, Any], str]:

@@ -56,7 +56,7 @@ def test_none_found_is_one_line_that_says_how_to_get_them(home: Path) -> None:
         find_binaries(None, "1.36")
     assert "\n" not in str(caught.value)
     assert "--server-binaries" in str(caught.value) and "setup-envtest use 1.36.x" in str(caught.value)
-    with pytest.raises(ServerBinariesMissing, match="--server-binaries .*needs executable etcd and kube-apiserver"):
+    with pytest.raises(ServerBinariesMissing, match=r"--server-binaries .*needs executable etcd and kube-apiserver"):
         find_binaries(str(home / "nowhere"), "1.36")
 
 
