@@ -72,12 +72,17 @@ def main() -> None:
         finally:
             stop_all()
     print(f"{sum(r[0] for r in table.values())} cases, {time.monotonic() - began:.0f} s\n")
+    print_tables(table, fields, args.kinds.split(","), examples)
+
+
+def print_tables(table: dict[tuple[str, str], list[int]], fields: dict[tuple[str, str], list[int]],
+                 kinds: list[str], examples: list[str]) -> None:
     print("| kind | family | cases | --exact disagrees | offline false reds | offline false greens |")
     print("|---|---|---|---|---|---|")
     for (kind, family), (count, exact, red, green) in sorted(table.items()):
         print(f"| {kind} | {family} | {count} | {exact} | {red} | {green} ({green / count:.0%}) |")
     print("\n| kind | offline false-green rate |\n|---|---|")
-    for kind in args.kinds.split(","):
+    for kind in kinds:
         rows = [r for (k, _), r in table.items() if k == kind]
         count, green = sum(r[0] for r in rows), sum(r[3] for r in rows)
         print(f"| {kind} | {green}/{count} ({green / max(count, 1):.0%}) |")
