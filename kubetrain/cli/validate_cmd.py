@@ -81,7 +81,7 @@ def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[
     sources = read_sources((*filenames, *paths) or ("-",))
     if exact:
         report, verdict_by = _exact_report(sources, store, schemas, kubernetes_version, server_side,
-                                           server_binaries, skip_non_kubernetes)
+                                           server_binaries, skip_non_kubernetes, ignore_missing_schemas)
     else:
         report = validate_sources(sources, store, ignore_missing_schemas, skip_non_kubernetes)
         verdict_by = FAST_MODE
@@ -117,7 +117,8 @@ def build_store(schemas: tuple[str, ...], from_cluster: bool, context: str | Non
 
 
 def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: tuple[str, ...], version: str,
-                  server_side: bool, binaries: str | None, skip_foreign: bool) -> tuple[Report, str]:
+                  server_side: bool, binaries: str | None, skip_foreign: bool,
+                  ignore_missing: bool) -> tuple[Report, str]:
     """Every document dry-run on the local kube-apiserver (kubetrain/jobs/exactcheck.py)."""
     import time
 
@@ -130,7 +131,7 @@ def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: t
     server = LocalApiServer(version, binaries)
     with server.using() as rest:
         install_crds(rest, server.dir, [c for c in crds if c.get("kind") == "CustomResourceDefinition"])
-        report = ExactChecker(rest, server_side).check_sources(sources, store, skip_foreign)
+        report = ExactChecker(rest, server_side, ignore_missing).check_sources(sources, store, skip_foreign)
     assert server.state is not None
     how = f"started in {time.monotonic() - began:.1f} s" if server.started else "warm"
     return report, f"the API server's verdict (local kube-apiserver {server.state.version}, {how})"

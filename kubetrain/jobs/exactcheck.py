@@ -66,8 +66,8 @@ class Discovery:
 class ExactChecker:
     """Dry-runs documents on one server; `server_side` sends them as server-side apply patches."""
 
-    def __init__(self, rest: Rest, server_side: bool = False) -> None:
-        self.rest, self.server_side = rest, server_side
+    def __init__(self, rest: Rest, server_side: bool = False, ignore_missing: bool = False) -> None:
+        self.rest, self.server_side, self.ignore_missing = rest, server_side, ignore_missing
         self.discovery = Discovery(rest)
         self._namespaces: dict[str, str | None] = {}
 
@@ -119,7 +119,7 @@ class ExactChecker:
         if found is None:
             return [Finding((), f'no matches for kind "{obj["kind"]}" in version "{obj["apiVersion"]}": the API '
                             "server does not serve it (install its CRD: --schema FILE, or `kubetrain schemas "
-                            "fetch` for the training operators' CRDs)")]
+                            "fetch` for the training operators' CRDs)", "warning" if self.ignore_missing else "error")]
         plural, namespaced = found
         namespace = None
         if namespaced:
@@ -133,7 +133,7 @@ class ExactChecker:
         namespace = str(_meta(obj).get("namespace") or "default")
         for item in derived_objects(obj):
             found = self.discovery.resource(item.body["apiVersion"], item.body["kind"])
-            if found is None:
+            if found is None or (found[1] and self.ensure_namespace(namespace)):
                 continue
             for finding in self.dry_run(item.body, found[0], namespace if found[1] else None, item.path, item):
                 findings.append(finding)
