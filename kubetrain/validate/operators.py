@@ -113,24 +113,32 @@ def service_ports(containers: Any) -> list[dict[str, Any]]:
     """The ports of the Service training-operator v1.9.4 makes per replica (`GetPortsFromJob` after
     `setPyTorchDefaultPort`): the `pytorch` container's ports by name — a later port of the same name replaces
     an earlier one, as in the operator's map — plus `pytorchjob-port: 23456` when no port has that name."""
-    if not isinstance(containers, list):
-        return []
-    chosen = next((c for c in containers if isinstance(c, dict) and c.get("name") == DEFAULT_CONTAINER), None)
-    if chosen is None:
+    if not isinstance(containers, list) or not any(
+            isinstance(c, dict) and c.get("name") == DEFAULT_CONTAINER for c in containers):
         return []
     ports: dict[str, Any] = {}
-    listed = chosen.get("ports")
-    for port in listed if isinstance(listed, list) else []:
-        if isinstance(port, dict):
-            ports[str(port.get("name") or "")] = port.get("containerPort")
+    for port in _pytorch_ports(containers):
+        ports[str(port.get("name") or "")] = port.get("containerPort")
     ports.setdefault(DEFAULT_PORT_NAME, DEFAULT_PORT)
     return [{"name": key, "port": value} for key, value in ports.items()]
+
+
+def _pytorch_ports(containers: Any) -> list[dict[str, Any]]:
+    """The ports of the first container named `pytorch`."""
+    chosen = next((c for c in containers if isinstance(c, dict) and c.get("name") == DEFAULT_CONTAINER), None) \
+        if isinstance(containers, list) else None
+    listed = chosen.get("ports") if chosen is not None else None
+    return [p for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
 
 
 def _service_port_findings(replica_type: str, replica: Any) -> Iterator[Finding]:
     """ValidateService on the operator's Service: with several ports each has a name, and no two share a
     port number (all are TCP)."""
-    ports = service_ports(get(replica, "template", "spec", "containers"))
+    containers = get(replica, "template", "spec", "containers")
+    ports = service_ports(containers)
+    own = [str(p.get("containerPort")) for p in _pytorch_ports(containers)]
+    if len(own) != len(set(own)):
+        return  # the container's own duplicate ports: the schema's list-map keys report them
     where: PathKey = ("spec", "pytorchReplicaSpecs", replica_type, "template", "spec", "containers")
     numbers = [p["port"] for p in ports]
     duplicate = next((n for n in numbers if numbers.count(n) > 1), None)
@@ -149,8 +157,8 @@ def jobset_names(obj: dict[str, Any]) -> Iterator[Finding]:
     and the node job runs `numNodes` pods."""
     name = get(obj, "metadata", "name")
     runtime = runtime_of(get(obj, "spec", "runtimeRef"))
-    if not isinstance(name, str) or runtime is None:
-        return
+    if not isinstance(name, str) or runtime is None or names.dns_label_error(name, rfc1035=True):
+        return  # a name that is no DNS-1035 label is refused by the TrainJob's own CEL rule
     nodes = get(obj, "spec", "trainer", "numNodes")
     nodes = nodes if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0 else 1
     for job in sorted(runtime.jobs):
