@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,8 @@ def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[
              context: str | None, kubeconfig: str | None, strict: bool, ignore_missing_schemas: bool,
              kubernetes_version: str, output: str, skip_non_kubernetes: bool, exact: bool, server_side: bool,
              server_binaries: str | None, stop_server: bool) -> None:
-    """Check manifests offline against the CRD and core schemas.
+    """Check manifests: with --exact, the API server's own verdict (a local kube-apiserver); else offline
+    against the CRD and core schemas and kubetrain's port of Kubernetes' and the operators' rules.
 
     Works on any manifests, rendered or hand-written, multi-document, and on kubetrain.yaml job specs (checked
     by the spec loader). Exit 1 if anything is invalid,
@@ -63,6 +65,7 @@ def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[
       kubetrain render | kubetrain validate -
       kubetrain validate --schema crds/ --strict -o json job.yaml
       kubetrain validate -f kubetrain.yaml -f deploy/
+      kubetrain validate --exact deploy/
     """
     if stop_server:
         from kubetrain.jobs.localapi import stop_all
@@ -120,8 +123,6 @@ def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: t
                   server_side: bool, binaries: str | None, skip_foreign: bool,
                   ignore_missing: bool) -> tuple[Report, str]:
     """Every document dry-run on the local kube-apiserver (kubetrain/jobs/exactcheck.py)."""
-    import time
-
     from kubetrain.jobs.exactcheck import ExactChecker
     from kubetrain.jobs.localapi import LocalApiServer, install_crds
 
