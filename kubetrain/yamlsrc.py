@@ -144,29 +144,33 @@ class ParsedDoc:
     lines: dict[PathKey, int] = field(default_factory=dict)
     plain: dict[PathKey, str] = field(default_factory=dict)
     """Unquoted scalars that YAML 1.1 read as something other than a string (3.10, 010, yes), as written."""
+    duplicates: tuple[Problem, ...] = ()
+    """Keys written twice in one mapping (parse_documents(strict_keys=False) keeps the last value)."""
 
     @property
     def start_line(self) -> int:
         return self.lines.get((), 1)
 
 
-def parse_documents(text: str, source: str) -> list[ParsedDoc]:
-    """Every document in `text`. A syntax error or a duplicate key raises SpecError with file:line.
+def parse_documents(text: str, source: str, strict_keys: bool = True) -> list[ParsedDoc]:
+    """Every document in `text`. A syntax error or a duplicate key raises SpecError with file:line; with
+    `strict_keys=False` a duplicate key keeps its last value, as kubectl reads manifests (sigs.k8s.io/yaml over
+    go-yaml v2, not strict), and is listed in the document's `duplicates`.
 
     libyaml's parser reads it; when it finds the YAML invalid, PyYAML's pure-Python parser reads it again, so
     that every message (and the set of accepted inputs' errors) is PyYAML's own."""
     if _FAST_LOADER is not None:
         try:
-            return _parse_documents(text, source, _FAST_LOADER)
+            return _parse_documents(text, source, _FAST_LOADER, strict_keys)
         except SpecError as exc:
             if any(not p.message.startswith("invalid YAML") for p in exc.problems):
                 raise  # a limit or a duplicate key: the same either way
         except ValueError:  # e.g. a lone surrogate, which libyaml's UTF-8 input cannot carry
             pass
-    return _parse_documents(text, source, _BoundedLoader)
+    return _parse_documents(text, source, _BoundedLoader, strict_keys)
 
 
-def _parse_documents(text: str, source: str, loader_class: Any) -> list[ParsedDoc]:
+def _parse_documents(text: str, source: str, loader_class: Any, strict_keys: bool = True) -> list[ParsedDoc]:
     docs: list[ParsedDoc] = []
     problems: list[Problem] = []
     loader: Any = None
@@ -179,8 +183,10 @@ def _parse_documents(text: str, source: str, loader_class: Any) -> list[ParsedDo
             _check_document_size(start.index, node.end_mark.index, start)
             index = _Index(source)
             index.walk(node, ())
-            problems += index.duplicates
-            docs.append(ParsedDoc(loader.construct_document(node), index.lines, index.plain))
+            if strict_keys:
+                problems += index.duplicates
+            docs.append(ParsedDoc(loader.construct_document(node), index.lines, index.plain,
+                                  tuple(index.duplicates)))
     except _LimitExceeded as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         raise SpecError([Problem("", f"input limit: {exc.problem}", source, line)]) from None

@@ -22,7 +22,7 @@ from kubetrain.errors import SpecError
 from kubetrain.jobs.derived import Derived, derived_objects, operator_rule_findings
 from kubetrain.kube.errors import ApiError, status_body
 from kubetrain.kube.rest import Rest
-from kubetrain.validate.engine import EMPTY_INPUT, Issue, Report, validate_document
+from kubetrain.validate.engine import EMPTY_INPUT, Issue, Report, duplicate_key_issues, validate_document
 from kubetrain.validate.findings import Finding
 from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for, parse_documents
 
@@ -75,7 +75,7 @@ class ExactChecker:
         report = Report()
         for source, text in sources:
             try:
-                docs = parse_documents(text, source)
+                docs = parse_documents(text, source, strict_keys=False)
             except SpecError as exc:
                 if not skip_foreign:
                     report.issues += [Issue("error", source, 0, "", "", p.field, p.message, p.line)
@@ -87,6 +87,7 @@ class ExactChecker:
                     continue
                 index += 1
                 report.documents += 1
+                report.issues += duplicate_key_issues(doc, source, index)
                 report.issues += self.check_document(doc, source, index, store)
             if index == 0 and not skip_foreign:
                 report.issues.append(Issue("error", source, 0, "", "", "", EMPTY_INPUT))
@@ -178,7 +179,10 @@ class ExactChecker:
 
 def with_last_applied(obj: dict[str, Any]) -> dict[str, Any]:
     """The object as client-side `kubectl apply` creates it: with its own JSON (without this annotation) in
-    the last-applied-configuration annotation, encoded as Go's encoding/json does (sorted keys, HTML-safe)."""
+    the last-applied-configuration annotation, encoded as Go's encoding/json does (sorted keys, HTML-safe).
+    An object without a metadata mapping is sent as it is, for the server to refuse."""
+    if not isinstance(obj.get("metadata"), dict):
+        return obj
     meta = dict(_meta(obj))
     annotations = dict(meta.get("annotations") or {}) if isinstance(meta.get("annotations"), dict) else {}
     annotations.pop(LAST_APPLIED, None)

@@ -97,7 +97,7 @@ def validate_sources(sources: Iterable[tuple[str, str]], store: SchemaStore,
     report = Report()
     for source, text in sources:
         try:
-            docs = parse_documents(text, source)
+            docs = parse_documents(text, source, strict_keys=False)
         except SpecError as exc:
             if not skip_foreign:
                 report.issues += [Issue("error", source, 0, "", "", p.field, p.message, p.line)
@@ -109,11 +109,20 @@ def validate_sources(sources: Iterable[tuple[str, str]], store: SchemaStore,
                 continue
             index += 1
             report.documents += 1
+            report.issues += duplicate_key_issues(doc, source, index)
             report.issues += validate_document(doc, source, index, store, ignore_missing_schemas)
             report.schema_only |= _schema_only_kinds(doc.data)
         if index == 0 and not skip_foreign:
             report.issues.append(Issue("error", source, 0, "", "", "", EMPTY_INPUT))
     return report
+
+
+def duplicate_key_issues(doc: ParsedDoc, source: str, index: int) -> list[Issue]:
+    """A key written twice: kubectl keeps the last value (a warning); in a kubetrain.yaml spec, an error."""
+    spec = _is_object(doc.data) and doc.data["apiVersion"].startswith(SPEC_GROUP)
+    message = "duplicate key" if spec else "duplicate key: kubectl keeps the last value, the first is lost"
+    return [Issue("error" if spec else "warning", source, index, "", "", p.field, message, p.line)
+            for p in doc.duplicates]
 
 
 def _schema_only_kinds(data: Any) -> set[str]:

@@ -8,7 +8,8 @@ openAPIV3Schema, or Kubernetes' own OpenAPI as kubernetes-validate packages it) 
   value outside an enum; for names, 63/64 and 253/254 characters;
 - YAML 1.1 spellings written unquoted in the file (`y`, `off`, `0o17`, `0x1F`, `1_000`, `1:30`, `.inf`, `~`,
   `2024-01-01`, `1e3`);
-- the same key twice in a mapping; the object wrapped in a `List`.
+- the same key twice in a mapping (judged as kubectl sends it: sigs.k8s.io/yaml reads YAML without
+  strictness, so the last value wins); the object wrapped in a `List`.
 
 Oracle (`server_verdict`): the file's YAML sent to the suite's kube-apiserver as YAML (so the server reads it
 with its own go-yaml, not kubetrain's reader), `dryRun=All&fieldValidation=Strict`, the training-operator's
@@ -48,6 +49,7 @@ class Case:
     family: str  # type, null, limit, enum, yaml, duplicate, list
     text: str  # the file
     items: tuple[str, ...]  # each object's YAML, as the server is sent it (a List: its items)
+    content_type: str = "application/yaml"
 
 
 @cache
@@ -175,7 +177,11 @@ def all_cases(kind: str, crds: dict[tuple[str, str], Obj]) -> list[Case]:
             node = child_schema(node, key)
         for family, new in mutations(path, value, node):
             text = render(obj, path, new)
-            cases.append(Case(kind, ".".join(map(str, path)), family, text, (text,)))
+            if family == "duplicate":  # kubectl reads YAML without strictness: the last value wins (the base's)
+                cases.append(Case(kind, ".".join(map(str, path)), family, text, (json.dumps(obj),),
+                                  "application/json"))
+            else:
+                cases.append(Case(kind, ".".join(map(str, path)), family, text, (text,)))
     items = [obj, {**copy.deepcopy(obj), "metadata": {"name": "second"}}]
     listed = yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
     cases.append(Case(kind, "", "list", listed, tuple(yaml.safe_dump(i, sort_keys=False) for i in items)))
@@ -211,7 +217,7 @@ def server_verdict(rest: Any, case: Case, namespace: str) -> list[str]:
     refusals = []
     for text in case.items:
         try:
-            created = _post(rest, case.kind, namespace, text, "application/yaml")
+            created = _post(rest, case.kind, namespace, text, case.content_type)
         except ApiError as exc:
             if exc.status not in REFUSED:
                 raise

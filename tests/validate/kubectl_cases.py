@@ -110,6 +110,8 @@ spec:
 """, True),
     Case("pytorchjob-containers-empty", PYTORCHJOB.format(name="none", containers="          []\n").replace(
         "containers:\n          []", "containers: []"), False, "spec.pytorchReplicaSpecs.Master", "error"),
+    Case("duplicate-key", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Upper\n  name: lower\n", True,
+         offline="warning"),
     Case("pod-cpu-true", _pod(container="    resources:\n      requests: {cpu: true}\n"), False,
          "", "error"),
 ]
