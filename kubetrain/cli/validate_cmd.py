@@ -52,8 +52,10 @@ def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[
              context: str | None, kubeconfig: str | None, strict: bool, ignore_missing_schemas: bool,
              kubernetes_version: str, output: str, skip_non_kubernetes: bool, exact: bool, server_side: bool,
              server_binaries: str | None, stop_server: bool) -> None:
-    """Check manifests: with --exact, the API server's own verdict (a local kube-apiserver); else offline
-    against the CRD and core schemas and kubetrain's port of Kubernetes' and the operators' rules.
+    """Check manifests: offline, or with --exact the API server's own verdict.
+
+    Offline: against the CRD and core schemas and kubetrain's port of Kubernetes' and the operators' rules.
+    --exact: every object dry-run on a local kube-apiserver (started once, kept warm).
 
     Works on any manifests, rendered or hand-written, multi-document, and on kubetrain.yaml job specs (checked
     by the spec loader). Exit 1 if anything is invalid,
