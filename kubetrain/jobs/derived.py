@@ -33,6 +33,7 @@ class Derived:
     path: PathKey  # in the document: where the derived object comes from
     body: dict[str, Any]
     stage: str  # what fails if the server refuses it
+    mirrors: bool = True  # a pod of a template: its spec and metadata are the template's, field for field
 
 
 def derived_objects(obj: dict[str, Any]) -> Iterator[Derived]:
@@ -67,7 +68,8 @@ def pytorchjob_services(obj: dict[str, Any]) -> Iterator[Derived]:
                    "metadata": {"name": f"{name}-{rtype}-{index}", "labels": labels},
                    "spec": {"clusterIP": "None", "selector": labels, "ports": ports}}
         yield Derived(("spec", "pytorchReplicaSpecs", replica_type), service,
-                      "the API server accepts the PyTorchJob, but the operator's Service creation would fail")
+                      "the API server accepts the PyTorchJob, but the operator's Service creation would fail",
+                      mirrors=False)
 
 
 def operator_rule_findings(obj: dict[str, Any]) -> Iterator[Finding]:

@@ -29,6 +29,10 @@ from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for, parse_doc
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 NOT_AN_OBJECT = "not a Kubernetes object: apiVersion and kind are required"
 _UNKNOWN_FIELD = re.compile(r'unknown field "([^"]+)"')
+# encoding/json's error names the field without list indexes: "json: cannot unmarshal bool into Go struct
+# field EnvVar.spec.containers.env.value of type string"
+_UNMARSHAL = re.compile(r"cannot unmarshal (\w+)(?: [^ ]+)? into Go struct field \w+\.([\w.]+) of type")
+_JSON_TYPES = {"bool": (bool,), "number": (int, float), "string": (str,), "array": (list,), "object": (dict,)}
 _FIELD_PART = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
 # Refusals that depend on what a cluster holds, not on the object: warnings, not errors.
 CLUSTER_STATE = ("no PriorityClass with name",)
@@ -173,7 +177,7 @@ class ExactChecker:
                 response = self.rest.request("POST", collection, {**query, "fieldManager": "kubectl-client-side-apply"},
                                              json.dumps(body))
         except ApiError as exc:
-            return list(_refusal(exc, base, derived))
+            return list(_refusal(exc, base, derived, obj))
         return [Finding(base, f"{_prefix(derived)}{warning}", "warning") for warning in _warnings(response.headers)]
 
 
@@ -196,15 +200,44 @@ def with_last_applied(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": {**meta, "annotations": annotations}}
 
 
-def _refusal(exc: ApiError, base: PathKey, derived: Derived | None) -> Iterator[Finding]:
+def unmarshal_path(message: str, obj: Any) -> PathKey | None:
+    """Where in `obj` the value is that encoding/json could not decode (the first match of the field's names,
+    list indexes filled in, holding a value of the JSON type named)."""
+    match = _UNMARSHAL.search(message)
+    if match is None:
+        return None
+    types = _JSON_TYPES.get(match.group(1), ())
+    return _find(obj, match.group(2).split("."), types, ())
+
+
+def _find(value: Any, names: list[str], types: tuple[type, ...], path: PathKey) -> PathKey | None:
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if (found := _find(item, names, types, (*path, index))) is not None:
+                return found
+        return None
+    if not names:
+        return path if isinstance(value, types) and not (bool in types) ^ isinstance(value, bool) else None
+    if isinstance(value, dict) and names[0] in value:
+        return _find(value[names[0]], names[1:], types, (*path, names[0]))
+    return None
+
+
+def _refusal(exc: ApiError, base: PathKey, derived: Derived | None, obj: Any = None) -> Iterator[Finding]:
     body = status_body(exc)
     message = _message(exc)
     severity = "warning" if any(s in message for s in CLUSTER_STATE) else "error"
     causes = [c for c in (body.get("details") or {}).get("causes") or [] if isinstance(c, dict) and c.get("field")]
     if exc.status == 422 and causes:
         for cause in causes:
-            yield Finding((*base, *field_path(str(cause["field"]))),
-                          f"{_prefix(derived)}{cause.get('message') or message}", severity)
+            text = str(cause.get("message") or message)
+            if derived is not None and not derived.mirrors:  # the field is the derived object's, not the file's
+                yield Finding(base, f"{_prefix(derived)}{derived.body['kind']} {cause['field']}: {text}", severity)
+            else:
+                yield Finding((*base, *field_path(str(cause["field"]))), f"{_prefix(derived)}{text}", severity)
+        return
+    if (where := unmarshal_path(message, obj)) is not None:
+        yield Finding((*base, *where), f"{_prefix(derived)}{message}", severity)
         return
     fields = _UNKNOWN_FIELD.findall(message)
     if fields:

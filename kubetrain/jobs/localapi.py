@@ -78,13 +78,14 @@ def _versioned_dirs(root: Path, version: str, suffix: str = "") -> list[Path]:
 def candidate_dirs(explicit: str | None, version: str) -> list[Path]:
     """Where etcd and kube-apiserver may be, in order: --server-binaries, $KUBEBUILDER_ASSETS, setup-envtest's
     store (~/.local/share/kubebuilder-envtest/k8s/<version>-linux-amd64), the kubetrain test environment's
-    cache (<cache>/testenv/<version>/bin)."""
+    cache ($KUBETRAIN_TESTENV_CACHE, else ~/.cache/kubetrain/testenv: <version>/bin)."""
     if explicit:
         return [Path(explicit)]
     dirs = [Path(os.environ["KUBEBUILDER_ASSETS"])] if os.environ.get("KUBEBUILDER_ASSETS") else []
     data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
     dirs += _versioned_dirs(data / ENVTEST_DATA, version, "-linux-amd64")
-    testenv = Path(os.environ.get("KUBETRAIN_TESTENV_CACHE") or cache_dir() / "testenv")
+    xdg_cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    testenv = Path(os.environ.get("KUBETRAIN_TESTENV_CACHE") or xdg_cache / "kubetrain" / "testenv")
     dirs += [d / "bin" for d in _versioned_dirs(testenv, version)]
     return dirs
 

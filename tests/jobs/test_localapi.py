@@ -21,8 +21,9 @@ def _binaries(directory: Path) -> Path:
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in ("KUBEBUILDER_ASSETS", "KUBETRAIN_TESTENV_CACHE", "XDG_CACHE_HOME"):
+    for name in ("KUBEBUILDER_ASSETS", "KUBETRAIN_TESTENV_CACHE"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("KUBETRAIN_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path
@@ -47,7 +48,7 @@ def test_kubebuilder_assets_before_the_store_and_the_flag_before_both(home: Path
 
 
 def test_the_test_environments_cache(home: Path) -> None:
-    built = _binaries(home / "cache" / "testenv" / "v1.36.3" / "bin")
+    built = _binaries(home / "xdg" / "kubetrain" / "testenv" / "v1.36.3" / "bin")
     assert find_binaries(None, "v1.36") == built
 
 
