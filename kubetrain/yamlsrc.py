@@ -85,6 +85,18 @@ class _KubectlScalars(yaml.constructor.SafeConstructor):
         value = str(self.construct_scalar(node))
         return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) else value
 
+    def construct_go_int(self, node: yaml.ScalarNode) -> int | str:
+        """YAML 1.1's base-60 `1:30` is the string written to go-yaml."""
+        return str(node.value) if ":" in str(node.value) else int(self.construct_yaml_int(node))
+
+    def construct_go_float(self, node: yaml.ScalarNode) -> float | int | str:
+        """A float as kubectl sends it: Go's JSON encoder writes a whole float64 below 1e21 without a dot
+        (`1e3` and `1.0` become 1000 and 1), so it is an integer to the API server; base 60 is a string."""
+        if ":" in str(node.value):
+            return str(node.value)
+        value: float = self.construct_yaml_float(node)
+        return int(value) if value.is_integer() and abs(value) < 1e21 else value
+
     def construct_timestamp_text(self, node: yaml.ScalarNode) -> str:
         return str(self.construct_scalar(node))
 
@@ -95,6 +107,8 @@ class _KubectlScalars(yaml.constructor.SafeConstructor):
 
 _KubectlScalars.yaml_constructors = {
     **yaml.constructor.SafeConstructor.yaml_constructors, _STR_TAG: _KubectlScalars.construct_yaml_str,
+    "tag:yaml.org,2002:float": _KubectlScalars.construct_go_float,
+    "tag:yaml.org,2002:int": _KubectlScalars.construct_go_int,
     "tag:yaml.org,2002:timestamp": _KubectlScalars.construct_timestamp_text,
     "tag:yaml.org,2002:binary": _KubectlScalars.construct_binary_text}
 
@@ -106,6 +120,9 @@ class _KubectlResolver(yaml.resolver.Resolver):
 
 # go-yaml v2 (resolve.go) reads y, Y, n, N as booleans too, so `value: y` is a boolean to kubectl.
 _KubectlResolver.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
+# Go's strconv.ParseInt(s, 0, 64), which go-yaml v2 resolves ints with, also reads 0o17 and 0b101.
+_KubectlResolver.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?0(?:o[0-7_]+|b[01_]+)$"),
+                                       list("-+0"))
 _KubectlResolver.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789"))
 
