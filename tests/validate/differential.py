@@ -166,7 +166,7 @@ def _paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple[Any, 
 
 def all_cases(kind: str, crds: dict[tuple[str, str], Obj]) -> list[Case]:
     obj = bases()[kind]
-    obj["metadata"]["name"] = "case"
+    obj["metadata"] = {"name": "case"}  # in the namespace the oracle posts to (no metadata.namespace)
     schema = kind_schema(obj, crds)
     cases = []
     for path, value in _paths(obj):
