@@ -45,10 +45,21 @@ def derived_objects(obj: dict[str, Any]) -> Iterator[Derived]:
             continue
         pod = as_pod(obj, template.template)
         pod["metadata"].pop("namespace", None)
+        if kind == "PyTorchJob":
+            pod["spec"]["restartPolicy"] = replica_restart_policy(get(obj, *map(str, template.path[:-1]),
+                                                                              "restartPolicy"))
         stage = template.stage or f"the {kind}'s pods would be refused"
         yield Derived(template.path, pod, f"the API server accepts the {kind}, but {stage}")
     if kind == "PyTorchJob":
         yield from pytorchjob_services(obj)
+
+
+def replica_restart_policy(policy: Any) -> Any:
+    """The pods' restartPolicy the training-operator sets from the replica's (`setRestartPolicy`: ExitCode is
+    Never, anything else is copied; unset, the default OnFailure)."""
+    if policy is None:
+        return "OnFailure"
+    return "Never" if policy == "ExitCode" else policy
 
 
 def pytorchjob_services(obj: dict[str, Any]) -> Iterator[Derived]:

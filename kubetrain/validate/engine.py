@@ -14,7 +14,7 @@ from kubetrain.validate.cel import cel_findings
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import k8s_findings
 from kubetrain.validate.k8s.objects import BY_KIND
-from kubetrain.validate.openapi import prune_nulls
+from kubetrain.validate.openapi import drop_null_fields, prune_nulls
 from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
 from kubetrain.validate.semantic import misplaced_run_policies, semantic_findings
 from kubetrain.yamlsrc import (
@@ -165,8 +165,7 @@ def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStor
     if kind == "List" and isinstance(obj.get("items"), list):
         return [i for item in obj["items"] for i in validate_document(ParsedDoc(item), source, index, store)]
     crd = store.crds.get((obj["apiVersion"], kind))
-    if crd is not None:
-        obj = prune_nulls(obj, crd.schema)
+    obj = prune_nulls(obj, crd.schema) if crd is not None else drop_null_fields(obj)
     findings = _schema_findings(obj, store, ignore_missing_schemas)
     text = compact_json(obj)
     findings += size_findings(obj, text)

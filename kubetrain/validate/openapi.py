@@ -90,6 +90,16 @@ def list_type_problems(list_type: str, map_keys: list[str], instance: Any) -> It
             found.add(key)
 
 
+def drop_null_fields(value: Any) -> Any:
+    """`value` without null mapping values, list items kept: a built-in object as Go's JSON decoder reads it
+    (a null field is the field's zero value, as if absent)."""
+    if isinstance(value, dict):
+        return {key: drop_null_fields(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [drop_null_fields(item) for item in value]
+    return value
+
+
 def prune_nulls(value: Any, schema: Any) -> Any:
     """`value` with the nulls the apiserver drops before validating a custom resource
     (apiextensions-apiserver `PruneNonNullableNullsWithoutDefaults`): a property, or an additionalProperties

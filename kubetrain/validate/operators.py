@@ -59,7 +59,8 @@ def pytorchjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
             yield Finding(("spec", "pytorchReplicaSpecs", "Worker"), "must be configured if elastic policy is used")
         if elastic.get("nProcPerNode") is not None and spec.get("nprocPerNode") is not None:
             yield Finding(("spec", "elasticPolicy", "nProcPerNode"), "must not be used with spec.nprocPerNode")
-    if not isinstance(replicas, dict):
+    if not isinstance(replicas, dict) or not replicas:
+        yield Finding(("spec", "pytorchReplicaSpecs"), "Required value: must be required")
         return
     for replica_type, replica in replicas.items():
         base: PathKey = ("spec", "pytorchReplicaSpecs", replica_type)

@@ -62,7 +62,9 @@ def _pytorchjob_findings(obj: dict[str, Any]) -> Iterator[Finding]:
             if isinstance(replica, dict):
                 yield from _replica_findings(replica_type, replica)
         if "Master" not in replicas and not spec.get("elasticPolicy"):
-            yield Finding(("spec", "pytorchReplicaSpecs"), "a PyTorchJob without elasticPolicy needs a Master replica")
+            yield Finding(("spec", "pytorchReplicaSpecs"), "a PyTorchJob without elasticPolicy and without a Master "
+                          "replica: the workers' MASTER_ADDR names the Master's Service, so they wait for a rendezvous "
+                          "that never comes", "warning")
     run_policy: dict[str, Any] = spec["runPolicy"] if isinstance(spec.get("runPolicy"), dict) else {}
     if "ttlSecondsAfterFinished" not in run_policy:
         yield Finding(("spec", "runPolicy"), "no ttlSecondsAfterFinished: finished jobs and their pods are never "
@@ -79,7 +81,9 @@ def _replica_findings(replica_type: str, replica: dict[str, Any]) -> Iterator[Fi
     policy = replica.get("restartPolicy")
     if policy is not None and (not isinstance(policy, str) or policy not in OPERATOR_RESTART_POLICIES):
         allowed = ", ".join(sorted(OPERATOR_RESTART_POLICIES))
-        yield Finding((*base, "restartPolicy"), f"{policy!r} is not one of {allowed}")
+        yield Finding((*base, "restartPolicy"), f"{policy!r} is not one of {allowed}" + (
+            " (the API server accepts it, but the operator's pod creation would fail)" if isinstance(policy, str)
+            else ""))
     pod_spec = get(replica, "template", "spec")
     containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
     if isinstance(containers, list):

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from kubetrain.jobs.derived import replica_restart_policy
 from kubetrain.jobs.podcheck import as_pod
 from kubetrain.kube.errors import ApiError, status_body
 from kubetrain.validate.k8s.templates import pod_templates
@@ -226,8 +227,12 @@ def server_verdict(rest: Any, case: Case, namespace: str) -> list[str]:
         for template in pod_templates(created):
             if template.partial or case.kind == "Pod":
                 continue
+            pod = as_pod(created, template.template)
+            if case.kind == "PyTorchJob":  # the operator copies the replica's restartPolicy into its pods
+                pod["spec"]["restartPolicy"] = replica_restart_policy(created["spec"]["pytorchReplicaSpecs"][
+                    template.path[2]].get("restartPolicy"))
             try:
-                _post(rest, "Pod", namespace, json.dumps(as_pod(created, template.template)), "application/json")
+                _post(rest, "Pod", namespace, json.dumps(pod), "application/json")
             except ApiError as exc:
                 if exc.status not in REFUSED:
                     raise
