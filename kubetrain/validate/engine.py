@@ -247,7 +247,11 @@ def _metadata_findings(obj: dict[str, Any]) -> list[Finding]:
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict):
         return [Finding(("metadata",), "required field is missing")]
-    findings = []
+    findings = [Finding(("metadata", key), f"must be a string, not {_describe(metadata[key])}")
+                for key in ("name", "generateName", "namespace") if key in metadata
+                and not isinstance(metadata[key], str)]  # ObjectMeta, as Go's JSON decoder reads it
+    findings += [Finding(("metadata", key), f"must be a mapping, not {_describe(metadata[key])}")
+                 for key in ("labels", "annotations") if key in metadata and not isinstance(metadata[key], dict)]
     name = metadata.get("name")
     if not name and not metadata.get("generateName"):
         findings.append(Finding(("metadata", "name"), "required field is missing"))

@@ -55,6 +55,9 @@ def _base64(value: Any, path: PathKey) -> Findings:
 
 
 def service(obj: dict[str, Any]) -> Findings:
+    name = mapping(obj.get("metadata")).get("name")
+    if isinstance(name, str) and name and len(name) <= 253:  # ValidateServiceName: a DNS-1035 label
+        yield from check(("metadata", "name"), names.dns1035_label(name))
     spec = mapping(obj.get("spec"))
     kind = spec.get("type", "ClusterIP")
     yield from enum(spec, "type", ("spec",), SERVICE_TYPES)
