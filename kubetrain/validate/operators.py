@@ -64,10 +64,12 @@ def pytorchjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
         return
     for replica_type, replica in replicas.items():
         base: PathKey = ("spec", "pytorchReplicaSpecs", replica_type)
+        containers = get(replica, "template", "spec", "containers")
+        if not isinstance(containers, list) or not containers:
+            yield Finding((*base, "template", "spec", "containers"), "Required value: must be specified")
         count = replica.get("replicas") if isinstance(replica, dict) else None
         if replica_type == "Worker" and isinstance(count, int) and count < 1:
             yield Finding((*base, "replicas"), "must be at least 1")
-        containers = get(replica, "template", "spec", "containers")
         for index, container in enumerate(containers if isinstance(containers, list) else []):
             if isinstance(container, dict) and not container.get("image"):
                 yield Finding((*base, "template", "spec", "containers", index, "image"), "required field is missing")
