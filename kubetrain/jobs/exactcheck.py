@@ -74,6 +74,7 @@ class ExactChecker:
         self.rest, self.server_side, self.ignore_missing = rest, server_side, ignore_missing
         self.discovery = Discovery(rest)
         self._namespaces: dict[str, str | None] = {}
+        self.accepted: dict[str, Any] | None = None  # the last object the server accepted, as it would store it
 
     def check_sources(self, sources: Iterable[tuple[str, str]], store: Any, skip_foreign: bool = False) -> Report:
         report = Report()
@@ -113,10 +114,12 @@ class ExactChecker:
             return Issue(finding.severity, source, index, kind, name, join_path(finding.path), finding.message,
                          line_for(finding.path, doc.lines))
 
+        self.accepted = None
         findings = self.object_findings(obj)
-        if not any(f.severity == "error" for f in findings):
-            findings += list(operator_rule_findings(obj))
-            findings += self.derived_findings(obj)
+        if self.accepted is not None and not any(f.severity == "error" for f in findings):
+            # the operators see the object as stored: nulls pruned, defaults set
+            findings += list(operator_rule_findings(self.accepted))
+            findings += self.derived_findings(self.accepted)
         return sorted((issue(f) for f in findings), key=lambda i: (i.line or 0, i.path))
 
     def object_findings(self, obj: dict[str, Any]) -> list[Finding]:
@@ -178,6 +181,8 @@ class ExactChecker:
                                              json.dumps(body))
         except ApiError as exc:
             return list(_refusal(exc, base, derived, obj))
+        if derived is None:
+            self.accepted = _json_object(response.data)
         return [Finding(base, f"{_prefix(derived)}{warning}", "warning") for warning in _warnings(response.headers)]
 
 
@@ -277,6 +282,14 @@ def field_path(field: str) -> PathKey:
         else:
             parts.append(int(index) if index.isdigit() else index)
     return tuple(parts)
+
+
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(data or b"{}")
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _sublines(lines: dict[PathKey, int], prefix: PathKey) -> dict[PathKey, int]:
