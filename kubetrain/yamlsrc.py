@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -79,9 +79,23 @@ class _KubectlScalars(yaml.constructor.SafeConstructor):
     is its decoded bytes as a string, invalid UTF-8 replaced (as Go's JSON encoder does); a surrogate written
     as an escape ("\\ud800") is U+FFFD, as go-yaml writes it (Python would keep a string it cannot encode)."""
 
+    bool_values: ClassVar[dict[str, bool]] = {**yaml.constructor.SafeConstructor.bool_values, "y": True, "n": False}
+
     def construct_yaml_str(self, node: yaml.ScalarNode) -> str:
         value = str(self.construct_scalar(node))
         return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) else value
+
+    def construct_go_int(self, node: yaml.ScalarNode) -> int | str:
+        """YAML 1.1's base-60 `1:30` is the string written to go-yaml."""
+        return str(node.value) if ":" in str(node.value) else int(self.construct_yaml_int(node))
+
+    def construct_go_float(self, node: yaml.ScalarNode) -> float | int | str:
+        """A float as kubectl sends it: Go's JSON encoder writes a whole float64 below 1e21 without a dot
+        (`1e3` and `1.0` become 1000 and 1), so it is an integer to the API server; base 60 is a string."""
+        if ":" in str(node.value):
+            return str(node.value)
+        value: float = self.construct_yaml_float(node)
+        return int(value) if value.is_integer() and abs(value) < 1e21 else value
 
     def construct_timestamp_text(self, node: yaml.ScalarNode) -> str:
         return str(self.construct_scalar(node))
@@ -93,6 +107,8 @@ class _KubectlScalars(yaml.constructor.SafeConstructor):
 
 _KubectlScalars.yaml_constructors = {
     **yaml.constructor.SafeConstructor.yaml_constructors, _STR_TAG: _KubectlScalars.construct_yaml_str,
+    "tag:yaml.org,2002:float": _KubectlScalars.construct_go_float,
+    "tag:yaml.org,2002:int": _KubectlScalars.construct_go_int,
     "tag:yaml.org,2002:timestamp": _KubectlScalars.construct_timestamp_text,
     "tag:yaml.org,2002:binary": _KubectlScalars.construct_binary_text}
 
@@ -102,6 +118,11 @@ class _KubectlResolver(yaml.resolver.Resolver):
     (PyYAML's YAML 1.1 grammar wants `1.0e+0` and reads `1e0` as a string)."""
 
 
+# go-yaml v2 (resolve.go) reads y, Y, n, N as booleans too, so `value: y` is a boolean to kubectl.
+_KubectlResolver.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:y|Y|n|N)$"), list("yYnN"))
+# Go's strconv.ParseInt(s, 0, 64), which go-yaml v2 resolves ints with, also reads 0o17 and 0b101.
+_KubectlResolver.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?0(?:o[0-7_]+|b[01_]+)$"),
+                                       list("-+0"))
 _KubectlResolver.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"), list("-+0123456789"))
 
@@ -140,29 +161,33 @@ class ParsedDoc:
     lines: dict[PathKey, int] = field(default_factory=dict)
     plain: dict[PathKey, str] = field(default_factory=dict)
     """Unquoted scalars that YAML 1.1 read as something other than a string (3.10, 010, yes), as written."""
+    duplicates: tuple[Problem, ...] = ()
+    """Keys written twice in one mapping (parse_documents(strict_keys=False) keeps the last value)."""
 
     @property
     def start_line(self) -> int:
         return self.lines.get((), 1)
 
 
-def parse_documents(text: str, source: str) -> list[ParsedDoc]:
-    """Every document in `text`. A syntax error or a duplicate key raises SpecError with file:line.
+def parse_documents(text: str, source: str, strict_keys: bool = True) -> list[ParsedDoc]:
+    """Every document in `text`. A syntax error or a duplicate key raises SpecError with file:line; with
+    `strict_keys=False` a duplicate key keeps its last value, as kubectl reads manifests (sigs.k8s.io/yaml over
+    go-yaml v2, not strict), and is listed in the document's `duplicates`.
 
     libyaml's parser reads it; when it finds the YAML invalid, PyYAML's pure-Python parser reads it again, so
     that every message (and the set of accepted inputs' errors) is PyYAML's own."""
     if _FAST_LOADER is not None:
         try:
-            return _parse_documents(text, source, _FAST_LOADER)
+            return _parse_documents(text, source, _FAST_LOADER, strict_keys)
         except SpecError as exc:
             if any(not p.message.startswith("invalid YAML") for p in exc.problems):
                 raise  # a limit or a duplicate key: the same either way
         except ValueError:  # e.g. a lone surrogate, which libyaml's UTF-8 input cannot carry
             pass
-    return _parse_documents(text, source, _BoundedLoader)
+    return _parse_documents(text, source, _BoundedLoader, strict_keys)
 
 
-def _parse_documents(text: str, source: str, loader_class: Any) -> list[ParsedDoc]:
+def _parse_documents(text: str, source: str, loader_class: Any, strict_keys: bool = True) -> list[ParsedDoc]:
     docs: list[ParsedDoc] = []
     problems: list[Problem] = []
     loader: Any = None
@@ -175,8 +200,10 @@ def _parse_documents(text: str, source: str, loader_class: Any) -> list[ParsedDo
             _check_document_size(start.index, node.end_mark.index, start)
             index = _Index(source)
             index.walk(node, ())
-            problems += index.duplicates
-            docs.append(ParsedDoc(loader.construct_document(node), index.lines, index.plain))
+            if strict_keys:
+                problems += index.duplicates
+            docs.append(ParsedDoc(loader.construct_document(node), index.lines, index.plain,
+                                  tuple(index.duplicates)))
     except _LimitExceeded as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else None
         raise SpecError([Problem("", f"input limit: {exc.problem}", source, line)]) from None

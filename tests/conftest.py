@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.schemas import load_crd_source
-from tests.testenv import reference
-from tests.testenv.plugin import in_ci  # the one CI check; tests import it from here
+from tests.testenv import binaries, reference
+from tests.testenv.plugin import in_ci, unavailable  # the one CI check; tests import it from here
 
 pytest_plugins = ["tests.testenv.plugin"]
 
@@ -39,3 +41,33 @@ def schema_store(reference_dir: Path) -> SchemaStore:
         for crd, source in load_crd_source(str(location)):
             store.add_crd(crd, source)
     return store
+
+
+@dataclass(frozen=True)
+class LocalApiServer:
+    """`validate --exact` on the suite's etcd and kube-apiserver and the reference CRDs: `flags` for the CLI,
+    `env` (its own cache dir, so the local server is the session's) for CliRunner.invoke(..., env=env)."""
+
+    flags: list[str]
+    env: dict[str, str]
+    binaries: Path
+
+
+@pytest.fixture(scope="session")
+def local_apiserver(tmp_path_factory: pytest.TempPathFactory, reference_dir: Path) -> Iterator[LocalApiServer]:
+    """The local API server of `validate --exact`, shared by the session and stopped at its end."""
+    from kubetrain.jobs.localapi import stop_all
+
+    try:
+        found = binaries.resolve(("etcd", "kube-apiserver"))["kube-apiserver"].parent
+    except binaries.MissingBinaries as exc:
+        unavailable(str(exc))
+        raise
+    env = {"KUBETRAIN_CACHE_DIR": str(tmp_path_factory.mktemp("exact-cache"))}
+    flags = ["--exact", "--server-binaries", str(found), "--schema", str(PYTORCHJOB_CRD), "--schema", str(TRAINER_DIR)]
+    try:
+        yield LocalApiServer(flags, env, found)
+    finally:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("KUBETRAIN_CACHE_DIR", env["KUBETRAIN_CACHE_DIR"])
+            stop_all()

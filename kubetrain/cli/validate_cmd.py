@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from kubetrain.validate import Report, SchemaStore, validate_sources
 from kubetrain.validate.schemas import DEFAULT_KUBERNETES_VERSION, cached_crds, load_crd_source
 
 MANIFEST_SUFFIXES = {".yaml", ".yml", ".json"}
+FAST_MODE = "offline rules, not the API server's verdict"
 
 
 @click.command()
@@ -37,11 +39,23 @@ MANIFEST_SUFFIXES = {".yaml", ".yml", ".json"}
 @click.option("--skip-non-kubernetes", is_flag=True,
               help="Pass over YAML without apiVersion and kind (CI workflows, Hydra or conda configs) and files "
                    "without objects, as the pre-commit hook does.")
+@click.option("--exact", is_flag=True,
+              help="The API server's own verdict: dry-run every object (and the pods and Services the operators "
+                   "would create) on a local kube-apiserver of --kubernetes-version, started once and kept warm.")
+@click.option("--server-side", is_flag=True, help="With --exact: send objects as `kubectl apply --server-side` does.")
+@click.option("--server-binaries", default=None, metavar="DIR",
+              help="With --exact: a directory holding etcd and kube-apiserver (else $KUBEBUILDER_ASSETS, "
+                   "setup-envtest's store, kubetrain's test environment).")
+@click.option("--stop-server", is_flag=True, help="Stop the local API servers --exact left running, and exit.")
 @handle_errors
 def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[str, ...], from_cluster: bool,
              context: str | None, kubeconfig: str | None, strict: bool, ignore_missing_schemas: bool,
-             kubernetes_version: str, output: str, skip_non_kubernetes: bool) -> None:
-    """Check manifests offline against the CRD and core schemas.
+             kubernetes_version: str, output: str, skip_non_kubernetes: bool, exact: bool, server_side: bool,
+             server_binaries: str | None, stop_server: bool) -> None:
+    """Check manifests: offline, or with --exact the API server's own verdict.
+
+    Offline: against the CRD and core schemas and kubetrain's port of Kubernetes' and the operators' rules.
+    --exact: every object dry-run on a local kube-apiserver (started once, kept warm).
 
     Works on any manifests, rendered or hand-written, multi-document, and on kubetrain.yaml job specs (checked
     by the spec loader). Exit 1 if anything is invalid,
@@ -53,15 +67,34 @@ def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[
       kubetrain render | kubetrain validate -
       kubetrain validate --schema crds/ --strict -o json job.yaml
       kubetrain validate -f kubetrain.yaml -f deploy/
+      kubetrain validate --exact deploy/
     """
+    if stop_server:
+        from kubetrain.jobs.localapi import stop_all
+
+        stopped = stop_all()
+        info(f"stopped the local API server of Kubernetes {', '.join(stopped)}" if stopped else
+             "no local API server was running")
+        return
     if (context or kubeconfig) and not from_cluster:
         raise UsageError("--context and --kubeconfig only apply with --from-cluster")
+    if (server_side or server_binaries) and not exact:
+        raise UsageError("--server-side and --server-binaries only apply with --exact")
+    if exact and from_cluster:
+        raise UsageError("--exact and --from-cluster are two different verdicts: pick one")
     store = build_store(schemas, from_cluster, context, kubernetes_version, kubeconfig=kubeconfig)
     sources = read_sources((*filenames, *paths) or ("-",))
-    report = validate_sources(sources, store, ignore_missing_schemas, skip_non_kubernetes)
+    if exact:
+        report, verdict_by = _exact_report(sources, store, schemas, kubernetes_version, server_side,
+                                           server_binaries, skip_non_kubernetes, ignore_missing_schemas)
+    else:
+        report = validate_sources(sources, store, ignore_missing_schemas, skip_non_kubernetes)
+        verdict_by = FAST_MODE
     if from_cluster:
         report.issues += _server_pod_issues(sources, context, kubeconfig)
-    print_report(report, output, strict)
+    print_report(report, output, strict, verdict_by)
+    if not exact and output == "text" and report.documents:
+        info(f"{report.not_checked()}: `kubetrain validate --exact` gives the API server's verdict")
     if report.documents == 0 and not skip_non_kubernetes:
         raise UsageError("no documents to validate; if this reads a pipe, the command before it may have failed "
                          "(use `set -o pipefail`, or validate files)")
@@ -86,6 +119,25 @@ def build_store(schemas: tuple[str, ...], from_cluster: bool, context: str | Non
     for crd, source in cached_crds():
         store.add_crd(crd, source)
     return store
+
+
+def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: tuple[str, ...], version: str,
+                  server_side: bool, binaries: str | None, skip_foreign: bool,
+                  ignore_missing: bool) -> tuple[Report, str]:
+    """Every document dry-run on the local kube-apiserver (kubetrain/jobs/exactcheck.py)."""
+    from kubetrain.jobs.exactcheck import ExactChecker
+    from kubetrain.jobs.localapi import LocalApiServer, install_crds
+
+    crds = [crd for location in schemas for crd, _ in load_crd_source(location)]
+    crds += [crd for crd, _ in cached_crds()]
+    began = time.monotonic()
+    server = LocalApiServer(version, binaries)
+    with server.using() as rest:
+        install_crds(rest, server.dir, [c for c in crds if c.get("kind") == "CustomResourceDefinition"])
+        report = ExactChecker(rest, server_side, ignore_missing).check_sources(sources, store, skip_foreign)
+    assert server.state is not None
+    how = f"started in {time.monotonic() - began:.1f} s" if server.started else "warm"
+    return report, f"the API server's verdict (local kube-apiserver {server.state.version}, {how})"
 
 
 def _server_pod_issues(sources: list[tuple[str, str]], context: str | None, kubeconfig: str | None) -> list[Any]:
@@ -124,11 +176,12 @@ def _read(path: str) -> tuple[str, str]:
         raise UsageError(str(exc)) from None
 
 
-def print_report(report: Report, output: str, strict: bool) -> None:
+def print_report(report: Report, output: str, strict: bool, verdict_by: str = "") -> None:
     if output == "json":
-        emit(json.dumps(report.as_dict(strict), indent=2) + "\n")
+        extra = {"verdictBy": verdict_by, **({"notChecked": report.not_checked()} if verdict_by == FAST_MODE else {})}
+        emit(json.dumps({**report.as_dict(strict), **extra}, indent=2) + "\n")
         return
     emit("".join(issue.text() + "\n" for issue in report.issues))
     verdict = "invalid" if report.failed(strict) else "valid"
     info(f"{report.documents} document(s): {len(report.errors())} error(s), "
-         f"{len(report.warnings())} warning(s): {verdict}")
+         f"{len(report.warnings())} warning(s): {verdict} ({verdict_by})")

@@ -21,9 +21,15 @@ def is_quantity(text: str) -> bool:
 
 
 def parse_quantity(text: str | int | float) -> Decimal:
-    """The quantity's value in base units (bytes for memory, cores for cpu)."""
+    """The quantity's value in base units (bytes for memory, cores for cpu); ValueError for anything that is
+    not one (a boolean, a NaN or infinite number, a mapping read from YAML)."""
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise ValueError(f"not a Kubernetes quantity: {text!r}")
     if isinstance(text, int | float):
-        return Decimal(str(text))
+        value = Decimal(str(text))
+        if not value.is_finite():
+            raise ValueError(f"not a Kubernetes quantity: {text!r}")
+        return value
     match = _SPLIT.match(text.strip())
     if not match or not is_quantity(text.strip()):
         raise ValueError(f"not a Kubernetes quantity: {text!r}")

@@ -13,6 +13,8 @@ from kubetrain.kube.objects import meta_of
 from kubetrain.validate.cel import cel_findings
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import dra, k8s_findings
+from kubetrain.validate.k8s.objects import BY_KIND
+from kubetrain.validate.openapi import drop_null_fields, prune_nulls
 from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
 from kubetrain.validate.semantic import misplaced_run_policies, semantic_findings
 from kubetrain.yamlsrc import (
@@ -25,6 +27,7 @@ from kubetrain.yamlsrc import (
     parse_documents,
 )
 
+ANNOTATIONS_LIMIT = 256 * 1024  # ValidateAnnotationsSize (TotalAnnotationSizeLimitB)
 SKIPPED_GROUPS = ("kustomize.config.k8s.io/",)
 SPEC_GROUP = "kubetrain.dev/"
 EMPTY_INPUT = "no Kubernetes objects (empty, only comments or only ---)"
@@ -50,10 +53,18 @@ class Issue:
         return f"{self.severity}: {where}: doc {self.document} {subject}: {path}{self.message}"
 
 
+# Kinds whose Kubernetes (or operator) rules kubetrain ports; any other kind gets its schema checked only.
+RULED_KINDS = frozenset({*BY_KIND, "Pod", "CronJob", "JobSet", "PyTorchJob", "TrainJob", "ClusterTrainingRuntime",
+                         "TrainingRuntime", "TrainingJob"})
+NOT_CHECKED_OFFLINE = ("admission plugins (PodSecurity, LimitRange, quotas; Priority only warned), update rules, and "
+                       "what the operators create beyond kubetrain's ported rules")
+
+
 @dataclass
 class Report:
     issues: list[Issue] = field(default_factory=list)
     documents: int = 0
+    schema_only: set[str] = field(default_factory=set)  # kinds checked against their schema only
 
     def errors(self) -> list[Issue]:
         return [i for i in self.issues if i.severity == "error"]
@@ -69,6 +80,12 @@ class Report:
                 "errors": len(self.errors()), "warnings": len(self.warnings()),
                 "issues": [asdict(i) for i in self.issues]}
 
+    def not_checked(self) -> str:
+        """What the offline check left out, in one line."""
+        kinds = f"Kubernetes' rules for {', '.join(sorted(self.schema_only))} (schema only); " if self.schema_only \
+            else ""
+        return f"not checked offline: {kinds}{NOT_CHECKED_OFFLINE}"
+
 
 def validate_sources(sources: Iterable[tuple[str, str]], store: SchemaStore,
                      ignore_missing_schemas: bool = False, skip_foreign: bool = False) -> Report:
@@ -80,7 +97,7 @@ def validate_sources(sources: Iterable[tuple[str, str]], store: SchemaStore,
     report = Report()
     for source, text in sources:
         try:
-            docs = parse_documents(text, source)
+            docs = parse_documents(text, source, strict_keys=False)
         except SpecError as exc:
             if not skip_foreign:
                 report.issues += [Issue("error", source, 0, "", "", p.field, p.message, p.line)
@@ -92,10 +109,28 @@ def validate_sources(sources: Iterable[tuple[str, str]], store: SchemaStore,
                 continue
             index += 1
             report.documents += 1
+            report.issues += duplicate_key_issues(doc, source, index)
             report.issues += validate_document(doc, source, index, store, ignore_missing_schemas)
+            report.schema_only |= _schema_only_kinds(doc.data)
         if index == 0 and not skip_foreign:
             report.issues.append(Issue("error", source, 0, "", "", "", EMPTY_INPUT))
     return report
+
+
+def duplicate_key_issues(doc: ParsedDoc, source: str, index: int) -> list[Issue]:
+    """A key written twice: kubectl keeps the last value (a warning); in a kubetrain.yaml spec, an error."""
+    spec = _is_object(doc.data) and doc.data["apiVersion"].startswith(SPEC_GROUP)
+    message = "duplicate key" if spec else "duplicate key: kubectl keeps the last value, the first is lost"
+    return [Issue("error" if spec else "warning", source, index, "", "", p.field, message, p.line)
+            for p in doc.duplicates]
+
+
+def _schema_only_kinds(data: Any) -> set[str]:
+    if not _is_object(data):
+        return set()
+    if data["kind"] == "List" and isinstance(data.get("items"), list):
+        return {kind for item in data["items"] for kind in _schema_only_kinds(item)}
+    return set() if data["kind"] in RULED_KINDS else {data["kind"]}
 
 
 def _is_object(data: Any) -> bool:
@@ -131,6 +166,8 @@ def validate_document(doc: ParsedDoc, source: str, index: int, store: SchemaStor
         return [i for item in obj["items"] for i in validate_document(ParsedDoc(item), source, index, store)]
     if (unserved := dra.unserved(obj, store.rules)) is not None:
         return [issue(unserved)]  # its schema (if any) and rules are moot: the server refuses the kind
+    crd = store.crds.get((obj["apiVersion"], kind))
+    obj = prune_nulls(obj, crd.schema) if crd is not None else drop_null_fields(obj)
     findings = _schema_findings(obj, store, ignore_missing_schemas)
     text = compact_json(obj)
     findings += size_findings(obj, text)
@@ -155,7 +192,15 @@ def _spec_issues(doc: ParsedDoc, source: str, index: int, name: str) -> list[Iss
 
 def size_findings(obj: dict[str, Any], text: str | None = None) -> list[Finding]:
     problem = object_size_problem(obj, text)
-    return [Finding(*problem)] if problem else []
+    if problem:
+        return [Finding(*problem)]
+    size = len((compact_json(obj) if text is None else text).encode())
+    if size > ANNOTATIONS_LIMIT:  # a warning: `kubectl create` and server-side apply add no such annotation
+        return [Finding(("metadata", "annotations"), f"client-side `kubectl apply` would store the whole object "
+                        f"({size} bytes) in the last-applied-configuration annotation, over the API server's "
+                        f"{ANNOTATIONS_LIMIT}-byte limit on annotations: use `kubectl apply --server-side`",
+                        "warning")]
+    return []
 
 
 def _schema_findings(obj: dict[str, Any], store: SchemaStore, ignore_missing: bool) -> list[Finding]:
@@ -204,7 +249,11 @@ def _metadata_findings(obj: dict[str, Any]) -> list[Finding]:
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict):
         return [Finding(("metadata",), "required field is missing")]
-    findings = []
+    findings = [Finding(("metadata", key), f"must be a string, not {_describe(metadata[key])}")
+                for key in ("name", "generateName", "namespace") if key in metadata
+                and not isinstance(metadata[key], str)]  # ObjectMeta, as Go's JSON decoder reads it
+    findings += [Finding(("metadata", key), f"must be a mapping, not {_describe(metadata[key])}")
+                 for key in ("labels", "annotations") if key in metadata and not isinstance(metadata[key], dict)]
     name = metadata.get("name")
     if not name and not metadata.get("generateName"):
         findings.append(Finding(("metadata", "name"), "required field is missing"))

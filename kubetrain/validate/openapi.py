@@ -88,3 +88,36 @@ def list_type_problems(list_type: str, map_keys: list[str], instance: Any) -> It
                 shown = ", ".join(f"{k}={item.get(k)!r}" for k in map_keys)
                 yield index, f"duplicate entry with {shown}"
             found.add(key)
+
+
+def drop_null_fields(value: Any) -> Any:
+    """`value` without null mapping values, list items kept: a built-in object as Go's JSON decoder reads it
+    (a null field is the field's zero value, as if absent)."""
+    if isinstance(value, dict):
+        return {key: drop_null_fields(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [drop_null_fields(item) for item in value]
+    return value
+
+
+def prune_nulls(value: Any, schema: Any) -> Any:
+    """`value` with the nulls the apiserver drops before validating a custom resource
+    (apiextensions-apiserver `PruneNonNullableNullsWithoutDefaults`): a property, or an additionalProperties
+    value, that is null where its schema is neither `nullable` nor has a `default`. List items are kept. So
+    `resources:` left empty (the most common null in Helm output) is valid, as it is to the server."""
+    if not isinstance(schema, dict):
+        return value
+    if isinstance(value, dict):
+        listed = schema.get("properties")
+        properties: dict[str, Any] = listed if isinstance(listed, dict) else {}
+        extra = schema.get("additionalProperties")
+        out = {}
+        for key, item in value.items():
+            child = properties.get(key, extra if isinstance(extra, dict) else None)
+            if item is None and isinstance(child, dict) and not child.get("nullable") and "default" not in child:
+                continue
+            out[key] = prune_nulls(item, child)
+        return out
+    if isinstance(value, list):
+        return [prune_nulls(item, schema.get("items")) for item in value]
+    return value

@@ -22,6 +22,8 @@ from kubetrain.yamlsrc import PathKey
 
 OPERATOR_PODS = "the operator's pod creation would fail"
 OPERATOR_SERVICES = "the operator's Service creation would fail"
+JOBSET_WEBHOOK = "JobSet's webhook refuses the JobSet the Trainer creates from it"
+DEFAULT_CONTAINER, DEFAULT_PORT_NAME, DEFAULT_PORT = "pytorch", "pytorchjob-port", 23456
 TORCHRUN = "torchrun would fail at start"
 MANAGED_BY = ("kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
@@ -57,14 +59,17 @@ def pytorchjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
             yield Finding(("spec", "pytorchReplicaSpecs", "Worker"), "must be configured if elastic policy is used")
         if elastic.get("nProcPerNode") is not None and spec.get("nprocPerNode") is not None:
             yield Finding(("spec", "elasticPolicy", "nProcPerNode"), "must not be used with spec.nprocPerNode")
-    if not isinstance(replicas, dict):
+    if not isinstance(replicas, dict) or not replicas:
+        yield Finding(("spec", "pytorchReplicaSpecs"), "Required value: must be required")
         return
     for replica_type, replica in replicas.items():
         base: PathKey = ("spec", "pytorchReplicaSpecs", replica_type)
+        containers = get(replica, "template", "spec", "containers")
+        if not isinstance(containers, list) or not containers:
+            yield Finding((*base, "template", "spec", "containers"), "Required value: must be specified")
         count = replica.get("replicas") if isinstance(replica, dict) else None
         if replica_type == "Worker" and isinstance(count, int) and count < 1:
             yield Finding((*base, "replicas"), "must be at least 1")
-        containers = get(replica, "template", "spec", "containers")
         for index, container in enumerate(containers if isinstance(containers, list) else []):
             if isinstance(container, dict) and not container.get("image"):
                 yield Finding((*base, "template", "spec", "containers", index, "image"), "required field is missing")
@@ -84,6 +89,8 @@ def pytorchjob_later(obj: dict[str, Any]) -> Iterator[Finding]:
                 yield Finding(("metadata", "name"), later(f"the Service {longest!r} would exceed 63 characters",
                                                           OPERATOR_SERVICES))
                 break
+    for replica_type, replica in replicas.items() if isinstance(replicas, dict) else ():
+        yield from _service_port_findings(str(replica_type), replica)
     policy = get(spec, "runPolicy", "cleanPodPolicy")
     if policy is not None and policy not in CLEAN_POD_POLICIES:
         yield Finding(("spec", "runPolicy", "cleanPodPolicy"),
@@ -105,8 +112,69 @@ def _elastic_later(elastic: dict[str, Any]) -> Iterator[Finding]:
                       later(f"minReplicas ({low}) must be <= maxReplicas ({high})", TORCHRUN))
 
 
+def service_ports(containers: Any) -> list[dict[str, Any]]:
+    """The ports of the Service training-operator v1.9.4 makes per replica (`GetPortsFromJob` after
+    `setPyTorchDefaultPort`): the `pytorch` container's ports by name — a later port of the same name replaces
+    an earlier one, as in the operator's map — plus `pytorchjob-port: 23456` when no port has that name."""
+    if not isinstance(containers, list) or not any(
+            isinstance(c, dict) and c.get("name") == DEFAULT_CONTAINER for c in containers):
+        return []
+    ports: dict[str, Any] = {}
+    for port in _pytorch_ports(containers):
+        ports[str(port.get("name") or "")] = port.get("containerPort")
+    ports.setdefault(DEFAULT_PORT_NAME, DEFAULT_PORT)
+    return [{"name": key, "port": value} for key, value in ports.items()]
+
+
+def _pytorch_ports(containers: Any) -> list[dict[str, Any]]:
+    """The ports of the first container named `pytorch`."""
+    chosen = next((c for c in containers if isinstance(c, dict) and c.get("name") == DEFAULT_CONTAINER), None) \
+        if isinstance(containers, list) else None
+    listed = chosen.get("ports") if chosen is not None else None
+    return [p for p in listed if isinstance(p, dict)] if isinstance(listed, list) else []
+
+
+def _service_port_findings(replica_type: str, replica: Any) -> Iterator[Finding]:
+    """ValidateService on the operator's Service: with several ports each has a name, and no two share a
+    port number (all are TCP)."""
+    containers = get(replica, "template", "spec", "containers")
+    ports = service_ports(containers)
+    own = [str(p.get("containerPort")) for p in _pytorch_ports(containers)]
+    if len(own) != len(set(own)):
+        return  # the container's own duplicate ports: the schema's list-map keys report them
+    where: PathKey = ("spec", "pytorchReplicaSpecs", replica_type, "template", "spec", "containers")
+    numbers = [p["port"] for p in ports]
+    duplicate = next((n for n in numbers if numbers.count(n) > 1), None)
+    if len(ports) > 1 and any(not p["name"] for p in ports):
+        yield Finding(where, later("with several ports, every port of the pytorch container needs a name",
+                                   OPERATOR_SERVICES))
+    elif duplicate is not None:
+        yield Finding(where, later(f"port {duplicate} twice in the Service (the operator adds {DEFAULT_PORT_NAME}: "
+                                   f"{DEFAULT_PORT} unless a port has that name)", OPERATOR_SERVICES))
+
+
+def jobset_names(obj: dict[str, Any]) -> Iterator[Finding]:
+    """JobSet v0.12.0's webhook (`validateCreate`): the longest Job name `<jobset>-<job>-<index>` and, for an
+    Indexed Job, the longest pod name `<jobset>-<job>-<index>-<pod index>-abcde` are DNS-1035 labels. The
+    Trainer names the JobSet after the TrainJob; the shipped runtimes' replicated jobs have one replica each,
+    and the node job runs `numNodes` pods."""
+    name = get(obj, "metadata", "name")
+    runtime = runtime_of(get(obj, "spec", "runtimeRef"))
+    if not isinstance(name, str) or runtime is None or names.dns_label_error(name, rfc1035=True):
+        return  # a name that is no DNS-1035 label is refused by the TrainJob's own CEL rule
+    nodes = get(obj, "spec", "trainer", "numNodes")
+    nodes = nodes if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0 else 1
+    for job in sorted(runtime.jobs):
+        longest = f"{name}-{job}-0-{(nodes if job == 'node' else 1) - 1}-abcde"
+        if error := names.dns_label_error(longest, rfc1035=True):
+            yield Finding(("metadata", "name"), later(f"the pod name {longest!r} would be invalid: {error}",
+                                                      JOBSET_WEBHOOK))
+            return
+
+
 def trainjob_webhook(obj: dict[str, Any]) -> Iterator[Finding]:
     yield from _runtime_ref(get(obj, "spec", "runtimeRef"))
+    yield from jobset_names(obj)
     yield from _runtime_patches(obj)
     trainer = get(obj, "spec", "trainer")
     if not isinstance(trainer, dict):
@@ -159,7 +227,7 @@ def _runtime_patches(obj: dict[str, Any]) -> Iterator[Finding]:
 
 def _patched_job(job: Any, path: PathKey, shape: dict[str, frozenset[str]]) -> Iterator[Finding]:
     name = job.get("name") if isinstance(job, dict) else None
-    if name not in shape:
+    if not isinstance(name, str) or name not in shape:
         yield Finding((*path, "name"), later(f"must not have replicated job that doesn't exist in the runtime job "
                                              f"template ({', '.join(sorted(shape))})", PATCH_STAGE))
         return
@@ -169,7 +237,7 @@ def _patched_job(job: Any, path: PathKey, shape: dict[str, frozenset[str]]) -> I
         for index, container in enumerate(containers if isinstance(containers, list) else []):
             where = (*path, "template", "spec", "template", "spec", key, index)
             cname = container.get("name") if isinstance(container, dict) else None
-            if cname not in shape[name]:
+            if not isinstance(cname, str) or cname not in shape[name]:
                 yield Finding((*where, "name"), later(f"must not have {key[:-1]} that doesn't exist in the runtime "
                                                       f"job {name} ({', '.join(sorted(shape[name]))})", PATCH_STAGE))
             elif cname in ENV_LESS_CONTAINERS and container.get("env"):

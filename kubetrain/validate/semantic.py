@@ -31,6 +31,12 @@ def semantic_findings(obj: dict[str, Any]) -> list[Finding]:
     return findings
 
 
+def pytorchjob_operator_errors(obj: dict[str, Any]) -> list[Finding]:
+    """The training-operator's create-time refusals of a PyTorchJob (its webhook: replica types and counts, the
+    `pytorch` container, the name; its Service): what `validate --exact` adds to the API server's verdict."""
+    return [f for f in (*_pytorchjob_findings(obj), *operators.pytorchjob_webhook(obj)) if f.severity == "error"]
+
+
 def misplaced_run_policies(obj: Any, path: PathKey = ()) -> list[PathKey]:
     """Every `runPolicy` key of a PyTorchJob that is not spec.runPolicy (a classic user error)."""
     found: list[PathKey] = []
@@ -56,7 +62,9 @@ def _pytorchjob_findings(obj: dict[str, Any]) -> Iterator[Finding]:
             if isinstance(replica, dict):
                 yield from _replica_findings(replica_type, replica)
         if "Master" not in replicas and not spec.get("elasticPolicy"):
-            yield Finding(("spec", "pytorchReplicaSpecs"), "a PyTorchJob without elasticPolicy needs a Master replica")
+            yield Finding(("spec", "pytorchReplicaSpecs"), "a PyTorchJob without elasticPolicy and without a Master "
+                          "replica: the workers' MASTER_ADDR names the Master's Service, so they wait for a rendezvous "
+                          "that never comes", "warning")
     run_policy: dict[str, Any] = spec["runPolicy"] if isinstance(spec.get("runPolicy"), dict) else {}
     if "ttlSecondsAfterFinished" not in run_policy:
         yield Finding(("spec", "runPolicy"), "no ttlSecondsAfterFinished: finished jobs and their pods are never "
@@ -71,9 +79,11 @@ def _replica_findings(replica_type: str, replica: dict[str, Any]) -> Iterator[Fi
         found = "none" if replica.get("replicas") is None else repr(replica.get("replicas"))
         yield Finding((*base, "replicas"), f"Master must have exactly 1 replica, not {found}")
     policy = replica.get("restartPolicy")
-    if policy is not None and policy not in OPERATOR_RESTART_POLICIES:
+    if policy is not None and (not isinstance(policy, str) or policy not in OPERATOR_RESTART_POLICIES):
         allowed = ", ".join(sorted(OPERATOR_RESTART_POLICIES))
-        yield Finding((*base, "restartPolicy"), f"{policy!r} is not one of {allowed}")
+        yield Finding((*base, "restartPolicy"), f"{policy!r} is not one of {allowed}" + (
+            " (the API server accepts it, but the operator's pod creation would fail)" if isinstance(policy, str)
+            else ""))
     pod_spec = get(replica, "template", "spec")
     containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
     if isinstance(containers, list):
@@ -95,7 +105,7 @@ def _trainjob_findings(obj: dict[str, Any]) -> Iterator[Finding]:
     patches = get(obj, "spec", "runtimePatches")
     pod_specs = [get(job, "template", "spec", "template", "spec")
                  for patch in (patches if isinstance(patches, list) else [])
-                 for job in (get(patch, "trainingRuntimeSpec", "template", "spec", "replicatedJobs") or [])]
+                 for job in _list(get(patch, "trainingRuntimeSpec", "template", "spec", "replicatedJobs"))]
     if not any(isinstance(p, dict) and _has_memory_shm(p) for p in pod_specs):
         yield Finding(("spec", "runtimePatches"), "GPU TrainJob without a memory-backed /dev/shm (emptyDir "
                       "medium: Memory) in its runtimePatches", "warning")
@@ -129,7 +139,7 @@ def _gpu_count(resources: Any) -> int:
     if not isinstance(resources, dict):
         return 0
     for section in ("limits", "requests"):
-        value = (resources.get(section) or {}).get(GPU)
+        value = get(resources, section, GPU)
         if value is not None:
             try:
                 return int(str(value))
@@ -139,8 +149,14 @@ def _gpu_count(resources: Any) -> int:
 
 
 def _has_memory_shm(pod_spec: dict[str, Any]) -> bool:
-    memory_volumes = {v.get("name") for v in pod_spec.get("volumes") or []
-                      if isinstance(v, dict) and get(v, "emptyDir", "medium") == "Memory"}
-    mounts = [m for c in pod_spec.get("containers") or [] if isinstance(c, dict)
-              for m in c.get("volumeMounts") or [] if isinstance(m, dict)]
-    return any(m.get("mountPath") == "/dev/shm" and m.get("name") in memory_volumes for m in mounts)
+    memory_volumes = {v.get("name") for v in _list(pod_spec.get("volumes"))
+                      if isinstance(v, dict) and isinstance(v.get("name"), str)
+                      and get(v, "emptyDir", "medium") == "Memory"}
+    mounts = [m for c in _list(pod_spec.get("containers")) if isinstance(c, dict)
+              for m in _list(c.get("volumeMounts")) if isinstance(m, dict)]
+    return any(m.get("mountPath") == "/dev/shm" and isinstance(m.get("name"), str) and m["name"] in memory_volumes
+               for m in mounts)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

@@ -57,10 +57,12 @@ def _pytorchjob(obj: dict[str, Any]) -> Iterator[Finding]:
     seen: set[tuple[PathKey, str]] = set()
     for replica_type, replica in (replicas.items() if isinstance(replicas, dict) else []):
         containers = get(replica, "template", "spec", "containers")
-        if not isinstance(containers, list):
+        if not isinstance(containers, list) or not containers:
             continue
         index = _trainer_index(containers, "pytorch")
         container = containers[index]
+        if not isinstance(container, dict):
+            continue
         gpus = gpu_limit(container.get("resources")) or 0
         container_path: PathKey = ("spec", "pytorchReplicaSpecs", replica_type, "template", "spec", "containers",
                                    index)
@@ -101,7 +103,11 @@ def _nproc_flag(container: Any) -> str | None:
 def _words(container: Any) -> list[str]:
     if not isinstance(container, dict):
         return []
-    return [w for w in [*(container.get("command") or []), *(container.get("args") or [])] if isinstance(w, str)]
+    words: list[str] = []
+    for key in ("command", "args"):
+        value = container.get(key)
+        words += [w for w in value if isinstance(w, str)] if isinstance(value, list) else []
+    return words
 
 
 def _runs_torchrun(container: Any) -> bool:

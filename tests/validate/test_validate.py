@@ -83,7 +83,7 @@ BROKEN: list[tuple[Callable[[dict[str, Any]], None], str]] = [
      "nvidia.com/gpu request (1) must equal its limit (2); extended resources cannot be overcommitted"),
     (two_masters, f"error: {MASTER}.replicas: Master must have exactly 1 replica, not 2"),
     (bad_restart_policy, f"error: {MASTER}.restartPolicy: 'Sometimes' is not one of Always, ExitCode, Never, "
-     "OnFailure"),
+     "OnFailure (the API server accepts it, but the operator's pod creation would fail)"),
 ]
 
 

@@ -224,7 +224,7 @@ def volume_mounts(value: Any, path: PathKey, volumes: set[str] | None) -> Findin
         name, mount_path = mount.get("name"), mount.get("mountPath")
         if not name:
             yield Finding((*where, "name"), "Required value")
-        elif volumes is not None and name not in volumes:
+        elif volumes is not None and (not isinstance(name, str) or name not in volumes):
             yield Finding((*where, "name"), f"Not found: {name!r} (no volume of the pod has this name)")
         if not mount_path:
             yield Finding((*where, "mountPath"), "Required value")

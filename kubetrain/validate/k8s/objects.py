@@ -55,6 +55,11 @@ def _base64(value: Any, path: PathKey) -> Findings:
 
 
 def service(obj: dict[str, Any]) -> Findings:
+    name = mapping(obj.get("metadata")).get("name")
+    if isinstance(name, str) and name and len(name) <= 253:
+        # ValidateServiceName: a DNS-1123 label (1.36, RelaxedServiceNameValidation; before: DNS-1035, which
+        # is not checked here, so an older server's refusal of a leading digit is missed, never invented)
+        yield from check(("metadata", "name"), names.dns1123_label(name))
     spec = mapping(obj.get("spec"))
     kind = spec.get("type", "ClusterIP")
     yield from enum(spec, "type", ("spec",), SERVICE_TYPES)

@@ -68,6 +68,16 @@ def pod_spec(spec: dict[str, Any], path: PathKey, *, partial: bool = False, rule
     for secret, where in named(spec.get("imagePullSecrets"), (*path, "imagePullSecrets")):
         if isinstance(secret.get("name"), str) and secret["name"]:
             yield from check((*where, "name"), names.dns1123_subdomain(secret["name"]))
+    yield from _priority(spec, path)
+
+
+def _priority(spec: dict[str, Any], path: PathKey) -> Findings:
+    """The Priority admission plugin computes a pod's priority from its priorityClassName (without one: the
+    cluster's globalDefault class, usually none, so 0) and refuses a pod whose own value differs: a warning,
+    as the classes are cluster state."""
+    if is_int(spec.get("priority")) and spec["priority"] != 0:
+        yield Finding((*path, "priority"), f"{spec['priority']}: the Priority admission plugin refuses a priority "
+                      "that differs from its PriorityClass's value; set priorityClassName instead", "warning")
 
 
 def _host_network_ports(container: dict[str, Any], path: PathKey) -> Findings:

@@ -9,7 +9,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-from kubetrain.jobspec.quantity import parse_quantity
+from kubetrain.jobspec.quantity import is_quantity, parse_quantity
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import names
 from kubetrain.validate.k8s.base import Findings, mapping
@@ -51,6 +51,9 @@ def container_resources(resources: Any, path: PathKey) -> Findings:
             where, name = (*path, section, key), str(key)
             if problem := resource_name_problem(name):
                 yield Finding(where, problem)
+            elif isinstance(value, str) and not is_quantity(value.strip()):  # resource.Quantity's UnmarshalJSON
+                yield Finding(where, f"{value!r} is not a Kubernetes quantity (e.g. '8', '500m', '32Gi'): the API "
+                              "server cannot decode it")
             elif is_extended(name) and _fractional(value):
                 yield Finding(where, f"{value!r}: must be an integer (extended resources are counted in whole units)")
             elif name.startswith("hugepages-") and (problem := _huge_page_problem(name, value)):

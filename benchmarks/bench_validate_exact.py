@@ -1,0 +1,77 @@
+"""`kubetrain validate --exact`: cold start of the local kube-apiserver and the time per file once it is warm.
+
+    .venv/bin/python benchmarks/bench_validate_exact.py [--files 20] [--rounds 3] [--server-binaries DIR]
+
+Each round stops the local server, then times (wall clock, one `kubetrain validate --exact` process each):
+the cold run (etcd + kube-apiserver start, pinned CRDs installed, one file checked), then --files warm runs of
+one file each (a PyTorchJob with its pods and Services dry-run), and one warm run of all the files at once
+(the per-file cost without the process start). Targets (docs/performance.md): cold <= 10 s, each further file
+<= 100 ms on a warm server. Needs etcd and kube-apiserver (`make testenv`, or --server-binaries) and the
+pinned CRDs (`make testenv` copies them; or `kubetrain schemas fetch`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def kubetrain(args: list[str], env: dict[str, str]) -> float:
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "kubetrain", *args], env=env, capture_output=True,
+                          text=True, check=False)
+    elapsed = time.perf_counter() - began
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"kubetrain {' '.join(args)} exited {done.returncode}: {done.stderr[-1000:]}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--server-binaries", default=None)
+    args = parser.parse_args()
+
+    from tests.testenv import binaries, reference
+
+    bins = args.server_binaries or str(binaries.resolve(("etcd", "kube-apiserver"))["kube-apiserver"].parent)
+    root = reference.verify(reference.reference_dir())
+    work = Path(tempfile.mkdtemp(prefix="bench-exact-"))
+    env = {**os.environ, "KUBETRAIN_CACHE_DIR": str(work / "cache")}
+    job = (REPO / "tests" / "validate" / "manifests" / "simple.yaml").read_text()
+    files = []
+    for index in range(args.files):
+        path = work / f"job-{index}.yaml"
+        path.write_text(job.replace("name: pytorch-simple", f"name: pytorch-simple-{index}"))
+        files.append(str(path))
+    flags = ["validate", "--exact", "--server-binaries", bins, "--schema", str(reference.pytorchjob_crd(root)),
+             "--schema", str(reference.trainer_dir(root))]
+    colds, warms, batch = [], [], []
+    try:
+        for _ in range(args.rounds):
+            kubetrain(["validate", "--stop-server"], env)
+            colds.append(kubetrain([*flags, files[0]], env))
+            warms += [kubetrain([*flags, f], env) for f in files]
+            batch.append((kubetrain([*flags, *files], env) - min(warms)) / (len(files) - 1))
+    finally:
+        kubetrain(["validate", "--stop-server"], env)
+    print(f"cold start + 1 file: median {statistics.median(colds):.2f} s (runs: "
+          f"{', '.join(f'{c:.2f}' for c in colds)}); target <= 10 s")
+    print(f"warm, 1 file per process: median {statistics.median(warms) * 1000:.0f} ms, "
+          f"p90 {sorted(warms)[int(len(warms) * 0.9)] * 1000:.0f} ms")
+    print(f"warm, each further file in one process: median {statistics.median(batch) * 1000:.0f} ms; "
+          "target <= 100 ms")
+
+
+if __name__ == "__main__":
+    main()

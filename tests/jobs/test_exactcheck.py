@@ -1,0 +1,108 @@
+"""`validate --exact` on a real local kube-apiserver (the suite's etcd and kube-apiserver 1.36 binaries): the
+API server's verdict on each document and on what the operators would create from it, with the server's
+own message at the document's file:line; the server is started once, reused warm, and stopped cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from kubetrain.cli.main import cli
+from kubetrain.jobs.localapi import read_state, state_dir
+from tests.conftest import LocalApiServer
+from tests.validate.kubectl_cases import CASES, Case
+
+pytestmark = pytest.mark.controlplane
+
+
+@pytest.fixture
+def exact(local_apiserver: LocalApiServer) -> list[str]:
+    return local_apiserver.flags
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(local_apiserver: LocalApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBETRAIN_CACHE_DIR", local_apiserver.env["KUBETRAIN_CACHE_DIR"])
+
+
+def run(flags: list[str], *args: str) -> tuple[int, dict[str, Any], str]:
+    result = CliRunner().invoke(cli, ["validate", *flags, "-o", "json", *args])
+    assert "Traceback" not in result.output, result.output
+    return result.exit_code, json.loads(result.stdout) if result.stdout.strip() else {}, result.stderr
+
+
+def check(flags: list[str], tmp_path: Path, case: Case, *extra: str) -> dict[str, Any]:
+    path = tmp_path / f"{case.name}.yaml"
+    path.write_text(case.text)
+    code, report, stderr = run(flags, *extra, str(path))
+    assert code in (0, 1), stderr
+    return report
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_the_api_servers_verdict(exact: list[str], tmp_path: Path, case: Case) -> None:
+    report = check(exact, tmp_path, case)
+    errors = [i for i in report["issues"] if i["severity"] == "error"]
+    assert report["valid"] is case.valid, errors
+    if not case.valid:
+        assert any(i["path"].startswith(case.field) for i in errors), errors
+        assert all(i["line"] for i in errors), errors
+
+
+def test_server_side_apply_adds_no_annotation(exact: list[str], tmp_path: Path) -> None:
+    case = next(c for c in CASES if c.server_side_valid is not None)
+    assert check(exact, tmp_path, case, "--server-side")["valid"] is case.server_side_valid
+
+
+def test_a_refusal_is_the_servers_message_at_the_documents_line(exact: list[str], tmp_path: Path) -> None:
+    path = tmp_path / "two.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: fine}\n---\n"
+                    "apiVersion: v1\nkind: Service\nmetadata: {name: svc}\nspec:\n  ports:\n  - port: 70000\n")
+    code, report, _ = run(exact, str(path))
+    assert code == 1
+    issue = next(i for i in report["issues"] if i["path"] == "spec.ports[0].port")  # and targetPort, defaulted
+    assert (issue["document"], issue["kind"], issue["line"]) == (2, "Service", 10)
+    assert issue["message"] == "Invalid value: 70000: must be between 1 and 65535, inclusive"
+
+
+def test_kinds_lists_and_namespaces_as_kubectl_takes_them(exact: list[str], tmp_path: Path) -> None:
+    path = tmp_path / "list.yaml"
+    path.write_text("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n"
+                    "    name: a\n    namespace: team-a\n- apiVersion: example.com/v1\n  kind: Widget\n"
+                    "  metadata: {name: w}\n")
+    code, report, _ = run(exact, str(path))
+    assert code == 1
+    [issue] = report["issues"]
+    assert issue["kind"] == "Widget" and 'no matches for kind "Widget" in version "example.com/v1"' in issue["message"]
+
+
+def test_warm_reuse_and_a_clean_stop(exact: list[str], tmp_path: Path) -> None:
+    path = tmp_path / "cm.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
+    run(exact, str(path))
+    state = read_state(state_dir("1.36"))
+    assert state is not None
+    code, report, _ = run(exact, str(path))
+    assert code == 0 and "warm" in report["verdictBy"]
+    assert read_state(state_dir("1.36")) == state
+    result = CliRunner().invoke(cli, ["validate", "--stop-server"])
+    assert result.exit_code == 0 and "stopped the local API server of Kubernetes 1.36" in result.stderr
+    assert read_state(state_dir("1.36")) is None
+    for pid in state.pids.values():
+        assert not _running(pid), f"process {pid} still runs after --stop-server"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return not Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except OSError:
+        return False
