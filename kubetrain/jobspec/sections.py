@@ -459,8 +459,14 @@ def _tracking_dir(value: str) -> str:
     return _abs_path(value)
 
 
-# W&B refuses these in project, entity and group names (wandb/sdk/lib/runid and the server's name rules).
-WANDB_NAME = r"^[^/\\#?%:\s]{1,128}$"
+def _wandb_name(value: str) -> str:
+    # W&B refuses these characters in project, entity and group names, and names over 128 characters
+    if not 1 <= len(value) <= 128 or any(c in "/\\#?%:" or c.isspace() for c in value):
+        raise ValueError(f"{value!r} must be 1-128 characters without / \\ # ? % : or spaces")
+    return value
+
+
+WandbName = Annotated[str, AfterValidator(_wandb_name)]
 
 
 class SecretKeyRef(Section):
@@ -484,11 +490,11 @@ class MLflowTracking(Section):
 class WandbTracking(Section):
     """One Weights & Biases run per job (docs/tracking.md)."""
 
-    project: Annotated[str, Field(pattern=WANDB_NAME)]
+    project: WandbName
     """The W&B project (WANDB_PROJECT)."""
-    entity: Annotated[str, Field(pattern=WANDB_NAME)] | None = None
+    entity: WandbName | None = None
     """The team or user that owns the project (WANDB_ENTITY); default: the API key's default entity."""
-    group: Annotated[str, Field(pattern=WANDB_NAME)] | None = None
+    group: WandbName | None = None
     """Groups runs in the UI (WANDB_RUN_GROUP); default: the job's name."""
     apiKeySecret: SecretKeyRef | None = None
     """The Secret key holding the API key, given to the pods as WANDB_API_KEY through a secretKeyRef (never a
@@ -509,11 +515,13 @@ class Tracking(Section):
     mlflow: MLflowTracking | None = None
     """Log to an MLflow tracking server (the runtime needs `kubetrain[mlflow]` in the image)."""
     wandb: WandbTracking | None = None
-    """Log to Weights & Biases (the runtime needs `kubetrain[wandb]` in the image)."""
+    """Weights & Biases: the pods get the variables `wandb.init()` reads (project, entity, group, the job's
+    run ID with resume allowed, the API key from a Secret), so your script's run is the job's run."""
     tensorboard: TensorBoardTracking | None = None
     """Write TensorBoard event files (the runtime needs `kubetrain[tensorboard]` in the image)."""
-    params: dict[str, str | int | float | bool] = Field(default_factory=dict)
-    """Your hyperparameters, logged as the run's parameters besides the spec's training fields."""
+    params: dict[str, str] = Field(default_factory=dict)
+    """Your hyperparameters (values are text: quote booleans), logged as the run's parameters besides the
+    spec's training fields."""
     bufferPoints: Annotated[int, Field(ge=1, le=10_000_000)] = 100_000
     """Points kept while a tracker is unreachable; training never waits for a tracker, and the points beyond
     this are dropped (and counted in one line at the end)."""

@@ -319,6 +319,8 @@ class Loop:
             return
         previous = self.progress.current
         self.progress.phase("checkpoint")
+        if self.reporter.tracker is not None:
+            self.reporter.tracker.drain()  # a resume from this checkpoint must not lose the points before it
         try:
             self._save_now(reason)
         finally:

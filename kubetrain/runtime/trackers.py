@@ -60,7 +60,7 @@ class MLflowConnection(Connection):
         try:
             run = self.client.get_run(run_id)
         except MlflowException as exc:
-            if exc.get_http_status_code() == 404:
+            if exc.get_http_status_code() == 404:  # type: ignore[no-untyped-call]
                 return None  # deleted in the UI: a new run
             raise
         return run if run.info.lifecycle_stage == "active" else None
@@ -131,8 +131,8 @@ class TensorBoardConnection(Connection):
 
     def __init__(self, config: TrackingConfig, run_file: RunFile, section: dict[str, Any]) -> None:
         try:
-            from torch.utils.tensorboard import SummaryWriter
             from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+            from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
             raise _missing("tensorboard", "tensorboard", exc) from None
         self.directory = local_path(str(section["logDir"]))

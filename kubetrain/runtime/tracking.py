@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ RUN_FILE = "tracking.json"
 METRIC_FIELDS = {"train": ("loss", "lr", "samples_per_s", "gpu_mem_mb"), "eval": ("eval_loss", "eval_accuracy")}
 FLUSH_SECONDS = 30.0  # the most the end of training waits for a tracker
 STOP_FLUSH_SECONDS = 5.0  # the same after a stop signal or an error
+DRAIN_SECONDS = 2.0  # the most a checkpoint waits for a healthy tracker to have the points before it
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0)
 
 Point = tuple[int, dict[str, float]]
@@ -44,7 +46,8 @@ class TrackingConfig:
 
     @property
     def tags(self) -> dict[str, str]:
-        return {**{str(k): str(v) for k, v in (self.data.get("tags") or {}).items() if v}, "kubetrain.run-key": self.key}
+        tags = {str(k): str(v) for k, v in (self.data.get("tags") or {}).items() if v}
+        return {**tags, "kubetrain.run-key": self.key}
 
     @property
     def buffer_points(self) -> int:
@@ -150,10 +153,10 @@ class Buffered:
     error: str | None = None
     last_steps: dict[str, int] | None = None
     outcome: Outcome | None = None
-    closed: bool = False
     _wake: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
+    _sending: bool = False
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"kubetrain-{self.connection.name}", daemon=True)
@@ -166,6 +169,15 @@ class Buffered:
                 self.dropped += 1
             self.points.append((step, values))
         self._wake.set()
+
+    def drain(self, timeout: float) -> None:
+        """Wait until the points added so far are sent, unless the tracker is failing (never for long)."""
+        deadline = time.monotonic() + timeout
+        while self.error is None and time.monotonic() < deadline:
+            with self._lock:
+                if not self.points and not self._sending:
+                    return
+            time.sleep(0.005)
 
     def finish(self, outcome: Outcome, timeout: float) -> str | None:
         """Send what is left and close the run, waiting at most `timeout`; a line about what was lost."""
@@ -184,11 +196,14 @@ class Buffered:
     def _run(self) -> None:
         failures = 0
         while True:
+            self._wake.clear()  # before taking the buffer: a point added from here on wakes the next round
             try:
                 if self._step():
                     return
                 failures = 0
+                self.error = None
             except Exception as exc:  # a tracker's failure is never training's
+                self._sending = False
                 self.error = " ".join(str(exc).split())[:300] or type(exc).__name__
                 if self.outcome is not None and failures >= 2:
                     return
@@ -197,7 +212,6 @@ class Buffered:
                 continue
             if self.outcome is None:
                 self._wake.wait(1.0)
-                self._wake.clear()
 
     def _step(self) -> bool:
         """One round: open, send the buffer, close at the end; True when done."""
@@ -205,15 +219,18 @@ class Buffered:
             self.last_steps = self.connection.open()
         with self._lock:
             batch = list(self.points)
+            self._sending = bool(batch)
         fresh = self._new_points(batch)
         if fresh:
             self.connection.send(fresh)
         assert self.last_steps is not None
         for step, values in fresh:
             self.last_steps.update(dict.fromkeys(values, step))
+        sent = {id(point) for point in batch}  # `add` may have dropped some of them meanwhile
         with self._lock:
-            for _ in batch:
+            while self.points and id(self.points[0]) in sent:
                 self.points.popleft()
+            self._sending = False
         if self.outcome is not None and not self.points:
             self.connection.close(self.outcome)
             return True
@@ -257,6 +274,11 @@ class Tracker:
         if values and isinstance(step, int):
             for tracker in self.trackers:
                 tracker.add(step, values)
+
+    def drain(self) -> None:
+        """Before a checkpoint: the healthy trackers have every point so far (at most DRAIN_SECONDS each)."""
+        for tracker in self.trackers:
+            tracker.drain(DRAIN_SECONDS)
 
     def close(self) -> None:
         """Flush and close every tracker (at most FLUSH_SECONDS each); one line per tracker that lost points."""

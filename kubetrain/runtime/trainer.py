@@ -31,8 +31,8 @@ from kubetrain.runtime.progress import Progress
 from kubetrain.runtime.report import Reporter
 from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import seed_everything
-from kubetrain.runtime.tracking import Tracker, load_tracking
 from kubetrain.runtime.stop import StopSignal, TrainingStopped
+from kubetrain.runtime.tracking import Tracker, load_tracking
 from kubetrain.runtime.wrap import (
     autocast,
     grad_scaler,

@@ -47,8 +47,10 @@ class MLflowServer:
                    "--workers", "1", "--backend-store-uri", f"sqlite:///{self.workdir / 'mlflow.db'}",
                    "--artifacts-destination", str(self.workdir / "artifacts")]
         with self._log.open("wb") as log:
+            # no job runner: its three huey consumers serve features (GenAI jobs) the tests never use
+            env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
             self._proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                          cwd=self.workdir)
+                                          cwd=self.workdir, env=env)
 
         def server_alive() -> None:
             if self._proc is not None and self._proc.poll() is not None:
