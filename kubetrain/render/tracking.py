@@ -12,6 +12,7 @@ from kubetrain.jobspec.trackingenv import RUN_KEY_ENV, TENSORBOARD_ENV, TRACKING
 
 __all__ = ["RUN_KEY_ENV", "RunIdentity", "tracking_env", "tracking_secret_env"]
 
+
 def tracking_env(job: TrainingJob, identity: RunIdentity, tags: dict[str, str]) -> dict[str, str]:
     """Plain variables for the tracking section (empty without one)."""
     tracking = job.spec.tracking

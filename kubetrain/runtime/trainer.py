@@ -32,6 +32,7 @@ from kubetrain.runtime.report import Reporter
 from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import seed_everything
 from kubetrain.runtime.stop import StopSignal, TrainingStopped
+from kubetrain.runtime.trackers import open_tracker
 from kubetrain.runtime.tracking import Tracker, load_tracking
 from kubetrain.runtime.wrap import (
     autocast,
@@ -159,14 +160,11 @@ class Trainer:
             progress=Progress.from_env(env.rank, env.world_size),
         )
 
-
     def _tracker(self, env: DistEnv) -> Tracker | None:
         """spec.tracking's trackers on rank 0 (their threads connect while the loop starts)."""
         config = load_tracking()
         if config is None or not env.is_main:
             return None
-        from kubetrain.runtime.trackers import open_tracker
-
         return open_tracker(config, self.checkpoint.dir)
 
 
