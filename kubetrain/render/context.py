@@ -61,8 +61,11 @@ class RenderOptions:
 
 
 def spec_hash(job: TrainingJob, options: RenderOptions) -> str:
-    payload = {"spec": job.model_dump(mode="json", by_alias=True), "code": options.code.digest if options.code
-               else None, "cloud": options.cloud, "image": options.image}
+    # An unset tracking section is left out, so the hashes of jobs without one are those they had before it
+    # existed (a changed hash is a changed job to the controller).
+    unset = {"spec": {"tracking"}} if job.spec.tracking is None else None
+    payload = {"spec": job.model_dump(mode="json", by_alias=True, exclude=unset),
+               "code": options.code.digest if options.code else None, "cloud": options.cloud, "image": options.image}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
