@@ -320,7 +320,7 @@ class Loop:
         previous = self.progress.current
         self.progress.phase("checkpoint")
         if self.reporter.tracker is not None:
-            self.reporter.tracker.drain()  # a resume from this checkpoint must not lose the points before it
+            self.reporter.tracker.keep_unsent()  # a resume from this checkpoint must not lose the points before it
         try:
             self._save_now(reason)
         finally:

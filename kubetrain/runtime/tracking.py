@@ -2,18 +2,21 @@
 
 The run survives restarts: its IDs are kept in `tracking.json` beside the checkpoints (written as soon as the
 run exists), so a restarted or resumed process logs into the same run, and points at steps the run already
-has are skipped. Trackers never stop training: the training thread only appends to a bounded buffer; a
-thread of each tracker sends it, retrying while the tracker is unreachable, and what was dropped is said in
-one line at the end. The trackers' clients are imported only here, and only when `spec.tracking` sets them.
+has are skipped. At each checkpoint the points not yet sent are written into `tracking.json` too, so a
+process killed before sending them sends them after its restart (a resume from that checkpoint trains the
+later steps again, and so logs their points again). Trackers never stop training: the training thread only appends
+to a bounded buffer; a thread of each tracker sends it, retrying while the tracker is unreachable, and what
+was dropped is said in one line at the end. The trackers' clients are imported by kubetrain.runtime.trackers,
+only for the trackers `spec.tracking` sets.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +30,6 @@ RUN_FILE = "tracking.json"
 METRIC_FIELDS = {"train": ("loss", "lr", "samples_per_s", "gpu_mem_mb"), "eval": ("eval_loss", "eval_accuracy")}
 FLUSH_SECONDS = 30.0  # the most the end of training waits for a tracker
 STOP_FLUSH_SECONDS = 5.0  # the same after a stop signal or an error
-DRAIN_SECONDS = 2.0  # the most a checkpoint waits for a healthy tracker to have the points before it
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0)
 
 Point = tuple[int, dict[str, float]]
@@ -104,13 +106,13 @@ class RunFile:
             return {}
         return data if isinstance(data, dict) else {}
 
-    def update(self, tracker: str, values: dict[str, Any]) -> None:
-        """Record one tracker's run (atomically: a reader sees the old file or the new one)."""
+    def update(self, key: str, values: Any) -> None:
+        """Record one tracker's run or unsent points (atomically: a reader sees the old file or the new one)."""
         if self.path is None:
             return
         with self._lock:
             data = self.read()
-            data[tracker] = values
+            data[key] = values
             self.path.parent.mkdir(parents=True, exist_ok=True)
             temp = self.path.with_name(f".{RUN_FILE}.{os.getpid()}")
             temp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
@@ -148,6 +150,7 @@ class Buffered:
 
     connection: Connection
     capacity: int
+    run_file: RunFile
     points: deque[Point] = field(default_factory=deque)
     dropped: int = 0
     error: str | None = None
@@ -156,7 +159,6 @@ class Buffered:
     _wake: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _thread: threading.Thread | None = None
-    _sending: bool = False
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"kubetrain-{self.connection.name}", daemon=True)
@@ -170,14 +172,23 @@ class Buffered:
             self.points.append((step, values))
         self._wake.set()
 
-    def drain(self, timeout: float) -> None:
-        """Wait until the points added so far are sent, unless the tracker is failing (never for long)."""
-        deadline = time.monotonic() + timeout
-        while self.error is None and time.monotonic() < deadline:
-            with self._lock:
-                if not self.points and not self._sending:
-                    return
-            time.sleep(0.005)
+    def keep_unsent(self) -> None:
+        """At a checkpoint: the points not yet sent (or being sent) go into the run file."""
+        with self._lock:
+            unsent = [[step, values] for step, values in self.points]
+        with contextlib.suppress(OSError):  # the checkpoint itself says what is wrong with its directory
+            self.run_file.update(self._pending_key, unsent)
+
+    @property
+    def _pending_key(self) -> str:
+        return f"{self.connection.name}-unsent"
+
+    def _restore_unsent(self) -> None:
+        """A restarted process: first the points its predecessor had not sent at its last checkpoint."""
+        saved = self.run_file.read().get(self._pending_key) or []
+        restored = [(int(step), {str(k): float(v) for k, v in values.items()}) for step, values in saved]
+        with self._lock:
+            self.points.extendleft(reversed(restored))
 
     def finish(self, outcome: Outcome, timeout: float) -> str | None:
         """Send what is left and close the run, waiting at most `timeout`; a line about what was lost."""
@@ -203,7 +214,6 @@ class Buffered:
                 failures = 0
                 self.error = None
             except Exception as exc:  # a tracker's failure is never training's
-                self._sending = False
                 self.error = " ".join(str(exc).split())[:300] or type(exc).__name__
                 if self.outcome is not None and failures >= 2:
                     return
@@ -217,9 +227,9 @@ class Buffered:
         """One round: open, send the buffer, close at the end; True when done."""
         if self.last_steps is None:
             self.last_steps = self.connection.open()
+            self._restore_unsent()
         with self._lock:
             batch = list(self.points)
-            self._sending = bool(batch)
         fresh = self._new_points(batch)
         if fresh:
             self.connection.send(fresh)
@@ -230,7 +240,6 @@ class Buffered:
         with self._lock:
             while self.points and id(self.points[0]) in sent:
                 self.points.popleft()
-            self._sending = False
         if self.outcome is not None and not self.points:
             self.connection.close(self.outcome)
             return True
@@ -275,10 +284,10 @@ class Tracker:
             for tracker in self.trackers:
                 tracker.add(step, values)
 
-    def drain(self) -> None:
-        """Before a checkpoint: the healthy trackers have every point so far (at most DRAIN_SECONDS each)."""
+    def keep_unsent(self) -> None:
+        """Before a checkpoint: each tracker's unsent points go beside it (sent after a restart)."""
         for tracker in self.trackers:
-            tracker.drain(DRAIN_SECONDS)
+            tracker.keep_unsent()
 
     def close(self) -> None:
         """Flush and close every tracker (at most FLUSH_SECONDS each); one line per tracker that lost points."""
