@@ -55,7 +55,7 @@ class Clocks(io.StringIO):
         return super().write(text)
 
 
-SPENT = {"seconds": 0.0}  # the training thread's time inside the tracker (record, keep_unsent) during one run
+SPENT = {"seconds": 0.0}  # the training thread's time inside the tracker (record, unsent) during one run
 
 
 def timed(method: Any) -> Any:
@@ -71,8 +71,8 @@ def timed(method: Any) -> Any:
 def train_once(side: str, log_every: int, epochs: int, uri: str, workdir: Path) -> tuple[float, ...]:
     """Per optimizer step between the first and the last train line: wall seconds, CPU seconds of the whole
     process (the trackers' threads included), CPU seconds of the training thread; and per step of the whole
-    run, the seconds the training thread spent in the tracker (appending points, keeping the unsent ones at
-    checkpoints)."""
+    run, the seconds the training thread spent in the tracker (appending points, handing the unsent ones to
+    each checkpoint)."""
     from kubetrain.jobspec.sections import Checkpoint, Train
     from kubetrain.runtime.trainer import Trainer
 
@@ -104,7 +104,7 @@ def main() -> None:
     from tests.testenv.mlflowserver import MLflowServer
 
     Tracker.record = timed(Tracker.record)  # type: ignore[method-assign]
-    Tracker.keep_unsent = timed(Tracker.keep_unsent)  # type: ignore[method-assign]
+    Tracker.unsent = timed(Tracker.unsent)  # type: ignore[method-assign]
 
     sides = ["none", "mlflow", "tensorboard", "both"]
     with tempfile.TemporaryDirectory() as temp:

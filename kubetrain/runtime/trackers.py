@@ -168,7 +168,7 @@ def open_tracker(config: TrackingConfig, checkpoint_dir: str | None) -> Tracker:
     """Rank 0's trackers, each on its own thread (its client is imported now: a missing one is a config
     error, said before training starts)."""
     run_file = RunFile(checkpoint_dir)
-    trackers = [Buffered(connection(config, run_file, config.data[name]), config.buffer_points, run_file)
+    trackers = [Buffered(connection(config, run_file, config.data[name]), config.buffer_points)
                 for name, connection in CONNECTIONS.items() if config.data.get(name)]
     for tracker in trackers:
         tracker.start()

@@ -2,9 +2,9 @@
 
 The run survives restarts: its IDs are kept in `tracking.json` beside the checkpoints (written as soon as the
 run exists), so a restarted or resumed process logs into the same run, and points at steps the run already
-has are skipped. At each checkpoint the points not yet sent are written into `tracking.json` too, so a
-process killed before sending them sends them after its restart (a resume from that checkpoint trains the
-later steps again, and so logs their points again). Trackers never stop training: the training thread only appends
+has are skipped. Each checkpoint carries the points not yet sent when it was written, so a process killed
+before sending them sends them after its resume (the steps after the checkpoint are trained, and so logged,
+again). Trackers never stop training: the training thread only appends
 to a bounded buffer; a thread of each tracker sends it, retrying while the tracker is unreachable, and what
 was dropped is said in one line at the end. The trackers' clients are imported by kubetrain.runtime.trackers,
 only for the trackers `spec.tracking` sets.
@@ -12,7 +12,6 @@ only for the trackers `spec.tracking` sets.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -107,7 +106,7 @@ class RunFile:
         return data if isinstance(data, dict) else {}
 
     def update(self, key: str, values: Any) -> None:
-        """Record one tracker's run or unsent points (atomically: a reader sees the old file or the new one)."""
+        """Record one tracker's run (atomically: a reader sees the old file or the new one)."""
         if self.path is None:
             return
         with self._lock:
@@ -150,7 +149,6 @@ class Buffered:
 
     connection: Connection
     capacity: int
-    run_file: RunFile
     points: deque[Point] = field(default_factory=deque)
     dropped: int = 0
     error: str | None = None
@@ -172,23 +170,17 @@ class Buffered:
             self.points.append((step, values))
         self._wake.set()
 
-    def keep_unsent(self) -> None:
-        """At a checkpoint: the points not yet sent (or being sent) go into the run file."""
+    def unsent(self) -> list[list[Any]]:
+        """The points not sent yet (or being sent), for a checkpoint."""
         with self._lock:
-            unsent = [[step, values] for step, values in self.points]
-        with contextlib.suppress(OSError):  # the checkpoint itself says what is wrong with its directory
-            self.run_file.update(self._pending_key, unsent)
+            return [[step, values] for step, values in self.points]
 
-    @property
-    def _pending_key(self) -> str:
-        return f"{self.connection.name}-unsent"
-
-    def _restore_unsent(self) -> None:
-        """A restarted process: first the points its predecessor had not sent at its last checkpoint."""
-        saved = self.run_file.read().get(self._pending_key) or []
+    def restore(self, saved: list[list[Any]]) -> None:
+        """A resumed process: first the points its predecessor had not sent at the checkpoint."""
         restored = [(int(step), {str(k): float(v) for k, v in values.items()}) for step, values in saved]
         with self._lock:
             self.points.extendleft(reversed(restored))
+        self._wake.set()
 
     def finish(self, outcome: Outcome, timeout: float) -> str | None:
         """Send what is left and close the run, waiting at most `timeout`; a line about what was lost."""
@@ -227,7 +219,6 @@ class Buffered:
         """One round: open, send the buffer, close at the end; True when done."""
         if self.last_steps is None:
             self.last_steps = self.connection.open()
-            self._restore_unsent()
         with self._lock:
             batch = list(self.points)
         fresh = self._new_points(batch)
@@ -284,10 +275,13 @@ class Tracker:
             for tracker in self.trackers:
                 tracker.add(step, values)
 
-    def keep_unsent(self) -> None:
-        """Before a checkpoint: each tracker's unsent points go beside it (sent after a restart)."""
+    def unsent(self) -> dict[str, list[list[Any]]]:
+        """Each tracker's points not sent yet: saved in a checkpoint, sent after a resume from it."""
+        return {tracker.connection.name: tracker.unsent() for tracker in self.trackers}
+
+    def restore(self, saved: dict[str, list[list[Any]]]) -> None:
         for tracker in self.trackers:
-            tracker.keep_unsent()
+            tracker.restore(saved.get(tracker.connection.name) or [])
 
     def close(self) -> None:
         """Flush and close every tracker (at most FLUSH_SECONDS each); one line per tracker that lost points."""

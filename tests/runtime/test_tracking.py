@@ -100,8 +100,7 @@ def test_kill_9_of_the_logging_rank_leaves_one_run_with_every_point_once(
 def test_a_tracker_that_is_down_never_stops_training_and_the_loss_is_said(tmp_path: Path) -> None:
     down = f"http://127.0.0.1:{_free_port('127.0.0.1')}"  # nothing listens there
     config = TrackingConfig({"runName": "digits", "mlflow": {"trackingUri": down}}, "key")
-    run_file = RunFile(str(tmp_path))
-    tracker = Buffered(MLflowConnection(config, run_file, config.data["mlflow"]), capacity=5, run_file=run_file)
+    tracker = Buffered(MLflowConnection(config, RunFile(str(tmp_path)), config.data["mlflow"]), capacity=5)
     tracker.start()
     for step in range(1, 13):
         tracker.add(step, {"loss": 1.0 / step})  # never blocks, never raises
