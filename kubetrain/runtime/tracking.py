@@ -30,6 +30,7 @@ METRIC_FIELDS = {"train": ("loss", "lr", "samples_per_s", "gpu_mem_mb"), "eval":
 FLUSH_SECONDS = 30.0  # the most the end of training waits for a tracker
 STOP_FLUSH_SECONDS = 5.0  # the same after a stop signal or an error
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0)
+SEND_SECONDS = 1.0
 
 Point = tuple[int, dict[str, float]]
 
@@ -168,7 +169,6 @@ class Buffered:
                 self.points.popleft()  # the oldest goes: the newest say where training is
                 self.dropped += 1
             self.points.append((step, values))
-        self._wake.set()
 
     def unsent(self) -> list[list[Any]]:
         """The points not sent yet (or being sent), for a checkpoint."""
@@ -180,7 +180,6 @@ class Buffered:
         restored = [(int(step), {str(k): float(v) for k, v in values.items()}) for step, values in saved]
         with self._lock:
             self.points.extendleft(reversed(restored))
-        self._wake.set()
 
     def finish(self, outcome: Outcome, timeout: float) -> str | None:
         """Send what is left and close the run, waiting at most `timeout`; a line about what was lost."""
@@ -199,7 +198,7 @@ class Buffered:
     def _run(self) -> None:
         failures = 0
         while True:
-            self._wake.clear()  # before taking the buffer: a point added from here on wakes the next round
+            self._wake.clear()  # set by `finish` only: the last round starts at once
             try:
                 if self._step():
                     return
@@ -213,7 +212,7 @@ class Buffered:
                 failures += 1
                 continue
             if self.outcome is None:
-                self._wake.wait(1.0)
+                self._wake.wait(SEND_SECONDS)  # points go in batches: one request a second, not one a step
 
     def _step(self) -> bool:
         """One round: open, send the buffer, close at the end; True when done."""
