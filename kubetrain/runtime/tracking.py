@@ -189,9 +189,9 @@ class Buffered:
             self._thread.join(timeout)
         with self._lock:
             unsent = len(self.points) + self.dropped
-        if not unsent:
-            return None
         why = f" ({self.error})" if self.error else ""
+        if not unsent:
+            return f"kubetrain.runtime: tracking: {self.connection.name}: the run was not closed{why}" if why else None
         return (f"kubetrain.runtime: tracking: {self.connection.name}: {unsent} points not logged "
                 f"({self.dropped} dropped from a full buffer of {self.capacity}){why}")
 
