@@ -14,6 +14,7 @@ from kubetrain.imagebuild.context import Entry, collect, content_hash, stage, wr
 from kubetrain.imagebuild.dockerignore import PatternMatcher, load_matcher
 from kubetrain.imagebuild.reference import hash_tag, repository_error, split_reference
 from kubetrain.jobspec.load import LoadedSpec
+from kubetrain.jobspec.model import JobSpec
 from kubetrain.jobspec.sections import Build
 from kubetrain.objectstore import backend_requirements
 
@@ -46,6 +47,7 @@ class BuildPlan:
     platform: str | None = None
     requirements: Path | None = None
     object_stores: tuple[str, ...] = ()  # fsspec backends the job's checkpoint.dir / archive URLs need
+    trackers: tuple[str, ...] = ()  # the clients of spec.tracking's trackers that the runtime logs to
     notes: tuple[str, ...] = ()  # what planning changed (a devel base for torch.compile), said on stderr
 
 
@@ -76,7 +78,20 @@ def plan_build(loaded: LoadedSpec) -> BuildPlan:
         base_image=build.baseImage, platform=build.platform,
         requirements=_requirements(loaded, build, context),
         object_stores=tuple(backend_requirements([spec.checkpoint.dir if spec.checkpoint else None, spec.archive])),
+        trackers=tracker_requirements(spec),
     ))
+
+
+# the same pins as the extras kubetrain[mlflow] and kubetrain[tensorboard] (pyproject.toml)
+TRACKER_REQUIREMENTS = {"mlflow": "mlflow-skinny>=3.0", "tensorboard": "tensorboard>=2.16"}
+
+
+def tracker_requirements(spec: JobSpec) -> tuple[str, ...]:
+    """What the runtime needs for the trackers the spec sets (W&B is the user's own script's client)."""
+    tracking = spec.tracking
+    if tracking is None:
+        return ()
+    return tuple(req for name, req in TRACKER_REQUIREMENTS.items() if getattr(tracking, name) is not None)
 
 
 _TOOLS = {"compiler": "C compiler", "nvcc": "nvcc (CUDA toolkit)"}
@@ -187,6 +202,9 @@ def _runtime_file(name: str, plan: BuildPlan) -> bytes:
     if name == "runtime-requirements.txt" and plan.object_stores:
         lines = "".join(f"{req}\n" for req in plan.object_stores)
         data += f"# object stores used by the job (spec.checkpoint.dir / spec.archive)\n{lines}".encode()
+    if name == "runtime-requirements.txt" and plan.trackers:
+        lines = "".join(f"{req}\n" for req in plan.trackers)
+        data += f"# experiment trackers the runtime logs to (spec.tracking)\n{lines}".encode()
     return data
 
 

@@ -159,8 +159,16 @@ def _mount_problems(job: TrainingJob) -> list[tuple[str, str]]:
 
 def _env_problems(job: TrainingJob) -> list[tuple[str, str]]:
     plain = set(job.spec.env)
-    return [(f"spec.secretEnv[{i}].name", f"{s.name} is also set in spec.env")
-            for i, s in enumerate(job.spec.secretEnv) if s.name in plain]
+    problems = [(f"spec.secretEnv[{i}].name", f"{s.name} is also set in spec.env")
+                for i, s in enumerate(job.spec.secretEnv) if s.name in plain]
+    wandb = job.spec.tracking.wandb if job.spec.tracking else None
+    if wandb is not None and wandb.apiKeySecret is not None:
+        problems += [(field, "WANDB_API_KEY is also set by spec.tracking.wandb.apiKeySecret")
+                     for field, name in [*((f"spec.env.{k}", k) for k in plain),
+                                         *((f"spec.secretEnv[{i}].name", s.name)
+                                           for i, s in enumerate(job.spec.secretEnv))]
+                     if name == "WANDB_API_KEY"]
+    return problems
 
 
 def _name_length_problems(job: TrainingJob, target: str) -> list[tuple[str, str]]:

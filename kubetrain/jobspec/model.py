@@ -25,6 +25,7 @@ from kubetrain.jobspec.sections import (
     Section,
     Security,
     Subdomain,
+    Tracking,
     Train,
     Volume,
     _check,
@@ -139,6 +140,8 @@ class JobSpec(Section):
     fsspec URL (s3://bucket/prefix with the `s3` extra). `kubetrain run` writes it locally."""
     trainingRuntime: Subdomain = "torch-distributed"
     """The ClusterTrainingRuntime a TrainJob (target trainjob) runs on."""
+    tracking: Tracking | None = None
+    """Experiment tracking: one MLflow / Weights & Biases / TensorBoard run per job, across restarts."""
     train: Train | None = None
     """Trainer API: model/dataset/loss/optimizer factories, run by kubetrain.runtime."""
     build: Build | None = None

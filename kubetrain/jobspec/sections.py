@@ -470,3 +470,93 @@ class Build(Section):
     platform: Annotated[str, Field(pattern=r"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$")] | None = None
     """Target platform for the builder, e.g. linux/amd64 (GPU nodes are usually amd64 even when your laptop
     is arm64). Default: the builder's own platform."""
+
+
+def _tracking_uri(value: str) -> str:
+    scheme, sep, rest = value.partition("://")
+    if value.startswith("/") and ":" not in value:
+        return value  # a local file store
+    if not sep or not scheme or not rest or any(c.isspace() for c in value):
+        raise ValueError(f"{value!r} is not a tracking URI; use http://HOST:PORT, https://..., databricks, or "
+                         "an absolute path")
+    return value
+
+
+def _tracking_dir(value: str) -> str:
+    if "://" in value:
+        return _checkpoint_dir(value) or value
+    return _abs_path(value)
+
+
+def _wandb_name(value: str) -> str:
+    # W&B refuses these characters in project, entity and group names, and names over 128 characters
+    if not 1 <= len(value) <= 128 or any(c in "/\\#?%:" or c.isspace() for c in value):
+        raise ValueError(f"{value!r} must be 1-128 characters without / \\ # ? % : or spaces")
+    return value
+
+
+WandbName = Annotated[str, AfterValidator(_wandb_name)]
+
+
+class SecretKeyRef(Section):
+    """A key of a Kubernetes Secret in the job's namespace: a reference, never the value."""
+
+    name: Subdomain
+    """The Secret's name."""
+    key: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+    """The key inside the Secret."""
+
+
+class MLflowTracking(Section):
+    """One MLflow run per job (docs/tracking.md)."""
+
+    trackingUri: Annotated[str, AfterValidator(_tracking_uri)]
+    """The tracking server, e.g. http://mlflow.mlflow:5000 (MLFLOW_TRACKING_URI)."""
+    experiment: Annotated[str, Field(min_length=1, max_length=500)] | None = None
+    """The experiment the run goes to (created if missing); default: the job's name."""
+
+
+class WandbTracking(Section):
+    """One Weights & Biases run per job (docs/tracking.md)."""
+
+    project: WandbName
+    """The W&B project (WANDB_PROJECT)."""
+    entity: WandbName | None = None
+    """The team or user that owns the project (WANDB_ENTITY); default: the API key's default entity."""
+    group: WandbName | None = None
+    """Groups runs in the UI (WANDB_RUN_GROUP); default: the job's name."""
+    apiKeySecret: SecretKeyRef | None = None
+    """The Secret key holding the API key, given to the pods as WANDB_API_KEY through a secretKeyRef (never a
+    value in a manifest). Unset: the pods get no key (offline mode, or a key baked into the environment)."""
+
+
+class TensorBoardTracking(Section):
+    """TensorBoard event files (docs/tracking.md)."""
+
+    logDir: Annotated[str, AfterValidator(_tracking_dir)]
+    """Where the event files go: a volume's mountPath (e.g. /ckpt/tb) or an object store URL (s3://...)."""
+
+
+class Tracking(Section):
+    """Experiment tracking: every job is one run in MLflow, Weights & Biases and/or TensorBoard, across
+    restarts and resumes (docs/tracking.md)."""
+
+    mlflow: MLflowTracking | None = None
+    """Log to an MLflow tracking server (the runtime needs `kubetrain[mlflow]` in the image)."""
+    wandb: WandbTracking | None = None
+    """Weights & Biases: the pods get the variables `wandb.init()` reads (project, entity, group, the job's
+    run ID with resume allowed, the API key from a Secret), so your script's run is the job's run."""
+    tensorboard: TensorBoardTracking | None = None
+    """Write TensorBoard event files (the runtime needs `kubetrain[tensorboard]` in the image)."""
+    params: dict[str, str] = Field(default_factory=dict)
+    """Your hyperparameters (values are text: quote booleans), logged as the run's parameters besides the
+    spec's training fields."""
+    bufferPoints: Annotated[int, Field(ge=1, le=10_000_000)] = 100_000
+    """Points kept while a tracker is unreachable; training never waits for a tracker, and the points beyond
+    this are dropped (and counted in one line at the end)."""
+
+    @model_validator(mode="after")
+    def _one_tracker(self) -> "Tracking":
+        if not (self.mlflow or self.wandb or self.tensorboard):
+            raise ValueError("set at least one of mlflow, wandb, tensorboard")
+        return self

@@ -11,6 +11,7 @@ nothing and imports no torch.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import sys
@@ -24,9 +25,12 @@ from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.jobspec.model import JobSpec
 from kubetrain.local.paths import PathMap, build_path_map
 from kubetrain.render.command import LaunchCommand, parse_command
+from kubetrain.render.context import RenderOptions, run_identity
 from kubetrain.render.context import env as container_env
+from kubetrain.render.tracking import RUN_KEY_ENV
 
 RUN_ID_ENV = "KUBETRAIN_RUN_ID"
+LOCAL_CLUSTER = "local"  # the cluster tag of a tracked run started by `kubetrain run`
 PATH_MAP_ENV = "KUBETRAIN_PATH_MAP"
 RANK_PREFIX = "[rank-${rank}]:"
 # Variables of an enclosing launcher that must not leak into the agents (they set their own).
@@ -124,13 +128,25 @@ def _job_env(loaded: LoadedSpec, path_map: PathMap, code_dir: Path | None, envir
     """The agents' environment: this machine's, minus launcher variables, plus the container's."""
     base = {k: v for k, v in environ.items()
             if k not in LAUNCHER_ENV and not k.startswith(LAUNCHER_ENV_PREFIXES)}
+    options = RenderOptions(cluster=LOCAL_CLUSTER)
     job = {item["name"]: path_map.rewrite(item["value"])
-           for item in container_env(loaded.job) if "value" in item}
+           for item in container_env(loaded.job, options) if "value" in item}
+    if loaded.job.spec.tracking:
+        job.update(_local_run_key(loaded, options, path_map, job))
     if code_dir is not None:
         job["PYTHONPATH"] = os.pathsep.join(p for p in (str(code_dir), environ.get("PYTHONPATH")) if p)
     job[PATH_MAP_ENV] = path_map.to_env()
     job.update(secrets)
     return {**base, **job}
+
+
+def _local_run_key(loaded: LoadedSpec, options: RenderOptions, path_map: PathMap,
+                   job: dict[str, str]) -> dict[str, str]:
+    """A local run's key names its local checkpoint directory: another --volume is another run."""
+    identity = run_identity(loaded.job, options)
+    directory = identity.checkpoint_dir
+    key = dataclasses.replace(identity, checkpoint_dir=path_map.rewrite(directory) if directory else None).key
+    return {RUN_KEY_ENV: key, **({"WANDB_RUN_ID": key} if "WANDB_RUN_ID" in job else {})}
 
 
 def _agent_argv(spec: JobSpec, plan_args: list[str], *, index: int, nodes: int, procs: int,

@@ -18,6 +18,7 @@ from kubetrain.render.code import CodeBundle, configmap_payload
 from kubetrain.render.gpudirect import gpudirect_annotations, gpudirect_env, gpudirect_sidecar, gpudirect_volumes
 from kubetrain.render.launch import container_command, torchrun_args
 from kubetrain.render.placement import placement_for
+from kubetrain.render.tracking import RunIdentity, tracking_env, tracking_secret_env
 
 MASTER_PORT = 23456  # the operator's default, named pytorchjob-port
 MANAGED_BY = "kubetrain"
@@ -58,6 +59,7 @@ class RenderOptions:
     # recreated from a changed spec (a fresh start). Not part of the spec hash: it does not change the spec.
     checkpoint_dir: str | None = None
     gpu_via: str | None = None  # plugin or dra for `gpus.via: auto`, as submit found the cluster
+    cluster: str | None = None  # the cluster's name, for spec.tracking (its run's tag and identity)
 
 
 def gpu_via(job: TrainingJob, options: RenderOptions) -> str:
@@ -65,9 +67,12 @@ def gpu_via(job: TrainingJob, options: RenderOptions) -> str:
 
 
 def spec_hash(job: TrainingJob, options: RenderOptions) -> str:
+    # Unset sections added later (gpus, tracking) are left out, so the hashes of jobs without them are those
+    # they had before the sections existed (a changed hash is a changed job to the controller).
     dumped = job.model_dump(mode="json", by_alias=True)
-    if dumped["spec"].get("gpus") is None:  # the hash of a spec without `gpus` stays what it was before it existed
-        del dumped["spec"]["gpus"]
+    for section in ("gpus", "tracking"):
+        if dumped["spec"].get(section) is None:
+            dumped["spec"].pop(section, None)
     payload = {"spec": dumped, "code": options.code.digest if options.code else None, "cloud": options.cloud,
                "image": options.image}
     if options.gpu_via:
@@ -108,8 +113,11 @@ def resources(spec: JobSpec, via: str = dra.PLUGIN) -> dict[str, Any]:
     return {key: value for key, value in (("requests", requests), ("limits", limits), ("claims", claims)) if value}
 
 
-def env(job: TrainingJob, checkpoint_dir: str | None = None) -> list[dict[str, Any]]:
-    """Container env: defaults, then the debug preset, then the user's values, then Secret references."""
+def env(job: TrainingJob, options: RenderOptions | None = None) -> list[dict[str, Any]]:
+    """Container env: defaults, then the debug preset, the tracking section, the user's values, then Secret
+    references."""
+    options = options or RenderOptions()
+    checkpoint_dir = options.checkpoint_dir
     spec = job.spec
     values = {"PYTHONUNBUFFERED": "1", "KUBETRAIN_JOB_NAME": job.metadata.name}
     if spec.gpusPerNode:
@@ -132,12 +140,28 @@ def env(job: TrainingJob, checkpoint_dir: str | None = None) -> list[dict[str, A
     runtime_config = _runtime_config(spec, checkpoint_dir)
     if runtime_config:
         values["KUBETRAIN_CONFIG"] = runtime_config
+    if spec.tracking:
+        values.update(tracking_env(job, run_identity(job, options), tracking_tags(job, options)))
     values.update(spec.env)
     items: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
     for secret in spec.secretEnv:
         ref = {"name": secret.secret, "key": secret.key, **({"optional": True} if secret.optional else {})}
         items.append({"name": secret.name, "valueFrom": {"secretKeyRef": ref}})
-    return items
+    return items + tracking_secret_env(job)
+
+
+def run_identity(job: TrainingJob, options: RenderOptions) -> RunIdentity:
+    """The job's tracked run: its cluster, namespace, name and checkpoint directory."""
+    return RunIdentity(options.cluster or "", options.namespace or job.metadata.namespace or "default",
+                       job.metadata.name, options.checkpoint_dir or job.spec.checkpoint.dir)
+
+
+def tracking_tags(job: TrainingJob, options: RenderOptions) -> dict[str, str]:
+    """The run's tags that only the render knows: image, code and spec hashes."""
+    tags = {"kubetrain.image": options.image or job.spec.image, "kubetrain.spec-hash": spec_hash(job, options)}
+    if options.code is not None:
+        tags["kubetrain.code-hash"] = options.code.digest
+    return tags
 
 
 def _runtime_config(spec: JobSpec, checkpoint_dir: str | None = None) -> str | None:
@@ -241,7 +265,7 @@ def template_context(job: TrainingJob, options: RenderOptions) -> dict[str, Any]
         "command": container_command(spec.archive, job.metadata.name),
         "args": torchrun_args(spec, workdir),
         "workdir": workdir,
-        "env": env(job, options.checkpoint_dir),
+        "env": env(job, options),
         "resources": resources(spec, via),
         "gpu_claims": via == dra.DRA and spec.gpusPerNode > 0,
         "runtime_name": dra.runtime_name(job.metadata.name),

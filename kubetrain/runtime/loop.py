@@ -311,6 +311,8 @@ class Loop:
             "step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
             "samples_in_epoch": self.batch_in_epoch * self.train.batchSize,
             "world_size": self.env.world_size, "rng": rngs,
+            # rank 0's points not sent to its trackers yet: a resume from here sends them (none is lost)
+            "tracking_unsent": self.reporter.tracker.unsent() if self.reporter.tracker is not None else None,
         }
 
     def _save(self, reason: str) -> None:
@@ -414,6 +416,8 @@ class Loop:
         if self.scaler is not None and state.get("scaler") is not None:
             self.scaler.load_state_dict(state["scaler"])
         self.step, self.epoch, self.batch_in_epoch = state["step"], state["epoch"], state["batch_in_epoch"]
+        if self.reporter.tracker is not None and state.get("tracking_unsent"):
+            self.reporter.tracker.restore(state["tracking_unsent"])
         rngs = state.get("rng") or []
         if state.get("world_size") == self.env.world_size and self.env.rank < len(rngs):
             set_rng_state(rngs[self.env.rank])

@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from kubetrain.metrics import format_metrics
 from kubetrain.runtime.distributed import DistEnv
+from kubetrain.runtime.tracking import Tracker
 
 ALL_RANKS_ENV = "KUBETRAIN_LOG_ALL_RANKS"
 
@@ -26,13 +27,16 @@ def gpu_memory_mb(device: torch.device) -> float | None:
 class Reporter:
     """Prints metrics lines. Set KUBETRAIN_LOG_ALL_RANKS=1 to hear from every rank."""
 
-    def __init__(self, env: DistEnv, stream: TextIO | None = None) -> None:
+    def __init__(self, env: DistEnv, stream: TextIO | None = None, tracker: Tracker | None = None) -> None:
         self.env = env
         self.stream = stream
+        self.tracker = tracker  # rank 0's experiment trackers (spec.tracking), fed every record
         self.enabled = env.is_main or os.environ.get(ALL_RANKS_ENV, "") not in ("", "0", "false")
 
     def emit(self, kind: str, *, force: bool = False, **fields: Any) -> None:
         """Print one metrics line (on rank 0, or every rank when asked; `force`: from this rank anyway)."""
+        if self.tracker is not None:
+            self.tracker.record(kind, fields)
         if self.enabled or force:
             stream = self.stream or sys.stdout
             # One write per line: with PYTHONUNBUFFERED (set in every pod) print() writes the text and the

@@ -32,6 +32,8 @@ from kubetrain.runtime.report import Reporter
 from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import seed_everything
 from kubetrain.runtime.stop import StopSignal, TrainingStopped
+from kubetrain.runtime.trackers import open_tracker
+from kubetrain.runtime.tracking import Tracker, load_tracking
 from kubetrain.runtime.wrap import (
     autocast,
     grad_scaler,
@@ -120,6 +122,8 @@ class Trainer:
                     return loop.run()
                 finally:
                     loop.progress.stop()
+                    if loop.reporter.tracker is not None:
+                        loop.reporter.tracker.close()
                     stop.uninstall()
                     stop.drain()
                     del loop  # drop the model and optimizer before the process group goes
@@ -149,7 +153,7 @@ class Trainer:
         total_steps = train.epochs * math.ceil(batches / train.gradAccumSteps)
         scheduler = factories.scheduler(optimizer, total_steps) if factories.scheduler else None
         store = open_store(self.checkpoint.dir, self.checkpoint.keep) if self.checkpoint.dir else None
-        reporter = Reporter(env, self.stream)
+        reporter = Reporter(env, self.stream, self._tracker(env))
         sharded = (ShardedCheckpoints(store, env, train.fsdp.asyncCheckpoint)
                    if store is not None and train.strategy == "fsdp" else None)
         return Loop(
@@ -162,6 +166,13 @@ class Trainer:
             profiler=make_profiler(train.profile, env, reporter),
             progress=Progress.from_env(env.rank, env.world_size),
         )
+
+    def _tracker(self, env: DistEnv) -> Tracker | None:
+        """spec.tracking's trackers on rank 0 (their threads connect while the loop starts)."""
+        config = load_tracking()
+        if config is None or not env.is_main:
+            return None
+        return open_tracker(config, self.checkpoint.dir)
 
 
 def describe(result: FitResult) -> str:

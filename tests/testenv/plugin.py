@@ -13,6 +13,8 @@ Enable with ``pytest_plugins = ["tests.testenv.plugin"]`` in tests/conftest.py.
 * ``real_node`` (session): a real kubelet node (containerd, runc, CNI, CoreDNS)
   joined to the control plane; see node.py. Tests using it are marked ``e2e``.
 * ``s3_server`` (session): a real S3-compatible server (moto's, own process); see s3.py.
+* ``mlflow_server`` (session): a real MLflow tracking server (SQLite backend, own process); see
+  mlflowserver.py.
 
 Missing binaries: with CI=true the fixture fails (a CI run must never silently
 skip the integration tests); locally it skips and says to run `make testenv`.
@@ -33,6 +35,7 @@ import pytest
 from .binaries import PREPARE_HINT, MissingBinaries
 from .controlplane import ControlPlane
 from .kueue import Kueue
+from .mlflowserver import MLflowServer, MLflowUnavailable
 from .node import RealNode
 from .polling import wait_for
 from .s3 import S3Server, S3Unavailable
@@ -112,6 +115,21 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     except S3Unavailable as exc:
         if in_ci():
             pytest.fail(f"CI=true and the S3 test server is unavailable: {exc}", pytrace=False)
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLflowServer]:
+    server = MLflowServer(tmp_path_factory.mktemp("mlflow"))
+    try:
+        server.start()
+    except MLflowUnavailable as exc:
+        if in_ci():
+            pytest.fail(f"CI=true and the MLflow test server is unavailable: {exc}", pytrace=False)
         pytest.skip(str(exc))
     try:
         yield server

@@ -1,0 +1,111 @@
+"""spec.tracking with a real MLflow server: the digits job, with kill -9 of the rank that logs, is one run with
+every point once; TensorBoard's own reader finds the same points; a tracker that is down never stops training."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.runtime.helpers import EXAMPLE, Run, quiet_env, records, run_sync, worker_pid
+from tests.runtime.torchmod import require_torch
+from tests.testenv.mlflowserver import MLflowServer
+from tests.testenv.s3 import _free_port
+
+require_torch()
+from kubetrain.runtime.trackers import MLflowConnection  # noqa: E402
+from kubetrain.runtime.tracking import Buffered, Outcome, RunFile, TrackingConfig  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(420)]
+
+
+def tracked_digits(tmp_path: Path, tracking: dict[str, Any]) -> Path:
+    """The digits example with tracking."""
+    doc = yaml.safe_load((EXAMPLE / "kubetrain.yaml").read_text())
+    spec = doc["spec"]
+    spec["code"]["path"] = str(EXAMPLE)
+    spec["volumes"][0]["localPath"] = str(tmp_path / "ckpt")
+    spec["tracking"] = tracking
+    path = tmp_path / "kubetrain.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def unique_steps(lines: list[dict[str, Any]], key: str) -> list[int]:
+    return sorted({r["step"] for r in lines if r.get(key) is not None})
+
+
+def test_kill_9_of_the_logging_rank_leaves_one_run_with_every_point_once(
+        tmp_path: Path, mlflow_server: MLflowServer) -> None:
+    experiment = f"digits-{uuid.uuid4().hex[:8]}"
+    spec = tracked_digits(tmp_path, {"mlflow": {"trackingUri": mlflow_server.uri, "experiment": experiment},
+                                     "tensorboard": {"logDir": "/ckpt/tb"}, "params": {"width": 64}})
+    client = mlflow_server.client()
+    marker = uuid.uuid4().hex
+    killed = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker))
+    try:  # rank 0, which logs, dies past the step-50 checkpoint: the job fails, as a pod's container does
+        killed.wait_for(lambda r: r["kind"] == "train" and r["step"] >= 60)
+        os.kill(worker_pid(marker, rank=0), signal.SIGKILL)
+        code, first, err = killed.finish()
+    finally:
+        killed.kill()
+    assert code != 0, first[-4000:] + err
+    restarted = run_sync(["-f", str(spec)], quiet_env())  # the pod's restart: a new process resumes
+    assert restarted.returncode == 0, restarted.stdout[-4000:] + restarted.stderr
+    out = restarted.stdout
+    assert len(records(out, "resume")) == 1 and records(out, "resume")[0]["step"] >= 50
+    lines = records(first) + records(out)
+
+    found = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([found.experiment_id])
+    assert len(runs) == 1, [r.info.run_id for r in runs]  # one run, whatever happened
+    tracked = runs[0]
+    assert tracked.info.status == "FINISHED" and tracked.info.run_name == "digits-ddp"
+    expected = {"loss": unique_steps(lines, "loss"), "lr": unique_steps(lines, "lr"),
+                "samples_per_s": unique_steps(lines, "samples_per_s"),
+                "eval_loss": unique_steps(lines, "eval_loss"), "eval_accuracy": unique_steps(lines, "eval_accuracy")}
+    assert len(expected["loss"]) == 14 and len(expected["eval_accuracy"]) == 12  # 288 steps, every 20; 12 epochs
+    for key, steps in expected.items():
+        history = [m.step for m in client.get_metric_history(tracked.info.run_id, key)]
+        assert sorted(history) == steps, key  # every point once: no duplicate after the resume, none missing
+    final_accuracy = records(out, "eval")[-1]["eval_accuracy"]
+    assert tracked.data.metrics["eval_accuracy"] == final_accuracy
+    tags = tracked.data.tags
+    assert tags["kubetrain.image"] == "ghcr.io/kubetrain/digits:0.1.0" and tags["kubetrain.cluster"] == "local"
+    assert tags["kubetrain.namespace"] == "default" and len(tags["kubetrain.spec-hash"]) == 16
+    final_checkpoint = records(out, "checkpoint")[-1]["path"]
+    assert tags["kubetrain.checkpoint"] == final_checkpoint
+    params = tracked.data.params
+    assert params["train.lr"] == "0.003" and params["train.epochs"] == "12" and params["width"] == "64"
+    artifacts = {a.path for a in client.list_artifacts(tracked.info.run_id, "kubetrain")}
+    assert artifacts == {"kubetrain/checkpoint.json", "kubetrain/spec.json"}
+    spec_artifact = client.download_artifacts(tracked.info.run_id, "kubetrain/spec.json", str(tmp_path))
+    assert yaml.safe_load(Path(spec_artifact).read_text())["spec"]["train"]["epochs"] == 12
+    assert (tmp_path / "ckpt" / "digits" / "tracking.json").is_file()  # the run's ID, beside the checkpoints
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    reader = EventAccumulator(str(tmp_path / "ckpt" / "tb"), size_guidance={"scalars": 0})
+    reader.Reload()
+    assert set(reader.Tags()["scalars"]) == set(expected)
+    for key, steps in expected.items():
+        assert sorted(event.step for event in reader.Scalars(key)) == steps, key
+
+
+def test_a_tracker_that_is_down_never_stops_training_and_the_loss_is_said(tmp_path: Path) -> None:
+    down = f"http://127.0.0.1:{_free_port('127.0.0.1')}"  # nothing listens there
+    config = TrackingConfig({"runName": "digits", "mlflow": {"trackingUri": down}}, "key")
+    tracker = Buffered(MLflowConnection(config, RunFile(str(tmp_path)), config.data["mlflow"]), capacity=5)
+    tracker.start()
+    for step in range(1, 13):
+        tracker.add(step, {"loss": 1.0 / step})  # never blocks, never raises
+    line = tracker.finish(Outcome("completed", 12, None), timeout=120)
+    assert line is not None and line.startswith(
+        "kubetrain.runtime: tracking: mlflow: 12 points not logged (7 dropped from a full buffer of 5) (")
+    assert "\n" not in line
+    assert not (tmp_path / "tracking.json").exists()
