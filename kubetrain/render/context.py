@@ -128,7 +128,7 @@ def env(job: TrainingJob, checkpoint_dir: str | None = None) -> list[dict[str, A
 
 
 def _runtime_config(spec: JobSpec, checkpoint_dir: str | None = None) -> str | None:
-    """The Trainer API and checkpoint settings, as JSON for kubetrain.runtime inside the container.
+    """The Trainer API, checkpoint and divergence settings, as JSON for kubetrain.runtime in the container.
     `checkpoint_dir` replaces spec.checkpoint.dir (only where checkpointing is on)."""
     if spec.train is None and spec.checkpoint.dir is None:
         return None
@@ -139,6 +139,8 @@ def _runtime_config(spec: JobSpec, checkpoint_dir: str | None = None) -> str | N
     if checkpoint_dir and spec.checkpoint.dir:
         checkpoint["dir"] = checkpoint_dir
     config = {"train": train, "checkpoint": checkpoint}
+    if "divergence" in spec.model_fields_set:  # the runtime's default otherwise (existing manifests unchanged)
+        config["divergence"] = spec.divergence.model_dump(mode="json", by_alias=True)
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 

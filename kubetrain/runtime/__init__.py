@@ -11,6 +11,7 @@ See docs/runtime.md.
 
 from kubetrain.runtime.checkpoint import CheckpointStore
 from kubetrain.runtime.config import RuntimeConfigError, load_config, local_path, resolve_ref
+from kubetrain.runtime.divergence import TrainingDiverged
 from kubetrain.runtime.distributed import (
     DistEnv,
     distributed,
@@ -29,6 +30,7 @@ __all__ = [
     "FitResult",
     "RuntimeConfigError",
     "Trainer",
+    "TrainingDiverged",
     "TrainingStopped",
     "distributed",
     "exit_process",

@@ -42,11 +42,14 @@ class Reporter:
 
 
 class Window:
-    """Loss and sample counts since the last metrics line; the loss is averaged over all ranks when read."""
+    """Loss and sample counts since the last metrics line; the loss is averaged over all ranks when read.
+    Micro-batches are added to the current optimizer step (`pending`) and enter the window when that step
+    is applied (`commit`), or leave with it when it is skipped (`discard`, spec.divergence.policy skip)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.reset()
+        self.discard()
 
     def reset(self) -> None:
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -55,16 +58,28 @@ class Window:
         self.started = time.perf_counter()
 
     def add(self, loss: torch.Tensor, samples: int) -> None:
-        self.loss_sum.add_(loss.detach())  # accumulates in float64
-        self.batches += 1
-        self.samples += samples
+        self.pending.add_(loss.detach())  # accumulates in float64
+        self.pending_batches += 1
+        self.pending_samples += samples
 
-    def read(self, env: DistEnv) -> tuple[float, float]:
-        """(mean loss over ranks and micro-batches, samples/s across all ranks); a collective."""
+    def commit(self) -> None:
+        self.loss_sum.add_(self.pending)
+        self.batches += self.pending_batches
+        self.samples += self.pending_samples
+        self.discard()
+
+    def discard(self) -> None:
+        self.pending = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.pending_batches = 0
+        self.pending_samples = 0
+
+    def read(self, env: DistEnv) -> tuple[float | None, float]:
+        """(mean loss over ranks and micro-batches, samples/s across all ranks); a collective. The loss is
+        None when every step of the window was skipped."""
         elapsed = max(time.perf_counter() - self.started, 1e-9)
         stats = torch.stack([self.loss_sum, torch.tensor(float(self.batches), dtype=torch.float64,
                                                          device=self.device)])
         if env.world_size > 1:
             dist.all_reduce(stats)
-        loss = float(stats[0] / stats[1]) if float(stats[1]) else float("nan")
+        loss = float(stats[0] / stats[1]) if float(stats[1]) else None
         return loss, self.samples * env.world_size / elapsed
