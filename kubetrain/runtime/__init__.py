@@ -11,7 +11,6 @@ See docs/runtime.md.
 
 from kubetrain.runtime.checkpoint import CheckpointStore
 from kubetrain.runtime.config import RuntimeConfigError, load_config, local_path, resolve_ref
-from kubetrain.runtime.divergence import TrainingDiverged
 from kubetrain.runtime.distributed import (
     DistEnv,
     distributed,
@@ -19,6 +18,7 @@ from kubetrain.runtime.distributed import (
     init_distributed,
     shutdown_distributed,
 )
+from kubetrain.runtime.divergence import TrainingDiverged
 from kubetrain.runtime.stop import EXIT_STOP_TIMEOUT, TrainingStopped
 from kubetrain.runtime.trainer import Factories, FitResult, Trainer
 

@@ -6,7 +6,7 @@ import importlib
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -30,7 +30,7 @@ class RuntimeConfig:
 
     train: Train | None
     checkpoint: Checkpoint
-    divergence: Divergence = Divergence()
+    divergence: Divergence = field(default_factory=Divergence)
 
 
 def _first_error(exc: ValidationError, prefix: str) -> str:

@@ -98,5 +98,6 @@ def test_the_html_report_marks_the_divergence_in_chromium(tmp_path: Path) -> Non
     dom = subprocess.run([browser, *flags, "--dump-dom", report.as_uri()], capture_output=True, text=True,
                          timeout=120, check=False).stdout
     marks = dom.split('data-diverged="', 1)[1].split('"', 1)[0].replace("&quot;", '"')
-    assert json.loads(marks) == {"loss": "diverged at step 8: loss nan", "eval loss": "diverged at step 9: eval_loss nan"}
+    assert json.loads(marks) == {"loss": "diverged at step 8: loss nan",
+                                 "eval loss": "diverged at step 9: eval_loss nan"}
     assert "DIVERGED" in dom.split('id="diverged"', 1)[1].split("</", 1)[0]

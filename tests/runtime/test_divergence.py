@@ -13,8 +13,8 @@ Plus the skip policy: a transient NaN (one bad step) is skipped, the run complet
 from __future__ import annotations
 
 import io
-import sys
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from kubetrain.jobspec.sections import Checkpoint, Divergence, Train  # noqa: E4
 from kubetrain.metrics import EXIT_DIVERGED, parse_metrics_line  # noqa: E402
 from kubetrain.runtime import CheckpointStore, Factories, Trainer, TrainingDiverged  # noqa: E402
 from kubetrain.runtime.checkpoint import NonFiniteCheckpoint, is_finite_state  # noqa: E402
+
 sys.path.insert(0, str(JOBS))
 import nan_task  # noqa: E402
 
