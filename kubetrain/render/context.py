@@ -59,8 +59,11 @@ class RenderOptions:
 
 
 def spec_hash(job: TrainingJob, options: RenderOptions) -> str:
-    payload = {"spec": job.model_dump(mode="json", by_alias=True), "code": options.code.digest if options.code
-               else None, "cloud": options.cloud, "image": options.image}
+    # spec.divergence left out unless written: a job that does not set it keeps the hash it had before the
+    # field existed (else every running child would look changed to the controller after an upgrade)
+    unset = set() if "divergence" in job.spec.model_fields_set else {"divergence"}
+    payload = {"spec": job.model_dump(mode="json", by_alias=True, exclude={"spec": unset}),
+               "code": options.code.digest if options.code else None, "cloud": options.cloud, "image": options.image}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 

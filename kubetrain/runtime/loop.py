@@ -234,8 +234,8 @@ class Loop:
         if self.sharded is not None:
             for done in self.sharded.flush():
                 self._report_checkpoint(done.step, done.path, done.reason, done.seconds, done.epoch)
-        self.reporter.emit("end", status="diverged", step=step, epoch=self.epoch,
-                           **{field: NONFINITE_VALUES[value]})
+        value_field: dict[str, Any] = {field: NONFINITE_VALUES[value]}
+        self.reporter.emit("end", status="diverged", step=step, epoch=self.epoch, **value_field)
         raise TrainingDiverged(step, field, value, self.last_checkpoint)
 
     def _optimizer_step(self) -> None:
@@ -276,7 +276,7 @@ class Loop:
     def _log(self) -> None:
         loss, rate = self.window.read(self.env)
         self.last_loss = loss
-        skipped = {"skipped_steps": self.guard.skipped} if self.guard.skipped else {}
+        skipped: dict[str, Any] = {"skipped_steps": self.guard.skipped} if self.guard.skipped else {}
         self.reporter.emit("train", step=self.step, total_steps=self.total_steps, epoch=self.epoch + 1,
                            loss=loss, samples_per_s=round(rate, 2), lr=self.optimizer.param_groups[0]["lr"],
                            gpu_mem_mb=gpu_memory_mb(self.env.device), **skipped)

@@ -183,3 +183,22 @@ def test_a_plain_script_that_turns_nan_never_succeeds(tmp_path: Path, seed: int)
     assert fixed.returncode == 0 and "script succeeded" in fixed.stderr, fixed.stdout[-3000:] + fixed.stderr
     resumes = records(fixed.stdout, "resume")
     assert [r["step"] for r in resumes] == ([good[-1]] if good else [])
+
+
+def test_the_policy_reaches_the_runtime_only_when_written() -> None:
+    import yaml
+
+    from kubetrain.jobspec.load import parse_spec
+    from kubetrain.render.context import env
+    from kubetrain.runtime.config import load_config
+
+    def config(**spec: Any) -> Any:
+        doc = {"apiVersion": "kubetrain.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": "t"},
+               "spec": {"image": "example.com/t:1", "train": {"model": "m:f", "dataset": "m:d"}, **spec}}
+        values = {e["name"]: e.get("value") for e in env(parse_spec(yaml.safe_dump(doc)))}
+        return values["KUBETRAIN_CONFIG"], load_config(values)
+
+    raw, loaded = config()
+    assert "divergence" not in raw and loaded.divergence == Divergence()  # manifests as before: stop
+    raw, loaded = config(divergence={"policy": "skip", "maxSkippedSteps": 3})
+    assert loaded.divergence == Divergence(policy="skip", maxSkippedSteps=3)

@@ -39,7 +39,8 @@ def main() -> None:
         optimizer.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
-        print(format_metrics("train", rank=0, step=step, total_steps=steps, epoch=1, loss=float(loss.detach())), flush=True)
+        line = format_metrics("train", rank=0, step=step, total_steps=steps, epoch=1, loss=float(loss.detach()))
+        print(line, flush=True)
         if step % every == 0:
             store.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, step)
             store.prune()
