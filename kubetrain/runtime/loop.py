@@ -231,9 +231,7 @@ class Loop:
 
     def _diverge(self, step: int, field: str, value: str) -> None:
         """End the run as diverged: publish checkpoints still in flight (written before), say so, raise."""
-        if self.sharded is not None:
-            for done in self.sharded.flush():
-                self._report_checkpoint(done.step, done.path, done.reason, done.seconds, done.epoch)
+        self._publish_in_flight()
         value_field: dict[str, Any] = {field: NONFINITE_VALUES[value]}
         self.reporter.emit("end", status="diverged", step=step, epoch=self.epoch, **value_field)
         raise TrainingDiverged(step, field, value, self.last_checkpoint)
@@ -370,9 +368,8 @@ class Loop:
         if self.saved_step != self.step and not state_is_finite(self.wrapped.module, self.optimizer, self.env):
             self.guard.say(f"{reason} checkpoint at step {self.step} not written: the parameters are not finite "
                            f"(the last good checkpoint stands: {self.last_checkpoint or 'none'})")
-            if reason in ("final", "signal") and self.sharded is not None:
-                for done in self.sharded.flush():
-                    self._report_checkpoint(done.step, done.path, done.reason, done.seconds, done.epoch)
+            if reason in ("final", "signal"):
+                self._publish_in_flight()
             return
         if self.sharded is not None:
             self._save_sharded(reason)
@@ -401,6 +398,12 @@ class Loop:
             published += self.sharded.flush()
         for done in published:
             self._report_checkpoint(done.step, done.path, done.reason, done.seconds, done.epoch)
+
+    def _publish_in_flight(self) -> None:
+        """Sharded (fsdp): publish asynchronous checkpoints still being written (of earlier steps)."""
+        if self.sharded is not None:
+            for done in self.sharded.flush():
+                self._report_checkpoint(done.step, done.path, done.reason, done.seconds, done.epoch)
 
     def _report_checkpoint(self, step: int, path: Any, reason: str, seconds: float,
                            epoch: int | None = None) -> None:
