@@ -101,3 +101,18 @@ def test_the_html_report_marks_the_divergence_in_chromium(tmp_path: Path) -> Non
     assert json.loads(marks) == {"loss": "diverged at step 8: loss nan",
                                  "eval loss": "diverged at step 9: eval_loss nan"}
     assert "DIVERGED" in dom.split('id="diverged"', 1)[1].split("</", 1)[0]
+
+
+def test_endings_carry_their_cause() -> None:
+    from kubetrain.cli.run_cmd import ending
+    from kubetrain.controller.handoff import diverged_of
+
+    assert ending(0, None) == "succeeded"
+    assert ending(65, "diverged at step 8: loss nan") == "diverged at step 8: loss nan; exit code 65"
+    assert ending(143, None) == "exited with 143 (stopped by SIGTERM)"
+    assert ending(130, "diverged at step 8: loss nan") == (
+        "exited with 130 (stopped by SIGINT; diverged at step 8: loss nan)")
+    assert ending(3, None) == "exited with 3"
+    done = {"status": {"phase": "Succeeded", "conditions": [
+        {"type": "Diverged", "status": "True", "reason": "NonFiniteLoss", "message": "diverged at step 8: loss nan"}]}}
+    assert diverged_of(done) == "diverged at step 8: loss nan" and diverged_of({"status": {}}) is None
