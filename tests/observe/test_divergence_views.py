@@ -18,6 +18,7 @@ from kubetrain.controller.progress import progress_of
 from kubetrain.controller.reconcile import desired
 from kubetrain.controller.statusmodel import TrainingJobStatus
 from kubetrain.metrics import format_metrics
+from kubetrain.observe.history import from_lines, table_text
 from kubetrain.observe.render import Renderer
 from tests.observe.test_metrics_cli import chromium
 
@@ -60,6 +61,8 @@ def test_the_trainers_diverged_end_and_an_infinite_loss() -> None:
     _, progress, text = rendered(lines)
     assert "step 8/12" in progress[-1] and "loss inf" in progress[-1]
     assert progress[-1].endswith("diverged at step 8: loss inf") and "training completed" not in text
+    history = from_lines("run", lines)  # `kubetrain metrics`: the end record alone carries the value
+    assert history.diverged("loss") == (8.0, "inf") and "DIVERGED: loss is inf from step 8" in table_text(history)
 
 
 def test_skipped_steps_are_shown_and_are_no_divergence() -> None:
