@@ -101,10 +101,11 @@ def plain_loop(samples: int, epochs: int, log_every: int, out: str, *, same_ddp:
     dist.destroy_process_group()
 
 
-def trainer_loop(samples: int, epochs: int, log_every: int, out: str, *, checkpoint_dir: str | None = None) -> None:
+def trainer_loop(samples: int, epochs: int, log_every: int, out: str, *, checkpoint_dir: str | None = None,
+                 divergence: str = "stop") -> None:
     import torch
 
-    from kubetrain.jobspec.sections import Checkpoint, Train
+    from kubetrain.jobspec.sections import Checkpoint, Divergence, Train
     from kubetrain.runtime import Factories, Trainer
 
     built: list[Any] = []
@@ -116,7 +117,8 @@ def trainer_loop(samples: int, epochs: int, log_every: int, out: str, *, checkpo
     train = Train(model="bench:model", dataset="bench:data", epochs=epochs, batchSize=BATCH, lr=LR, seed=SEED,
                   logEvery=log_every, backend="gloo")
     checkpoint = Checkpoint(dir=checkpoint_dir, keep=1)
-    Trainer(train, checkpoint, factories=Factories(model=model, dataset=lambda: make_data(samples))).fit()
+    Trainer(train, checkpoint, factories=Factories(model=model, dataset=lambda: make_data(samples)),
+            divergence=Divergence(policy=divergence)).fit()  # type: ignore[arg-type]
     if os.environ.get("RANK", "0") == "0":
         torch.save(built[0].state_dict(), out)
 
@@ -251,7 +253,8 @@ def main() -> None:
         side, samples, epochs, log_every, out = sys.argv[2:7]
         if side.startswith("trainer"):
             checkpoints = str(Path(out).with_suffix(".ckpt")) if side == "trainer-ckpt" else None
-            trainer_loop(int(samples), int(epochs), int(log_every), out, checkpoint_dir=checkpoints)
+            policy = "continue" if side == "trainer-continue" else "stop"  # bench_divergence.py's other side
+            trainer_loop(int(samples), int(epochs), int(log_every), out, checkpoint_dir=checkpoints, divergence=policy)
         else:
             plain_loop(int(samples), int(epochs), int(log_every), out, same_ddp=side == "plain-same")
         return

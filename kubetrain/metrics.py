@@ -23,6 +23,10 @@ PREFIX = "KUBETRAIN_METRICS "
 """The marker that starts the JSON part of a metrics line."""
 
 KINDS = ("start", "train", "eval", "checkpoint", "resume", "end", "profile")
+EXIT_DIVERGED = 65
+"""The exit code of a run whose loss became non-finite (spec.divergence): below 128, so the operator's
+`restartPolicy: ExitCode` does not retry it (a retry resumes from the same checkpoint and diverges again)."""
+NONFINITE_TEXTS = ("nan", "inf", "-inf")
 """start: set-up done, first step next; train: progress every `logEvery` optimizer steps; eval: held-out
 results after an epoch; checkpoint: a checkpoint was committed; resume: state loaded from a checkpoint;
 end: the loop finished (status completed) or stopped on a signal (status stopped)."""
@@ -42,6 +46,19 @@ def nonfinite_text(value: Any) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return None
+
+
+def diverged_text(step: Any, field: str, value: str) -> str:
+    """The one wording of a divergence in every view: `diverged at step 8: loss nan`."""
+    shown = f"{step:.0f}" if isinstance(step, int | float) and not isinstance(step, bool) else "?"
+    return f"diverged at step {shown}: {field} {value}"
+
+
+def nonfinite_of(record: dict[str, Any], field: str) -> str | None:
+    """"nan", "inf" or "-inf" when a metrics record says `field` was non-finite, else None (never raises)."""
+    found = record.get("nonfinite")
+    text = found.get(field) if isinstance(found, dict) else None
+    return text if text in NONFINITE_TEXTS else None
 
 
 def format_metrics(kind: str, **fields: Any) -> str:

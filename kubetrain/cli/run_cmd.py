@@ -10,6 +10,7 @@ import click
 
 from kubetrain.cli.common import load, spec_file_option, warn_render
 from kubetrain.cli.output import handle_errors, info
+from kubetrain.metrics import EXIT_DIVERGED
 
 
 @click.command()
@@ -39,7 +40,8 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     The job's merged logs go to stdout as `[node-N rank-R] ...`; its metrics become a live progress
     line on a terminal (else a progress line every 10 s on stderr) and a summary table at the end
     (the JSON metrics lines only with --raw, or in --log-dir's files). The exit status is the job's
-    (128+signal if stopped by Ctrl-C/SIGTERM, after the runtime's checkpoint).
+    (128+signal if stopped by Ctrl-C/SIGTERM, after the runtime's checkpoint; 65 if the loss became NaN
+    or infinite, spec.divergence).
 
     \b
     Examples:
@@ -68,8 +70,11 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     info(f"kubetrain run: {plan.job_name}: {len(plan.nodes)} node(s) x {plan.procs_per_node} process(es)"
          + (f"; {mapping}" if mapping else ""))
     archive = plan.path_map.rewrite(loaded.job.spec.archive) if loaded.job.spec.archive else None
-    code, failures = _supervise(plan, raw, archive, loaded.job.spec.hang)
-    info(f"kubetrain run: {plan.job_name} " + ("succeeded" if code == 0 else f"exited with {code}"))
+    # the Trainer API stops itself (spec.divergence); a plain script is stopped from its metrics lines
+    stops = loaded.job.spec.train is None and loaded.job.spec.divergence.policy == "stop"
+    code, failures, diverged = _supervise(plan, raw, archive, loaded.job.spec.hang, stops)
+    code = EXIT_DIVERGED if diverged and code < 128 else code  # a signal from the user still wins
+    info(f"kubetrain run: {plan.job_name} {ending(code, diverged)}")
     for line in failures:
         info(f"kubetrain run: {line}")
     if failures and log_dir is None:
@@ -84,9 +89,26 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
 
 
 
-def _supervise(plan: Any, raw: bool, archive: str | None, hang: Any) -> tuple[int, list[str]]:
+STOPPED = {130: "stopped by SIGINT", 137: "killed by SIGKILL", 143: "stopped by SIGTERM",
+           144: "the stop checkpoint did not finish within spec.checkpoint.sigtermTimeoutSeconds"}
+
+
+def ending(code: int, diverged: str | None) -> str:
+    """How the run ended, with its cause: `succeeded`, `diverged at step 8: loss nan; exit code 65`,
+    `exited with 143 (stopped by SIGTERM)`."""
+    if diverged and code == EXIT_DIVERGED:
+        return f"{diverged}; exit code {code}"
+    if code == 0:
+        return "succeeded"
+    cause = "; ".join(c for c in (STOPPED.get(code), diverged) if c)
+    return f"exited with {code}" + (f" ({cause})" if cause else "")
+
+
+def _supervise(plan: Any, raw: bool, archive: str | None, hang: Any, stops: bool
+               ) -> tuple[int, list[str], str | None]:
     """Run the plan with its output through the progress renderer (kubetrain.observe.render) and, with
-    spec.archive, into the archive (one log per node, as a cluster keeps one per pod)."""
+    spec.archive, into the archive (one log per node, as a cluster keeps one per pod). `stops`: stop the job
+    when its metrics show a non-finite loss. Returns the exit status, the failed ranks and the divergence."""
     from kubetrain.local.hangwatch import supervise
     from kubetrain.observe.archive import NodeArchive
     from kubetrain.observe.render import LineStream, Renderer
@@ -95,9 +117,11 @@ def _supervise(plan: Any, raw: bool, archive: str | None, hang: Any) -> tuple[in
     kept = NodeArchive(archive, plan.job_name, renderer.line) if archive else None
     out = LineStream(kept.line) if kept else renderer.stdout
     try:
-        return supervise(plan, hang, out, renderer.stderr)  # type: ignore[arg-type]
+        code, failures = supervise(plan, hang, out, renderer.stderr,  # type: ignore[arg-type]
+                                   renderer.tracker.divergence if stops else None)
     finally:
         renderer.close()
         if kept:
             kept.close()
             renderer.notice(f"kubetrain run: logs archived in {archive}/{plan.job_name}/logs/")
+    return code, failures, renderer.tracker.divergence()

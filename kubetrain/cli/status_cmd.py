@@ -79,6 +79,8 @@ def _print_status(result: JobStatus) -> None:
     job = result.job
     gpus = f"{job.pods}×{job.gpus_per_pod} GPU" if job.gpus_per_pod else f"{job.pods} pod(s), CPU"
     click.echo(f"{job.target} {job.namespace}/{job.name}: {job.state} ({gpus}, age {age(job.created)})")
+    if result.progress and result.progress.get("line"):  # mirrored by the kubetrain controller
+        click.echo(f"Progress: {result.progress['line']}")
     click.echo("\nConditions:")
     rows = [[c.get("type", ""), c.get("status", ""), c.get("reason", ""), str(c.get("message", ""))]
             for c in result.conditions] or [["(none yet)", "", "", ""]]

@@ -13,6 +13,7 @@ from kubetrain.cli.common import load, render_loaded, spec_file_option
 from kubetrain.cli.output import emit_objects, handle_errors, info, warn
 from kubetrain.errors import UsageError
 from kubetrain.jobspec.load import LoadedSpec
+from kubetrain.metrics import EXIT_DIVERGED
 from kubetrain.render.yamlout import dump_json, dump_yaml
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
 @click.option("-o", "--output", type=click.Choice(["name", "yaml", "json"]), default=None,
               help="stdout: the job's name (default), kind/name, or the applied objects.")
 @click.option("--wait", is_flag=True, help="Wait for the job to finish: exit 0 on Succeeded, 1 on Failed, "
-              "4 on --timeout, 3 if the API server stayed unreachable (see docs/cluster.md).")
+              "4 on --timeout, 3 if the API server stayed unreachable (see docs/cluster.md); with --controller, "
+              "65 if the loss diverged.")
 @click.option("--follow", is_flag=True, help="After submitting, follow the logs (as `kubetrain logs -f`).")
 @click.option("--controller", "via_controller", is_flag=True, help="Hand the TrainingJob to the cluster's "
               "kubetrain controller instead of applying the PyTorchJob/TrainJob (docs/operator.md).")
@@ -112,7 +114,7 @@ def _via_controller(connection: Connection, loaded: LoadedSpec, namespace: str, 
     name = submit_to_controller(connection, loaded, namespace, dry_run, output, overrides)
     if not (wait or follow):
         return
-    from kubetrain.controller.handoff import outcome, wait_trainingjob
+    from kubetrain.controller.handoff import diverged_of, outcome, wait_trainingjob
 
     deadline = None if timeout is None else time.monotonic() + timeout
     if follow:
@@ -126,7 +128,12 @@ def _via_controller(connection: Connection, loaded: LoadedSpec, namespace: str, 
         info(f"waiting for TrainingJob {namespace}/{name} to finish")
     final = wait_trainingjob(connection.rest, namespace, name, _left(deadline), "final", on_retry=info)
     phase, why = outcome(final)
-    info(f"TrainingJob {namespace}/{name} {phase}" + (f": {why}" if why and phase != "Succeeded" else ""))
+    diverged = diverged_of(final)  # a script under policy continue may end Succeeded and still have diverged
+    why = diverged or why
+    told = why and (diverged or phase != "Succeeded")
+    info(f"TrainingJob {namespace}/{name} {phase}" + (f": {why}" if told else ""))
+    if diverged:
+        sys.exit(EXIT_DIVERGED)
     if phase != "Succeeded":
         sys.exit(1)
 

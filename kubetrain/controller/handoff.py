@@ -102,6 +102,14 @@ def wait_trainingjob(api: Rest, namespace: str, name: str, timeout: float | None
                               field_selector=f"metadata.name={name}")
 
 
+def diverged_of(obj: dict[str, Any]) -> str | None:
+    """`diverged at step N: loss nan` when the TrainingJob's Diverged condition is True, else None."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if (cond.get("type"), cond.get("status")) == ("Diverged", "True"):
+            return str(cond.get("message") or "diverged")
+    return None
+
+
 def outcome(obj: dict[str, Any]) -> tuple[str, str]:
     """(phase, why) of a TrainingJob: why is the message of its Valid=False or Failed condition."""
     status = obj.get("status") or {}

@@ -185,7 +185,7 @@ class Controller:
         if ckpt := current_dir if want.problems else checkpoint_dir_of(want.job, current_dir):
             status["checkpointDir"] = ckpt
         if child is not None and want.target and self._ended(latest, status):
-            status = self._with_final_progress(key, want.target, status)
+            status = mirror.with_divergence(self._with_final_progress(key, want.target, status), status_of(latest))
         if kept := status_of(latest).get("hang"):
             status["hang"] = kept  # written by the hang watch (restarts), kept as it is
         self._write_status(obj, status_of(latest), status)

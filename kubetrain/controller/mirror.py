@@ -34,6 +34,23 @@ def child_conditions(child: dict[str, Any] | None, phase: str, queue: str | None
     return out
 
 
+def divergence_conditions(progress: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Diverged (True) while the progress read from rank 0's metrics lines says the loss became NaN or inf."""
+    text = (progress or {}).get("diverged")
+    return [condition("Diverged", True, "NonFiniteLoss", str(text))] if text else []
+
+
+def with_divergence(status: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    """The status with its Diverged condition, for a progress read after the conditions were computed (the
+    final read when the child ends)."""
+    conds = status.get("conditions") or []
+    extra = [c for c in divergence_conditions(status.get("progress")) if c["type"] not in {x["type"] for x in conds}]
+    if not extra:
+        return status
+    stamped = _keep_times(old.get("conditions") or [], extra, status.get("observedGeneration"))
+    return {**status, "conditions": [*conds, *stamped]}
+
+
 def _terminal_message(child: dict[str, Any]) -> str:
     final = final_condition(child) or {}
     return " ".join(str(final.get("message") or "").split())
@@ -62,13 +79,17 @@ def status_for(obj: dict[str, Any], want: Desired, child: dict[str, Any] | None,
     """The whole status: phase, conditions, replica counts, times, children, observedGeneration."""
     old = status_of(obj)
     generation = meta_of(obj).get("generation")
+    kept = old.get("progress")
+    if not (kept and child and str(kept.get("updateTime") or "") >= times(child)["startTime"]):
+        kept = None  # read from an earlier child: not this one's progress
     if want.problems:
         phase = "Invalid"
         conds = [condition("Valid", False, "InvalidSpec", "; ".join(want.problems))]
     else:
         phase = jobs.state(child) if child else "Pending"
         queue = want.job.spec.scheduling.queue if want.job else None
-        conds = [condition("Valid", True, "Rendered"), *child_conditions(child, phase, queue, queued)]
+        conds = [condition("Valid", True, "Rendered"), *child_conditions(child, phase, queue, queued),
+                 *divergence_conditions(kept)]
     status: dict[str, Any] = {"phase": phase, "observedGeneration": generation,
                               "conditions": _keep_times(old.get("conditions") or [], [*conds, *extra], generation)}
     if want.target:
@@ -77,8 +98,8 @@ def status_for(obj: dict[str, Any], want: Desired, child: dict[str, Any] | None,
         meta = child["metadata"]
         status.update(replicas=replicas(child), specHash=want.spec_hash or old.get("specHash"), **times(child),
                       children=[{"apiVersion": child["apiVersion"], "kind": child["kind"], "name": meta["name"]}])
-    if (kept := old.get("progress")) and child and str(kept.get("updateTime") or "") >= times(child)["startTime"]:
-        status["progress"] = kept  # read from this child (an earlier child's progress is not this one's)
+    if kept:
+        status["progress"] = kept
     return {k: v for k, v in status.items() if v is not None}
 
 
@@ -111,4 +132,6 @@ def transitions(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str
     for cond in new.get("conditions") or []:
         if cond["type"] == "SpecChanged" and cond["status"] == "True" and was.get("SpecChanged") != "True":
             events.append(("Warning", cond["reason"], cond["message"]))
+        if cond["type"] == "Diverged" and cond["status"] == "True" and was.get("Diverged") != "True":
+            events.append(("Warning", "Diverged", cond["message"]))
     return events

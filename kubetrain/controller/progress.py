@@ -35,11 +35,14 @@ def progress_of(lines: list[str]) -> dict[str, Any] | None:
     rate = tracker.steps_per_second()
     out: dict[str, Any] = {"step": step, "totalSteps": total, "line": tracker.line(),
                            "stepText": f"{step}/{total}" if total else f"{step}"}
-    if isinstance(record.get("loss"), int | float):
+    if isinstance(record.get("loss"), int | float) and tracker.diverged is None:
         out["loss"] = f"{record['loss']:.4f}"
+    elif tracker.diverged is not None:
+        out.update(loss=tracker.diverged[2] if tracker.diverged[1] == "loss" else None,
+                   diverged=tracker.divergence())
     if isinstance(record.get("samples_per_s"), int | float):
         out["samplesPerSecond"] = round(float(record["samples_per_s"]), 1)
-    if rate and isinstance(step, int) and isinstance(total, int) and total > step:
+    if rate and isinstance(step, int) and isinstance(total, int) and total > step and not tracker.diverged:
         out["eta"] = format_duration((total - step) / rate)
     if accuracy is not None:
         out["evalAccuracy"] = accuracy

@@ -18,7 +18,7 @@ class Condition(_Status):
     """A condition, as in every Kubernetes status."""
 
     type: str
-    """Valid, Queued, Admitted, Running, Succeeded, Failed, SpecChanged, Hung or Straggler."""
+    """Valid, Queued, Admitted, Running, Succeeded, Failed, SpecChanged, Hung, Straggler or Diverged."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
     reason: str
@@ -63,7 +63,8 @@ class Progress(_Status):
     stepText: str | None = None
     """step/total, for `kubectl get` (printer column)."""
     loss: str | None = None
-    """Training loss of the last metrics line (a string, as printer columns and merge patches keep it exact)."""
+    """Training loss of the last metrics line (a string, as printer columns and merge patches keep it exact);
+    nan, inf or -inf once the loss diverged."""
     samplesPerSecond: float | None = None
     """Throughput of the last metrics line."""
     eta: str | None = None
@@ -72,6 +73,8 @@ class Progress(_Status):
     """Held-out accuracy of the last eval record."""
     line: str | None = None
     """The progress line `kubetrain logs -f` shows."""
+    diverged: str | None = None
+    """`diverged at step N: loss nan` once a loss or held-out loss was NaN or infinite (spec.divergence)."""
     updateTime: str | None = None
     """When this progress was read (RFC 3339)."""
 
@@ -99,7 +102,7 @@ class TrainingJobStatus(_Status):
     specHash: str | None = None
     """Hash of the rendered spec the child was created from (kubetrain.dev/spec-hash)."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Valid, Queued/Admitted (with Kueue), Running, Succeeded/Failed, SpecChanged, Hung, Straggler."""
+    """Valid, Queued/Admitted (with Kueue), Running, Succeeded/Failed, SpecChanged, Hung, Straggler, Diverged."""
     replicas: dict[str, ReplicaCounts] = Field(default_factory=dict)
     """Pod counts per replica type (Master, Worker, or the TrainJob's jobs)."""
     startTime: str | None = None

@@ -7,9 +7,10 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from kubetrain.errors import ClusterError
 from kubetrain.jobs import crud as jobs
 from kubetrain.jobs import devices, hints, pods
-from kubetrain.jobs.targets import PYTORCHJOB, Target
+from kubetrain.jobs.targets import PYTORCHJOB, TRAININGJOB, Target, controlling_trainingjob
 from kubetrain.kube.events import list_events, list_selected, selectors, uid_selector
 from kubetrain.kube.objects import JOB_LABEL, meta_of, parse_time, status_of
 from kubetrain.observe.nccl import requested_fabric, socket_fallback, transports
@@ -53,11 +54,32 @@ class JobStatus:
     events: list[EventRow]
     hints: list[str]
     timeline: str = ""  # where the time went (kubetrain.jobs.timing), when asked for
+    progress: dict[str, Any] | None = None  # status.progress of the TrainingJob that owns the job, if any
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.job.as_dict(), "conditions": self.conditions, "pods": [asdict(p) for p in self.pods],
                 "events": [asdict(e) for e in self.events], "hints": self.hints,
-                **({"timeline": self.timeline} if self.timeline else {})}
+                **({"timeline": self.timeline} if self.timeline else {}),
+                **({"progress": self.progress} if self.progress else {})}
+
+
+MIRRORED_CONDITIONS = ("Diverged",)  # the TrainingJob's own conditions that its child's status lacks
+
+
+def controller_view(api: Rest, namespace: str, obj: dict[str, Any]) -> tuple[dict[str, Any] | None,
+                                                                            list[dict[str, Any]]]:
+    """The progress and the Diverged condition that the kubetrain controller keeps on the TrainingJob that
+    owns this job (from rank 0's metrics lines); (None, []) for a job without one, or one we may not read."""
+    owner = controlling_trainingjob(obj)
+    if owner is None:
+        return None, []
+    try:
+        found = jobs.get(api, TRAININGJOB, namespace, owner)
+    except ClusterError:  # no RBAC on TrainingJobs, or the CRD is gone: the child's status still stands
+        return None, []
+    status = status_of(found or {})
+    return status.get("progress") or None, [c for c in status.get("conditions") or []
+                                            if c.get("type") in MIRRORED_CONDITIONS]
 
 
 def pod_rows(pod_list: list[dict[str, Any]], target: Target, job: str) -> list[PodRow]:
@@ -210,7 +232,9 @@ def job_status(api: Rest, targets: list[Target] | None, namespace: str, name: st
         from kubetrain.jobs.timing import timeline_of  # reuses the job, pods, Events and log head read above
 
         when = timeline_of(obj, pod_list, event_dicts, head)
-    return JobStatus(jobs.summary(obj, target), jobs.conditions(obj), rows, events, all_hints, when)
+    progress, mirrored = controller_view(api, namespace, obj)
+    return JobStatus(jobs.summary(obj, target), [*jobs.conditions(obj), *mirrored], rows, events, all_hints, when,
+                     progress)
 
 
 def _no_pods(line: str, pod_list: list[dict[str, Any]]) -> str:

@@ -12,6 +12,7 @@ from kubetrain.jobspec.sections import (
     ByteQuantity,
     Checkpoint,
     Code,
+    Divergence,
     DnsLabel,
     Elastic,
     EnvName,
@@ -134,6 +135,8 @@ class JobSpec(Section):
     """Checkpoint settings used by the kubetrain runtime."""
     hang: Hang = Field(default_factory=Hang)
     """Hang and straggler detection: threshold, and what `kubetrain run` does about a hung job."""
+    divergence: Divergence = Field(default_factory=Divergence)
+    """What a NaN or infinite loss does: stop (default), skip the step, or continue (docs/runtime.md)."""
     archive: Text | None = None
     """Where every replica's log (with rank 0's metrics lines) is kept while the job runs, so `kubetrain logs`
     and `kubetrain metrics` still work when the pods are gone: a directory (a volume's mountPath) or an

@@ -345,6 +345,20 @@ class Hang(Section):
     the median of the other ranks."""
 
 
+class Divergence(Section):
+    """What happens when the training loss (or held-out loss) becomes NaN or infinite (docs/runtime.md)."""
+
+    policy: Literal["stop", "skip", "continue"] = "stop"
+    """stop: end the run at the first non-finite step, before its update reaches the parameters, with exit
+    code 65 and one line `diverged at step N: loss nan`; the last good checkpoint is kept for a resume.
+    skip (Trainer API): drop that step's update and go on, up to maxSkippedSteps in a row, then stop.
+    continue: train to the end regardless (the run still ends as diverged, exit 65). With spec.command,
+    `kubetrain run` stops the job on the first non-finite metrics value (stop) or lets it finish (skip,
+    continue). Checkpoints of non-finite parameters are never written under any policy."""
+    maxSkippedSteps: Annotated[int, Field(ge=1)] = 10
+    """With policy skip: non-finite steps in a row that are skipped; one more stops the run as diverged."""
+
+
 class DDP(Section):
     """DistributedDataParallel options."""
 

@@ -17,6 +17,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -183,11 +184,12 @@ class HangWatch:
         return records
 
 
-def supervise(plan: RunPlan, hang: Any, out: TextIO, err: TextIO) -> tuple[int, list[str]]:
-    """Run the plan under a HangWatch; with policy restart, start it again (resuming from the last checkpoint)
-    up to hang.maxRestarts times; returns the exit status and the last attempt's failed ranks (one line each).
-    The progress directory is removed unless it holds a hang report or a dump
-    of torch's flight recorder (written by its watchdog when a collective times out)."""
+def supervise(plan: RunPlan, hang: Any, out: TextIO, err: TextIO,
+              divergence: Callable[[], str | None] | None = None) -> tuple[int, list[str]]:
+    """Run the plan under a HangWatch (and the Supervisor's `divergence` check); with policy restart, start it
+    again (resuming from the last checkpoint) up to hang.maxRestarts times; returns the exit status and the
+    last attempt's failed ranks (one line each). The progress directory is removed unless it holds a hang
+    report or a dump of torch's flight recorder (written by its watchdog when a collective times out)."""
     directory = Path(tempfile.mkdtemp(prefix=f"kubetrain-{plan.run_id}-"))
     thresholds = Thresholds.from_spec(hang)
     restarts = 0
@@ -196,7 +198,7 @@ def supervise(plan: RunPlan, hang: Any, out: TextIO, err: TextIO) -> tuple[int, 
         attempt = with_progress(plan, directory)
         while True:
             watch = HangWatch(attempt, directory, thresholds, hang.policy, err)
-            supervisor = Supervisor(attempt, out=out, err=err, watch=watch)
+            supervisor = Supervisor(attempt, out=out, err=err, watch=watch, divergence=divergence)
             code = supervisor.run()
             reported = reported or watch.hangs > 0
             if not watch.stopped:

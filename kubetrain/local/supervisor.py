@@ -10,6 +10,8 @@
   this run's id (e.g. a worker whose agent was killed) is killed, so no orphan survives.
 * The rendezvous store runs in a process of its own (kubetrain.runtime.store), stopped only after every
   agent has exited, so no agent loses the store while it closes the rendezvous.
+* With `divergence` (a plain script under spec.divergence.policy stop), the job is stopped like on Ctrl-C
+  once its metrics lines show a non-finite loss, and the run exits EXIT_DIVERGED (65).
 * Log lines become `[node-N rank-R] text` (worker output, via torchrun's --tee) or `[node-N] text` (the
   agent itself), all on stdout, since they are the job's output.
 """
@@ -25,10 +27,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import IO, Any, Protocol, TextIO
 
 from kubetrain.local.plan import FAILED_RANK, RUN_ID_ENV, NodeCommand, RunPlan
+from kubetrain.metrics import EXIT_DIVERGED
 
 _RANK_LINE = re.compile(r"^\[rank-(\d+)\]:(.*)$", re.DOTALL)
 FAILURE_GRACE_SECONDS = 15.0  # after one node fails (not elastic), how long the others get to notice
@@ -96,10 +100,12 @@ class Supervisor:
     """Runs a plan to completion and returns the job's exit status."""
 
     def __init__(self, plan: RunPlan, out: TextIO | None = None, err: TextIO | None = None,
-                 watch: Watch | None = None) -> None:
+                 watch: Watch | None = None, divergence: Callable[[], str | None] | None = None) -> None:
         self.plan = plan
         self.watch = watch  # the hang watch (kubetrain.local.hangwatch)
         self.hung = False
+        self.divergence = divergence  # `diverged at step N: loss nan` once the job's metrics say so
+        self.diverged: str | None = None
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -219,14 +225,24 @@ class Supervisor:
                 self._terminate(f"a node exited with {failure[0]}; stopping the other nodes")
             if self.force or (self.stop_deadline is not None and now > self.stop_deadline):
                 self._kill_all()
-            elif self.stop_deadline is None and self.watch is not None and self.watch.check():
-                self._stop_hung()
+            elif self.stop_deadline is None:
+                self._watch()
             time.sleep(POLL_SECONDS)
         if self.hung:
             return 1
         if self.signum:
             return 128 + self.signum
+        if self.diverged:
+            return EXIT_DIVERGED
         return next((code for code in codes if code), 0) if failure is None else failure[0]
+
+    def _watch(self) -> None:
+        """While no stop is under way: the hang watch, then the divergence check."""
+        if self.watch is not None and self.watch.check():
+            self._stop_hung()
+        elif self.divergence is not None and (text := self.divergence()):
+            self.diverged = text
+            self._terminate(f"{text}: stopping the job (spec.divergence.policy stop)")
 
     def _stop_hung(self) -> None:
         """A hung job cannot write a stop checkpoint (its ranks wait in a collective): kill it at once."""

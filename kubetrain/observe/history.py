@@ -51,11 +51,13 @@ class History:
         return [{c: _value(r, c) for c in COLUMNS} for r in self.records if r.get("kind") in ("train", "eval")]
 
     def diverged(self, title: str) -> tuple[float, str] | None:
-        """(step, "nan"/"inf"/"-inf") of the first non-finite value of one SERIES entry, or None."""
+        """(step, "nan"/"inf"/"-inf") of the first non-finite value of one SERIES entry, or None. The runtime's
+        `end` record of a diverged run counts too: under spec.divergence.policy stop the non-finite loss of
+        the step it stopped at is only there."""
         kind, key = SERIES[title]
         for record in self.records:
             text = _nonfinite(record).get(key)
-            if record.get("kind") == kind and text and _is_number(record.get("step")):
+            if record.get("kind") in (kind, "end") and text and _is_number(record.get("step")):
                 return float(record["step"]), text
         return None
 

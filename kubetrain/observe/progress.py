@@ -4,6 +4,10 @@ One tracker serves the controller (status.progress), the terminal renderer (`kub
 `submit --follow`) and its final summary:
 
     step 40/480 (8%) · epoch 2 · loss 0.4100 · 1,234 samples/s · lr 3e-04 · gpu 12.3 GiB · ETA 12m03s
+
+The first non-finite loss or held-out loss (a record's `nonfinite` map, or the runtime's `end` record with
+status diverged) makes the job diverged: the line then shows `loss nan` and `diverged at step N: loss nan`,
+never the last finite loss, whatever comes after (a plain script may keep printing).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from kubetrain.metrics import parse_metrics_line
+from kubetrain.metrics import diverged_text, nonfinite_of, parse_metrics_line
 
 WINDOW = 8  # train records used for the step rate behind the ETA
 SMOOTHING = 0.3  # weight of the newest loss in the smoothed loss (an exponential moving average)
@@ -51,6 +55,8 @@ class ProgressTracker:
         self.checkpoint: str | None = None  # path of the last committed checkpoint
         self.times: dict[str, float] = {}  # first start, first train and end record times (Unix seconds)
         self._rate_sum, self._rate_count = 0.0, 0  # samples/s of every train record, for the mean throughput
+        self.diverged: tuple[Any, str, str] | None = None  # (step, field, "nan"/"inf"/"-inf") of the first one
+        self.skipped_steps = 0  # non-finite steps the runtime skipped (spec.divergence.policy skip)
 
     def feed(self, line: str) -> bool:
         """True if the line was a metrics line that changed the progress."""
@@ -89,6 +95,10 @@ class ProgressTracker:
         if loss is not None:
             old = self.smoothed_loss
             self.smoothed_loss = loss if old is None else SMOOTHING * loss + (1 - SMOOTHING) * old
+        elif "nonfinite" in record:
+            self._diverged(record, "loss")
+        if "skipped_steps" in record and (skipped := _number(record, "skipped_steps")) is not None:
+            self.skipped_steps = int(skipped)
         rate = _number(record, "samples_per_s")
         if rate is not None:
             self._rate_sum += rate
@@ -107,10 +117,22 @@ class ProgressTracker:
             self.restarts += 1
         elif kind == "eval":
             self.eval = record
+            self._diverged(record, "eval_loss")
             if _better(record, self.best_eval):
                 self.best_eval = record
+        elif kind == "end":
+            self._diverged(record, "loss")
+            self._diverged(record, "eval_loss")
         elif kind == "checkpoint" and isinstance(record.get("path"), str):
             self.checkpoint = record["path"]
+
+    def _diverged(self, record: dict[str, Any], field: str) -> None:
+        if self.diverged is None and (value := nonfinite_of(record, field)) is not None:
+            self.diverged = (record.get("step"), field, value)
+
+    def divergence(self) -> str | None:
+        """`diverged at step 8: loss nan`, or None."""
+        return diverged_text(*self.diverged) if self.diverged else None
 
     def mean_samples_per_second(self) -> float | None:
         return self._rate_sum / self._rate_count if self._rate_count else None
@@ -119,18 +141,38 @@ class ProgressTracker:
         """The terminal's live line: progress with the smoothed loss, last held-out accuracy, restarts."""
         if self.last is None:
             return self.status
-        record = dict(self.last)
-        if self.smoothed_loss is not None:
+        record = self._shown()
+        if self.smoothed_loss is not None and self.diverged is None:
             record["loss"] = self.smoothed_loss
-        parts = [format_progress(record, self.steps_per_second())]
+        parts = [format_progress(record, None if self.diverged else self.steps_per_second())]
         accuracy = _number(self.eval or {}, "eval_accuracy")
         if accuracy is not None:
             parts.append(f"eval acc {accuracy:.4f}")
         if self.restarts:
             parts.append(f"{self.restarts} restart{'s' if self.restarts > 1 else ''}")
-        if self.status and not self.status.startswith("eval"):
-            parts.append(self.status)
+        parts += self._outcome()
         return " · ".join(parts)
+
+    def _shown(self) -> dict[str, Any]:
+        """The last train record, with the step of a later end record, and the non-finite loss once
+        diverged (a diverged end record carries the value of a step that never logged one)."""
+        assert self.last is not None
+        record = dict(self.last)
+        if self.diverged is not None and self.diverged[1] == "loss":
+            record["loss"] = None
+            record["nonfinite"] = {"loss": self.diverged[2]}
+        return record
+
+    def _outcome(self) -> list[str]:
+        """The line's tail: skipped steps, then the divergence, or the status of the last record."""
+        parts = []
+        if self.skipped_steps:
+            parts.append(f"{self.skipped_steps} non-finite step{'s' if self.skipped_steps > 1 else ''} skipped")
+        if self.diverged is not None:
+            parts.append(diverged_text(*self.diverged))
+        elif self.status and not self.status.startswith("eval"):
+            parts.append(self.status)
+        return parts
 
     def steps_per_second(self) -> float | None:
         if len(self._points) < 2:
@@ -140,9 +182,10 @@ class ProgressTracker:
 
     def line(self) -> str | None:
         if self.last is None:
-            return self.status
-        text = format_progress(self.last, self.steps_per_second())
-        return f"{text} · {self.status}" if self.status else text
+            return self.divergence() or self.status
+        text = format_progress(self._shown(), None if self.diverged else self.steps_per_second())
+        tail = self._outcome() if self.diverged or self.skipped_steps else [self.status] if self.status else []
+        return " · ".join([text, *tail])
 
 
 def format_progress(record: dict[str, Any], steps_per_second: float | None = None) -> str:
@@ -156,8 +199,8 @@ def format_progress(record: dict[str, Any], steps_per_second: float | None = Non
     loss = record.get("loss", "")
     if isinstance(loss, int | float):
         parts.append(f"loss {loss:.4f}")
-    elif loss is None:
-        parts.append("loss nan")
+    elif loss is None and (value := nonfinite_of(record, "loss")):
+        parts.append(f"loss {value}")
     if (rate := _number(record, "samples_per_s")) is not None:
         parts.append(f"{rate:,.0f} samples/s")
     if (lr := _number(record, "lr")) is not None:
@@ -189,4 +232,7 @@ def _status(record: dict[str, Any]) -> str:
     if kind == "checkpoint":
         return f"checkpoint at step {record.get('step')}"
     eval_loss = record.get("eval_loss")
-    return f"eval loss {eval_loss:.4f}" if isinstance(eval_loss, int | float) else "evaluated"
+    if isinstance(eval_loss, int | float):
+        return f"eval loss {eval_loss:.4f}"
+    value = nonfinite_of(record, "eval_loss")
+    return f"eval loss {value}" if value else "evaluated"

@@ -67,12 +67,14 @@ def gpu_via(job: TrainingJob, options: RenderOptions) -> str:
 
 
 def spec_hash(job: TrainingJob, options: RenderOptions) -> str:
-    # Unset sections added later (gpus, tracking) are left out, so the hashes of jobs without them are those
-    # they had before the sections existed (a changed hash is a changed job to the controller).
+    # Sections added later are left out while unset, so the hashes of jobs without them are those they had
+    # before the sections existed (a changed hash is a changed job to the controller after an upgrade).
     dumped = job.model_dump(mode="json", by_alias=True)
     for section in ("gpus", "tracking"):
         if dumped["spec"].get(section) is None:
             dumped["spec"].pop(section, None)
+    if "divergence" not in job.spec.model_fields_set:
+        dumped["spec"].pop("divergence", None)
     payload = {"spec": dumped, "code": options.code.digest if options.code else None, "cloud": options.cloud,
                "image": options.image}
     if options.gpu_via:
@@ -165,7 +167,7 @@ def tracking_tags(job: TrainingJob, options: RenderOptions) -> dict[str, str]:
 
 
 def _runtime_config(spec: JobSpec, checkpoint_dir: str | None = None) -> str | None:
-    """The Trainer API and checkpoint settings, as JSON for kubetrain.runtime inside the container.
+    """The Trainer API, checkpoint and divergence settings, as JSON for kubetrain.runtime in the container.
     `checkpoint_dir` replaces spec.checkpoint.dir (only where checkpointing is on)."""
     if spec.train is None and spec.checkpoint.dir is None:
         return None
@@ -176,6 +178,8 @@ def _runtime_config(spec: JobSpec, checkpoint_dir: str | None = None) -> str | N
     if checkpoint_dir and spec.checkpoint.dir:
         checkpoint["dir"] = checkpoint_dir
     config = {"train": train, "checkpoint": checkpoint}
+    if "divergence" in spec.model_fields_set:  # the runtime's default otherwise (existing manifests unchanged)
+        config["divergence"] = spec.divergence.model_dump(mode="json", by_alias=True)
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 

@@ -18,6 +18,7 @@ from kubetrain.runtime.distributed import (
     init_distributed,
     shutdown_distributed,
 )
+from kubetrain.runtime.divergence import TrainingDiverged
 from kubetrain.runtime.stop import EXIT_STOP_TIMEOUT, TrainingStopped
 from kubetrain.runtime.trainer import Factories, FitResult, Trainer
 
@@ -29,6 +30,7 @@ __all__ = [
     "FitResult",
     "RuntimeConfigError",
     "Trainer",
+    "TrainingDiverged",
     "TrainingStopped",
     "distributed",
     "exit_process",

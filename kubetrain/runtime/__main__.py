@@ -4,7 +4,8 @@ Started by torchrun (locally by `kubetrain run`, in a pod by the manifests), it 
 directly in a pod that has the operator's PET_* variables but no torchrun around it, it re-executes itself
 under torchrun (which reads PET_*), so both launch styles behave the same.
 
-Exit codes: 0 done; 2 configuration error (one line on stderr); 128+signal after a stop checkpoint on
+Exit codes: 0 done; 2 configuration error (one line on stderr); 65 the loss became NaN or infinite
+(spec.divergence; one line on stderr from rank 0, `diverged at step N: loss nan`); 128+signal after a stop checkpoint on
 SIGTERM/SIGINT (143/130); 144 when that checkpoint did not finish within sigtermTimeoutSeconds; 1 an error
 in the training code (with its traceback).
 """
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(sys.executable, [*runner, "-m", "kubetrain.runtime", *argv])
     # torch is imported only now, after the cheap checks above
     from kubetrain.runtime.config import RuntimeConfigError, load_config
+    from kubetrain.runtime.divergence import TrainingDiverged
     from kubetrain.runtime.stop import TrainingStopped
     from kubetrain.runtime.trainer import Trainer, describe
 
@@ -48,9 +50,14 @@ def main(argv: list[str] | None = None) -> int:
         if config.train is None:
             raise RuntimeConfigError("spec.train: not set; the Trainer API (python -m kubetrain.runtime) "
                                      "needs it (or set spec.command to run your own script)")
-        result = Trainer(config.train, config.checkpoint).fit()
+        result = Trainer(config.train, config.checkpoint, divergence=config.divergence).fit()
     except RuntimeConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except TrainingDiverged as exc:
+        if os.environ.get("RANK", "0") == "0":
+            print(f"kubetrain.runtime: {exc} (spec.divergence.policy {config.divergence.policy}); exit code "
+                  f"{exc.exit_code}", file=sys.stderr)
         return exc.exit_code
     except TrainingStopped as exc:
         print(f"kubetrain.runtime: {exc}; exit code {exc.exit_code}", file=sys.stderr)

@@ -6,6 +6,9 @@ directory is fsync'd. Only final names count as checkpoints, so one cut off mid-
 temp file is removed on the next start. A final-named file that still fails to load (a damaged disk) is
 skipped in favour of the next older one.
 
+A state whose model or optimizer holds NaN or inf is refused (NonFiniteCheckpoint): it would replace a good
+checkpoint, and rotation would delete the good ones. Resume skips such files written by older versions.
+
 Sharded checkpoints (strategy fsdp, kubetrain.runtime.sharded) are directories `<dir>/step-<N>/`, written
 as `<dir>/.tmp-step-<N>/` by every rank and renamed by rank 0 once complete; the same rules apply.
 """
@@ -22,10 +25,26 @@ from typing import Any
 
 import torch
 
+from kubetrain.runtime.divergence import any_nonfinite, floating_tensors
+
 NAME_RE = re.compile(r"^step-(\d{10})(\.pt)?$")  # a file (.pt) or a sharded directory
 TMP_PREFIX = ".tmp-"
 FORMAT_VERSION = 1
 SHARDED_META = "meta.pt"  # position, scheduler and RNG states in a sharded checkpoint (rank 0 writes it)
+
+
+class NonFiniteCheckpoint(ValueError):
+    """A checkpoint whose model or optimizer state holds NaN or inf was not written: it would replace (and
+    rotation would then delete) a good one."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"checkpoint at step {step} not written: its model or optimizer state holds NaN or inf "
+                         "(the previous checkpoint stands)")
+
+
+def is_finite_state(state: dict[str, Any]) -> bool:
+    """Whether a checkpoint's model and optimizer state (those it holds) are finite."""
+    return not any_nonfinite(floating_tensors([state.get("model"), state.get("optimizer")]))
 
 
 def checkpoint_name(step: int) -> str:
@@ -83,6 +102,11 @@ class StoreBase:
     def remove(self, path: Any) -> None:
         raise NotImplementedError
 
+    def refuse_nonfinite(self, state: dict[str, Any], step: int) -> None:
+        """Raise NonFiniteCheckpoint for a state that holds NaN or inf (called by every save)."""
+        if not is_finite_state(state):
+            raise NonFiniteCheckpoint(step)
+
     def prune(self) -> list[Any]:
         """Delete all but the newest `keep` complete checkpoints; returns what was deleted."""
         removed = [path for _, path in self.complete()[self.keep:]]
@@ -91,14 +115,20 @@ class StoreBase:
         return removed
 
     def load_newest(self) -> tuple[Any, dict[str, Any]] | None:
-        """The newest checkpoint that loads; damaged ones are reported on stderr and skipped."""
+        """The newest checkpoint that loads and is finite; damaged ones and ones holding NaN or inf (written
+        before kubetrain refused them) are reported on stderr and skipped."""
         for _, path in self.complete():
             started = time.monotonic()
             try:
-                return path, self.load(path)
+                state = self.load(path)
             except Exception as exc:  # a damaged file must not stop the job: fall back to an older one
                 print(f"kubetrain.runtime: warning: skipping unreadable checkpoint {path} "
                       f"({type(exc).__name__}: {exc}; {time.monotonic() - started:.1f}s)", file=sys.stderr)
+                continue
+            if is_finite_state(state):
+                return path, state
+            print(f"kubetrain.runtime: warning: skipping checkpoint {path}: its parameters hold NaN or inf",
+                  file=sys.stderr)
         return None
 
 
@@ -125,6 +155,7 @@ class CheckpointStore(StoreBase):
 
     def save(self, state: dict[str, Any], step: int) -> Path:
         """Write atomically: temp file, flush + fsync, rename, fsync the directory."""
+        self.refuse_nonfinite(state, step)
         self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / checkpoint_name(step)
         tmp = self.directory / f"{TMP_PREFIX}{final.name}.{os.getpid()}"

@@ -6,13 +6,13 @@ import importlib
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from kubetrain.errors import KubetrainError
-from kubetrain.jobspec.sections import Checkpoint, Train
+from kubetrain.jobspec.sections import Checkpoint, Divergence, Train
 
 CONFIG_ENV = "KUBETRAIN_CONFIG"
 PATH_MAP_ENV = "KUBETRAIN_PATH_MAP"
@@ -30,6 +30,7 @@ class RuntimeConfig:
 
     train: Train | None
     checkpoint: Checkpoint
+    divergence: Divergence = field(default_factory=Divergence)
 
 
 def _first_error(exc: ValidationError, prefix: str) -> str:
@@ -39,7 +40,8 @@ def _first_error(exc: ValidationError, prefix: str) -> str:
 
 
 def load_config(environ: Mapping[str, str] | None = None) -> RuntimeConfig:
-    """Parse KUBETRAIN_CONFIG ({"train": ..., "checkpoint": ...}) with the spec's own models."""
+    """Parse KUBETRAIN_CONFIG ({"train": ..., "checkpoint": ..., "divergence": ...}) with the spec's own
+    models."""
     environ = os.environ if environ is None else environ
     raw = environ.get(CONFIG_ENV)
     if not raw:
@@ -59,7 +61,11 @@ def load_config(environ: Mapping[str, str] | None = None) -> RuntimeConfig:
         checkpoint = Checkpoint.model_validate(data.get("checkpoint") or {})
     except ValidationError as exc:
         raise RuntimeConfigError(_first_error(exc, "spec.checkpoint")) from None
-    return RuntimeConfig(train, checkpoint)
+    try:
+        divergence = Divergence.model_validate(data.get("divergence") or {})
+    except ValidationError as exc:
+        raise RuntimeConfigError(_first_error(exc, "spec.divergence")) from None
+    return RuntimeConfig(train, checkpoint, divergence)
 
 
 def resolve_ref(ref: str, field: str) -> Callable[..., Any]:

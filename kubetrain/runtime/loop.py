@@ -13,11 +13,13 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from kubetrain.jobspec.sections import Train
+from kubetrain.jobspec.sections import Divergence, Train
+from kubetrain.metrics import nonfinite_text
 from kubetrain.runtime.checkpoint import StoreBase
 from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.data import ResumableSampler, batch_size_of, to_device
 from kubetrain.runtime.distributed import DistEnv
+from kubetrain.runtime.divergence import NONFINITE_VALUES, Guard, TrainingDiverged, nonfinite_kind, state_is_finite
 from kubetrain.runtime.profile import StepProfiler
 from kubetrain.runtime.progress import Progress
 from kubetrain.runtime.report import Reporter, Window, gpu_memory_mb
@@ -66,6 +68,7 @@ class FitResult:
     eval_accuracy: float | None
     resumed_from: str | None
     checkpoint: str | None
+    skipped_steps: int = 0  # non-finite steps skipped (spec.divergence.policy skip)
 
 
 _END = object()
@@ -104,6 +107,7 @@ class Loop:
     sharded: ShardedCheckpoints | None = None  # strategy fsdp: DCP directories instead of files
     profiler: StepProfiler | None = None  # train.profile, on the ranks that profile
     progress: Progress = field(default_factory=lambda: Progress(0, 1, None))  # hang detection's signal
+    divergence: Divergence = field(default_factory=Divergence)  # what a NaN or inf loss does
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0
@@ -113,9 +117,11 @@ class Loop:
     last_loss: float | None = None
     eval_result: tuple[float | None, float | None] = (None, None)
     window: Window = field(init=False)
+    guard: Guard = field(init=False)
 
     def __post_init__(self) -> None:
         self.window = Window(self.env.device)
+        self.guard = Guard(self.divergence, self.env)
 
     # --- the loop -------------------------------------------------------------------------------------
     def run(self) -> FitResult:
@@ -136,9 +142,11 @@ class Loop:
         if not trained and self.eval_loader is not None:
             self._evaluate()  # resumed from a finished run: still report its held-out metrics
         self._save("final")
+        if self.guard.first is not None:  # policy continue: trained to the end, but it diverged
+            self._diverge(*self.guard.first)
         self.reporter.emit("end", status="completed", step=self.step, epoch=self.epoch)
         return FitResult(self.step, self.epoch, self.total_steps, self.last_loss, *self.eval_result,
-                         self.resumed_from, self.last_checkpoint)
+                         self.resumed_from, self.last_checkpoint, self.guard.skipped)
 
     def _train_epoch(self) -> None:
         self.sampler.set_epoch(self.epoch)
@@ -201,8 +209,32 @@ class Loop:
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()  # type: ignore[no-untyped-call]
         self.window.add(loss, batch_size_of(inputs))
         if last:
-            self._optimizer_step()
+            self._end_step()
         return last
+
+    def _end_step(self) -> None:
+        """Apply the step's update, unless its loss is non-finite on any rank (policy stop or skip): then the
+        update never reaches the parameters, and the run stops as diverged or skips the step."""
+        value = nonfinite_kind(self.window.pending, self.env) if self.guard.checks_steps else None
+        if value is None:
+            self.guard.finite_step()
+            self.window.commit()
+            self._optimizer_step()
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        self.window.discard()
+        if not self.guard.skips(self.step + 1, value):
+            self._diverge(self.step + 1, "loss", value)
+        if self.scheduler is not None:
+            self.scheduler.step()  # a skipped step still counts: the schedule stays on the step count
+        self.step += 1
+
+    def _diverge(self, step: int, field: str, value: str) -> None:
+        """End the run as diverged: publish checkpoints still in flight (written before), say so, raise."""
+        self._publish_in_flight()
+        value_field: dict[str, Any] = {field: NONFINITE_VALUES[value]}
+        self.reporter.emit("end", status="diverged", step=step, epoch=self.epoch, **value_field)
+        raise TrainingDiverged(step, field, value, self.last_checkpoint)
 
     def _optimizer_step(self) -> None:
         """Clip (after unscaling under fp16), step, update the scaler, zero gradients, step the scheduler."""
@@ -242,10 +274,13 @@ class Loop:
     def _log(self) -> None:
         loss, rate = self.window.read(self.env)
         self.last_loss = loss
+        skipped: dict[str, Any] = {"skipped_steps": self.guard.skipped} if self.guard.skipped else {}
         self.reporter.emit("train", step=self.step, total_steps=self.total_steps, epoch=self.epoch + 1,
                            loss=loss, samples_per_s=round(rate, 2), lr=self.optimizer.param_groups[0]["lr"],
-                           gpu_mem_mb=gpu_memory_mb(self.env.device))
+                           gpu_mem_mb=gpu_memory_mb(self.env.device), **skipped)
         self.window.reset()
+        if (value := nonfinite_text(loss)) is not None:
+            self.guard.note(self.step, "loss", value)  # policy continue (the others never log one)
 
     # --- evaluation -----------------------------------------------------------------------------------
     @torch.no_grad()
@@ -289,6 +324,10 @@ class Loop:
         self.eval_result = (float(totals[0]) / seen, accuracy)
         self.reporter.emit("eval", step=self.step, epoch=self.epoch, eval_loss=self.eval_result[0],
                            eval_accuracy=accuracy, samples=int(totals[2]))
+        if (value := nonfinite_text(self.eval_result[0])) is not None:  # the same value on every rank
+            if self.guard.checks_steps:
+                self._diverge(self.step, "eval_loss", value)
+            self.guard.note(self.step, "eval_loss", value)
 
     def _eval_padding(self) -> int:
         """Under fsdp every forward is a collective (parameter all-gathers), but held-out shards are not
@@ -328,6 +367,12 @@ class Loop:
 
     def _save_now(self, reason: str) -> None:
         assert self.store is not None
+        if self.saved_step != self.step and not state_is_finite(self.wrapped.module, self.optimizer, self.env):
+            self.guard.say(f"{reason} checkpoint at step {self.step} not written: the parameters are not finite "
+                           f"(the last good checkpoint stands: {self.last_checkpoint or 'none'})")
+            if reason in ("final", "signal"):
+                self._publish_in_flight()
+            return
         if self.sharded is not None:
             self._save_sharded(reason)
             return
@@ -355,6 +400,12 @@ class Loop:
             published += self.sharded.flush()
         for done in published:
             self._report_checkpoint(done.step, done.path, done.reason, done.seconds, done.epoch)
+
+    def _publish_in_flight(self) -> None:
+        """Sharded (fsdp): publish asynchronous checkpoints still being written (of earlier steps)."""
+        if self.sharded is not None:
+            for done in self.sharded.flush():
+                self._report_checkpoint(done.step, done.path, done.reason, done.seconds, done.epoch)
 
     def _report_checkpoint(self, step: int, path: Any, reason: str, seconds: float,
                            epoch: int | None = None) -> None:

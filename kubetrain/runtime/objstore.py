@@ -95,6 +95,7 @@ class ObjectCheckpointStore(StoreBase):
 
     def save(self, state: dict[str, Any], step: int) -> str:
         """Rank 0: write state.pt, then the manifest (the checkpoint exists from that moment on)."""
+        self.refuse_nonfinite(state, step)
         url = self.checkpoint_url(step)
         buffer = io.BytesIO()
         torch.save({"format": FORMAT_VERSION, **state}, buffer)

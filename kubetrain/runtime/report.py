@@ -46,11 +46,14 @@ class Reporter:
 
 
 class Window:
-    """Loss and sample counts since the last metrics line; the loss is averaged over all ranks when read."""
+    """Loss and sample counts since the last metrics line; the loss is averaged over all ranks when read.
+    Micro-batches are added to the current optimizer step (`pending`) and enter the window when that step
+    is applied (`commit`), or leave with it when it is skipped (`discard`, spec.divergence.policy skip)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.reset()
+        self.discard()
 
     def reset(self) -> None:
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -59,12 +62,24 @@ class Window:
         self.started = time.perf_counter()
 
     def add(self, loss: torch.Tensor, samples: int) -> None:
-        self.loss_sum.add_(loss.detach())  # accumulates in float64
-        self.batches += 1
-        self.samples += samples
+        self.pending.add_(loss.detach())  # accumulates in float64
+        self.pending_batches += 1
+        self.pending_samples += samples
 
-    def read(self, env: DistEnv) -> tuple[float, float]:
-        """(mean loss over ranks and micro-batches, samples/s across all ranks); a collective.
+    def commit(self) -> None:
+        self.loss_sum.add_(self.pending)
+        self.batches += self.pending_batches
+        self.samples += self.pending_samples
+        self.discard()
+
+    def discard(self) -> None:
+        self.pending = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.pending_batches = 0
+        self.pending_samples = 0
+
+    def read(self, env: DistEnv) -> tuple[float | None, float]:
+        """(mean loss over ranks and micro-batches, samples/s across all ranks); a collective. The loss is
+        None when every step of the window was skipped.
 
         The clock is read after the values reach the host: on a GPU the loop only queues kernels, and that
         copy is the first point that waits for the window's steps to finish (read before it, the rate counted
@@ -75,4 +90,4 @@ class Window:
             dist.all_reduce(stats)
         loss_sum, batches = stats.tolist()
         elapsed = max(time.perf_counter() - self.started, 1e-9)
-        return (loss_sum / batches if batches else float("nan")), self.samples * env.world_size / elapsed
+        return (loss_sum / batches if batches else None), self.samples * env.world_size / elapsed

@@ -1,10 +1,13 @@
 """The Trainer API: name model/dataset/loss/optimizer/scheduler factories, kubetrain runs the DDP loop.
 
     from kubetrain.runtime import Trainer
-    from kubetrain.jobspec.sections import Checkpoint, Train
+    from kubetrain.jobspec.sections import Checkpoint, Divergence, Train
 
     Trainer(Train(model="digits.train:build_model", dataset="digits.train:build_datasets", epochs=5),
             Checkpoint(dir="/ckpt", everySteps=50)).fit()
+
+fit() returns a FitResult, or raises TrainingStopped (a signal) or TrainingDiverged (a non-finite loss,
+spec.divergence).
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
-from kubetrain.jobspec.sections import Checkpoint, Train
+from kubetrain.jobspec.sections import Checkpoint, Divergence, Train
 from kubetrain.runtime.config import RuntimeConfigError, resolve_ref
 from kubetrain.runtime.data import ResumableSampler, ShardSampler, make_loader, split_datasets
 from kubetrain.runtime.distributed import DistEnv, distributed
+from kubetrain.runtime.divergence import TrainingDiverged
 from kubetrain.runtime.loop import FitResult, Loop
 from kubetrain.runtime.objstore import open_store
 from kubetrain.runtime.profile import make_profiler
@@ -43,7 +47,7 @@ from kubetrain.runtime.wrap import (
     wrap_model,
 )
 
-__all__ = ["Factories", "FitResult", "Trainer", "TrainingStopped"]
+__all__ = ["Factories", "FitResult", "Trainer", "TrainingDiverged", "TrainingStopped"]
 
 
 @dataclass
@@ -99,18 +103,20 @@ def _loss_fn(factories: Factories) -> Callable[..., torch.Tensor]:
 
 
 class Trainer:
-    """Runs `train` (the spec's Train section) with checkpoints in `checkpoint.dir`, on every rank."""
+    """Runs `train` (the spec's Train section) with checkpoints in `checkpoint.dir`, on every rank;
+    `divergence` says what a non-finite loss does (default: stop)."""
 
     def __init__(self, train: Train, checkpoint: Checkpoint | None = None, factories: Factories | None = None,
-                 *, stream: TextIO | None = None) -> None:
+                 *, stream: TextIO | None = None, divergence: Divergence | None = None) -> None:
         self.train = train
         self.checkpoint = checkpoint or Checkpoint()
+        self.divergence = divergence or Divergence()
         self.factories = factories or Factories.from_train(train)
         self.stream = stream
 
     def fit(self) -> FitResult:
-        """Train to the end (or raise TrainingStopped after a stop checkpoint). The process group is
-        created here and destroyed on every exit path."""
+        """Train to the end (or raise TrainingStopped after a stop checkpoint, TrainingDiverged on a
+        non-finite loss). The process group is created here and destroyed on every exit path."""
         stop: StopSignal | None = None
         try:
             with distributed(self.train.backend, self.train.timeoutSeconds) as env:
@@ -164,7 +170,7 @@ class Trainer:
             stop=StopSignal(env, self.checkpoint.sigtermTimeoutSeconds, checkpointing=store is not None),
             reporter=reporter, autocast=lambda: autocast(train, env.device), sharded=sharded,
             profiler=make_profiler(train.profile, env, reporter),
-            progress=Progress.from_env(env.rank, env.world_size),
+            progress=Progress.from_env(env.rank, env.world_size), divergence=self.divergence,
         )
 
     def _tracker(self, env: DistEnv) -> Tracker | None:
@@ -180,6 +186,8 @@ def describe(result: FitResult) -> str:
     parts = [f"step {result.step}/{result.total_steps}", f"epoch {result.epoch}"]
     if result.eval_accuracy is not None:
         parts.append(f"held-out accuracy {result.eval_accuracy:.4f}")
+    if result.skipped_steps:
+        parts.append(f"{result.skipped_steps} non-finite step(s) skipped")
     if result.checkpoint:
         parts.append(f"checkpoint {Path(result.checkpoint).name}")
     return ", ".join(parts)

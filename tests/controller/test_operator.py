@@ -79,6 +79,41 @@ def test_trainingjob_to_pytorchjob_to_pods_and_phase_through_succeeded(controlpl
     assert op.proc.poll() is None, op.text()
 
 
+def test_a_diverged_run_is_a_condition_an_event_and_in_kubetrain_status(controlplane, k8s, namespace, start):
+    """A loss that turns NaN at step 8 (a plain script keeps printing NaN): status.progress says nan and where
+    it diverged, the TrainingJob gets Diverged=True and a Warning Event, and `kubetrain status` of the child
+    shows both (the progress line and the condition the controller mirrors)."""
+    from click.testing import CliRunner
+
+    from kubetrain.cli.main import cli
+
+    start()
+    create(k8s, training_job("nan", namespace, nodes=1))
+    wait_for(lambda: pods(k8s, namespace, "nan", 1), "1 Running pod", 90)
+    lines = [format_metrics("train", rank=0, step=s, total_steps=12, loss=1 / s if s < 8 else float("nan"),
+                            samples_per_s=64.0, time=1000.0 + s) for s in range(1, 11)]
+    controlplane.set_pod_logs(namespace, "nan-master-0", lines)
+    def flagged() -> dict[str, Any] | None:
+        obj = tj(k8s, namespace, "nan")
+        found = [c for c in (obj or {}).get("status", {}).get("conditions") or [] if c["type"] == "Diverged"]
+        return obj if found and found[0]["status"] == "True" else None
+
+    diverged = wait_for(flagged, "the Diverged condition", 60)
+    progress = diverged["status"]["progress"]
+    assert (progress["loss"], progress["diverged"]) == ("nan", "diverged at step 8: loss nan")
+    assert cond(diverged, "Diverged")["message"] == "diverged at step 8: loss nan"
+    TrainingJobStatus.model_validate(diverged["status"])
+    assert "Diverged" in wait_for(lambda: (e := events(k8s, namespace, "nan")) and "Diverged" in e and e,
+                                  "the Diverged event", 30)
+    runner = CliRunner(env={"KUBECONFIG": str(controlplane.kubeconfig)})
+    shown = runner.invoke(cli, ["status", "nan", "-n", namespace], catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    assert "Progress: step 10/12" in shown.stdout and "loss nan" in shown.stdout, shown.stdout
+    assert "diverged at step 8: loss nan" in shown.stdout.split("Progress:", 1)[1].splitlines()[0]
+    row = next(line for line in shown.stdout.splitlines() if line.startswith("Diverged"))
+    assert "NonFiniteLoss" in row and "diverged at step 8: loss nan" in row
+
+
 def test_failed_pods_fail_the_trainingjob(controlplane, k8s, namespace, start):
     start()
     create(k8s, training_job("boom", namespace, nodes=1, runPolicy={"restartPolicy": "Never", "backoffLimit": 0}))

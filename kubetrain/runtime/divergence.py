@@ -1,0 +1,127 @@
+"""Non-finite training (spec.divergence): the per-step agreement, the policy, and the checks that keep
+checkpoints finite.
+
+* Under policy stop or skip, each optimizer step's loss (summed over its micro-batches) is checked before
+  the update: every rank contributes [nan, +inf, -inf] flags to one 3-element all_reduce(MAX), so a NaN on
+  one rank stops or skips the step on all of them, at the same step. The cost is that collective and one
+  device sync per optimizer step (fp16's GradScaler already syncs once per step).
+* Under policy continue no step is checked; the logged window's loss and the held-out loss say when it
+  diverged, and the run still ends as diverged.
+* Under every policy a checkpoint is written only when every rank's parameters and optimizer state are
+  finite, so a checkpoint of a diverged model never replaces a good one and rotation (`keep`) only ever
+  deletes good ones that are older.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from kubetrain.jobspec.sections import Divergence
+from kubetrain.metrics import EXIT_DIVERGED, diverged_text
+from kubetrain.runtime.distributed import DistEnv
+
+NONFINITE_VALUES = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+
+
+class TrainingDiverged(Exception):
+    """The loss (or held-out loss) became non-finite; `checkpoint` is the last good one (None if none)."""
+
+    exit_code = EXIT_DIVERGED
+
+    def __init__(self, step: int, field: str, value: str, checkpoint: str | None) -> None:
+        self.step, self.field, self.value, self.checkpoint = step, field, value, checkpoint
+        super().__init__(diverged_text(step, field, value)
+                         + (f"; last good checkpoint {checkpoint}" if checkpoint else "; no checkpoint written"))
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's shard on this rank (fsdp), else the tensor itself."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if callable(to_local) else tensor
+
+
+def floating_tensors(values: Any) -> Iterator[torch.Tensor]:
+    """Every floating-point tensor in a (nested) state: dicts, lists, tuples."""
+    if isinstance(values, torch.Tensor):
+        if values.is_floating_point() or values.is_complex():
+            yield _local(values)
+    elif isinstance(values, dict):
+        for value in values.values():
+            yield from floating_tensors(value)
+    elif isinstance(values, list | tuple):
+        for value in values:
+            yield from floating_tensors(value)
+
+
+def any_nonfinite(tensors: Iterator[torch.Tensor]) -> bool:
+    """Whether any element of these tensors is NaN or infinite, with one device sync."""
+    flags = [~torch.isfinite(t.detach()).all() for t in tensors if t.numel()]
+    return bool(torch.stack(flags).any()) if flags else False
+
+
+def state_is_finite(module: nn.Module, optimizer: torch.optim.Optimizer, env: DistEnv) -> bool:
+    """Parameters, buffers and optimizer state finite on every rank (a collective when world_size > 1)."""
+    tensors = [*module.parameters(), *module.buffers()]
+    bad = any_nonfinite(floating_tensors([tensors, list(optimizer.state.values())]))
+    if env.world_size == 1:
+        return not bad
+    flag = torch.tensor([float(bad)], device=env.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return not bool(flag[0])
+
+
+def nonfinite_kind(loss: torch.Tensor, env: DistEnv) -> str | None:
+    """"nan", "inf" or "-inf" when this step's loss is non-finite on any rank (nan wins), else None; the same
+    answer on every rank (a collective when world_size > 1)."""
+    value = loss.detach().double()
+    flags = torch.stack([torch.isnan(value), torch.isposinf(value), torch.isneginf(value)]).double()
+    if env.world_size > 1:
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    nan, pos, neg = flags.tolist()
+    return "nan" if nan else "inf" if pos else "-inf" if neg else None
+
+
+@dataclass
+class Guard:
+    """spec.divergence for one run: what a non-finite step does, and what was seen."""
+
+    policy: Divergence
+    env: DistEnv
+    skipped: int = 0  # steps skipped in this process's run
+    in_a_row: int = 0
+    first: tuple[int, str, str] | None = None  # (step, field, value) of the first non-finite value (continue)
+
+    @property
+    def checks_steps(self) -> bool:
+        return self.policy.policy != "continue"
+
+    def skips(self, step: int, value: str) -> bool:
+        """A non-finite step: True to skip it (policy skip, within maxSkippedSteps in a row), False to stop."""
+        if self.policy.policy != "skip" or self.in_a_row >= self.policy.maxSkippedSteps:
+            return False
+        self.skipped += 1
+        self.in_a_row += 1
+        self.say(f"skipped step {step}: loss {value} (spec.divergence.policy skip; {self.in_a_row} in a row, "
+                 f"at most {self.policy.maxSkippedSteps})")
+        return True
+
+    def finite_step(self) -> None:
+        self.in_a_row = 0
+
+    def note(self, step: int, field: str, value: str) -> None:
+        """Policy continue: remember (and say once) the first non-finite value."""
+        if self.first is None:
+            self.first = (step, field, value)
+            self.say(f"{diverged_text(step, field, value)}; spec.divergence.policy continue: training on, no "
+                     "checkpoint is written while the parameters are not finite")
+
+    def say(self, text: str) -> None:
+        if self.env.is_main:
+            print(f"kubetrain.runtime: {text}", file=sys.stderr, flush=True)
