@@ -32,6 +32,7 @@ def test_the_rate_includes_the_work_still_queued_on_the_device(monkeypatch: pyte
     window = Window(env.device)
     for _ in range(5):
         window.add(torch.tensor(1.0), 100)
+        window.commit()  # the step's update was applied (not skipped as non-finite)
     monkeypatch.setattr(torch.Tensor, "tolist", draining(torch.Tensor.tolist))
     monkeypatch.setattr(torch.Tensor, "__float__", draining(torch.Tensor.__float__))
     monkeypatch.setattr(torch.Tensor, "item", draining(torch.Tensor.item))
