@@ -11,7 +11,7 @@ from kubetrain.validate.schemas import load_crd_source
 from tests.testenv import reference
 from tests.testenv.plugin import in_ci  # the one CI check; tests import it from here
 
-pytest_plugins = ["tests.testenv.plugin"]
+pytest_plugins = ["tests.testenv.plugin", "tests.testenv.timing", "pytester"]
 
 REPO = Path(__file__).resolve().parent.parent
 # Upstream CRDs, copied by `make testenv` from the pinned Go modules (tests/testenv/reference.py);
@@ -19,7 +19,6 @@ REPO = Path(__file__).resolve().parent.parent
 REFERENCE = reference.reference_dir()
 PYTORCHJOB_CRD = reference.pytorchjob_crd(REFERENCE)
 TRAINER_DIR = reference.trainer_dir(REFERENCE)
-
 
 
 @pytest.fixture(scope="session")
