@@ -11,7 +11,8 @@ from kubetrain.validate.schemas import load_crd_source
 from tests.testenv import reference
 from tests.testenv.plugin import in_ci  # the one CI check; tests import it from here
 
-pytest_plugins = ["tests.testenv.plugin", "tests.testenv.timing", "pytester"]
+pytest_plugins = ["tests.testenv.plugin", "tests.testenv.timing", "tests.testenv.stress",
+                  "tests.testenv.workers", "pytester"]
 
 REPO = Path(__file__).resolve().parent.parent
 # Upstream CRDs, copied by `make testenv` from the pinned Go modules (tests/testenv/reference.py);

@@ -255,6 +255,8 @@ class TimingPlugin:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.config.option.collectonly:
+            return
         mine = self.recorder.part()
         if self.workerinput:
             (self.parts_dir / f"{mine.worker}.json").write_text(json.dumps(asdict(mine)))
