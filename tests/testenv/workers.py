@@ -20,7 +20,7 @@ from xdist.scheduler import LoadScopeScheduling
 
 SERIAL_GROUP = "real-node-and-kind"
 SERIAL_PATHS = ("tests/e2e/", "tests/kind/test_kind_e2e.py")
-SERIAL_FIXTURES = {"real_node", "kind"}  # the session's real node; tests/kind's cluster
+SERIAL_FIXTURE = "real_node"  # the session's real node (a parameter may be called `kind`: not a fixture to go by)
 GROUPED = "kubetrain_grouped"
 MISPLACED = pytest.StashKey[bool]()
 
@@ -48,12 +48,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not getattr(config, "workerinput", {}).get(GROUPED):
         return
     for item in items:
-        if SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())) and not serial(item.nodeid):
+        if SERIAL_FIXTURE in getattr(item, "fixturenames", ()) and not serial(item.nodeid):
             item.stash[MISPLACED] = True
     items.sort(key=lambda item: not serial(item.nodeid))  # stable; every worker collects the same order
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.stash.get(MISPLACED, False):
-        pytest.fail(f"{item.nodeid} uses the real node or the kind cluster outside {' and '.join(SERIAL_PATHS)}: "
+        pytest.fail(f"{item.nodeid} uses the real node outside {' and '.join(SERIAL_PATHS)}: "
                     "another worker would run it beside them (tests/testenv/workers.py)", pytrace=False)
