@@ -52,7 +52,8 @@ def test_cpu_burners_run_during_the_session_and_stop_with_it(pytester: pytest.Py
     pytester.makepyfile(test_inner=INNER)
     result = pytester.runpytest_subprocess("-p", "tests.testenv.stress", "--cpu-burners", "2")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["stress: 2 CPU burner(s) ran beside the tests (--cpu-burners)"])
+    result.stdout.fnmatch_lines(["stress: 2 CPU burner(s) ran beside the tests (--cpu-burners), "
+                                 "* CPU-s of theirs in this run's CPU above"])
     pids = json.loads(probe.read_text())
     assert len(pids) == 2
     wait_for(lambda: not any(_alive(pid) for pid in pids), "the CPU burners to be gone", 30, 0.1)

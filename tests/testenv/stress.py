@@ -9,6 +9,7 @@ pytest-xdist only the controller starts them.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -29,9 +30,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run N busy-loop processes beside the tests (make test-stress; docs/testenv.md)")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a live process, from /proc (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Burners:
     def __init__(self, count: int) -> None:
         self.count = count
+        self.cpu_s = 0.0
         self.supervisor = Supervisor(Path(tempfile.mkdtemp(prefix="kubetrain-burners-")))
 
     def pytest_sessionstart(self) -> None:
@@ -39,11 +50,13 @@ class Burners:
             self.supervisor.start(f"burner-{n}", [sys.executable, "-c", BURN, MARK])
 
     def pytest_sessionfinish(self) -> None:
+        self.cpu_s = sum(cpu_seconds(pid) for pid in self.supervisor.pids())
         self.supervisor.stop(timeout=5)
         shutil.rmtree(self.supervisor.log_dir, ignore_errors=True)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        terminalreporter.write_line(f"stress: {self.count} CPU burner(s) ran beside the tests ({OPTION})")
+        terminalreporter.write_line(f"stress: {self.count} CPU burner(s) ran beside the tests ({OPTION}), "
+                                    f"{self.cpu_s:.0f} CPU-s of theirs in this run's CPU above")
 
 
 def pytest_configure(config: pytest.Config) -> None:
