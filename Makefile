@@ -6,8 +6,16 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= runtime,examples,dev
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test`: 1 runs the suite in one process. With 2, each test module runs on one
+# worker and the real-node and kind modules run together on one (tests/testenv/workers.py, docs/testenv.md).
+PYTEST_WORKERS ?= 1
+WORKER_ARGS := $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder)
+# `make test-stress`: the timing-sensitive modules, with a busy loop on every CPU beside them.
+STRESS_TESTS ?= tests/e2e tests/controller tests/queues/test_restarts.py tests/runtime/test_hang_local.py \
+                tests/runtime/test_local_endings.py
+STRESS_BURNERS ?= $(shell nproc)
 
-.PHONY: install demo testenv test test-fast e2e lint bench gpu-check clean
+.PHONY: install demo testenv test test-stress test-fast e2e lint bench gpu-check clean
 
 install: $(STAMP)
 
@@ -32,7 +40,11 @@ testenv: install
 
 ## The whole suite: renderer, CLI, runtime (real DDP), and the real control plane.
 test: install testenv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(WORKER_ARGS) $(PYTEST_ARGS)
+
+## The timing-sensitive modules under CPU starvation: a wait sized to this machine fails here (not in `make test`).
+test-stress: install testenv
+	$(BIN)/python -m pytest --cpu-burners $(STRESS_BURNERS) $(STRESS_TESTS) $(PYTEST_ARGS)
 
 ## Only the end-to-end scenarios on the test cluster's real kubelet node (part of `make test`; needs root).
 e2e: install testenv

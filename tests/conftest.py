@@ -13,7 +13,8 @@ from kubetrain.validate.schemas import load_crd_source
 from tests.testenv import binaries, reference
 from tests.testenv.plugin import in_ci, unavailable  # the one CI check; tests import it from here
 
-pytest_plugins = ["tests.testenv.plugin"]
+pytest_plugins = ["tests.testenv.plugin", "tests.testenv.timing", "tests.testenv.stress",
+                  "tests.testenv.workers", "pytester"]
 
 REPO = Path(__file__).resolve().parent.parent
 # Upstream CRDs, copied by `make testenv` from the pinned Go modules (tests/testenv/reference.py);
@@ -21,7 +22,6 @@ REPO = Path(__file__).resolve().parent.parent
 REFERENCE = reference.reference_dir()
 PYTORCHJOB_CRD = reference.pytorchjob_crd(REFERENCE)
 TRAINER_DIR = reference.trainer_dir(REFERENCE)
-
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -38,3 +41,33 @@ def test_built_wheel_contains_templates(tmp_path: Path) -> None:
     assert {"kubetrain/_manifests/pytorchjob.yaml.j2", "kubetrain/_manifests/trainjob.yaml.j2",
             "kubetrain/_manifests/_podtemplate.yaml.j2", "kubetrain/jobspec/starter.yaml",
             "kubetrain/py.typed"} <= names
+
+
+def _ci_run(tmp_path: Path, status: int, seconds: float = 0, **env: str) -> subprocess.CompletedProcess[str]:
+    """.ci/run in a copy of the repository whose `make` is a stand-in exiting with `status`."""
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(REPO / ".ci" / "run", tmp_path / ".ci" / "run")
+    fake = tmp_path / "bin" / "make"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho \"make $*\"\nsleep {seconds}\nexit {status}\n")
+    fake.chmod(0o755)
+    return subprocess.run(["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                          check=False, env={**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}",
+                                            **env})
+
+
+def test_ci_reports_its_time_against_the_warm_budget_and_keeps_makes_status(tmp_path: Path) -> None:
+    (tmp_path / "cache").mkdir()
+    result = _ci_run(tmp_path, 3, KUBETRAIN_TESTENV_CACHE=str(tmp_path / "cache"))
+    assert result.returncode == 3
+    assert result.stdout.splitlines()[0] == "make test"
+    assert re.fullmatch(r"budget: warm run of make test \(exit 3\) took 0 min \d+ s against 20 min: within budget",
+                        result.stdout.splitlines()[-1]), result.stdout
+
+
+def test_ci_over_budget_is_a_line_not_a_failure(tmp_path: Path) -> None:
+    result = _ci_run(tmp_path, 0, 1.2, KUBETRAIN_TESTENV_CACHE=str(tmp_path / "no-cache-yet"),
+                     KUBETRAIN_CI_BUDGET_S="0")
+    assert result.returncode == 0
+    assert re.fullmatch(r"budget: cold run of make test \(exit 0\) took 0 min [1-9]\d* s against 0 min: "
+                        r"OVER budget by 0 min [1-9]\d* s", result.stdout.splitlines()[-1]), result.stdout

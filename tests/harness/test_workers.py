@@ -1,0 +1,77 @@
+"""`make test PYTEST_WORKERS=2` (pytest-xdist, `--dist loadscope`): each module stays on one worker, and the
+real-node and kind modules form one unit on one worker, started first (tests/testenv/workers.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CONFTEST = """
+import json, os
+from pathlib import Path
+import pytest
+
+@pytest.fixture(scope="session")
+def real_node():  # stands in for the plugin's real kubelet node
+    return "node"
+
+@pytest.fixture(scope="module")
+def kind():  # stands in for tests/kind's cluster
+    return "kind"
+
+@pytest.fixture(autouse=True)
+def where(request):
+    line = json.dumps([request.node.nodeid.split("@")[0], os.environ.get("PYTEST_XDIST_WORKER", "main")])
+    with open(os.environ["WHERE_PROBE"], "a") as probe:
+        probe.write(line + "\\n")
+"""
+WORKERS = ("-p", "tests.testenv.workers", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadscope",
+           "--no-loadscope-reorder")
+PLAIN = "\n".join(f"def test_{n}():\n    pass\n" for n in range(4))
+
+
+def test_modules_stay_on_one_worker_and_the_real_machine_group_is_one(pytester: pytest.Pytester, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    probe = tmp_path / "where.jsonl"
+    monkeypatch.setenv("WHERE_PROBE", str(probe))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
+    pytester.makeconftest(CONFTEST)
+    for name in ("test_a", "test_b", "test_c"):
+        pytester.makepyfile(**{name: PLAIN})
+    tests = pytester.path / "tests"  # no __init__.py: the repository's `tests` package stays importable
+    (tests / "e2e").mkdir(parents=True)
+    (tests / "kind").mkdir()
+    (tests / "e2e" / "test_teardown.py").write_text(PLAIN)  # no real_node fixture: grouped by its directory
+    (tests / "e2e" / "test_digits.py").write_text("def test_one(real_node):\n    pass\n")
+    (tests / "kind" / "test_kind_e2e.py").write_text("def test_one(kind):\n    pass\n\ndef test_two(kind):\n    pass\n")
+
+    result = pytester.runpytest_subprocess(*WORKERS)
+    result.assert_outcomes(passed=4 * 4 + 1 + 2)
+    ran = [json.loads(line) for line in probe.read_text().splitlines()]
+    workers: dict[str, set[str]] = {}
+    for nodeid, worker in ran:
+        workers.setdefault(nodeid.split("::")[0], set()).add(worker)
+    assert all(len(w) == 1 for w in workers.values()), workers
+    real = {"tests/e2e/test_teardown.py", "tests/e2e/test_digits.py", "tests/kind/test_kind_e2e.py"}
+    assert len(set().union(*(workers[m] for m in real))) == 1, workers
+    # The longest group starts first: the first test its worker ran belongs to it.
+    (real_worker,) = workers["tests/e2e/test_digits.py"]
+    first = next(nodeid for nodeid, worker in ran if worker == real_worker)
+    assert first.split("::")[0] in real
+
+
+def test_a_real_node_test_outside_the_group_is_refused(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    monkeypatch.setenv("WHERE_PROBE", str(tmp_path / "where.jsonl"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_elsewhere="def test_one(real_node):\n    pass\n",
+                        test_param="import pytest\n\n@pytest.mark.parametrize('kind', ['a'])\ndef test_kind(kind):\n"
+                                   "    pass\n")
+    result = pytester.runpytest_subprocess(*WORKERS)
+    result.assert_outcomes(passed=1, errors=1)  # a parameter called `kind` is no kind cluster
+    result.stdout.fnmatch_lines(["*test_elsewhere.py::test_one uses the real node outside*"])
