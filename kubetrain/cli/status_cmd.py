@@ -63,9 +63,10 @@ def _print_hang(connection: Any, namespace: str, name: str, target: str | None, 
 
     found, _ = find_job(connection.rest, namespace, name, target)
     report = job_stacks(connection.rest, found, namespace, name, run=exec_records, asked=False)
-    if report.has_ranks:
+    lines = (report.hang_lines() if report.has_ranks else []) + report.messages()  # messages: pods not asked
+    if lines:
         click.echo("\nHang:")
-        for line in report.hang_lines():
+        for line in lines:
             click.echo(f"  {line}")
 
 
@@ -84,7 +85,7 @@ def _print_status(result: JobStatus) -> None:
             for c in result.conditions] or [["(none yet)", "", "", ""]]
     print_table(["TYPE", "STATUS", "REASON", "MESSAGE"], rows)
     click.echo("\nPods:")
-    pod_rows = [[p.replica, p.name, p.phase, p.node or "-",
+    pod_rows = [[p.replica, p.name, p.phase, (p.node or "-") + (f" ({p.node_state})" if p.node_state else ""),
                  str(p.restarts) + (f" (+{p.recreated} re-created)" if p.recreated else ""), p.last_termination or "-"]
                 for p in result.pods] or [["(no pods yet)", "", "", "", "", ""]]
     print_table(["REPLICA", "POD", "PHASE", "NODE", "RESTARTS", "LAST TERMINATION"], pod_rows)
