@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import queue
 import threading
@@ -48,7 +49,7 @@ from kubetrain.kube import watch
 from kubetrain.kube.connection import Connection
 from kubetrain.kube.errors import TimedOut, api_message, cluster_errors, is_api_error
 from kubetrain.kube.events import uid_selector
-from kubetrain.kube.objects import meta_of
+from kubetrain.kube.objects import meta_of, parse_time
 from kubetrain.kube.rest import path_of
 from kubetrain.observe import nccl
 
@@ -262,7 +263,8 @@ class _Feed:
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.pods: dict[str, dict[str, Any]] = {}
         self.deleted: dict[str, dict[str, Any]] = {}  # pod name → its last state (why it went)
-        self.owner_events: list[dict[str, Any]] = []  # the TrainingJob's Events since the first list
+        self.owner_events: list[dict[str, Any]] = []  # the TrainingJob's Events since following began
+        self.began = dt.datetime.now(dt.UTC).replace(microsecond=0)  # Event times have whole seconds
         self.job: dict[str, Any] | None = None
         self.stopped = threading.Event()
         self.synced: set[str] = set()  # "job", "pods": their first list has arrived
@@ -309,9 +311,10 @@ class _Feed:
     def _apply(self, kind: str, event: Any) -> None:
         if kind == "error":
             raise event
-        if kind == "owner":  # Events already there when following began are not news
+        if kind == "owner":  # Events from before following began are not news
             if event.type == "SYNC":
                 self.synced.add(kind)
+                self.owner_events += [e for e in event.objects if (_when(e) or self.began) >= self.began]
             elif event.type == "ADDED" and kind in self.synced:
                 self.owner_events.append(event.obj)
             return
@@ -486,6 +489,10 @@ class _Follow:
                 follower.tick(time.monotonic())
             time.sleep(0.05)
         return FollowResult(state, message, self.output.lines)
+
+
+def _when(event: dict[str, Any]) -> dt.datetime | None:
+    return parse_time(event.get("lastTimestamp") or event.get("eventTime") or meta_of(event).get("creationTimestamp"))
 
 
 def _final_message(job: dict[str, Any], state: str) -> str:
