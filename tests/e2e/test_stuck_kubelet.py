@@ -43,8 +43,10 @@ def test_commands_name_the_node_whose_kubelet_is_stuck_within_their_deadline(cli
     cli("submit", "-f", str(_spec(project, name)), "-n", namespace, "--image", image)
     kubelet = real_node._procs["kubelet"].pid
     try:
-        wait_for(lambda: cli("logs", name, "-n", namespace, "--tail", "1", check=False).stdout.strip(),
-                 f"{name} logging", 600, 2)
+        def logging() -> str:
+            return cli("logs", name, "-n", namespace, "--tail", "1", check=False).stdout.strip()
+
+        wait_for(logging, f"{name} logging", 600, 2)
         os.kill(kubelet, signal.SIGSTOP)
         try:
             said = {}
