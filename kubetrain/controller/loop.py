@@ -306,8 +306,9 @@ class Controller:
         """The object with the status we last wrote, if the watch has not delivered it yet (progress and
         hang, which the progress reader and the hang watch write, always from the cache)."""
         written = self.written.get(obj["metadata"]["uid"])
-        if written is None:
-            return obj
+        if written is None:  # the cache holds our last write: its object now, not the reconcile's snapshot
+            current = self.jobs.get(key_of(obj))
+            return current if current is not None and meta_of(current).get("uid") == obj["metadata"]["uid"] else obj
         readers = {k: v for k in READER_KEYS if (v := status_of(obj).get(k))}
         return {**obj, "status": {**written, **readers}}
 
@@ -315,9 +316,9 @@ class Controller:
         old = status_of(obj)
         meta = obj["metadata"]
         mine = {k: v for k, v in status.items() if k not in READER_KEYS}
-        if status == old or mine == self.written.get(meta["uid"]):
+        if status in (old, previous) or mine == self.written.get(meta["uid"]):
             return
-        version = kube.patch_status(self.api, meta["namespace"], meta["name"], _with_nulls(old, status))
+        version = kube.patch_status(self.api, meta["namespace"], meta["name"], _with_nulls({**old, **previous}, status))
         self.written.wrote(meta["uid"], mine, version)
         for kind, reason, message in mirror.transitions(previous, status):
             self.events.record(obj, kind, reason, message)
