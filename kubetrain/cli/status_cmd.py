@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -11,6 +12,7 @@ from kubetrain.cli.cluster_opts import age, cluster_options, connect_from, print
 from kubetrain.cli.output import handle_errors, info
 
 if TYPE_CHECKING:
+    from kubetrain.jobs.stacks import JobStacks
     from kubetrain.jobs.status import EventRow, JobStatus
 
 OUTPUT = click.Choice(["text", "json", "yaml"])
@@ -40,32 +42,39 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
-    result = job_status(connection.rest, [TARGETS[target]] if target else None, ns, name, recent,
-                        timeline=output == "text")
-    if output == "json":
-        click.echo(json.dumps(result.as_dict(), indent=2))
-    elif output == "yaml":
-        click.echo(dump_yaml([result.as_dict()]), nl=False)
-    else:
-        _print_status(result)
-        if hang:
-            _print_hang(connection, ns, name, target, result.job.state)
-        if result.timeline:  # where the time went; empty when fewer than two moments are known
-            click.echo(f"\nTimeline: {result.timeline}")
+    # The hang read (one exec per pod) runs beside the status reads (rank 0's log head): a stuck kubelet
+    # costs the command one deadline, not two.
+    with ThreadPoolExecutor(1) as pool:
+        hanging = pool.submit(_hang_report, connection, ns, name, target) if hang and output == "text" else None
+        result = job_status(connection.rest, [TARGETS[target]] if target else None, ns, name, recent,
+                            timeline=output == "text")
+        if output == "json":
+            click.echo(json.dumps(result.as_dict(), indent=2))
+        elif output == "yaml":
+            click.echo(dump_yaml([result.as_dict()]), nl=False)
+        else:
+            _print_status(result)
+            if hanging is not None and result.job.state == "Running":
+                _print_hang(hanging.result())
+            if result.timeline:  # where the time went; empty when fewer than two moments are known
+                click.echo(f"\nTimeline: {result.timeline}")
 
 
-def _print_hang(connection: Any, namespace: str, name: str, target: str | None, state: str) -> None:
-    """The hang line from the running pods' progress records (docs/hangs.md); nothing is signalled."""
-    if state != "Running":
-        return
+def _hang_report(connection: Any, namespace: str, name: str, target: str | None) -> JobStacks:
+    """The running pods' progress records (docs/hangs.md); nothing is signalled."""
     from kubetrain.jobs.logs import find_job
     from kubetrain.jobs.stacks import exec_records, job_stacks
 
     found, _ = find_job(connection.rest, namespace, name, target)
-    report = job_stacks(connection.rest, found, namespace, name, run=exec_records, asked=False)
-    if report.has_ranks:
+    return job_stacks(connection.rest, found, namespace, name, run=exec_records, asked=False)
+
+
+def _print_hang(report: JobStacks) -> None:
+    """The hang line, and the pods that could not be asked (a node down, a kubelet that did not answer)."""
+    lines = (report.hang_lines() if report.has_ranks else []) + report.messages()
+    if lines:
         click.echo("\nHang:")
-        for line in report.hang_lines():
+        for line in lines:
             click.echo(f"  {line}")
 
 
@@ -86,7 +95,7 @@ def _print_status(result: JobStatus) -> None:
             for c in result.conditions] or [["(none yet)", "", "", ""]]
     print_table(["TYPE", "STATUS", "REASON", "MESSAGE"], rows)
     click.echo("\nPods:")
-    pod_rows = [[p.replica, p.name, p.phase, p.node or "-",
+    pod_rows = [[p.replica, p.name, p.phase, (p.node or "-") + (f" ({p.node_state})" if p.node_state else ""),
                  str(p.restarts) + (f" (+{p.recreated} re-created)" if p.recreated else ""), p.last_termination or "-"]
                 for p in result.pods] or [["(no pods yet)", "", "", "", "", ""]]
     print_table(["REPLICA", "POD", "PHASE", "NODE", "RESTARTS", "LAST TERMINATION"], pod_rows)

@@ -15,6 +15,7 @@ stack, torch's flight recorder), which also copies the evidence onto the checkpo
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubetrain.controller import kube
+from kubetrain.controller.faults import ErrorCounter, Fanout
 from kubetrain.controller.informer import Informer, Key
 from kubetrain.controller.mirror import condition
 from kubetrain.controller.reconcile import now
@@ -113,28 +115,31 @@ class HangWatch:
     conditions: dict[Key, list[dict[str, Any]]] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)  # uid → restarts done (the cache may lag behind)
     refused: dict[str, int] = field(default_factory=dict)  # uid → restarts done when the budget was found spent
+    errors: ErrorCounter = field(default_factory=ErrorCounter)
+    parallel: int = 8  # jobs checked at once
     rounds: int = 0
     execs: int = 0
     seconds: float = 0.0
 
+    def __post_init__(self) -> None:
+        self.fanout: Fanout[bool] = Fanout("hang", self.errors, self.parallel)
+
     def run(self, stop: threading.Event, interval: float) -> None:
         while not stop.wait(interval):
-            self.round()
+            try:
+                self.round()
+            except Exception as exc:  # the round's own bookkeeping: never the end of the hang watch
+                self.errors.record("hang", ("*", "round"), exc)
+        self.fanout.close()
 
     def round(self) -> int:
-        """Read every watched job once; returns how many had ranks to judge."""
+        """Read every watched job once, concurrently (a stuck pod delays only its own job; a pod that just
+        went away or a refused exec is counted and tried again next round); returns how many were judged."""
         began = time.monotonic()
-        judged = 0
         items = self.jobs.items()
-        for gone in self.conditions.keys() - {watch.key(o) for o in items}:
-            del self.conditions[gone]
-        for obj in items:
-            try:
-                judged += self.check(obj)
-            except Exception as exc:  # a pod that just went away, an exec refused: try again next round
-                meta = obj["metadata"]
-                log.info("hang check of %s/%s: %s: %s", meta["namespace"], meta["name"], type(exc).__name__,
-                         " ".join(str(exc).split())[:300])
+        for gone in set(self.conditions.copy()) - {watch.key(o) for o in items}:
+            self.conditions.pop(gone, None)
+        judged = sum(self.fanout.run([(watch.key(o), functools.partial(self.check, o)) for o in items]))
         self.rounds += 1
         self.seconds += time.monotonic() - began
         return judged

@@ -65,10 +65,12 @@ def custom_list_fn(api: Rest, group: str, version: str, plural: str,
     return watch.rest_list(api, path_of(group, version, plural, namespace), retry=False)
 
 
-def patch_status(api: Rest, namespace: str, name: str, status: dict[str, Any]) -> None:
-    """A merge patch of the status subresource: lists (conditions) are replaced whole, as intended."""
-    api.request("PATCH", path_of(GROUP, VERSION, PLURAL, namespace, name) + "/status",
-                body={"status": status}, content_type="application/merge-patch+json")
+def patch_status(api: Rest, namespace: str, name: str, status: dict[str, Any]) -> str | None:
+    """A merge patch of the status subresource: lists (conditions) are replaced whole, as intended. Returns
+    the object's new resourceVersion."""
+    patched = api.json("PATCH", path_of(GROUP, VERSION, PLURAL, namespace, name) + "/status",
+                       body={"status": status}, content_type="application/merge-patch+json")
+    return (patched.get("metadata") or {}).get("resourceVersion")
 
 
 def delete_child(api: Rest, child: dict[str, Any], plural: str) -> None:
@@ -98,9 +100,11 @@ def read_configmap(api: Rest, namespace: str, name: str) -> dict[str, Any] | Non
 
 def pod_log_tail(api: Rest, namespace: str, pod: str, container: str | None, tail: int,
                  limit_bytes: int) -> list[str]:
-    """The last `tail` lines (at most `limit_bytes`) of a pod's log: never the whole log, never a stream."""
+    """The last `tail` lines (at most `limit_bytes`) of a pod's log: never the whole log, never a stream; a
+    kubelet that does not answer within the client's kubelet_timeout is a Timeout."""
     query = {"container": container, "tailLines": tail, "limitBytes": limit_bytes}
-    response = api.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", query)
+    response = api.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", query,
+                           read_timeout=api.kubelet_timeout)
     return response.data.decode("utf-8", "replace").splitlines()
 
 

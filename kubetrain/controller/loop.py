@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from kubetrain.controller import hangs, kube, kueue, mirror, progress
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
+from kubetrain.controller.faults import ErrorCounter, Fanout
 from kubetrain.controller.informer import Informer, Key, wait_synced
 from kubetrain.controller.queue import WorkQueue
 from kubetrain.controller.reconcile import (
@@ -28,6 +30,7 @@ from kubetrain.controller.reconcile import (
     owner_name,
     update_policy,
 )
+from kubetrain.controller.written import WrittenStatus
 from kubetrain.jobs import apply, targets
 from kubetrain.jobs.crud import TERMINAL
 from kubetrain.jobs.crud import state as child_state
@@ -50,6 +53,7 @@ class Settings:
     progress_interval: float = 30.0  # seconds between progress reads of a running job; 0 disables
     progress_tail: int = 200  # log lines read per progress read (the tail only)
     hang_interval: float = 30.0  # seconds between reads of a running job's rank records; 0 disables
+    parallel_reads: int = 8  # jobs whose pods the progress and hang rounds read at once
 
 
 @dataclass
@@ -75,14 +79,16 @@ class Controller:
         # The child as we last applied it: its generation tells drift apart, and it stands in for the cache
         # until the watch delivers it (no second create, no duplicate Event).
         self.applied: dict[Key, dict[str, Any]] = {}
-        self.written: dict[str, dict[str, Any]] = {}  # uid → status we last wrote (the cache may lag behind)
+        self.written = WrittenStatus()  # uid → status we last wrote, until the cache holds it
         self.reconciles = 0
         self.failures = 0
+        self.errors = ErrorCounter()  # per loop and kind, for /metrics
         self.progress_rounds = 0
         self.progress_seconds = 0.0
+        self.progress: Fanout[bool] = Fanout("progress", self.errors, self.settings.parallel_reads)
         self.threads: list[threading.Thread] = []
-        self.hangs = hangs.HangWatch(self.api, self.jobs, self._spec_of,
-                                     self.events.record, self.queue.add)
+        self.hangs = hangs.HangWatch(self.api, self.jobs, self._spec_of, self.events.record, self.queue.add,
+                                     errors=self.errors, parallel=self.settings.parallel_reads)
 
     def _informer(self, group: str, version: str, plural: str, handler: Any, **kwargs: Any) -> Informer:
         list_fn = kube.custom_list_fn(self.api, group, version, plural, self.settings.namespace)
@@ -111,6 +117,17 @@ class Controller:
         self.stop.set()
         self.queue.close()
         self.events.close()
+        self.progress.close()
+
+    def poll_progress(self) -> None:
+        """One progress round (every job's log tail, concurrently); a failure is counted, never raised."""
+        began = time.monotonic()
+        try:
+            progress.poll_once(self.api, self.jobs, self.settings.progress_tail, self.progress)
+        except Exception as exc:
+            self.errors.record("progress", ("*", "round"), exc)
+        self.progress_rounds += 1
+        self.progress_seconds += time.monotonic() - began
 
     def _work(self) -> None:
         while not self.stop.is_set():
@@ -123,16 +140,16 @@ class Controller:
             except Exception as exc:  # one object's failure backs off alone, never stops the loop
                 self.failures += 1
                 delay = self.queue.retry(key)
-                namespace, name = cast(Key, key)
-                log.warning("reconcile %s/%s failed (%s: %s); retrying in %.1fs", namespace, name, type(exc).__name__,
-                            " ".join(str(exc).split())[:300], delay)
+                self.errors.record("reconcile", cast(Key, key), exc, f"in {delay:.1f}s")
             finally:
                 self.queue.done(key)
 
     # ------------------------------------------------------------------ events
     def _on_job(self, obj: dict[str, Any]) -> None:
         meta = meta_of(obj)
-        self.queue.add((meta.get("namespace", ""), meta.get("name", "")))
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        self.written.delivered(str(meta.get("uid")), str(meta.get("resourceVersion")), self.jobs.get(key) is None)
+        self.queue.add(key)
 
     def _on_child(self, obj: dict[str, Any]) -> None:
         owner = owner_name(obj)
@@ -166,7 +183,6 @@ class Controller:
         obj = self.jobs.get(key)
         if obj is None or meta_of(obj).get("deletionTimestamp"):
             self.applied.pop(key, None)
-            self.written.pop(str(((obj or {}).get("metadata") or {}).get("uid")), None)
             return  # the garbage collector deletes the children (controller ownerReferences)
         latest = self._latest(obj)
         current_dir = status_of(latest).get("checkpointDir")
@@ -268,9 +284,9 @@ class Controller:
             return ""
         if target_dir != current:
             meta = obj["metadata"]
-            kube.patch_status(self.api, meta["namespace"], meta["name"], {"checkpointDir": target_dir})
+            version = kube.patch_status(self.api, meta["namespace"], meta["name"], {"checkpointDir": target_dir})
             before = self.written.get(meta["uid"]) or {k: v for k, v in status_of(obj).items() if k != "progress"}
-            self.written[meta["uid"]] = {**before, "checkpointDir": target_dir}
+            self.written.wrote(meta["uid"], {**before, "checkpointDir": target_dir}, version)
         verb = "continues from the checkpoints in" if policy == "continue" else "starts fresh, checkpointing to"
         return f"; the new child {verb} {target_dir}"
 
@@ -290,8 +306,9 @@ class Controller:
         """The object with the status we last wrote, if the watch has not delivered it yet (progress and
         hang, which the progress reader and the hang watch write, always from the cache)."""
         written = self.written.get(obj["metadata"]["uid"])
-        if written is None:
-            return obj
+        if written is None:  # the cache holds our last write: its object now, not the reconcile's snapshot
+            current = self.jobs.get(key_of(obj))
+            return current if current is not None and meta_of(current).get("uid") == obj["metadata"]["uid"] else obj
         readers = {k: v for k in READER_KEYS if (v := status_of(obj).get(k))}
         return {**obj, "status": {**written, **readers}}
 
@@ -299,10 +316,10 @@ class Controller:
         old = status_of(obj)
         meta = obj["metadata"]
         mine = {k: v for k, v in status.items() if k not in READER_KEYS}
-        if status == old or mine == self.written.get(meta["uid"]):
+        if status in (old, previous) or mine == self.written.get(meta["uid"]):
             return
-        kube.patch_status(self.api, meta["namespace"], meta["name"], _with_nulls(old, status))
-        self.written[meta["uid"]] = mine
+        version = kube.patch_status(self.api, meta["namespace"], meta["name"], _with_nulls({**old, **previous}, status))
+        self.written.wrote(meta["uid"], mine, version)
         for kind, reason, message in mirror.transitions(previous, status):
             self.events.record(obj, kind, reason, message)
 

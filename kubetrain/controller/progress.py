@@ -1,15 +1,19 @@
 """Live progress of running TrainingJobs: the tail of rank 0's log, parsed like `kubetrain logs -f` does.
 
 Bounded cost per running job and interval: one pod list and one log read of at most `tail` lines and
-LIMIT_BYTES bytes, then one status patch if the progress changed. Never the whole log, never a stream.
+LIMIT_BYTES bytes, then one status patch if the progress changed. Never the whole log, never a stream. The
+jobs of a round are read concurrently (controller.faults.Fanout): a pod on a stuck node delays only its own
+job, whose read gives up after kube.KUBELET_TIMEOUT; a job deleted meanwhile is counted, never fatal.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
 from kubetrain.controller import kube
+from kubetrain.controller.faults import Fanout
 from kubetrain.controller.informer import Informer
 from kubetrain.controller.reconcile import now
 from kubetrain.jobs import pods, targets
@@ -58,24 +62,26 @@ def read_tail(api: Rest, target: targets.Target, namespace: str, name: str, tail
     return kube.pod_log_tail(api, namespace, first.pod, first.container, tail, LIMIT_BYTES)
 
 
-def poll_once(api: Rest, jobs: Informer, tail: int) -> int:
-    """Update status.progress of every Running TrainingJob; returns how many were read."""
-    read = 0
+def poll_once(api: Rest, jobs: Informer, tail: int, fanout: Fanout[bool]) -> int:
+    """Update status.progress of every Running TrainingJob, concurrently; returns how many were read."""
+    calls = []
     for obj in jobs.items():
         status = status_of(obj)
-        if status.get("phase") not in ("Running", "Restarting") or status.get("target") not in targets.TARGETS:
-            continue
-        meta = obj["metadata"]
-        try:
-            lines = read_tail(api, targets.TARGETS[status["target"]], meta["namespace"], meta["name"], tail)
-        except Exception as exc:  # a pod that just went away: try again next round
-            log.debug("progress of %s/%s: %s", meta["namespace"], meta["name"], exc)
-            continue
-        read += 1
-        progress = progress_of(lines)
-        old = {k: v for k, v in (status.get("progress") or {}).items() if k != "updateTime"}
-        if progress is not None and progress != old:
-            removed = {k: None for k in old if k not in progress}  # a merge patch keeps keys it does not name
-            kube.patch_status(api, meta["namespace"], meta["name"],
-                              {"progress": {**removed, **progress, "updateTime": now()}})
-    return read
+        if status.get("phase") in ("Running", "Restarting") and status.get("target") in targets.TARGETS:
+            meta = obj["metadata"]
+            calls.append(((meta["namespace"], meta["name"]), functools.partial(poll_job, api, obj, tail)))
+    return sum(fanout.run(calls))
+
+
+def poll_job(api: Rest, obj: dict[str, Any], tail: int) -> bool:
+    """One job's read (True) and, when its progress changed, its status patch. Raises on a failure (a pod
+    gone since the list, the job deleted since the snapshot): the caller counts it."""
+    status, meta = status_of(obj), obj["metadata"]
+    lines = read_tail(api, targets.TARGETS[status["target"]], meta["namespace"], meta["name"], tail)
+    progress = progress_of(lines)
+    old = {k: v for k, v in (status.get("progress") or {}).items() if k != "updateTime"}
+    if progress is not None and progress != old:
+        removed = {k: None for k in old if k not in progress}  # a merge patch keeps keys it does not name
+        patch = {"progress": {**removed, **progress, "updateTime": now()}}
+        kube.patch_status(api, meta["namespace"], meta["name"], patch)
+    return True

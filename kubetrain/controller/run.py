@@ -12,7 +12,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from kubetrain.controller import health, progress
+from kubetrain.controller import health
 from kubetrain.controller.leader import LeaseElector
 from kubetrain.controller.loop import Controller, Settings
 from kubetrain.kube.rest import Rest
@@ -62,10 +62,7 @@ def run(api: Rest, settings: Settings, election: Election, probe_port: int,
     interval = settings.progress_interval
     while not stop.wait(interval if interval > 0 else 3600):
         if interval > 0:
-            began = time.monotonic()
-            progress.poll_once(api, controller.jobs, settings.progress_tail)
-            controller.progress_rounds += 1
-            controller.progress_seconds += time.monotonic() - began
+            controller.poll_progress()
     controller.shutdown()
     if election.enabled and not lost.is_set():
         elector.release()
@@ -88,6 +85,7 @@ def _metrics(state: dict[str, Controller], started: float) -> dict[str, float]:
                    render_cache_misses_total=controller.desired.misses,
                    hang_rounds_total=controller.hangs.rounds, hang_execs_total=controller.hangs.execs,
                    hang_seconds_total=round(controller.hangs.seconds, 3))
+        out.update(controller.errors.metrics())
         for verb, count in sorted(controller.counter.counts.items()):
             out[f'api_requests{{verb="{verb}"}}'] = count
             out[f'api_request_seconds{{verb="{verb}"}}'] = round(controller.counter.seconds[verb], 3)

@@ -13,7 +13,7 @@ from typing import Any
 from kubetrain.jobs import devices
 from kubetrain.jobs.pods import Replica, job_replicas, select
 from kubetrain.jobs.targets import Target
-from kubetrain.kube.errors import ApiError, cluster_errors, translate
+from kubetrain.kube.errors import ApiError, TimedOut, cluster_errors, translate
 from kubetrain.kube.objects import JOB_LABEL
 from kubetrain.kube.podexec import exec_in_pod
 from kubetrain.kube.rest import Rest
@@ -78,6 +78,7 @@ class ExecResult:
     stderr: str
     exit_code: int | None  # None: the command did not run (see error)
     error: str = ""  # the exec's failure Status message, if any
+    timed_out: bool = False  # the pod's kubelet did not answer the exec in time (kube.errors.TimedOut)
 
 
 def _number(cell: str) -> float | None:
@@ -224,6 +225,8 @@ def exec_replica(rest: Rest, namespace: str, replica: Replica, run: Exec,
         if exc.status in (401, 403):
             raise translate(exc, f"exec into pod {replica.pod} in namespace {namespace} (pods/exec)") from None
         return ExecResult("", "", None, f"{exc.status} {exc.reason}")
+    except TimedOut as exc:
+        return ExecResult("", "", None, str(exc), timed_out=True)
     except Exception as exc:  # one pod's broken exec must not hide the others
         return ExecResult("", "", None, f"{type(exc).__name__}: {exc}")
 

@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import functools
 import queue
 import threading
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from kubetrain.errors import ClusterError, UsageError
 from kubetrain.jobs import crud as jobs
-from kubetrain.jobs import targets
+from kubetrain.jobs import nodes, targets
 from kubetrain.jobs.logmerge import LineAssembler, Prefixer, merge
 from kubetrain.jobs.logstream import PodFollower
 from kubetrain.jobs.pending import PendingReporter
@@ -41,11 +43,14 @@ from kubetrain.jobs.pods import (
     select,
     sort_key,
 )
+from kubetrain.jobs.recreation import recreation_reason
 from kubetrain.jobs.targets import Target
 from kubetrain.kube import watch
 from kubetrain.kube.connection import Connection
-from kubetrain.kube.errors import api_message, cluster_errors, is_api_error
-from kubetrain.kube.objects import meta_of
+from kubetrain.kube.errors import TimedOut, api_message, cluster_errors, is_api_error
+from kubetrain.kube.events import uid_selector
+from kubetrain.kube.objects import meta_of, parse_time
+from kubetrain.kube.rest import path_of
 from kubetrain.observe import nccl
 
 if TYPE_CHECKING:
@@ -142,6 +147,8 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
         notice(f"{found.kind} {name} has no pods yet (state: {state}); use -f to wait for them")
         return 0
     readable = [r for r in replicas if _readable(r, options.previous, notice)]
+    down = nodes.down_nodes(conn.rest, readable)
+    readable = [r for r in readable if not _on_down_node(r, down, notice)]
     output = _Output(sink, options)
     watch = nccl.SocketWatch(obj, notice)
     with ThreadPoolExecutor(min(PARALLEL_READS, max(1, len(readable)))) as pool:
@@ -210,12 +217,24 @@ def _readable(replica: Replica, previous: bool, notice: Notice) -> bool:
     return True
 
 
+def _on_down_node(replica: Replica, down: dict[str, nodes.NodeHealth], notice: Notice) -> bool:
+    """A replica whose node is down is said so in one line and not read (the read would only wait)."""
+    health = down.get(replica.node or "")
+    if health is not None:
+        notice(f"[{replica.label}] {replica.pod}: {health.describe()}; not waiting for its logs")
+    return health is not None
+
+
 def _open(api: Rest, namespace: str, replica: Replica, options: LogOptions, notice: Notice) -> Any:
     previous = options.previous and replica.restarts > 0
     with cluster_errors(f"read the logs of pod {replica.pod} in namespace {namespace}"):
         try:
             return open_log(api, namespace, replica.pod, replica.container, previous=previous,
                             since_seconds=options.since_seconds, tail_lines=options.tail)
+        except TimedOut:
+            silent = nodes.silent_kubelet(api, replica, api.kubelet_timeout, "logs")
+            notice(f"[{replica.label}] {replica.pod}: {silent}")
+            return None
         except Exception as exc:
             if not is_api_error(exc) or getattr(exc, "status", None) not in (400, 404):
                 raise
@@ -227,8 +246,9 @@ def _lines(response: Any) -> Iterator[str]:
     """A response's lines as they arrive (so merging many large logs holds one line per pod)."""
     assembler = LineAssembler()
     try:
-        while chunk := response.read1(65536):
-            yield from assembler.feed(chunk)
+        with contextlib.suppress(TimeoutError):  # the kubelet stopped answering mid-log: what came is shown
+            while chunk := response.read1(65536):
+                yield from assembler.feed(chunk)
         yield from assembler.flush()
     finally:
         response.release_conn()
@@ -239,9 +259,12 @@ class _Feed:
     """The job and its pods, kept current by two list+watch threads (re-listing after 410 Gone)."""
 
     def __init__(self, api: Rest, found: Target, namespace: str, name: str, timeout: float | None,
-                 notice: Notice) -> None:
+                 notice: Notice, owner_uid: str = "") -> None:
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.pods: dict[str, dict[str, Any]] = {}
+        self.deleted: dict[str, dict[str, Any]] = {}  # pod name → its last state (why it went)
+        self.owner_events: list[dict[str, Any]] = []  # the TrainingJob's Events since following began
+        self.began = dt.datetime.now(dt.UTC).replace(microsecond=0)  # Event times have whole seconds
         self.job: dict[str, Any] | None = None
         self.stopped = threading.Event()
         self.synced: set[str] = set()  # "job", "pods": their first list has arrived
@@ -250,6 +273,9 @@ class _Feed:
         self._start("job", job_list, field_selector=f"metadata.name={name}")
         # Only the job's watch reports a lost API server: both watches lose it at once.
         self._start("pods", pods_list_fn(api, namespace), label_selector=found.pod_selector(name))
+        if owner_uid:  # the controlling TrainingJob's Events: Hung, HangRestart, Straggler, Progressing...
+            events = watch.rest_list(api, path_of("", "v1", "events", namespace))
+            self._start("owner", events, field_selector=uid_selector(owner_uid))
 
     def _start(self, kind: str, list_fn: Callable[..., Any], **kwargs: Any) -> None:
         on_retry = self.notice if kind == "job" else None
@@ -280,11 +306,18 @@ class _Feed:
 
     @property
     def ready(self) -> bool:
-        return self.synced == {"job", "pods"}
+        return {"job", "pods"} <= self.synced
 
     def _apply(self, kind: str, event: Any) -> None:
         if kind == "error":
             raise event
+        if kind == "owner":  # Events from before following began are not news
+            if event.type == "SYNC":
+                self.synced.add(kind)
+                self.owner_events += [e for e in event.objects if (_when(e) or self.began) >= self.began]
+            elif event.type == "ADDED" and kind in self.synced:
+                self.owner_events.append(event.obj)
+            return
         if event.type == "SYNC":
             self.synced.add(kind)
         if kind == "job":
@@ -297,6 +330,7 @@ class _Feed:
             self.pods = {p["metadata"]["name"]: p for p in event.objects}
         elif event.type == "DELETED":
             self.pods.pop(event.obj["metadata"]["name"], None)
+            self.deleted[event.obj["metadata"]["name"]] = event.obj
         else:
             self.pods[event.obj["metadata"]["name"]] = event.obj
 
@@ -323,6 +357,7 @@ def follow_job_logs(conn: Connection, namespace: str, name: str, target: str | T
 
     output = _Output(watched, options)
     follow = _Follow(conn.rest, found, namespace, name, wanted, options, output, output.notice_gate(notice))
+    follow.owner = targets.trainingjob_ref(obj)
     try:
         with cluster_errors(f"watch {found.resource} {name} and its pods in namespace {namespace}"):
             return follow.run(poll, timeout)
@@ -350,10 +385,14 @@ class _Follow:
         self.api, self.found, self.namespace, self.name, self.wanted = api, found, namespace, name, wanted
         self.options, self.output, self.notice = options, output, notice
         self.followers: dict[str, PodFollower] = {}
+        self.retired: list[PodFollower] = []  # followers of pods re-created since: they drain, then end
+        self.reported: set[str] = set()  # uids of re-created pods already reported
         self.pending = PendingReporter(api, namespace, found.kind, name, notice)
+        self.owner: dict[str, Any] | None = None  # the controlling TrainingJob's ownerReference
 
     def run(self, poll: float, timeout: float | None = None) -> FollowResult:
-        feed = _Feed(self.api, self.found, self.namespace, self.name, timeout, self.notice)
+        feed = _Feed(self.api, self.found, self.namespace, self.name, timeout, self.notice,
+                     str((self.owner or {}).get("uid") or ""))
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             while True:
@@ -368,7 +407,7 @@ class _Follow:
                     return result
         finally:
             feed.stopped.set()
-            for follower in self.followers.values():
+            for follower in [*self.followers.values(), *self.retired]:
                 follower.stop()
             self.output.close()  # then no thread still winding down writes anything
 
@@ -376,7 +415,11 @@ class _Follow:
         job = feed.job
         replicas = [r for r in (replica_of(p, self.found, self.name) for p in feed.pods.values())
                     if matches(r, self.wanted)]
-        self._sync_followers(sorted(replicas, key=sort_key), set(feed.pods))
+        for event in feed.owner_events:
+            kind = "Warning " if event.get("type") == "Warning" else ""
+            self.notice(f"TrainingJob {self.name}: {kind}{event.get('reason')}: {event.get('message')}")
+        feed.owner_events.clear()
+        self._sync_followers(sorted(replicas, key=sort_key), set(feed.pods), feed.deleted)
         if job is None:
             return self._finish("Deleted", f"{self.found.kind} {self.name} was deleted")
         state = jobs.state(job)
@@ -386,13 +429,13 @@ class _Follow:
                             str(meta_of(job).get("uid") or ""))
         return None
 
-    def _sync_followers(self, replicas: Iterable[Replica], present: set[str]) -> None:
+    def _sync_followers(self, replicas: Iterable[Replica], present: set[str],
+                        deleted: dict[str, dict[str, Any]]) -> None:
         now = time.monotonic()
         for replica in replicas:
             follower = self.followers.get(replica.pod)
             if follower is not None and follower.replica.uid != replica.uid:
-                self.notice(f"[{replica.label}] pod {replica.pod} was re-created")
-                follower.stop()
+                self._recreated(follower, replica, deleted.get(replica.pod))
                 follower = None
             if follower is None and replica.started:
                 follower = self._start_follower(replica)
@@ -402,6 +445,30 @@ class _Follow:
             if pod not in present:
                 follower.stop()
             follower.tick(now)
+        for follower in list(self.retired):
+            follower.tick(now)
+            if not follower.is_alive():
+                self.retired.remove(follower)
+
+    def _recreated(self, old: PodFollower, new: Replica, last: dict[str, Any] | None) -> None:
+        """The pod was deleted and created again (a new uid under its name): said once, with why."""
+        old.stop()
+        self.retired.append(self.followers.pop(new.pod))
+        if new.uid in self.reported:
+            return
+        self.reported.add(new.uid)
+        gone = last if last is not None and meta_of(last).get("uid") == old.replica.uid else old.replica.obj
+        why = recreation_reason(gone, self._trainingjob())
+        self.notice(f"[{new.label}] pod {new.pod} was re-created" + (f": {why}" if why else ""))
+
+    def _trainingjob(self) -> dict[str, Any] | None:
+        """The controlling TrainingJob now (its status.hang says when the hang policy last restarted the pods)."""
+        if not self.owner:
+            return None
+        try:
+            return jobs.get(self.api, targets.TRAININGJOB, self.namespace, str(self.owner.get("name")))
+        except Exception:  # not readable (RBAC) or gone: the reason is then what the pod says
+            return None
 
     def _start_follower(self, replica: Replica) -> PodFollower:
         since, tail = self.options.since_seconds, self.options.tail
@@ -413,14 +480,19 @@ class _Follow:
 
     def _finish(self, state: str, message: str, timeout: float = 30.0) -> FollowResult:
         """Let every follower write its pod's last lines, then report."""
-        for follower in self.followers.values():
+        followers = [*self.followers.values(), *self.retired]
+        for follower in followers:
             follower.stop()
         deadline = time.monotonic() + timeout
-        while any(f.is_alive() for f in self.followers.values()) and time.monotonic() < deadline:
-            for follower in self.followers.values():
+        while any(f.is_alive() for f in followers) and time.monotonic() < deadline:
+            for follower in followers:
                 follower.tick(time.monotonic())
             time.sleep(0.05)
         return FollowResult(state, message, self.output.lines)
+
+
+def _when(event: dict[str, Any]) -> dt.datetime | None:
+    return parse_time(event.get("lastTimestamp") or event.get("eventTime") or meta_of(event).get("creationTimestamp"))
 
 
 def _final_message(job: dict[str, Any], state: str) -> str:

@@ -179,8 +179,9 @@ def select(replicas: list[Replica], wanted: str) -> list[Replica]:
 def open_log(api: Rest, namespace: str, pod: str, container: str | None, *, follow: bool = False,
              previous: bool = False, since_seconds: int | None = None, tail_lines: int | None = None) -> Any:
     """The pod's log as a streamed kubetrain.kube.transport response (always with timestamps). A followed log
-    may be quiet for hours, so it has no read timeout; a plain read has the client's --request-timeout."""
+    may be quiet for hours, so it has no read timeout; a plain read waits for the kubelet at most the
+    client's kubelet_timeout (--request-timeout, else its own default): TimedOut."""
     query = {"container": container, "follow": follow or None, "previous": previous or None, "timestamps": True,
              "sinceSeconds": since_seconds, "tailLines": tail_lines}
     return api.request("GET", path_of("", "v1", "pods", namespace, pod, "log"), query, stream=True,
-                                read_timeout=None if follow else -1)
+                       read_timeout=None if follow else api.kubelet_timeout)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.jobs.gpu import PARALLEL_EXECS, Exec, ExecResult, exec_command, exec_replica
+from kubetrain.jobs.nodes import NodeHealth, down_nodes, silent_kubelet
 from kubetrain.jobs.pods import Replica, job_replicas, select
 from kubetrain.jobs.targets import Target
 from kubetrain.kube.errors import cluster_errors
@@ -112,10 +113,16 @@ class JobStacks:
         return [f"{p.replica.label} ({p.replica.pod}): {p.message}" for p in self.pods if p.message]
 
 
-def ask_pod(rest: Rest, namespace: str, replica: Replica, run: Exec = exec_probe) -> PodAnswer:
+def ask_pod(rest: Rest, namespace: str, replica: Replica, run: Exec = exec_probe,
+            down: dict[str, NodeHealth] | None = None) -> PodAnswer:
+    """One pod's probe answer; `down`: nodes known to be down (their pods are said so, not asked)."""
     if replica.phase != "Running" or replica.state != "running":
         return PodAnswer(replica, message=f"not running ({replica.reason or replica.phase})")
+    if (health := (down or {}).get(replica.node or "")) is not None:
+        return PodAnswer(replica, message=f"{health.describe()}; not asked")
     result = exec_replica(rest, namespace, replica, run)
+    if result.timed_out:
+        return PodAnswer(replica, message=silent_kubelet(rest, replica, rest.kubelet_timeout, "answer"))
     if result.exit_code != 0:
         detail = (result.stderr or result.error or result.stdout).strip().splitlines()
         return PodAnswer(replica, message=f"the probe failed (exit {result.exit_code}): "
@@ -174,7 +181,9 @@ def job_stacks(rest: Rest, target: Target, namespace: str, name: str, replica: s
 
 def ask_pods(rest: Rest, namespace: str, name: str, replicas: list[Replica], run: Exec = exec_probe
              ) -> list[PodAnswer]:
-    """Every replica's answer, asked in parallel (at most PARALLEL_EXECS execs at once)."""
-    with cluster_errors(f"exec the stacks probe in the pods of {name} in namespace {namespace}"), \
-            ThreadPoolExecutor(min(PARALLEL_EXECS, max(1, len(replicas)))) as pool:
-        return list(pool.map(lambda r: ask_pod(rest, namespace, r, run), replicas))
+    """Every replica's answer, asked in parallel (at most PARALLEL_EXECS execs at once); pods on a node that
+    is down are not asked (nodes.down_nodes)."""
+    with cluster_errors(f"exec the stacks probe in the pods of {name} in namespace {namespace}"):
+        down = down_nodes(rest, replicas)
+        with ThreadPoolExecutor(min(PARALLEL_EXECS, max(1, len(replicas)))) as pool:
+            return list(pool.map(lambda r: ask_pod(rest, namespace, r, run, down), replicas))

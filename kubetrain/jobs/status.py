@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from kubetrain.errors import ClusterError
 from kubetrain.jobs import crud as jobs
-from kubetrain.jobs import devices, hints, pods
-from kubetrain.jobs.targets import PYTORCHJOB, TRAININGJOB, Target, controlling_trainingjob
+from kubetrain.jobs import devices, hints, nodes, pods
+from kubetrain.jobs.targets import PYTORCHJOB, TRAININGJOB, Target, controlling_trainingjob, trainingjob_ref
 from kubetrain.kube.events import list_events, list_selected, selectors, uid_selector
 from kubetrain.kube.objects import JOB_LABEL, meta_of, parse_time, status_of
 from kubetrain.observe.nccl import requested_fabric, socket_fallback, transports
@@ -33,6 +33,7 @@ class PodRow:
     last_termination: str
     hints: list[str] = field(default_factory=list)
     recreated: int = 0  # times the operator created this replica's pod again (restarts do not count those)
+    node_state: str = ""  # when its node is down: "NotReady, 52 s since its kubelet posted"
 
 
 @dataclass(frozen=True)
@@ -144,8 +145,13 @@ def event_subjects(obj: dict[str, Any], target: Target, pod_list: list[dict[str,
     named = [s for s in kept if isinstance(s, tuple)]
     if target is not PYTORCHJOB:
         named.append(("JobSet", str(meta.get("name") or "")))
-    uids = {str(meta.get("uid") or "")} | {s for s in kept if isinstance(s, str)}
+    uids = {str(meta.get("uid") or ""), _owner_uid(obj)} | {s for s in kept if isinstance(s, str)}
     return EventSubjects(uids - {""}, named, max(0, len(troubled) - len(kept)))
+
+
+def _owner_uid(obj: dict[str, Any]) -> str:
+    """The controlling TrainingJob's uid ("" without one): its Events (Hung, HangRestart...) are the job's."""
+    return str((trainingjob_ref(obj) or {}).get("uid") or "")
 
 
 def _healthy(replica: pods.Replica) -> bool:
@@ -209,16 +215,19 @@ def job_status(api: Rest, targets: list[Target] | None, namespace: str, name: st
     """`targets`: the kinds the job may be (None: whichever the cluster serves)."""
     target, obj = jobs.find(api, targets, namespace, name)
     fabric = requested_fabric(obj)
-    pod_list, listed, head = read_in_parallel(api, target, namespace, obj, head=timeline or bool(fabric))
+    pod_list, listed, head, unread = read_in_parallel(api, target, namespace, obj, head=timeline or bool(fabric))
     subjects = event_subjects(obj, target, pod_list, STATUS_POD_EVENT_LISTS, STATUS_HEALTHY_POD_EVENT_LISTS)
     event_dicts = job_event_dicts(api, target, namespace, obj, pod_list, subjects, listed)
     again = recreations(event_dicts)
-    rows = [replace(r, recreated=again.get(r.name, 0)) for r in pod_rows(pod_list, target, name)]
+    down = nodes.down_nodes(api, pods.replicas_of(pod_list, target, name))
+    rows = [replace(r, recreated=again.get(r.name, 0), node_state=_node_state(down.get(r.node)))
+            for r in pod_rows(pod_list, target, name)]
     events = event_rows(event_dicts)[-recent:] if recent else []
     recreated = [f"pod {r.name} was re-created {r.recreated} time(s) by the operator (its restart count "
                  f"starts again each time): see why with `kubetrain events {name}`" for r in rows if r.recreated]
     queued = [_no_pods(line, pod_list)] if (line := queues.job_hint(api, obj)) else []  # Kueue: one line
     queued += [line] if (line := operator_hint(obj, target)) else []
+    queued += [_down_hint(health, rows) for health in down.values()] + ([unread] if unread else [])
     if subjects.omitted:
         queued.append(f"Events of {subjects.omitted} more troubled pod(s) not read (status lists at most "
                       f"{STATUS_POD_EVENT_LISTS} pods' Events): `kubetrain events {name}`")
@@ -246,11 +255,25 @@ def _no_pods(line: str, pod_list: list[dict[str, Any]]) -> str:
             "(PodsReadyTimeout); look at why none was created, not at readiness")
 
 
-Reads = tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]], list[str]]
+def _node_state(health: nodes.NodeHealth | None) -> str:
+    if health is None:
+        return ""
+    posted = health.posted()
+    return health.state() + (f", {posted.removeprefix('its ')}" if posted else "")
+
+
+def _down_hint(health: nodes.NodeHealth, rows: list[PodRow]) -> str:
+    on = ", ".join(r.name for r in rows if r.node == health.name)
+    return (f"{health.describe()}: the logs and execs of its pods ({on}) wait for it; Kubernetes evicts them "
+            "if it does not come back (kubectl describe node " + health.name + ")")
+
+
+Reads = tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]], list[str], str]
 
 
 def read_in_parallel(api: Rest, target: Target, namespace: str, obj: dict[str, Any], head: bool = False) -> Reads:
-    """(the job's pods, Events lists by field selector, rank 0's log head if `head`), read side by side rather
+    """(the job's pods, Events lists by field selector, rank 0's log head if `head` and why it could not be
+    read), read side by side rather
     than one after the other. The Events lists are those status reads whatever the pods are: the job's own, a
     TrainJob's JobSet's, and a PyTorchJob's master pod's (by name; its UID comes with the pods, and its list
     then also serves as the list by that UID). The log head (the timeline's) is read once the pods are known."""
@@ -259,7 +282,8 @@ def read_in_parallel(api: Rest, target: Target, namespace: str, obj: dict[str, A
     meta = meta_of(obj)
     name = str(meta.get("name") or "")
     master = [("Pod", pod) for pod in _expected_pods(obj, target) if pod.endswith("-master-0")]
-    early = selectors([str(meta.get("uid") or "")], master if target is PYTORCHJOB else [("JobSet", name)])
+    early = selectors([str(meta.get("uid") or ""), _owner_uid(obj)],
+                      master if target is PYTORCHJOB else [("JobSet", name)])
     with ThreadPoolExecutor(2) as pool:
         reading = pool.submit(list_selected, api, namespace, early)
         pod_list = pods.list_pods(api, target, namespace, name)
@@ -268,14 +292,14 @@ def read_in_parallel(api: Rest, target: Target, namespace: str, obj: dict[str, A
 
             heading = pool.submit(rank0_head, api, target, namespace, name, pod_list)
         listed = reading.result()
-        lines = heading.result() if head else []
+        lines, unread = heading.result() if head else ([], "")
     uids = {str(meta_of(p).get("name")): str(meta_of(p).get("uid") or "")
             for p in pod_list}
     for kind, pod in master:  # the master's list by name also answers the list by its current UID
         if uid := uids.get(pod):
             by_name = listed[selectors(named=[(kind, pod)])[0]]
             listed[uid_selector(uid)] = [e for e in by_name if (e.get("involvedObject") or {}).get("uid") == uid]
-    return pod_list, listed, lines
+    return pod_list, listed, lines, unread
 
 
 UNRECONCILED_AFTER = 15  # seconds: the operator sets a first condition within a second or two of a create

@@ -90,8 +90,15 @@ def resolve(api: Rest, wanted: str) -> Target:
 
 def controlling_trainingjob(job: dict[str, Any]) -> str | None:
     """The name of the TrainingJob that controls this PyTorchJob/TrainJob (made by kubetrain controller), if any."""
+    ref = trainingjob_ref(job)
+    return str(ref.get("name")) if ref else None
+
+
+def trainingjob_ref(job: dict[str, Any]) -> dict[str, Any] | None:
+    """The ownerReference of the TrainingJob that controls this PyTorchJob/TrainJob, if any (its uid finds
+    the TrainingJob's own Events: Hung, HangRestart, Straggler...)."""
     for ref in meta_of(job).get("ownerReferences") or []:
         if ref.get("controller") and ref.get("kind") == TRAININGJOB.kind \
                 and ref.get("apiVersion") == TRAININGJOB.api_version:
-            return str(ref.get("name"))
+            return dict(ref)
     return None

@@ -3,12 +3,12 @@ the head of rank 0's log, handed to the pure timeline (kubetrain.observe.timelin
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any
 
-from kubetrain.jobs import pods
+from kubetrain.jobs import nodes, pods
 from kubetrain.jobs.logmerge import LineAssembler
 from kubetrain.jobs.targets import Target
+from kubetrain.kube.errors import TimedOut
 from kubetrain.observe.progress import ProgressTracker
 from kubetrain.observe.timeline import cluster_moments, format_timeline
 
@@ -29,14 +29,19 @@ def timeline_of(obj: dict[str, Any], pod_list: list[dict[str, Any]], events: lis
     return format_timeline(cluster_moments(obj, pod_list, events, tracker))
 
 
-def rank0_head(api: Rest, target: Target, namespace: str, name: str, pod_list: list[dict[str, Any]]) -> list[str]:
-    """The first lines (at most HEAD_BYTES) of the first started replica's log; [] if it cannot be read."""
+def rank0_head(api: Rest, target: Target, namespace: str, name: str, pod_list: list[dict[str, Any]]
+               ) -> tuple[list[str], str]:
+    """The first lines (at most HEAD_BYTES) of the first started replica's log ([] if it cannot be read), and
+    "" or the line saying why not when that is its node: down, or its kubelet did not answer in time."""
     started = [r for r in pods.replicas_of(pod_list, target, name) if r.started]
     if not started:
-        return []
+        return [], ""
+    first = started[0]
+    if (health := nodes.down_nodes(api, [first]).get(first.node or "")) is not None:
+        return [], f"{first.label}'s log not read: {health.describe()}"
     lines: list[str] = []
-    with contextlib.suppress(Exception):  # a pod gone since the list: the timeline shows the rest
-        response = pods.open_log(api, namespace, started[0].pod, started[0].container)
+    try:
+        response = pods.open_log(api, namespace, first.pod, first.container)
         assembler, read = LineAssembler(), 0
         try:
             while read < HEAD_BYTES and (chunk := response.read1(65536)):
@@ -44,4 +49,8 @@ def rank0_head(api: Rest, target: Target, namespace: str, name: str, pod_list: l
                 lines += assembler.feed(chunk)
         finally:
             response.release_conn()
-    return lines
+    except (TimedOut, TimeoutError):
+        return lines, f"{first.label}'s log: {nodes.silent_kubelet(api, first, api.kubelet_timeout, 'answer')}"
+    except Exception:  # a pod gone since the list: the timeline shows the rest
+        pass
+    return lines, ""

@@ -30,6 +30,11 @@ class Unreachable(ClusterError):
     exit_code = 3
 
 
+class TimedOut(Unreachable):
+    """The server took the request but did not answer within the read timeout (for a log read or an exec,
+    usually the node's kubelet: the API server waits for it)."""
+
+
 class AuthPluginError(ClusterError):
     """A kubeconfig exec / auth-provider plugin (gcloud, aws, kubelogin...) failed: no credentials."""
 
@@ -196,6 +201,13 @@ def describe_network_error(exc: BaseException, server: str | None, read_timeout:
     if isinstance(exc, ConnectionRefusedError) or (module and isinstance(exc, module.NewConnectionError)):
         return f"cannot reach {where}: is the cluster running? (kubectl cluster-info)"
     return f"cannot reach {where} ({_short(exc)}): is the cluster running? (kubectl cluster-info)"
+
+
+def network_error(exc: BaseException, server: str | None, read_timeout: float | None = None) -> Unreachable:
+    """describe_network_error's line as the error to raise: TimedOut for an answer that did not come."""
+    message = describe_network_error(exc, server, read_timeout)
+    timed_out = is_timeout(unwrap(exc)) and "connect" not in str(exc).lower()
+    return TimedOut(message) if timed_out else Unreachable(message)
 
 
 def _from_api(exc: Any, action: str) -> ClusterError:

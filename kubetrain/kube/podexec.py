@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from kubetrain.errors import ClusterError
-from kubetrain.kube.errors import ApiError, Unreachable, describe_network_error
+from kubetrain.kube.errors import ApiError, TimedOut, network_error
 from kubetrain.kube.rest import CONNECT_TIMEOUT, USER_AGENT, Rest, path_of
 from kubetrain.kube.retry import delay_for
 
@@ -73,7 +73,7 @@ def _connect(rest: Rest, target: str, sleep: Callable[[float], None]) -> WebSock
         except (OSError, http.client.HTTPException) as exc:
             delay = delay_for(attempt, rest.policy, exc=exc)
             if delay is None:
-                raise Unreachable(describe_network_error(exc, rest.server, rest.request_timeout)) from None
+                raise network_error(exc, rest.server, rest.kubelet_timeout) from None
         sleep(delay)
         attempt += 1
 
@@ -88,16 +88,21 @@ def _handshake(rest: Rest, target: str) -> WebSocket:
     if (authorization := rest.authorization()) is not None:
         headers["Authorization"] = authorization
     sock = pool.open_socket(min(CONNECT_TIMEOUT, rest.request_timeout))
-    sock.settimeout(rest.request_timeout)
+    # The API server answers the upgrade only once the kubelet has: a stopped kubelet never does.
+    sock.settimeout(rest.kubelet_timeout)
     ws = websocket.WebSocket(skip_utf8_validation=True)
     try:
         ws.connect(f"{scheme}://{host}:{pool.port}{pool.prefix}{target}", socket=sock, header=headers,
-                   subprotocols=[PROTOCOL], redirect_limit=0, timeout=rest.request_timeout,
+                   subprotocols=[PROTOCOL], redirect_limit=0, timeout=rest.kubelet_timeout,
                    suppress_origin=True)
     except websocket.WebSocketBadStatusException as exc:
         raw = exc.resp_body
         body = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw or "")
         raise ApiError.of(exc.status_code, str(exc.status_message or ""), body, exc.resp_headers) from None
+    except websocket.WebSocketTimeoutException:
+        sock.close()
+        raise TimedOut(f"{rest.server} did not open the exec WebSocket within {rest.kubelet_timeout:g}s (the "
+                       "pod's kubelet did not answer)") from None
     except websocket.WebSocketException as exc:
         sock.close()
         raise ClusterError(f"{rest.server} did not open the exec WebSocket ({PROTOCOL}): {exc}") from None

@@ -28,7 +28,7 @@ from urllib.parse import quote, urlencode
 import orjson
 
 from kubetrain import __version__
-from kubetrain.kube.errors import ApiError, Unreachable, describe_network_error
+from kubetrain.kube.errors import ApiError, Unreachable, network_error
 from kubetrain.kube.kubeconfig import Endpoint
 from kubetrain.kube.retry import DEFAULT_POLICY, RetryPolicy, delay_for
 from kubetrain.kube.transport import Pool, Response
@@ -36,6 +36,9 @@ from kubetrain.kube.transport import Pool, Response
 USER_AGENT = f"kubetrain/{__version__}"
 CONNECT_TIMEOUT = 10.0  # seconds; kubectl's dialer also gives up on a TCP connect after ~30 s, TLS after 10 s
 REQUEST_TIMEOUT = 30.0  # default read timeout of one request (not of watches/log streams, which set theirs)
+# Default deadline of what the API server proxies to a kubelet (a log read, an exec's handshake): a stopped or
+# partitioned kubelet accepts the connection and never answers, and a node stays Ready for ~40 s after that.
+KUBELET_TIMEOUT = 10.0
 Auth = Callable[[], str | None]  # the Authorization header's value, re-evaluated per request (tokens rotate)
 
 
@@ -47,6 +50,7 @@ class Rest:
         self.endpoint = endpoint
         self.server = endpoint.server
         self.request_timeout = request_timeout or REQUEST_TIMEOUT
+        self.kubelet_timeout = request_timeout or KUBELET_TIMEOUT  # --request-timeout, else its own default
         self.policy, self.sleep = policy, sleep
         self._auth = auth or static_auth(endpoint)
         context = ssl_context(endpoint) if endpoint.server.startswith("https:") else None
@@ -64,7 +68,8 @@ class Rest:
                 retry: bool = True) -> Response:
         """One request; raises ApiError for an HTTP error status, Unreachable when the server is not there.
 
-        read_timeout -1: the client's --request-timeout; None: wait forever (a log stream may be quiet)."""
+        read_timeout -1: the client's --request-timeout; None: wait forever (a log stream may be quiet); a
+        number: that many seconds (a kubelet's answer: `kubelet_timeout`)."""
         target = path + (("?" + urlencode(_query(query))) if query else "")
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json, */*"}
         if body is not None:
@@ -83,7 +88,7 @@ class Rest:
             except (OSError, http.client.HTTPException) as exc:
                 delay = delay_for(attempt, self.policy, exc=exc) if retry else None
                 if delay is None:
-                    raise Unreachable(describe_network_error(exc, self.server, read)) from None
+                    raise network_error(exc, self.server, read) from None
             else:
                 if response.status < 400:
                     return response
