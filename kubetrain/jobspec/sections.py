@@ -292,7 +292,10 @@ class Checkpoint(Section):
     resume: bool = True
     """On start, resume from the newest complete checkpoint."""
     sigtermTimeoutSeconds: Annotated[int, Field(ge=1)] = 25
-    """Time allowed for the checkpoint written on SIGTERM (keep below terminationGracePeriodSeconds)."""
+    """Time allowed for the checkpoint written on SIGTERM (must be below terminationGracePeriodSeconds)."""
+    ephemeral: bool = False
+    """A scratch run: allow a `dir` on no volume, whose checkpoints die with the pod (a restarted pod starts
+    over). Without it such a `dir` is refused; `kubetrain run` maps it to a fresh directory per run."""
 
 
 class Hang(Section):

@@ -135,7 +135,8 @@ def _runtime_config(spec: JobSpec, checkpoint_dir: str | None = None) -> str | N
     train = spec.train.model_dump(mode="json", by_alias=True) if spec.train else None
     if train is not None and "timeoutSeconds" not in spec.train.model_fields_set:  # type: ignore[union-attr]
         train["timeoutSeconds"] = process_group_timeout(spec.hang)
-    checkpoint = spec.checkpoint.model_dump(mode="json", by_alias=True)
+    # `ephemeral` is a render-time permission (kubetrain.jobspec.checks); the runtime has no use for it
+    checkpoint = spec.checkpoint.model_dump(mode="json", by_alias=True, exclude={"ephemeral"})
     if checkpoint_dir and spec.checkpoint.dir:
         checkpoint["dir"] = checkpoint_dir
     config = {"train": train, "checkpoint": checkpoint}
