@@ -64,6 +64,7 @@ class Selection:
     entries: list[Entry]
     left_out: list[tuple[str, str]] = field(default_factory=list)
     unscanned: frozenset[str] = frozenset()  # files whose content the caller checks (select(content=False))
+    truncated: bool = False  # the walk stopped at select's `limit`
 
     def refuse_secret_content(self, root: Path, contents: Iterable[tuple[str, bytes]]) -> None:
         """For select(content=False): check the content the caller read of the unscanned files."""
@@ -158,13 +159,21 @@ def _judge(rules: list[_Layer], rel: str, is_dir: bool) -> _Verdict:
 
 
 def select(root: Path, dockerfile: Path | None = None, exclude: tuple[str, ...] | list[str] = (),
-           include: tuple[str, ...] | list[str] = (), skip: tuple[Path, ...] = (), content: bool = True) -> Selection:
+           include: tuple[str, ...] | list[str] = (), skip: tuple[Path, ...] = (), content: bool = True,
+           limit: int | None = None) -> Selection:
     """Walk `root` under the rules; `skip`: directories left out besides (e.g. render's --out). Raises
     SecretRefused naming every secret-looking file that would leave. `content=False` reads no file (names
-    only); the caller then passes what it read to Selection.refuse_secret_content."""
+    only); the caller then passes what it read to Selection.refuse_secret_content. With `limit`, the walk
+    stops after limit + 1 files (a 100,000-file tree need not be walked to be refused): `truncated`."""
     rules = layers(root, dockerfile, exclude, include)
     walk = _Walk(root, rules, {str(path.resolve()) for path in skip})
-    entries = sorted(walk.entries(), key=lambda entry: entry.path)
+    entries, files = [], 0
+    for entry in walk.entries():
+        entries.append(entry)
+        files += entry.kind != "dir"
+        if limit is not None and files > limit:
+            return Selection(entries, sorted(walk.left_out), truncated=True)
+    entries.sort(key=lambda entry: entry.path)
     secrets = walk.secrets
     if content:
         secrets += [(entry.path, why) for entry in entries if entry.path in walk.unscanned

@@ -48,9 +48,9 @@ def collect_code(root: Path, exclude: list[str] | tuple[str, ...] = (), field: s
     """
     if not root.is_dir():
         raise RenderError(f"{field}: {root} is not a directory")
-    selection = select(root, exclude=exclude, include=include, skip=skip, content=False)
-    kept = [(path, size) for path, size in _shipped(root, selection, field)]
-    if len(kept) > MAX_FILES:
+    selection = select(root, exclude=exclude, include=include, skip=skip, content=False, limit=MAX_FILES)
+    kept = list(_shipped(root, selection, field))
+    if selection.truncated or len(kept) > MAX_FILES:
         raise RenderError(_too_many_message(kept, root, field))
     if sum(size for _, size in kept) > CONFIGMAP_LIMIT:
         raise RenderError(_too_large_message(kept, root, field))

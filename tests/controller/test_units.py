@@ -76,7 +76,8 @@ def test_checkpoint_directory_per_update_policy() -> None:
     assert checkpoint_dir_of(desired(tj(GOOD), ["pytorchjob"]).job, "/ckpt/j", "recreate", "abc") is None
     # The override reaches the pods' runtime config, and the spec hash does not move with it.
     plain = desired(tj({**ON_A_VOLUME, "checkpoint": {"dir": "/ckpt/j"}}), ["pytorchjob"])
-    moved = desired(tj({**ON_A_VOLUME, "checkpoint": {"dir": "/ckpt/j"}}), ["pytorchjob"], current_dir="/ckpt/j/run-abc")
+    moved = desired(tj({**ON_A_VOLUME, "checkpoint": {"dir": "/ckpt/j"}}), ["pytorchjob"],
+                    current_dir="/ckpt/j/run-abc")
     assert plain.spec_hash == moved.spec_hash and '"dir":"/ckpt/j/run-abc"' in str(moved.child)
 
 
