@@ -56,8 +56,7 @@ def _write_dir(out_dir: Path, objects: list[dict[str, Any]], output: str) -> Non
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                      "resources": [name for name, _ in files]}
     files.append((KUSTOMIZATION, dump_yaml([kustomization])))
-    label = str(out_dir)
-    stale = write_out_dir(out_dir, files, label)
+    stale = write_out_dir(out_dir, files, str(out_dir))
     for name, _ in files:
         click.echo(str(out_dir / name))
     for name in stale:
