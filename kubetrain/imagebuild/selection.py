@@ -47,9 +47,10 @@ SECRET_NAMES = (".env", ".env.*", "*.env", "*.key", "*.p12", "*.pfx", "*.jks", "
                 "*/.aws/credentials", ".aws/credentials", "*/.docker/config.json", ".docker/config.json",
                 "*/.kube/config", ".kube/config")
 SECRET_TEMPLATES = ("*.example", "*.sample", "*.template", "*.dist")  # `.env.example`: a committed template
-# ... and by content: a private key's PEM header, a service-account key, an AWS credentials file.
-_SECRET_CONTENT = re.compile(rb"-----BEGIN (?:[A-Z]+ )*PRIVATE KEY(?: BLOCK)?-----|\"type\":\s*\"service_account\""
-                             rb"|aws_secret_access_key\s*=")
+# ... and by content: a private key's PEM header (also inside a service-account key's JSON), an AWS secret key
+# with its 40-character value (a README that only names the setting is not refused).
+_SECRET_CONTENT = re.compile(rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+                             rb"|aws_secret_access_key\s*[=:]\s*[\"']?[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])")
 SECRET_SCAN_BYTES = 1 << 20  # files up to this size are read for secret content (a key file is small)
 _SPEC_MARK = b"kubetrain.dev/"
 _SPEC_PEEK = 4096
@@ -283,7 +284,10 @@ def content_reason(data: bytes) -> str | None:
     """Why a file's content holds a secret (a private key header, a cloud credential), or None. The reason
     names the marker, never the secret."""
     found = _SECRET_CONTENT.search(data)
-    return f"it holds {found.group().decode(errors='replace')}" if found else None
+    if not found:
+        return None
+    marker = found.group().decode(errors="replace")
+    return f"it holds {marker if marker.startswith('-----') else 'aws_secret_access_key with a value'}"
 
 
 def _head(path: Path) -> bytes:

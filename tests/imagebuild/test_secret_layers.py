@@ -33,7 +33,7 @@ spec:
   command: [python, train.py]
   build: {dockerfile: Dockerfile}
 """
-GITIGNORE = ".env*\n!.env.example\n*.key\nid_rsa\ndeploy/\ngcp.json\n**/.aws/\n"
+GITIGNORE = ".env*\n!.env.example\n*.key\nid_rsa\ndeploy/\ngcp.json\n**/.aws/\nboto.cfg\n"
 
 
 def _env() -> dict[str, str]:
@@ -96,7 +96,8 @@ def test_no_secret_byte_reaches_a_layer_the_archive_or_the_output(builder: str, 
     try:
         assert built.returncode == 0, built.stderr
         assert SECRET not in built.stdout + built.stderr
-        assert ("kubetrain: left out of the build context: .env (.gitignore), .env.local (.gitignore), checkpoints/ "
+        assert ("kubetrain: left out of the build context: .env (.gitignore), .env.local (.gitignore), boto.cfg "
+                "(.gitignore), checkpoints/ "
                 "(kubetrain default), cloud/.aws/ (.gitignore), deploy/ (.gitignore), gcp.json (.gitignore), id_rsa "
                 "(.gitignore), kubetrain.yaml (a kubetrain spec), server.key (.gitignore), wandb/ (kubetrain "
                 "default)\n") in built.stderr

@@ -20,11 +20,14 @@ from kubetrain.render.code import collect_code
 
 # Built from parts, so that this file itself holds no private key header for a scanner to find.
 KEY_HEADER = "-----BEGIN " + "OPENSSH PRIVATE KEY-----"
+PKCS8_HEADER = "-----BEGIN " + "PRIVATE KEY-----"  # as in a service-account key's JSON
+AWS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCY" + "EXAMPLEKEY"  # 40 characters of AWS's alphabet (its docs' example)
 SECRET = "s3cr3t-do-not-ship"  # in every secret file: found anywhere it must not be, it leaked
 SECRETS = {".env": f"TOKEN={SECRET}\n", ".env.local": f"TOKEN={SECRET}\n", "id_rsa": f"{KEY_HEADER}\n{SECRET}\n",
            "server.key": f"{SECRET}\n", "deploy/ops.txt": f"{KEY_HEADER}\n{SECRET}\n",
-           "gcp.json": '{"type": "service_account", "private_key": "' + SECRET + '"}\n',
-           "cloud/.aws/credentials": f"[default]\naws_secret_access_key = {SECRET}\n"}
+           "gcp.json": '{"type": "service_account", "private_key": "' + PKCS8_HEADER + "\\n" + SECRET + '"}\n',
+           "cloud/.aws/credentials": f"[default]\naws_secret_access_key = {SECRET}\n",
+           "boto.cfg": f"[Credentials]\naws_secret_access_key = {AWS_KEY}\n# {SECRET}\n"}
 HEAVY = {"checkpoints/step-1.pt": SECRET, "wandb/run-1/log": SECRET}
 CODE = {"train.py": "print('training')\n", "requirements.txt": "numpy\n", "pkg/model.py": "x = 1\n",
         ".env.example": "TOKEN=\n"}
@@ -53,7 +56,8 @@ def test_secret_looking_files_are_refused_one_line_each_naming_the_file(tmp_path
                         "ship it on purpose with `!.env` there")
     reasons = dict(line.split(": looks like a secret ", 1) for line in lines)
     assert reasons[f"{tmp_path}/deploy/ops.txt"].startswith(f"(it holds {KEY_HEADER})")
-    assert reasons[f"{tmp_path}/gcp.json"].startswith('(it holds "type": "service_account")')
+    assert reasons[f"{tmp_path}/gcp.json"].startswith(f"(it holds {PKCS8_HEADER})")
+    assert reasons[f"{tmp_path}/boto.cfg"].startswith("(it holds aws_secret_access_key with a value)")
     assert reasons[f"{tmp_path}/cloud/.aws/credentials"].startswith("(its name matches */.aws/credentials)")
     assert all(SECRET not in line for line in lines)  # the message names the file, never its content
 
@@ -65,15 +69,15 @@ def _files(root: Path) -> list[str]:
 def test_ignored_secrets_stay_out_and_an_explicit_reinclusion_ships_one(tmp_path: Path) -> None:
     _write(tmp_path, {**CODE, **SECRETS, **HEAVY,
                       ".gitignore": ".env*\n!.env.example\n*.key\nid_rsa\n",
-                      ".kubetrainignore": "deploy/ops.txt\ngcp.json\n**/.aws\n"})
+                      ".kubetrainignore": "deploy/ops.txt\ngcp.json\n**/.aws\nboto.cfg\n"})
     selection = select(tmp_path)
     assert _files(tmp_path) == [".env.example", ".gitignore", "pkg/model.py", "requirements.txt", "train.py"]
     assert selection.left_out == [
         (".env", ".gitignore"), (".env.local", ".gitignore"), (".kubetrainignore", "kubetrain default"),
-        ("checkpoints/", "kubetrain default"), ("cloud/.aws/", ".kubetrainignore"),
+        ("boto.cfg", ".kubetrainignore"), ("checkpoints/", "kubetrain default"), ("cloud/.aws/", ".kubetrainignore"),
         ("deploy/ops.txt", ".kubetrainignore"), ("gcp.json", ".kubetrainignore"), ("id_rsa", ".gitignore"),
         ("server.key", ".gitignore"), ("wandb/", "kubetrain default")]
-    (tmp_path / ".kubetrainignore").write_text("deploy/ops.txt\ngcp.json\n**/.aws\n!server.key\n")
+    (tmp_path / ".kubetrainignore").write_text("deploy/ops.txt\ngcp.json\n**/.aws\nboto.cfg\n!server.key\n")
     assert "server.key" in _files(tmp_path)  # shipped on purpose: not refused
 
 
@@ -132,7 +136,7 @@ def test_every_verb_refuses_a_secret_with_exit_2_and_one_line(verb: list[str], p
 
 def test_render_ships_no_secret_byte_and_says_nothing_of_one(project: Project) -> None:
     spec = project(build="code: {path: .}\n", files={**CODE, **SECRETS, **HEAVY, ".gitignore": ".env*\n!.env.example\n"
-                                                     "*.key\nid_rsa\ndeploy/\ngcp.json\n**/.aws/\n"})
+                                                     "*.key\nid_rsa\ndeploy/\ngcp.json\n**/.aws/\nboto.cfg\n"})
     result = CliRunner().invoke(cli, ["render", "-f", str(spec)])
     assert result.exit_code == 0, result.output
     assert SECRET not in result.output
