@@ -47,7 +47,7 @@ def kubectl() -> str:
 
 
 def run(argv: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_COLOR": "1", "KUBETRAIN_CACHE_DIR": str(cwd / ".cache")}
+    env = {**os.environ, "NO_COLOR": "1", "KUBETRAIN_CACHE_DIR": str(cwd.parent / "cache")}  # not in the code
     result = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=120, check=False)
     if check:
         assert result.returncode == 0, f"{argv[:4]} exited {result.returncode}: {result.stderr}"
@@ -56,12 +56,13 @@ def run(argv: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedP
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
     for name, content in {"kubetrain.yaml": SPEC, "train.py": "print('training')\n", ".env": f"TOKEN={SECRET}\n",
                           "id_rsa": f"{SECRET}\n", "checkpoints/step-1.pt": SECRET,
                           ".gitignore": ".env\nid_rsa\n"}.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(content)
-    return tmp_path
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(content)
+    return root
 
 
 def test_render_out_applies_with_kubectl_k_and_converges(controlplane: Any, namespace: str, project: Path) -> None:
