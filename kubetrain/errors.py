@@ -102,6 +102,26 @@ class KubeconfigError(ClusterError):
     exit_code = 2
 
 
+class SecretRefused(KubetrainError):
+    """Files that look like secrets would leave the machine (in an image or the code ConfigMap): one line
+    each, naming the file, why it looks like one, and the two ways out."""
+
+    exit_code = 2
+
+    def __init__(self, root: object, found: list[tuple[str, str]]) -> None:
+        self.root = root
+        self.found = found
+        super().__init__(str(self))
+
+    def lines(self) -> list[str]:
+        return [f"{self.root}/{path}: looks like a secret ({why}) and would leave this machine in the image or "
+                f"the code ConfigMap; leave it out with a line `{path}` in .kubetrainignore, or ship it on "
+                f"purpose with `!{path}` there" for path, why in self.found]
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
 class BuildError(KubetrainError):
     """Building or pushing an image failed."""
 

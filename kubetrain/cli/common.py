@@ -22,12 +22,14 @@ if TYPE_CHECKING:
 
 
 def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: str | None = None,
-                  image: str | None = None, cloud: str | None = None) -> list[dict[str, Any]]:
+                  image: str | None = None, cloud: str | None = None, skip: tuple[Path, ...] = ()
+                  ) -> list[dict[str, Any]]:
     """kubetrain.render.loaded.render_loaded, imported (with jinja2) by the verbs that render, not by every verb
-    that loads a spec; and not through kubetrain.api, whose logging import render does not need."""
+    that loads a spec; and not through kubetrain.api, whose logging import render does not need. `skip`:
+    directories never shipped as code (render's --out)."""
     from kubetrain.render.loaded import render_loaded as render
 
-    return render(loaded, target=target, namespace=namespace, image=image, cloud=cloud)
+    return render(loaded, target=target, namespace=namespace, image=image, cloud=cloud, skip=skip)
 
 
 F = TypeVar("F", bound=Callable[..., Any])

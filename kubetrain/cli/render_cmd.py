@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from kubetrain.cli.common import load, namespace_option, render_loaded, spec_file_option, warn_render, write_atomically
+from kubetrain.cli.common import load, namespace_option, render_loaded, spec_file_option, warn_render
 from kubetrain.cli.output import emit, handle_errors, info
-from kubetrain.errors import UsageError
+from kubetrain.render.outdir import KUSTOMIZATION, write_out_dir
 from kubetrain.render.yamlout import dump_json, dump_yaml
 
 
@@ -18,7 +18,9 @@ from kubetrain.render.yamlout import dump_json, dump_yaml
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="Output format.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write one file per object and a kustomization.yaml into DIR instead of stdout.")
+              help="Write one file per object and a kustomization.yaml into DIR instead of stdout; rendering "
+                   "again changes no byte of an unchanged project and removes the files kubetrain no longer "
+                   "writes (DIR/.kubetrain-render lists them). DIR is never shipped as code.")
 @click.option("--target", type=click.Choice(["pytorchjob", "trainjob"]), default=None,
               help="Override spec.target.")
 @click.option("--image", default=None, help="Override spec.image (e.g. the tag `kubetrain build` printed).")
@@ -37,7 +39,8 @@ def render(filename: str, output: str, out_dir: Path | None, target: str | None,
       kubetrain render --out deploy/ && kubectl apply -k deploy/
     """
     loaded = load(filename)
-    objects = render_loaded(loaded, target=target, namespace=namespace, image=image)
+    skip = (out_dir,) if out_dir is not None else ()
+    objects = render_loaded(loaded, target=target, namespace=namespace, image=image, skip=skip)
     warn_render(loaded)
     if out_dir is None:
         emit(dump_yaml(objects) if output == "yaml" else dump_json(objects))
@@ -46,19 +49,16 @@ def render(filename: str, output: str, out_dir: Path | None, target: str | None,
 
 
 def _write_dir(out_dir: Path, objects: list[dict[str, Any]], output: str) -> None:
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {out_dir}: cannot create: {exc.strerror}") from None
     files = []
     for obj in objects:
         name = f"{obj['kind'].lower()}-{obj['metadata']['name']}.{output}"
-        text = dump_yaml([obj]) if output == "yaml" else dump_json([obj])
-        write_atomically(out_dir / name, text)
-        files.append(name)
+        files.append((name, dump_yaml([obj]) if output == "yaml" else dump_json([obj])))
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                     "resources": files}
-    write_atomically(out_dir / "kustomization.yaml", dump_yaml([kustomization]))
-    for name in [*files, "kustomization.yaml"]:
+                     "resources": [name for name, _ in files]}
+    files.append((KUSTOMIZATION, dump_yaml([kustomization])))
+    stale = write_out_dir(out_dir, files, str(out_dir))
+    for name, _ in files:
         click.echo(str(out_dir / name))
-    info(f"wrote {len(files)} object(s) and kustomization.yaml to {out_dir}")
+    for name in stale:
+        info(f"removed {out_dir / name} (kubetrain wrote it; this render does not)")
+    info(f"wrote {len(files) - 1} object(s) and {KUSTOMIZATION} to {out_dir}")

@@ -51,14 +51,22 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     """
     from kubetrain.cli.output import warn
     from kubetrain.local import RunOptions, build_plan, parse_env_file
-    from kubetrain.local.preflight import check_gpu_count, check_program, check_refs, gpu_warning, require_torch
+    from kubetrain.local.preflight import (
+        check_gpu_count,
+        check_program,
+        check_refs,
+        cpu_warning,
+        gpu_warning,
+        require_torch,
+    )
 
     loaded = load(filename)
     secrets = parse_env_file(env_file) if env_file else {}
-    plan = build_plan(loaded, RunOptions(secrets, list(volumes), nodes, procs_per_node, port, log_dir))
+    plan = build_plan(loaded, RunOptions(secrets, list(volumes), nodes, procs_per_node, port, log_dir, dry_run))
     warn_render(loaded, cloud="local")  # placement does not apply to a local run: only launcher warnings
-    if gpus := gpu_warning(loaded.job.spec.gpusPerNode):
-        warn(gpus)
+    for warning in (gpu_warning(loaded.job.spec.gpusPerNode), cpu_warning(plan)):
+        if warning:
+            warn(warning)
     check_gpu_count(plan, loaded.job.spec.gpusPerNode)
     if dry_run:
         click.echo("\n".join(plan.describe()))

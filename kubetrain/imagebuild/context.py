@@ -18,7 +18,7 @@ from pathlib import Path
 from kubetrain.errors import BuildError
 from kubetrain.imagebuild.dockerignore import PatternMatcher
 
-STATE_DIR = ".kubetrain"  # kubetrain's local state (volumes, staging) is never part of a build context
+STATE_DIR = ".kubetrain"  # kubetrain's local state (volumes, staging, scratch) never leaves the machine
 _CHUNK = 1 << 20
 
 
@@ -29,6 +29,7 @@ class Entry:
     path: str  # '/'-separated, relative to the context root
     kind: str  # "file" | "exec" | "link" | "dir"
     source: Path  # where it lives on disk
+    size: int = 0  # of a file, from stat, when the walk knew it
 
     def fingerprint(self) -> bytes:
         if self.kind == "link":
@@ -50,7 +51,8 @@ def file_digest(path: Path) -> bytes:
 
 
 def collect(root: Path, matcher: PatternMatcher, prefix: str = "") -> list[Entry]:
-    """Every entry under `root` that the ignore rules keep, sorted by path, each path prefixed by `prefix`."""
+    """Every entry under `root` that Docker's ignore rules `matcher` keep, sorted by path, each path prefixed
+    by `prefix` (kubetrain's own runtime files; a user's files go through kubetrain.imagebuild.selection)."""
     if not root.is_dir():
         raise BuildError(f"spec.build.context: {root} is not a directory")
     entries = [Entry(prefix + rel, kind, path) for rel, kind, path in _walk(root, "", matcher)]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from kubetrain.errors import BuildError
 
@@ -134,25 +133,20 @@ class PatternMatcher:
                 matched = not pattern.exclusion
         return matched
 
+    def decision(self, path: str) -> bool | None:
+        """The last matching pattern's verdict on a path or a parent: excluded (True), re-included by an
+        exception (False), or None when no pattern matches (for rules layered over other ignore files)."""
+        result = None
+        parent = path.rsplit("/", 1)[0] if "/" in path else "."
+        parents = ["/".join(parent.split("/")[: i + 1]) for i in range(parent.count("/") + 1)] if parent != "." else []
+        for pattern in self.patterns:
+            if pattern.match(path) or any(pattern.match(p) for p in parents):
+                result = not pattern.exclusion
+        return result
+
     def must_walk(self, directory: str) -> bool:
         """Whether an excluded directory must still be walked: an exception pattern lies inside it."""
         if not self.has_exclusions:
             return False
         prefix = directory + "/"
         return any(p.exclusion and (p.text + "/").startswith(prefix) for p in self.patterns)
-
-
-def load_matcher(context: Path, dockerfile: Path | None = None,
-                 defaults: tuple[str, ...] = ()) -> PatternMatcher:
-    """The context's ignore rules: `<Dockerfile name>.dockerignore` beside the Dockerfile (BuildKit) wins over
-    `.dockerignore` in the context root; `defaults` apply only when neither file exists."""
-    candidates = [dockerfile.with_name(dockerfile.name + ".dockerignore")] if dockerfile else []
-    candidates.append(context / ".dockerignore")
-    for candidate in candidates:
-        if candidate.is_file():
-            try:
-                text = candidate.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise BuildError(f"{candidate}: cannot read: {exc}") from None
-            return PatternMatcher(parse_ignore_lines(text), str(candidate))
-    return PatternMatcher(list(defaults), "default ignore patterns")

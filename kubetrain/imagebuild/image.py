@@ -12,7 +12,7 @@ from pathlib import Path
 from kubetrain.imagebuild.builders import Builder, detect
 from kubetrain.imagebuild.containerd import load as containerd_load
 from kubetrain.imagebuild.context import STATE_DIR
-from kubetrain.imagebuild.plan import Assembled, BuildPlan, assemble, plan_build
+from kubetrain.imagebuild.plan import Assembled, BuildPlan, assemble, plan_build, select_context
 from kubetrain.imagebuild.process import (
     CommandFailed,
     Echo,
@@ -25,6 +25,7 @@ from kubetrain.imagebuild.process import (
     run_captured,
     run_streamed,
 )
+from kubetrain.imagebuild.selection import Selection
 from kubetrain.jobspec.load import LoadedSpec
 
 KIND_HINT = "install kind (https://kind.sigs.k8s.io) or drop --kind"
@@ -54,9 +55,15 @@ def build_image(loaded: LoadedSpec, *, push: bool = False, kind_cluster: str | N
                  containerd=containerd).ref
 
 
+def build_context(loaded: LoadedSpec) -> Selection:
+    """What of the spec's build context `kubetrain build` would send (`build --dry-run`): no builder needed."""
+    return select_context(plan_build(loaded))
+
+
 def build(loaded: LoadedSpec, *, push: bool = False, kind_cluster: str | None = None,
           builder: str | None = None, echo: Echo = echo_stderr, containerd: str | None = None) -> BuildResult:
     plan = plan_build(loaded)
+    selection = select_context(plan)  # a secret-looking file is refused before any builder is asked
     engine = detect(builder)
     if kind_cluster is not None:
         _require_kind_cluster(kind_cluster)
@@ -66,8 +73,10 @@ def build(loaded: LoadedSpec, *, push: bool = False, kind_cluster: str | None = 
         for note in plan.notes:
             echo(f"kubetrain: {note}")
         echo(f"kubetrain: assembling the build context from {plan.context}")
-        assembled = assemble(plan, staging, _local_id(engine, plan.base_image))
+        assembled = assemble(plan, staging, _local_id(engine, plan.base_image), selection)
         ref = assembled.ref
+        if assembled.left_out.left_out:
+            echo(f"kubetrain: left out of the build context: {assembled.left_out.left_out_summary()}")
         echo(f"kubetrain: {assembled.files} files, content hash {assembled.digest[:16]} → {ref}")
         in_registry = push and _remote_exists(engine, ref)
         built = False

@@ -11,8 +11,9 @@ import kubetrain
 from kubetrain.errors import BuildError
 from kubetrain.imagebuild import toolchain
 from kubetrain.imagebuild.context import Entry, collect, content_hash, stage, write_file
-from kubetrain.imagebuild.dockerignore import PatternMatcher, load_matcher
+from kubetrain.imagebuild.dockerignore import PatternMatcher
 from kubetrain.imagebuild.reference import hash_tag, repository_error, split_reference
+from kubetrain.imagebuild.selection import Selection, select
 from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.jobspec.model import JobSpec
 from kubetrain.jobspec.sections import Build
@@ -21,9 +22,6 @@ from kubetrain.objectstore import backend_requirements
 DOCKERFILES = {"cuda": "Dockerfile", "cpu": "Dockerfile.cpu"}
 RUNTIME_FILES = ("ensure-torch.sh", "runtime-requirements.txt")
 BUILD_ARG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# With kubetrain's Dockerfile and no .dockerignore, keep the usual clutter out of /workspace.
-DEFAULT_IGNORES = (".git", ".hg", ".svn", ".venv", "venv", "**/__pycache__", "**/*.pyc", ".mypy_cache",
-                   ".pytest_cache", ".ruff_cache", "**/.ipynb_checkpoints", "**/.DS_Store", "*.egg-info")
 PACKAGE_IGNORES = ("**/__pycache__", "**/*.pyc", "_images", "_manifests")
 
 
@@ -60,6 +58,7 @@ class Assembled:
     digest: str
     ref: str
     files: int
+    left_out: Selection  # the user's files: what went in, and what was left out and why
 
 
 def plan_build(loaded: LoadedSpec) -> BuildPlan:
@@ -159,15 +158,17 @@ def _field_error(loaded: LoadedSpec, name: str, message: str) -> BuildError:
     return BuildError(f"{loaded.source}: spec.build.{name}: {message}")
 
 
-def assemble(plan: BuildPlan, staging: Path, base_id: str | None = None) -> Assembled:
+def assemble(plan: BuildPlan, staging: Path, base_id: str | None = None,
+             selection: Selection | None = None) -> Assembled:
     """Stage the context under `staging/context` (+ `staging/Dockerfile`) and compute the tag. `base_id` is
     the base image's local ID when known: a base rebuilt under the same name then changes the tag."""
     context_dir = staging / "context"
     context_dir.mkdir(parents=True)
+    selection = selection or select_context(plan)
     if plan.own_dockerfile:
-        entries = _own_layout(plan, context_dir)
+        entries = _own_layout(plan, selection, context_dir)
     else:
-        entries = collect(plan.context, load_matcher(plan.context, plan.dockerfile))
+        entries = selection.entries
         stage(entries, context_dir)
     dockerfile_bytes = _read(plan.dockerfile)
     dockerfile = staging / "Dockerfile"
@@ -178,12 +179,19 @@ def assemble(plan: BuildPlan, staging: Path, base_id: str | None = None) -> Asse
         ("base-image", f"{plan.base_image or ''}@{base_id or ''}".encode()),
         ("platform", (plan.platform or "").encode()),
     ])
-    return Assembled(context_dir, dockerfile, digest, f"{plan.repository}:{hash_tag(digest)}", len(entries))
+    return Assembled(context_dir, dockerfile, digest, f"{plan.repository}:{hash_tag(digest)}", len(entries),
+                     selection)
 
 
-def _own_layout(plan: BuildPlan, dest: Path) -> list[Entry]:
+def select_context(plan: BuildPlan) -> Selection:
+    """The user's files that go into the image, by the one rule of kubetrain.imagebuild.selection (the code
+    ConfigMap's too); raises SecretRefused for a secret-looking file among them."""
+    return select(plan.context, None if plan.own_dockerfile else plan.dockerfile)
+
+
+def _own_layout(plan: BuildPlan, selection: Selection, dest: Path) -> list[Entry]:
     """kubetrain/ (runtime, requirements) and workspace/ (the user's context) for kubetrain's Dockerfile."""
-    user = collect(plan.context, load_matcher(plan.context, None, DEFAULT_IGNORES), prefix="workspace/")
+    user = [replace(entry, path="workspace/" + entry.path) for entry in selection.entries]
     package_root = Path(kubetrain.__file__).resolve().parent
     runtime = collect(package_root, PatternMatcher(list(PACKAGE_IGNORES)), prefix="kubetrain/src/kubetrain/")
     stage(user + runtime, dest)

@@ -12,6 +12,10 @@ from kubetrain.jobspec.worldsize import procs_gpus_problem
 
 RESERVED_VOLUMES = {"dshm", "code", "tmp"}
 TORCH_RUNTIME = "torch-distributed"
+# Directories of the image that a mount would hide (python, torch, libc, the dynamic loader, /proc...): a mount
+# there, or below, leaves a pod that cannot start its interpreter. /opt and /var hold conda and package state.
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc", "/sbin",
+               "/sys", "/usr", "/var")
 TRAINJOB_RUN_POLICY = {"activeDeadlineSeconds"}  # what trainjob.yaml.j2 maps; any other field set is refused
 
 
@@ -38,6 +42,8 @@ def spec_problems(job: TrainingJob, target: str | None = None) -> list[tuple[str
         problems.append(("spec.resources.guaranteed", "needs resources.cpu and resources.memory (Guaranteed QoS "
                          "sets limits equal to requests for both)"))
     problems += _mount_problems(job)
+    problems += _program_problems(job)
+    problems += _checkpoint_problems(job)
     problems += _env_problems(job)
     problems += _name_length_problems(job, target or spec.target)
     problems += [(field, message) for field, severity, message in world_size_findings(job) if severity == "error"]
@@ -148,6 +154,10 @@ def _mount_problems(job: TrainingJob) -> list[tuple[str, str]]:
             problems.append((field, f"{path} is mounted more than once"))
         elif path == "/dev/shm":
             problems.append((field, "/dev/shm is kubetrain's shared-memory mount; set `shmSize` instead"))
+        elif _hides_the_image(path):
+            instead = "/workspace" if field == "spec.code.mountPath" else "/data"
+            problems.append((field, f"{path} would hide the image's own files there (python, torch, the system's "
+                             f"libraries) and the pod could not start; use a directory of its own, e.g. {instead}"))
     names = Counter(v.name for v in spec.volumes)
     for i, volume in enumerate(spec.volumes):
         if volume.name in RESERVED_VOLUMES:
@@ -155,6 +165,71 @@ def _mount_problems(job: TrainingJob) -> list[tuple[str, str]]:
         elif names[volume.name] > 1:
             problems.append((f"spec.volumes[{i}].name", f"{volume.name!r} is used more than once"))
     return problems
+
+
+def _hides_the_image(path: str) -> bool:
+    path = path.rstrip("/") or "/"
+    return path == "/" or any(path == top or path.startswith(top + "/") for top in SYSTEM_DIRS)
+
+
+def _program_problems(job: TrainingJob) -> list[tuple[str, str]]:
+    """A python with no script or module reads an empty stdin and exits 0: a "succeeded" job that ran nothing."""
+    from kubetrain.render.launch import no_program_python
+
+    python = no_program_python(job.spec.command, job.spec.args)
+    if python is None:
+        return []
+    return [("spec.command", f"{python} with no script or module runs nothing (it reads an empty stdin and exits "
+             "0); name the program: [python, train.py] or [python, -m, train]")]
+
+
+def _checkpoint_problems(job: TrainingJob) -> list[tuple[str, str]]:
+    """Checkpoints that would not outlive the pod (no volume), or could not be written at all (a read-only
+    mount); and a grace period that SIGKILLs the stop checkpoint."""
+    spec = job.spec
+    directory = spec.checkpoint.dir
+    if not directory:
+        return []
+    problems = []
+    if spec.terminationGracePeriodSeconds <= spec.checkpoint.sigtermTimeoutSeconds:
+        timeout = spec.checkpoint.sigtermTimeoutSeconds
+        problems.append(("spec.terminationGracePeriodSeconds", f"{spec.terminationGracePeriodSeconds} s leaves the "
+                         f"stop checkpoint (checkpoint.sigtermTimeoutSeconds: {timeout} s) no time before SIGKILL; "
+                         f"set it above {timeout}, e.g. {timeout + 30}, or lower checkpoint.sigtermTimeoutSeconds"))
+    if "://" not in directory and (where := _checkpoint_dir_problem(job, directory)):
+        problems.append(("spec.checkpoint.dir", where))
+    return problems
+
+
+def _checkpoint_dir_problem(job: TrainingJob, directory: str) -> str | None:
+    spec = job.spec
+    if not directory.startswith("/"):
+        where = (f"the read-only code mount {spec.code.mountPath}" if spec.code
+                 else "the image's working directory, lost with the pod")
+        return (f"{directory!r} is relative: in the pod it is under the working directory, {where}; use an absolute "
+                "path on a volume (e.g. /ckpt/run) or an object store URL")
+    if spec.code and _under(directory, spec.code.mountPath):
+        return (f"{directory} is on the read-only code mount (code.mountPath {spec.code.mountPath}): the first "
+                "checkpoint would fail (EROFS); put it on a volume, e.g. /ckpt/run")
+    mounts = [(i, v) for i, v in enumerate(spec.volumes) if _under(directory, v.mountPath)]
+    if mounts:
+        index, volume = max(mounts, key=lambda item: len(item[1].mountPath))  # the innermost mount holds it
+        if volume.readOnly:
+            return (f"{directory} is on the read-only volume {volume.name!r} (spec.volumes[{index}]): the first "
+                    "checkpoint would fail (EROFS); mount it with readOnly: false")
+        return None
+    if spec.checkpoint.ephemeral:
+        return None
+    top = "/" + directory.strip("/").split("/")[0]
+    return (f"{directory} is on no volume, so its checkpoints die with the pod: add volumes: [{{name: ckpt, claim: "
+            f"CLAIM, mountPath: {top}}}], use an object store (s3://BUCKET/PREFIX), or set checkpoint.ephemeral: "
+            "true for a scratch run")
+
+
+def _under(path: str, mount: str) -> bool:
+    mount = mount.rstrip("/")
+    path = path.rstrip("/")
+    return not mount or path == mount or path.startswith(mount + "/")
 
 
 def _env_problems(job: TrainingJob) -> list[tuple[str, str]]:

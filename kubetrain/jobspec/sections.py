@@ -156,11 +156,13 @@ class Code(Section):
     mountPath: AbsPath = "/workspace"
     """Where the code appears in the container; it is also the working directory."""
     exclude: list[str] = Field(default_factory=list)
-    """Extra glob patterns to leave out (`.git`, `__pycache__`, `*.pyc`, `venv`/`.venv`, `checkpoints`, `wandb`,
-    `mlruns`, `lightning_logs`, `node_modules`, kubetrain spec files and `.kubetrainignore` always apply)."""
+    """Extra patterns to leave out (gitignore syntax), applied after kubetrain's defaults (`.git`, `__pycache__`,
+    `venv`, `checkpoints`, `wandb`, ...), `.gitignore`, `.dockerignore` and `.kubetrainignore`: the rule the
+    image build context follows too (docs/images.md). Kubetrain spec files are never code."""
     include: list[str] = Field(default_factory=list)
-    """Glob patterns to ship even though `.gitignore`, `.dockerignore` or the secret defaults (`.env*`, private
-    keys, certificates) leave them out, e.g. `certs/ca.crt`."""
+    """Patterns to ship even though a rule above leaves them out, e.g. `certs/ca.crt`. A file that looks like a
+    secret (`.env*`, private keys, cloud credentials) is refused unless named here or re-included with `!` in
+    `.kubetrainignore`."""
 
 
 class Toleration(Section):
@@ -321,7 +323,10 @@ class Checkpoint(Section):
     resume: bool = True
     """On start, resume from the newest complete checkpoint."""
     sigtermTimeoutSeconds: Annotated[int, Field(ge=1)] = 25
-    """Time allowed for the checkpoint written on SIGTERM (keep below terminationGracePeriodSeconds)."""
+    """Time allowed for the checkpoint written on SIGTERM (must be below terminationGracePeriodSeconds)."""
+    ephemeral: bool = False
+    """A scratch run: allow a `dir` on no volume, whose checkpoints die with the pod (a restarted pod starts
+    over). Without it such a `dir` is refused; `kubetrain run` maps it to a fresh directory per run."""
 
 
 class Hang(Section):

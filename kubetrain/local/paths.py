@@ -19,6 +19,7 @@ from kubetrain.errors import UsageError
 from kubetrain.jobspec.load import LoadedSpec
 
 DEFAULT_VOLUME_DIR = ".kubetrain/volumes"
+SCRATCH_DIR = ".kubetrain/scratch"  # checkpoint.ephemeral: a fresh directory per run, as a new pod has
 _BEFORE = r"(?:^|(?<=[=:,;\s\"']))"  # a path starts the value, or follows a separator or quote
 _AFTER = r"(?=$|[/:,;\s\"'])"
 
@@ -61,8 +62,11 @@ def _parse_overrides(overrides: list[str], names: set[str]) -> dict[str, str]:
     return parsed
 
 
-def build_path_map(loaded: LoadedSpec, overrides: list[str], cwd: Path) -> tuple[PathMap, Path | None]:
-    """The path map for a spec (creating volume directories) and the local code directory, if any."""
+def build_path_map(loaded: LoadedSpec, overrides: list[str], cwd: Path, run_id: str = "run",
+                   create: bool = True) -> tuple[PathMap, Path | None]:
+    """The path map for a spec and the local code directory, if any. With `create`, the volume directories are
+    made (a dry run makes none). An ephemeral checkpoint.dir on no volume (in the pod: the container's own
+    layer, gone with it) becomes a fresh directory of this run under .kubetrain/scratch/<run_id>."""
     spec = loaded.job.spec
     chosen = _parse_overrides(overrides, {volume.name for volume in spec.volumes})
     mounts: list[tuple[str, str]] = []
@@ -71,11 +75,8 @@ def build_path_map(loaded: LoadedSpec, overrides: list[str], cwd: Path) -> tuple
             local = (cwd / chosen[volume.name]).resolve()
         else:
             local = (loaded.base_dir / (volume.localPath or f"{DEFAULT_VOLUME_DIR}/{volume.name}")).resolve()
-        try:
-            local.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            field = f"spec.volumes[{index}].localPath"
-            raise UsageError(f"{field}: cannot create {local}: {exc.strerror}") from None
+        if create:
+            _make(local, f"spec.volumes[{index}].localPath")
         mounts.append((volume.mountPath, str(local)))
     code_dir = None
     if spec.code:
@@ -83,4 +84,26 @@ def build_path_map(loaded: LoadedSpec, overrides: list[str], cwd: Path) -> tuple
         if not code_dir.is_dir():
             raise UsageError(f"spec.code.path: {code_dir} is not a directory")
         mounts.append((spec.code.mountPath, str(code_dir)))
+    scratch = _scratch_checkpoint_dir(loaded, [mount for mount, _ in mounts], run_id)
+    if scratch is not None:
+        if create:
+            _make(Path(scratch[1]), "spec.checkpoint.dir")
+        mounts.append(scratch)
     return PathMap(tuple(mounts)), code_dir
+
+
+def _scratch_checkpoint_dir(loaded: LoadedSpec, mounted: list[str], run_id: str) -> tuple[str, str] | None:
+    checkpoint = loaded.job.spec.checkpoint
+    directory = checkpoint.dir
+    if not (checkpoint.ephemeral and directory and directory.startswith("/")):
+        return None
+    if any(directory.rstrip("/") == m.rstrip("/") or directory.startswith(m.rstrip("/") + "/") for m in mounted):
+        return None
+    return directory, str((loaded.base_dir / SCRATCH_DIR / run_id).resolve())
+
+
+def _make(directory: Path, field: str) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{field}: cannot create {directory}: {exc.strerror}") from None

@@ -62,6 +62,7 @@ class RunOptions:
     procs_per_node: int | None = None
     port: int = 0
     log_dir: Path | None = None
+    dry_run: bool = False  # describe only: create no directory
 
 
 @dataclass(frozen=True)
@@ -202,10 +203,11 @@ def build_plan(loaded: LoadedSpec, options: RunOptions, environ: Mapping[str, st
     spec = loaded.job.spec
     command = parse_command(spec.command, spec.args)
     nodes, procs = _sizes(spec, options, command)
-    path_map, code_dir = build_path_map(loaded, options.volumes, cwd or Path.cwd())
+    run_id = f"{loaded.job.metadata.name}-{uuid.uuid4().hex[:8]}"
+    path_map, code_dir = build_path_map(loaded, options.volumes, cwd or Path.cwd(), run_id,
+                                        create=not options.dry_run)
     secrets = _secret_env(spec, options.env_file_values, environ)
     env = _job_env(loaded, path_map, code_dir, environ, secrets)
-    run_id = f"{loaded.job.metadata.name}-{uuid.uuid4().hex[:8]}"
     env[RUN_ID_ENV] = run_id
     workdir = spec.code.mountPath if spec.code else None
     program = [path_map.rewrite(arg) for arg in command.torchrun_args(workdir, drop=LOCAL_FLAGS)]

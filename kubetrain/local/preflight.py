@@ -107,3 +107,21 @@ def gpu_warning(gpus_per_node: int | None, dev: Path = Path("/dev")) -> str | No
         return None
     return (f"spec.gpusPerNode: {gpus_per_node} GPU(s) per node requested, but this machine has no NVIDIA GPU "
             f"({dev}/nvidia* absent): the local run uses the CPU; each pod in the cluster gets its GPUs")
+
+
+def cpu_warning(plan: RunPlan, cores: int | None = None) -> str | None:
+    """More training processes than CPU cores this process may use: they time-share the cores (and each one's
+    intra-op threads), so the run is slower than with fewer processes; worth a line, not a refusal."""
+    cores = cores or _usable_cores()
+    total = len(plan.nodes) * plan.procs_per_node
+    if total <= cores:
+        return None
+    return (f"{len(plan.nodes)} node(s) x {plan.procs_per_node} process(es) = {total} training processes on {cores} "
+            "CPU core(s): they share the cores and run slower than fewer would; lower --procs-per-node or --nodes "
+            "(spec.procsPerNode, spec.nodes)")
+
+
+def _usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):  # a container's or taskset's CPU set, not the machine's count
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1

@@ -126,7 +126,6 @@ def value_at(obj: Any, path: tuple[str | int, ...]) -> Any:
 def render_warnings(job: TrainingJob, options: RenderOptions | None = None) -> list[str]:
     """What render does that the spec may not expect: contradicting launcher flags, an unresolved cloud."""
     warnings = launcher_warnings(job.spec)
-    warnings += _relative_path_warnings(job)
     warnings += [f"{field}: {message}" for field, severity, message in world_size_findings(job)
                  if severity == "warning"]
     if job.spec.placement.cloud == "auto" and not (options and options.cloud):
@@ -142,18 +141,6 @@ def render_warnings(job: TrainingJob, options: RenderOptions | None = None) -> l
                         "ClusterTrainingRuntime's grace period (Kubernetes' default 30 s): set it there "
                         "(docs/queues.md)")
     return warnings
-
-
-def _relative_path_warnings(job: TrainingJob) -> list[str]:
-    """A relative checkpoint.dir works locally (the code directory) but in the pod lands under the working
-    directory, which is the read-only code mount (or the image's WORKDIR, lost with the pod)."""
-    directory = job.spec.checkpoint.dir
-    if not directory or "://" in directory or directory.startswith("/"):
-        return []
-    where = (f"the read-only code mount {job.spec.code.mountPath}" if job.spec.code
-             else "the image's working directory, lost with the pod")
-    return [f"spec.checkpoint.dir: {directory!r} is relative: in the pod it is under {where}; use a volume's "
-            "mountPath (e.g. /ckpt/run) or an object store URL"]
 
 
 def _check_inputs(job: TrainingJob, options: RenderOptions) -> None:

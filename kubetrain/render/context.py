@@ -75,6 +75,8 @@ def spec_hash(job: TrainingJob, options: RenderOptions) -> str:
             dumped["spec"].pop(section, None)
     if "divergence" not in job.spec.model_fields_set:
         dumped["spec"].pop("divergence", None)
+    if not job.spec.checkpoint.ephemeral:
+        dumped["spec"]["checkpoint"].pop("ephemeral", None)
     payload = {"spec": dumped, "code": options.code.digest if options.code else None, "cloud": options.cloud,
                "image": options.image}
     if options.gpu_via:
@@ -174,7 +176,8 @@ def _runtime_config(spec: JobSpec, checkpoint_dir: str | None = None) -> str | N
     train = spec.train.model_dump(mode="json", by_alias=True) if spec.train else None
     if train is not None and "timeoutSeconds" not in spec.train.model_fields_set:  # type: ignore[union-attr]
         train["timeoutSeconds"] = process_group_timeout(spec.hang)
-    checkpoint = spec.checkpoint.model_dump(mode="json", by_alias=True)
+    # `ephemeral` is a render-time permission (kubetrain.jobspec.checks); the runtime has no use for it
+    checkpoint = spec.checkpoint.model_dump(mode="json", by_alias=True, exclude={"ephemeral"})
     if checkpoint_dir and spec.checkpoint.dir:
         checkpoint["dir"] = checkpoint_dir
     config = {"train": train, "checkpoint": checkpoint}

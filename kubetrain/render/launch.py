@@ -12,8 +12,10 @@ The container's main process is a POSIX-sh wrapper around torchrun (`container_c
 
 from __future__ import annotations
 
+import posixpath
+
 from kubetrain.jobspec.model import JobSpec
-from kubetrain.render.command import launcher, parse_command
+from kubetrain.render.command import PYTHONS, launcher, parse_command
 
 _REFUSED = {
     "accelerate": "`accelerate launch` starts its own launcher, but kubetrain already runs torchrun on every pod; "
@@ -61,6 +63,17 @@ def launcher_problem(command: list[str] | None) -> str | None:
     """Why the command's launcher cannot run under kubetrain's torchrun, or None."""
     found = launcher(command)
     return _REFUSED.get(found[0]) if found else None
+
+
+def no_program_python(command: list[str] | None, args: list[str] | None = None) -> str | None:
+    """The interpreter's name when the command is a python given only options (no script, -m or -c): it would
+    read an empty stdin and exit 0. None otherwise."""
+    if not command or posixpath.basename(command[0]) not in PYTHONS:
+        return None
+    words = [*command[1:], *(args or [])]
+    if any(not word.startswith("-") or word[:2] in ("-m", "-c") for word in words):
+        return None
+    return command[0]
 
 
 def torchrun_args(spec: JobSpec, workdir: str | None = None) -> list[str]:

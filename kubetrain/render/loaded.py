@@ -6,6 +6,7 @@ and the controller (which passes the code it read from the cluster's ConfigMap i
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kubetrain.errors import Problem, RejectedRender, SpecError
@@ -18,14 +19,16 @@ from kubetrain.render.origin import traced_problems
 
 def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: str | None = None,
                   image: str | None = None, cloud: str | None = None, code: CodeBundle | None = None,
-                  checkpoint_dir: str | None = None, gpu_via: str | None = None) -> list[dict[str, Any]]:
+                  checkpoint_dir: str | None = None, gpu_via: str | None = None,
+                  skip: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
     """`code`: the job's code, already collected (the controller's); None reads `spec.code.path`.
-    `checkpoint_dir`: the controller's directory for a recreated child (RenderOptions.checkpoint_dir)."""
+    `checkpoint_dir`: the controller's directory for a recreated child (RenderOptions.checkpoint_dir).
+    `skip`: directories under spec.code.path that are never code (render's --out)."""
     if target and target != loaded.job.spec.target:
         check_target(loaded, target)
     if code is None and loaded.job.spec.code:
         code_dir = (loaded.base_dir / loaded.job.spec.code.path).resolve()
-        code = collect_code(code_dir, loaded.job.spec.code.exclude, include=loaded.job.spec.code.include)
+        code = collect_code(code_dir, loaded.job.spec.code.exclude, include=loaded.job.spec.code.include, skip=skip)
     options = RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace, checkpoint_dir=checkpoint_dir,
                             gpu_via=gpu_via)
     try:

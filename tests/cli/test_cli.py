@@ -82,7 +82,8 @@ def test_render_json_and_out_dir(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     kustomization = yaml.safe_load((out / "kustomization.yaml").read_text())
     assert kustomization["resources"] == [f"configmap-{configmap_name}.yaml", "trainjob-bert-trainjob.yaml"]
-    assert sorted(p.name for p in out.iterdir()) == sorted([*kustomization["resources"], "kustomization.yaml"])
+    assert sorted(p.name for p in out.iterdir()) == sorted([*kustomization["resources"], "kustomization.yaml",
+                                                            ".kubetrain-render"])
     assert result.stdout.splitlines() == [str(out / name) for name in [*kustomization["resources"],
                                                                        "kustomization.yaml"]]
 

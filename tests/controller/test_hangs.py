@@ -77,7 +77,7 @@ def ranks(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
 
 def hang_job(name: str, namespace: str, checkpoint: Path | None = None, **hang: Any) -> dict[str, Any]:
     return training_job(name, namespace, nodes=1, hang={**HANG, **hang},
-                        **({"checkpoint": {"dir": str(checkpoint)}} if checkpoint else {}))
+                        **({"checkpoint": {"dir": str(checkpoint), "ephemeral": True}} if checkpoint else {}))
 
 
 def condition_is(k8s: Any, namespace: str, name: str, kind: str, status: str) -> dict[str, Any] | None:

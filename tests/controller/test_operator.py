@@ -264,6 +264,7 @@ def test_recreate_starts_fresh_and_continue_resumes_the_old_checkpoints(k8s, nam
     start()
     train = {"model": "m:f", "dataset": "m:d", "epochs": 2}
     create(k8s, training_job("fresh", namespace, nodes=1, train=train,
+                             volumes=[{"name": "ckpt", "claim": "ckpt", "mountPath": "/ckpt"}],
                              checkpoint={"dir": "/ckpt/fresh", "everySteps": 5}))
     first = wait_for(lambda: pytorchjob(k8s, namespace, "fresh"), "child", 60)
     assert _checkpoint_dir_of(first) == "/ckpt/fresh"

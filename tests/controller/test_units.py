@@ -27,6 +27,7 @@ def tj(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
 
 
 GOOD = {"image": "ghcr.io/acme/t:1", "command": ["python", "t.py"], "nodes": 2}
+ON_A_VOLUME = {**GOOD, "volumes": [{"name": "ckpt", "claim": "ckpt", "mountPath": "/ckpt"}]}
 
 
 def test_queue_dedups_and_requeues_a_key_that_changed_while_processed() -> None:
@@ -73,7 +74,7 @@ def test_desired_child_is_the_clis_render_with_a_controller_owner() -> None:
 
 
 def test_checkpoint_directory_per_update_policy() -> None:
-    job = desired(tj({**GOOD, "checkpoint": {"dir": "/ckpt/j/"}}), ["pytorchjob"]).job
+    job = desired(tj({**ON_A_VOLUME, "checkpoint": {"dir": "/ckpt/j/"}}), ["pytorchjob"]).job
     assert checkpoint_dir_of(job, None) == "/ckpt/j/"  # the first child: spec.checkpoint.dir as written
     assert checkpoint_dir_of(job, "/ckpt/j/", "recreate", "abc") == "/ckpt/j/run-abc"  # a fresh start
     assert checkpoint_dir_of(job, "/ckpt/j/run-abc", "continue", "def") == "/ckpt/j/run-abc"  # resumes there
@@ -81,8 +82,9 @@ def test_checkpoint_directory_per_update_policy() -> None:
     assert checkpoint_dir_of(job, "/elsewhere") == "/ckpt/j/"  # the user moved spec.checkpoint.dir
     assert checkpoint_dir_of(desired(tj(GOOD), ["pytorchjob"]).job, "/ckpt/j", "recreate", "abc") is None
     # The override reaches the pods' runtime config, and the spec hash does not move with it.
-    plain = desired(tj({**GOOD, "checkpoint": {"dir": "/ckpt/j"}}), ["pytorchjob"])
-    moved = desired(tj({**GOOD, "checkpoint": {"dir": "/ckpt/j"}}), ["pytorchjob"], current_dir="/ckpt/j/run-abc")
+    plain = desired(tj({**ON_A_VOLUME, "checkpoint": {"dir": "/ckpt/j"}}), ["pytorchjob"])
+    moved = desired(tj({**ON_A_VOLUME, "checkpoint": {"dir": "/ckpt/j"}}), ["pytorchjob"],
+                    current_dir="/ckpt/j/run-abc")
     assert plain.spec_hash == moved.spec_hash and '"dir":"/ckpt/j/run-abc"' in str(moved.child)
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from kubetrain.errors import BuildError
 from kubetrain.imagebuild.context import collect
-from kubetrain.imagebuild.dockerignore import PatternMatcher, go_clean, load_matcher, parse_ignore_lines
+from kubetrain.imagebuild.dockerignore import PatternMatcher, go_clean, parse_ignore_lines
+from kubetrain.imagebuild.selection import select
 
 # (pattern, path, excluded) — from moby/patternmatcher's TestMatches, paths without a trailing slash.
 DOCKER_CASES = [
@@ -89,7 +90,7 @@ def test_walk_with_real_files(tmp_path: Path) -> None:
                      "pkg/__pycache__/mod.cpython-311.pyc", "logs/run1/out.log", ".kubetrain/volumes/x"])
     (tmp_path / "empty").mkdir()
     (tmp_path / ".dockerignore").write_text("*.md\n!README.md\ndata\n!data/keep.txt\n**/__pycache__\nlogs\n")
-    entries = collect(tmp_path, load_matcher(tmp_path))
+    entries = select(tmp_path).entries
     assert [(e.path, e.kind) for e in entries] == [
         (".dockerignore", "file"), ("README.md", "file"), ("data/keep.txt", "file"), ("empty", "dir"),
         ("pkg/mod.py", "file"), ("train.py", "file")]
@@ -114,12 +115,16 @@ def test_dockerfile_specific_ignore_file_wins(tmp_path: Path) -> None:
     (tmp_path / ".dockerignore").write_text("a.txt\n")
     (tmp_path / "train.Dockerfile").write_text("FROM scratch\n")
     (tmp_path / "train.Dockerfile.dockerignore").write_text("b.txt\n")
-    matcher = load_matcher(tmp_path, tmp_path / "train.Dockerfile")
-    assert not matcher.excluded("a.txt")
-    assert matcher.excluded("b.txt")
+    kept = [e.path for e in select(tmp_path, tmp_path / "train.Dockerfile").entries]
+    assert "a.txt" in kept and "b.txt" not in kept
+    assert "b.txt" in [e.path for e in select(tmp_path).entries]  # kubetrain's Dockerfile: .dockerignore
 
 
-def test_defaults_apply_only_without_an_ignore_file(tmp_path: Path) -> None:
-    assert load_matcher(tmp_path, None, (".git",)).excluded(".git/config")
+def test_kubetrains_defaults_apply_beside_an_ignore_file(tmp_path: Path) -> None:
+    """One rule: a .dockerignore adds to kubetrain's defaults (it used to replace them, and a .dockerignore
+    of one line let .git and checkpoints/ into the image)."""
+    _tree(tmp_path, [".git/config", "checkpoints/step-1.pt", "train.py"])
     (tmp_path / ".dockerignore").write_text("# nothing\n")
-    assert not load_matcher(tmp_path, None, (".git",)).excluded(".git/config")
+    assert [e.path for e in select(tmp_path).entries] == [".dockerignore", "train.py"]
+    (tmp_path / ".dockerignore").write_text("!checkpoints\n")  # a re-inclusion still wins
+    assert [e.path for e in select(tmp_path).entries] == [".dockerignore", "checkpoints/step-1.pt", "train.py"]

@@ -98,8 +98,8 @@ def test_own_dockerfile_layout(project: Project, tmp_path: Path) -> None:
     ctx = assembled.context
     assert (ctx / "workspace/train.py").read_text() == "x"
     assert (ctx / "workspace/pkg/a.py").exists()
-    assert not (ctx / "workspace/.git").exists()  # default ignores apply without a .dockerignore
-    assert (ctx / "workspace/kubetrain.yaml").exists()  # the spec sits in the context like any file
+    assert not (ctx / "workspace/.git").exists()  # kubetrain's default ignores
+    assert not (ctx / "workspace/kubetrain.yaml").exists()  # specs are not code: editing one rebuilds nothing
     assert (ctx / "kubetrain/requirements.txt").read_text() == "numpy\n"
     assert (ctx / "kubetrain/src/kubetrain/__init__.py").exists()
     assert (ctx / "kubetrain/src/kubetrain/imagebuild/plan.py").exists()
@@ -113,7 +113,7 @@ def test_custom_dockerfile_gets_the_plain_context(project: Project, tmp_path: Pa
                    files={"train.py": "x", "docker/train.Dockerfile": "FROM python:3.12-slim\nCOPY . /app\n"})
     assembled = _assemble(spec, tmp_path / "s")
     names = sorted(p.relative_to(assembled.context).as_posix() for p in assembled.context.rglob("*"))
-    assert names == ["docker", "docker/train.Dockerfile", "kubetrain.yaml", "train.py"]
+    assert names == ["docker", "docker/train.Dockerfile", "train.py"]
     assert assembled.dockerfile.read_text() == "FROM python:3.12-slim\nCOPY . /app\n"
 
 

@@ -107,7 +107,7 @@ def test_ensure_torch_is_valid_sh() -> None:
 @pytest.mark.parametrize(("fields", "wanted"), [
     ("checkpoint: {dir: 's3://bucket/run'}\n", ["s3fs>=2024.6"]),
     ("archive: 'gs://bucket/logs'\ncheckpoint: {dir: 'az://c/run'}\n", ["adlfs>=2024.4", "gcsfs>=2024.6"]),
-    ("checkpoint: {dir: /ckpt}\narchive: /ckpt/logs\n", []),
+    ("volumes: [{name: ckpt, claim: ckpt, mountPath: /ckpt}]\ncheckpoint: {dir: /ckpt}\narchive: /ckpt/logs\n", []),
 ])
 def test_object_store_backends_go_into_the_image(fields: str, wanted: list[str], tmp_path: Path,
                                                  project: Callable[..., Path]) -> None:

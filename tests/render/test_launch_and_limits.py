@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.errors import RenderError, SpecError
+from kubetrain.errors import RenderError, SecretRefused, SpecError
 from kubetrain.render import RenderOptions, render_job
 from kubetrain.render.code import collect_code
 from kubetrain.render.command import parse_command
@@ -83,17 +83,22 @@ def test_code_over_one_mib_names_the_cause(tmp_path: Path) -> None:
         collect_code(tmp_path)
 
 
-def test_secrets_and_ignored_files_stay_out_of_the_code_configmap(tmp_path: Path) -> None:
+def test_secrets_are_refused_and_ignored_files_stay_out_of_the_code_configmap(tmp_path: Path) -> None:
     files = {"train.py": "x", ".env": "TOKEN=1", ".env.prod": "T=2", "keys/server.key": "k", "certs/ca.crt": "c",
              "id_rsa": "k", "data/big.csv": "1,2", "notes.md": "n", "build/out.o": "o", ".gitignore": "data/\n",
              ".dockerignore": "build\n"}
     for name, content in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(content)
+    with pytest.raises(SecretRefused) as info:
+        collect_code(tmp_path)
+    assert [line.split(":")[0] for line in info.value.lines()] == [
+        f"{tmp_path}/{name}" for name in (".env", ".env.prod", "id_rsa", "keys/server.key")]
+    (tmp_path / ".kubetrainignore").write_text(".env*\nkeys\nid_rsa\n")
     shipped = [path for path, _ in collect_code(tmp_path).files]
-    assert shipped == [".dockerignore", ".gitignore", "notes.md", "train.py"]
-    shipped = [path for path, _ in collect_code(tmp_path, include=["certs/ca.crt", "data/*"]).files]
-    assert shipped == [".dockerignore", ".gitignore", "certs/ca.crt", "data/big.csv", "notes.md", "train.py"]
+    assert shipped == [".dockerignore", ".gitignore", "certs/ca.crt", "notes.md", "train.py"]  # a certificate is public
+    shipped = [path for path, _ in collect_code(tmp_path, include=["data/*", ".env"]).files]
+    assert shipped == [".dockerignore", ".env", ".gitignore", "certs/ca.crt", "data/big.csv", "notes.md", "train.py"]
 
 
 def test_code_path_outside_the_project_renders_without_a_traceback(tmp_path: Path) -> None:

@@ -161,15 +161,53 @@ def test_run_prints_the_render_warnings_on_stderr(tmp_path: Path) -> None:
     assert "overrides" not in result.stdout
 
 
-def test_what_would_differ_in_the_pod_is_warned_about_before_the_run(tmp_path: Path) -> None:
+def test_a_checkpoint_dir_the_pod_would_lose_is_refused_before_the_run(tmp_path: Path) -> None:
     spec = write_spec(tmp_path / "job.yaml", command=["python", "train.py"], checkpoint={"dir": "ckpt"})
     result = _cli("run", "-f", str(spec), "--dry-run")
-    assert result.returncode == 0, result.stderr
-    warning = (f"warning: {spec}:7: spec.checkpoint.dir: 'ckpt' is relative: in the pod it is under the read-only "
-               "code mount /workspace; use a volume's mountPath (e.g. /ckpt/run) or an object store URL\n")
-    assert warning in result.stderr
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (f"error: {spec}:7: spec.checkpoint.dir: 'ckpt' is relative: in the pod it is under the "
+                             "working directory, the read-only code mount /workspace; use an absolute path on a "
+                             "volume (e.g. /ckpt/run) or an object store URL\n")
     assert "spec.checkpoint.dir" not in _cli("run", "-f", str(write_spec(
         tmp_path / "abs.yaml", command=["python", "train.py"], checkpoint={"dir": "/ckpt/run"})), "--dry-run").stderr
+
+
+def test_an_ephemeral_checkpoint_dir_is_a_fresh_directory_of_each_run_as_in_a_new_pod(tmp_path: Path) -> None:
+    """In the pod a checkpoint.dir on no volume is in the container's own layer: gone with the pod, so a new
+    pod starts over. Locally it is a directory of this run, never the host's /scratch, never resumed from."""
+    spec = write_spec(tmp_path / "kubetrain.yaml", train={"model": "m:f", "dataset": "m:d"},
+                      checkpoint={"dir": "/scratch/run", "ephemeral": True})
+    first, second = (build_plan(load_spec(str(spec)), RunOptions(), environ={"PATH": "/bin"}, cwd=tmp_path)
+                     for _ in range(2))
+    dirs = [json.loads(plan.nodes[0].env["KUBETRAIN_CONFIG"])["checkpoint"]["dir"] for plan in (first, second)]
+    assert dirs == [str(tmp_path / ".kubetrain" / "scratch" / plan.run_id) for plan in (first, second)]
+    assert dirs[0] != dirs[1] and Path(dirs[0]).is_dir()
+    assert not Path("/scratch/run").exists()
+
+
+def test_dry_run_creates_nothing(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    spec = write_spec(project / "kubetrain.yaml", train={"model": "m:f", "dataset": "m:d"},
+                      checkpoint={"dir": "/ckpt/run"}, code=project)
+    spec.write_text(spec.read_text().replace(str(project / "ckpt"), "volumes/ckpt"))
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    result = _cli("run", "-f", str(spec), "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert str(project / "volumes" / "ckpt") in result.stdout  # the mapping is described...
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # ...and nothing is created
+
+
+def test_more_processes_than_cpu_cores_are_a_warning(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "job.yaml", command=["python", "train.py"])
+    cores = len(os.sched_getaffinity(0))
+    result = _cli("run", "-f", str(spec), "--dry-run", "--procs-per-node", str(cores + 1))
+    assert result.returncode == 0, result.stderr
+    assert (f"warning: 2 node(s) x {cores + 1} process(es) = {2 * cores + 2} training processes on {cores} CPU "
+            f"core(s): they share the cores and run slower than fewer would; lower --procs-per-node or --nodes "
+            "(spec.procsPerNode, spec.nodes)\n") in result.stderr
+    fits = _cli("run", "-f", str(spec), "--dry-run", "--nodes", "1", "--procs-per-node", "1")
+    assert "CPU core" not in fits.stderr
 
 
 def test_gpus_requested_on_a_machine_without_any_are_a_warning(tmp_path: Path) -> None:

@@ -53,7 +53,9 @@ def pod_env(tmp_path: Path, container_env: dict[str, str], **extra: str) -> dict
 def test_sigterm_to_the_rendered_main_process_exits_143_after_a_complete_async_checkpoint(tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     train = ft_train(epochs=3, strategy="fsdp", fsdp={"asyncCheckpoint": True})
-    argv, container_env = rendered(tmp_path, train=train, checkpoint={"dir": str(ckpt), "everySteps": 2})
+    # no volume: the "pod" is this machine's process tree, and its checkpoints live and die with the test
+    argv, container_env = rendered(tmp_path, train=train,
+                                   checkpoint={"dir": str(ckpt), "everySteps": 2, "ephemeral": True})
     assert argv[:2] == ["sh", "-c"] and argv[3:6] == ["torchrun", "-m", "kubetrain.runtime"]
     env = pod_env(tmp_path, container_env, FT_SLEEP="0.01")
     proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -17,7 +17,7 @@ JSONISH = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.d
     st.sampled_from(["apiVersion", "kind", "metadata", "spec", "name", "nodes", "image", "command", "env",
                      "volumes", "elastic", "train", "placement", "x"]), inner, max_size=5), max_leaves=20)
 VALID: dict[str, Any] = {"apiVersion": "kubetrain.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": "a"},
-                         "spec": {"image": "i:1", "command": ["python"]}}
+                         "spec": {"image": "i:1", "command": ["python", "t.py"]}}
 
 
 def assert_clean(text: str) -> None:
