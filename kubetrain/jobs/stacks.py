@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

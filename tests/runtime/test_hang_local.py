@@ -18,8 +18,8 @@ import yaml
 from kubetrain.metrics import parse_metrics_line
 from tests.runtime.helpers import Run, final_state, ft_train, quiet_env, records, run_sync, worker_pid, write_spec
 from tests.runtime.test_local_run import assert_no_processes_left
-from tests.testenv.polling import wait_for
 from tests.runtime.torchmod import require_torch
+from tests.testenv.polling import wait_for
 
 torch = require_torch()
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(300)]
