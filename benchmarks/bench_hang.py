@@ -11,6 +11,9 @@
   same records at the same instant (interleaved by construction); also the eval and checkpoint thresholds
   (old: max(phaseTimeoutSeconds, stepFactor x the longest run); new: from the recent runs, stalls left out).
   Target: every detection <= threshold + 30 s.
+* phases: the same job with slow evals (FT_EVAL_SLEEP); each drill makes rank 1 stop itself inside an eval
+  (FT_EVAL_STOP_FLAG) while rank 0 evaluates, and times until the verdict; the eval threshold under the old
+  rule (max(phaseTimeoutSeconds, stepFactor x the longest eval)) and the new one on the same records.
 * overhead: the Trainer API in one process (world of 1, gloo, CPU, one thread) on bench_runtime's MLP,
   with and without KUBETRAIN_PROGRESS_DIR, A/B interleaved for --rounds rounds; and the per-step cost of the
   Progress calls alone (the calls the loop makes per micro-step), timed in a tight loop. Target: < 1 %.
@@ -18,6 +21,7 @@
 
     python benchmarks/bench_hang.py latency --drills 10 --timeout 10
     python benchmarks/bench_hang.py stalls --drills 5 --timeout 10
+    python benchmarks/bench_hang.py phases --drills 3 --timeout 10
     python benchmarks/bench_hang.py overhead --rounds 6 --steps 300
 
 Not a test: numbers depend on the machine. torch is needed.
@@ -90,10 +94,10 @@ def _next(lines: queue.Queue[tuple[float, str, str]], want: Any, limit: float) -
             return at, line
 
 
-def _start(tmp: Path, marker: str, drills: int, timeout: int, policy: str = "restart"
+def _start(tmp: Path, marker: str, drills: int, timeout: int, policy: str = "restart", **extra: str
            ) -> tuple[subprocess.Popen[str], queue.Queue[tuple[float, str, str]]]:
     spec = _spec(tmp, drills, timeout, policy)
-    env = {**os.environ, "BENCH_MARKER": marker, "FT_SLEEP": "0.001", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "BENCH_MARKER": marker, "FT_SLEEP": "0.001", "PYTHONUNBUFFERED": "1", **extra}
     proc = subprocess.Popen([sys.executable, "-m", "kubetrain", "run", "--raw", "-f", str(spec)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lines: queue.Queue[tuple[float, str, str]] = queue.Queue()
@@ -213,6 +217,45 @@ def _summary(results: list[dict[str, Any]], timeout: int) -> None:
         print(f"{phase} threshold at the end (the runs' own durations): old rule {old:.0f} s, new rule {new:.1f} s")
 
 
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def phases(drills: int, timeout: int, eval_sleep: float) -> list[tuple[float, float, float]]:
+    """Rank 1 stops itself in an eval (tests/runtime/jobs/ft_task.py's FT_EVAL_STOP_FLAG) while rank 0
+    evaluates: (old rule's eval threshold, new rule's, detection latency) per drill."""
+    marker = uuid.uuid4().hex
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        flag = Path(tmp) / "eval-stop"
+        proc, lines = _start(Path(tmp), marker, 1, timeout, "observe", FT_EVAL_SLEEP=str(eval_sleep),
+                             FT_EVAL_STOP_FLAG=str(flag))
+        try:
+            _next(lines, lambda n, text: n == "out" and '"kind":"train"' in text, 300)
+            pid = _rank_pid(marker, 1)
+            assert pid is not None, "no rank 1"
+            directory = _progress_dir(pid)
+            for drill in range(drills):
+                _train_steps(lines, directory, 40)  # two epochs, two evals
+                old, new = _thresholds(directory, timeout)["eval"]
+                flag.touch()
+                while _state(pid) != "T":
+                    time.sleep(0.01)
+                stopped = time.monotonic()
+                try:
+                    found, verdict = _next(lines, lambda n, text: n == "err" and "hung since" in text, 600)
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                results.append((old, new, found - stopped))
+                print(f"drill {drill + 1}: eval threshold old rule {old:.0f} s, new rule {new:.1f} s; detected "
+                      f"after {found - stopped:.1f} s: {verdict[:120]}", flush=True)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return results
+
+
 # --- overhead -----------------------------------------------------------------------------------------------
 def _fit(steps: int, progress_dir: str | None) -> float:
     """Seconds per optimizer step of a Trainer run of `steps` steps (after 20 warm-up steps)."""
@@ -309,6 +352,10 @@ def main() -> None:
     stall = sub.add_parser("stalls")
     stall.add_argument("--drills", type=int, default=5)
     stall.add_argument("--timeout", type=int, default=10, help="spec.hang.timeoutSeconds")
+    phase = sub.add_parser("phases")
+    phase.add_argument("--drills", type=int, default=3)
+    phase.add_argument("--timeout", type=int, default=10, help="spec.hang.timeoutSeconds")
+    phase.add_argument("--eval-sleep", type=float, default=0.05, help="seconds per eval sample (64 per rank)")
     over = sub.add_parser("overhead")
     over.add_argument("--rounds", type=int, default=6)
     over.add_argument("--steps", type=int, default=300)
@@ -319,6 +366,12 @@ def main() -> None:
               f"{statistics.median(results):.1f} s, max {max(results):.1f} s (target <= {args.timeout + 30} s)")
     elif args.what == "stalls":
         _summary(stalls(args.drills, args.timeout), args.timeout)
+    elif args.what == "phases":
+        found = phases(args.drills, args.timeout, args.eval_sleep)
+        print(f"{len(found)} drills, rank 1 stopped in an eval: detected after median "
+              f"{statistics.median(f[2] for f in found):.1f} s, max {max(f[2] for f in found):.1f} s; eval threshold "
+              f"new rule median {statistics.median(f[1] for f in found):.1f} s (old rule "
+              f"{statistics.median(f[0] for f in found):.0f} s)")
     else:
         overhead(args.rounds, args.steps)
 

@@ -172,6 +172,7 @@ def test_a_throttled_rank_is_named_a_straggler(observed: tuple[Streams, str]) ->
     streams.wait_step(6)
     with throttled(worker_pid(marker, 1)):
         named = streams.wait_err("straggler:", timeout=120)
+    print(named[0])
     assert "straggler: rank 1 (node 2, " in named[0], named
     assert not [line for line in streams.err if "straggler: rank 0" in line or "hung since" in line], streams.err
 
@@ -194,5 +195,6 @@ def test_a_second_hang_after_a_recovered_stall_is_judged_by_the_usual_threshold(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
+    print(first, second, sep="\n")
     assert "(no progress for over 4 s, phase " in first, first
     assert "(no progress for over 4 s, phase " in second, second
