@@ -142,8 +142,9 @@ class Progress:
 
     # --- the record ------------------------------------------------------------------------------------
     def record(self) -> dict[str, Any]:
+        # the writer thread reads what the training thread appends to: copy each container in one C call
         steps, own = list(self.step_times), list(self.own_times)
-        phase_max = {k: max(v) for k, v in self.phase_runs.items()}
+        runs = {phase: list(times) for phase, times in list(self.phase_runs.items())}
         return {
             "rank": self.rank, "world_size": self.world_size, "node": _node(), "host": socket.gethostname(),
             "pid": os.getpid(), "step": self.step_no, "phase": self.current,
@@ -151,9 +152,9 @@ class Progress:
             "written_at": round(time.time(), 3), "monotonic": round(time.monotonic(), 3),
             "step_p50": _percentile(steps, 0.5), "step_p99": _percentile(steps, 0.99), "steps_timed": len(steps),
             "own_p50": _percentile(own, 0.5), "own_timed": len(own),
-            "phase_max": {k: round(v, 3) for k, v in phase_max.items()},
+            "phase_max": {k: round(max(v), 3) for k, v in runs.items()},
             "step_times": _compact(steps), "own_times": _compact(own),
-            "phase_runs": {k: _compact(v) for k, v in self.phase_runs.items()},
+            "phase_runs": {k: _compact(v) for k, v in runs.items()},
         }
 
     def write(self) -> None:
