@@ -188,6 +188,20 @@ def test_a_recovered_stall_does_not_make_a_rank_a_straggler(clock: Clock) -> Non
     assert assess([view(p) for p in ranks], 2, Thresholds(timeout=20), clock.now).stragglers == ()
 
 
+def test_eval_and_checkpoint_time_is_left_out_of_the_step_and_own_times(clock: Clock) -> None:
+    rank = Progress(0, 1, None)
+    train([rank], clock, 2, 0.1)
+    rank.phase("checkpoint")
+    clock.now += 30
+    rank.phase("data")
+    clock.now += 0.1
+    rank.collective(0.04)
+    rank.step(3)
+    record = rank.record()
+    assert record["step_times"][-1] == pytest.approx(0.1) and record["own_times"][-1] == pytest.approx(0.06)
+    assert record["phase_runs"]["checkpoint"] == [30.0] and record["phase_max"]["checkpoint"] == 30.0
+
+
 def test_a_recovered_stall_leaves_the_training_threshold_where_it_was(clock: Clock) -> None:
     """The drill: steps of 0.5 s, threshold 20 s; one 74 s stall. Before, the threshold became 10 x a p99
     that held the stall (741 s): a second hang was found 12 minutes late."""
