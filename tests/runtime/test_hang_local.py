@@ -109,7 +109,9 @@ class Streams:
     either (a waiting reader of one stream must not block the other's pipe)."""
 
     def __init__(self, run: Run) -> None:
-        self.run, self.out, self.err = run, [], []  # type: ignore[var-annotated]
+        self.run = run
+        self.out: list[str] = []
+        self.err: list[str] = []
         for stream, lines in ((run.proc.stdout, self.out), (run.proc.stderr, self.err)):
             threading.Thread(target=lambda s=stream, ls=lines: ls.extend(iter(s.readline, "")), daemon=True).start()
 
