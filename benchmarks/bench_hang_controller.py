@@ -48,7 +48,7 @@ def ranks(stop: threading.Event) -> None:
     while not stop.wait(0.05):
         step += 1
         for p in progress:
-            p.own_time(0.001)
+            p.collective(0.001)
             p.step(step)
     for p in progress:
         p.stop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,10 +145,11 @@ def _views(pod: PodAnswer) -> list[RankView]:
     return views
 
 
-def combine(name: str, pods: list[PodAnswer], asked: bool = True, thresholds: Thresholds | None = None
-            ) -> JobStacks:
-    """One JobStacks from every pod's answer (pure: the tests feed it real probe output). `thresholds`:
-    the spec's (the controller knows it); else the pods' $KUBETRAIN_HANG."""
+def combine(name: str, pods: list[PodAnswer], asked: bool = True, thresholds: Thresholds | None = None,
+            shown: Collection[str] | None = None) -> JobStacks:
+    """One JobStacks from every pod's answer (pure: the tests feed it real probe output). The verdict is
+    judged on every pod's records; `shown`: the pods (names) whose stacks the report shows (default all).
+    `thresholds`: the spec's (the controller knows it); else the pods' $KUBETRAIN_HANG."""
     answered = [p for p in pods if p.answer is not None]
     ranks: list[RankView] = []
     dumps: dict[int, str] = {}
@@ -164,26 +166,36 @@ def combine(name: str, pods: list[PodAnswer], asked: bool = True, thresholds: Th
     now = max((float(p.answer["now"]) for p in answered if p.answer is not None), default=None)
     thresholds = thresholds or Thresholds.from_json(next((p.answer.get("hang") for p in answered if p.answer), None))
     assessment = assess(ranks, world or len(ranks), thresholds, now)
-    live = [r for r in ranks if r.phase != "done"]
+    mine = {r.rank for p in answered if shown is None or p.replica.pod in shown for r in _views(p)}
+    live = [r for r in ranks if r.phase != "done" and r.rank in mine]
     stacks = collect(live, dumps, states)
     if not asked:
         stacks = [s for s in stacks if s.state is None or s.state in UNRESPONSIVE]
-    return JobStacks(name, assessment, stacks, flight_recorder_summary(flights, world or len(ranks)), pods, asked)
+    flight = flight_recorder_summary(flights, world or len(ranks), None if shown is None else mine)
+    return JobStacks(name, assessment, stacks, flight, pods, asked)
 
 
 def job_stacks(rest: Rest, target: Target, namespace: str, name: str, replica: str = "all",
                run: Exec = exec_probe, asked: bool = True) -> JobStacks:
-    """Ask every selected pod of the job in parallel and combine the answers (asked=False with
-    exec_records: the records only, nothing signalled)."""
-    replicas = select(job_replicas(rest, target, namespace, name), replica)
-    return combine(name, ask_pods(rest, namespace, name, replicas, run), asked)
+    """Ask the selected pods of the job with `run` and read the others' records (exec_records: nothing
+    signalled), all in parallel, and combine the answers: the verdict is the job's, whichever replica is
+    asked; the stacks are the selected pods' (asked=False with exec_records: the records only)."""
+    replicas = job_replicas(rest, target, namespace, name)
+    chosen = {r.pod for r in select(replicas, replica)}
+    runs = [(r, run if r.pod in chosen else exec_records) for r in replicas]
+    return combine(name, ask_each(rest, namespace, name, runs), asked, shown=chosen)
 
 
 def ask_pods(rest: Rest, namespace: str, name: str, replicas: list[Replica], run: Exec = exec_probe
              ) -> list[PodAnswer]:
-    """Every replica's answer, asked in parallel (at most PARALLEL_EXECS execs at once); pods on a node that
-    is down are not asked (nodes.down_nodes)."""
+    """Every replica's answer, asked in parallel (at most PARALLEL_EXECS execs at once)."""
+    return ask_each(rest, namespace, name, [(r, run) for r in replicas])
+
+
+def ask_each(rest: Rest, namespace: str, name: str, runs: list[tuple[Replica, Exec]]) -> list[PodAnswer]:
+    """Each replica's answer to its own probe, asked in parallel (at most PARALLEL_EXECS execs at once); pods
+    on a node that is down are not asked (nodes.down_nodes)."""
     with cluster_errors(f"exec the stacks probe in the pods of {name} in namespace {namespace}"):
-        down = down_nodes(rest, replicas)
-        with ThreadPoolExecutor(min(PARALLEL_EXECS, max(1, len(replicas)))) as pool:
-            return list(pool.map(lambda r: ask_pod(rest, namespace, r, run, down), replicas))
+        down = down_nodes(rest, [replica for replica, _ in runs])
+        with ThreadPoolExecutor(min(PARALLEL_EXECS, max(1, len(runs)))) as pool:
+            return list(pool.map(lambda pair: ask_pod(rest, namespace, pair[0], pair[1], down), runs))

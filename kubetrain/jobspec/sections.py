@@ -333,21 +333,23 @@ class Hang(Section):
     """Hang and straggler detection from the runtime's progress signal (docs/hangs.md)."""
 
     timeoutSeconds: Annotated[int, Field(ge=1)] = 300
-    """A job is hung when no rank finished a step for the larger of this and stepFactor x the observed
-    p99 step time."""
+    """A job is hung when no rank finished a step for the larger of this and stepFactor x the p99 of the
+    recent step times, stalls left out (a stall: a step above that threshold)."""
     stepFactor: Annotated[float, Field(ge=1)] = 10.0
-    """k in k x p99 step time (the adaptive part of the threshold)."""
+    """k in k x p99 step time (the adaptive part of the threshold), and in k x the longest recent eval or
+    checkpoint."""
     phaseTimeoutSeconds: Annotated[int, Field(ge=1)] = 1800
-    """The threshold while a rank starts up (first step, resume), evaluates or checkpoints: the larger of
-    this and stepFactor x the longest earlier run of that phase."""
+    """The threshold while a rank starts up (first step, resume), and during its first eval or checkpoint.
+    Later runs of a phase get the larger of timeoutSeconds and stepFactor x the longest recent run of it,
+    stalls left out."""
     policy: Literal["observe", "fail", "restart"] = "observe"
     """What `kubetrain run` does with a hung job after reporting it with every rank's stack: observe (keep
     waiting), fail (stop the job, exit 1), restart (stop it and start again from the last checkpoint)."""
     maxRestarts: Annotated[int, Field(ge=0)] = 2
     """With policy restart: restarts allowed before the job fails."""
-    stragglerFactor: Annotated[float, Field(gt=1)] = 2.0
-    """A rank straggles when its own time per micro-step (waiting for data, forward) stays above this times
-    the median of the other ranks."""
+    stragglerFactor: Annotated[float, Field(gt=1)] = 1.5
+    """A rank straggles when its own time per step (the wall time outside the collectives, on average)
+    stays above this times the median of the other ranks. A rank running at half speed is 2x."""
 
 
 class Divergence(Section):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,9 +141,11 @@ def collect(ranks: Sequence[RankView], dumps: Mapping[int, str], states: Mapping
     return result
 
 
-def flight_recorder_summary(records: Mapping[int, Mapping[str, Any]], world_size: int) -> str | None:
+def flight_recorder_summary(records: Mapping[int, Mapping[str, Any]], world_size: int,
+                            ranks: Collection[int] | None = None) -> str | None:
     """Which collective the ranks wait in, and who never entered it, from torch's flight recorder dumps
-    (`_dump_fr_trace_json`: entries with collective_seq_id, profiling_name, state). None without records."""
+    (`_dump_fr_trace_json`: entries with collective_seq_id, profiling_name, state). None without records.
+    `ranks`: the ranks that were asked (default: the whole world)."""
     newest: dict[int, tuple[int, str, str]] = {}
     for rank, record in records.items():
         entries = [e for e in record.get("entries") or [] if not e.get("is_p2p")]
@@ -156,7 +158,8 @@ def flight_recorder_summary(records: Mapping[int, Mapping[str, Any]], world_size
     top = max(seq for seq, _, _ in newest.values())
     name = next(n for seq, n, _ in newest.values() if seq == top)
     inside = sorted(r for r, (seq, _, state) in newest.items() if seq == top and state != "completed")
-    missing = sorted(r for r in range(world_size) if r not in newest or newest[r][0] < top)
+    missing = sorted(r for r in (range(world_size) if ranks is None else ranks)
+                     if r not in newest or newest[r][0] < top)
     text = f"flight recorder: {_ranks_numbers(inside)} in {name} #{top:,}" if inside else \
         f"flight recorder: newest collective {name} #{top:,} completed"
     if missing:

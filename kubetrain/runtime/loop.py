@@ -153,8 +153,8 @@ class Loop:
         self.sampler.skip(self.batch_in_epoch * self.train.batchSize)
         self.wrapped.module.train()
         self.window.reset()
-        for index, (batch, waited) in enumerate(self._batches(), start=self.batch_in_epoch):
-            if self._micro_step(index, batch, waited):
+        for index, batch in enumerate(self._batches(), start=self.batch_in_epoch):
+            if self._micro_step(index, batch):
                 self._after_step(index + 1)
         self.epoch += 1
         self.batch_in_epoch = 0
@@ -162,17 +162,16 @@ class Loop:
             self._evaluate()
         self._save("epoch")
 
-    def _batches(self) -> Iterator[tuple[Any, float]]:
-        """The epoch's micro-batches, each with the seconds spent waiting for it (phase data)."""
+    def _batches(self) -> Iterator[Any]:
+        """The epoch's micro-batches (phase data while waiting for one)."""
         iterator = iter(self.loader)
         while True:
             self.progress.phase("data")
-            started = time.perf_counter()
             batch = next(iterator, _END)
             if batch is _END:
                 return
             self.progress.phase("train")
-            yield batch, time.perf_counter() - started
+            yield batch
 
     def _batch_samples(self, index: int) -> int:
         """Samples in micro-batch `index` of an epoch: batchSize, except a short last one."""
@@ -189,7 +188,7 @@ class Loop:
             return None if group == 1 else float(group)
         return sum(sizes) / sizes[index - group_start]
 
-    def _micro_step(self, index: int, batch: Any, waited: float = 0.0) -> bool:
+    def _micro_step(self, index: int, batch: Any) -> bool:
         """Forward and backward of one micro-batch; True when it completes an optimizer step. All but the
         last micro-batch of a group skip the gradient reduction (no_sync); the loss is weighted so that
         the accumulated gradient is the mean over the group's samples."""
@@ -200,13 +199,13 @@ class Loop:
         inputs, target = _pair(to_device(batch, self.env.device))
         sync = contextlib.nullcontext() if last else self.wrapped.no_sync()
         with sync:
-            started = time.perf_counter()
             with self.autocast():
                 loss = self.loss_fn(self.wrapped.forward(inputs), target)
-            self.progress.own_time(waited + time.perf_counter() - started)
             divisor = self._loss_weight(index, group_start, group)
             scaled = loss / divisor if divisor is not None else loss
+            started = time.perf_counter()
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()  # type: ignore[no-untyped-call]
+            self.progress.collective(time.perf_counter() - started)  # DDP waits for the all-reduce in backward
         self.window.add(loss, batch_size_of(inputs))
         if last:
             self._end_step()

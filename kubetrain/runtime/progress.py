@@ -2,8 +2,9 @@
 
 With KUBETRAIN_PROGRESS_DIR set (by `kubetrain run`), every rank of the Trainer API:
 
-* keeps its step, phase (start, data, train, eval, checkpoint, done) and step-time window in memory - a few
-  attribute writes per step on the training thread;
+* keeps its step, phase (start, data, train, eval, checkpoint, done), its recent step times, the part of each
+  step spent outside the collectives, and its recent eval/checkpoint durations in memory - a few attribute
+  writes per step on the training thread;
 * has a daemon thread replace `rank-R.json` in that directory atomically every WRITE_SECONDS. The thread
   keeps writing while the training thread waits in a collective (that releases the GIL), so a stale file
   means the process itself does not run (stopped, or stuck holding the GIL);
@@ -32,7 +33,8 @@ from kubetrain.observe.hang import flight_record_path, record_path, stacks_path
 
 STACK_SIGNAL = signal.SIGUSR2
 WRITE_SECONDS = 2.0
-WINDOW = 256  # step times kept for the percentiles
+WINDOW = 256  # step times kept (the judge's history)
+PHASE_RUNS = 16  # durations kept per timed phase
 TIMED_PHASES = ("start", "eval", "checkpoint")
 
 
@@ -65,6 +67,11 @@ def _percentile(values: list[float], fraction: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 6)
 
 
+def _compact(values: Any) -> list[float]:
+    """Four significant digits: the history stays a few kilobytes per record."""
+    return [float(f"{v:.4g}") for v in values]
+
+
 def _node() -> int:
     raw = os.environ.get(NODE_ENV) or str(int(os.environ.get("GROUP_RANK", "0") or 0) + 1)
     try:
@@ -86,9 +93,11 @@ class Progress:
         self.step_at = self.phase_since
         self.last_step_mono = time.monotonic()
         self.stepped = False
-        self.step_times: deque[float] = deque(maxlen=WINDOW)
-        self.own_times: deque[float] = deque(maxlen=WINDOW)
-        self.phase_max: dict[str, float] = {}
+        self.step_times: deque[float] = deque(maxlen=WINDOW)  # seconds per step, eval and checkpoints excluded
+        self.own_times: deque[float] = deque(maxlen=WINDOW)  # the same steps' time outside the collectives
+        self.phase_runs: dict[str, deque[float]] = {}
+        self.phase_spent = 0.0  # seconds in timed phases since the last step
+        self.in_collective = 0.0  # seconds in collectives since the last step
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stacks: IO[str] | None = None
@@ -100,13 +109,15 @@ class Progress:
 
     # --- the training thread ----------------------------------------------------------------------------
     def phase(self, name: str) -> None:
-        """Enter phase `name`; the time spent in start/eval/checkpoint phases is kept (longest of each)."""
+        """Enter phase `name`; the durations of start/eval/checkpoint runs are kept (the last PHASE_RUNS of
+        each) and left out of the step time they fall into."""
         if name == self.current:
             return
         now = time.time()
         if self.current in TIMED_PHASES:
             spent = now - self.phase_since
-            self.phase_max[self.current] = max(self.phase_max.get(self.current, 0.0), spent)
+            self.phase_runs.setdefault(self.current, deque(maxlen=PHASE_RUNS)).append(spent)
+            self.phase_spent += spent
         self.current, self.phase_since = name, now
 
     def step(self, step: int) -> None:
@@ -114,23 +125,26 @@ class Progress:
         mono = time.monotonic()
         self.step_no = step
         self.step_at = time.time()
-        if self.stepped:
-            self.step_times.append(mono - self.last_step_mono)
-            self.last_step_mono = mono
-            return
-        # the first step includes warm-up and resume (not a step time); say at once that start-up is over
-        self.stepped = True
-        self.last_step_mono = mono
-        self.write()
+        took = max(0.0, mono - self.last_step_mono - self.phase_spent)
+        first = not self.stepped
+        if not first:
+            self.step_times.append(took)
+            self.own_times.append(max(0.0, took - self.in_collective))
+        self.stepped, self.last_step_mono, self.phase_spent, self.in_collective = True, mono, 0.0, 0.0
+        if first:  # the first step includes warm-up and resume (not a step time); say at once that start-up is over
+            self.write()
 
-    def own_time(self, seconds: float) -> None:
-        """Time this rank spent on its own (waiting for data, forward) in a micro-step: the straggler
-        signal. Step times are equal on every rank of a synchronous job; this part is not."""
-        self.own_times.append(seconds)
+    def collective(self, seconds: float) -> None:
+        """Seconds of this step spent where the ranks wait for each other (the backward pass, in which DDP
+        all-reduces the gradients; an explicit collective). The rest of the step is the rank's own time:
+        the straggler signal. Step times are equal on every rank of a synchronous job; this part is not."""
+        self.in_collective += seconds
 
     # --- the record ------------------------------------------------------------------------------------
     def record(self) -> dict[str, Any]:
+        # the writer thread reads what the training thread appends to: copy each container in one C call
         steps, own = list(self.step_times), list(self.own_times)
+        runs = {phase: list(times) for phase, times in list(self.phase_runs.items())}
         return {
             "rank": self.rank, "world_size": self.world_size, "node": _node(), "host": socket.gethostname(),
             "pid": os.getpid(), "step": self.step_no, "phase": self.current,
@@ -138,7 +152,9 @@ class Progress:
             "written_at": round(time.time(), 3), "monotonic": round(time.monotonic(), 3),
             "step_p50": _percentile(steps, 0.5), "step_p99": _percentile(steps, 0.99), "steps_timed": len(steps),
             "own_p50": _percentile(own, 0.5), "own_timed": len(own),
-            "phase_max": {k: round(v, 3) for k, v in self.phase_max.items()},
+            "phase_max": {k: round(max(v), 3) for k, v in runs.items()},
+            "step_times": _compact(steps), "own_times": _compact(own),
+            "phase_runs": {k: _compact(v) for k, v in runs.items()},
         }
 
     def write(self) -> None:

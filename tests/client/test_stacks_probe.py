@@ -13,10 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from kubetrain.jobs import stacks as job_stacks_module
 from kubetrain.jobs.gpu import ExecResult
 from kubetrain.jobs.pods import Replica
-from kubetrain.jobs.stacks import PodAnswer, ask_pod, combine, probe_command
+from kubetrain.jobs.stacks import PodAnswer, ask_pod, combine, job_stacks, probe_command
 from kubetrain.jobspec import hangenv
 from kubetrain.observe import hang, probe
 from kubetrain.observe.stacks import process_state
@@ -126,3 +129,47 @@ def test_the_probe_saves_the_evidence_or_says_why_not(tmp_path: Path, ranks: lis
     refused = subprocess.run(probe_command(save=str(tmp_path / "file" / "hangs")), capture_output=True, text=True,
                              env=env, timeout=60, check=True)
     assert json.loads(refused.stdout)["saved"].startswith(f"error: {tmp_path / 'file' / 'hangs'}/hang-")
+
+
+NOW = 1_000_000.0
+
+
+def pod_record(rank: int, world: int, step: int, stale: bool) -> dict[str, object]:
+    """A rank's record as the runtime writes it: 60 steps of 0.1 s; a stale one stopped 30 s ago."""
+    written = NOW - (30 if stale else 1)
+    return {"rank": rank, "world_size": world, "node": rank + 1, "pid": 100 + rank, "step": step,
+            "phase": "train", "phase_since": NOW - 900, "step_at": written - 0.05, "written_at": written,
+            "step_p99": 0.1, "steps_timed": 60, "own_p50": 0.02, "own_timed": 60,
+            "step_times": [0.1] * 60, "own_times": [0.08 if rank == 1 else 0.02] * 60}
+
+
+@settings(max_examples=60, deadline=None)
+@given(world=st.integers(2, 5), stopped=st.integers(0, 4), wanted=st.integers(0, 4), pending=st.booleans())
+def test_the_verdict_is_the_same_whichever_replica_is_asked(world: int, stopped: int, wanted: int,
+                                                             pending: bool) -> None:
+    """One pod per rank (master-0, worker-0, ...); one rank stopped 30 s ago, the last pod maybe pending.
+    `stacks --replica X` judges the whole job as `stacks` does: only the stacks shown differ."""
+    labels = ["master-0"] + [f"worker-{n}" for n in range(world - 1)]
+    replicas = [replica(label, f"job-{label}", "Pending" if pending and n == world - 1 else "Running",
+                        "waiting" if pending and n == world - 1 else "running") for n, label in enumerate(labels)]
+    by_pod = {r.pod: n for n, r in enumerate(replicas)}
+
+    def answer(_rest: object, _ns: str, pod: str, _container: str) -> ExecResult:
+        rank = by_pod[pod]
+        record = pod_record(rank, world, 40 if rank == stopped % world else 41, rank == stopped % world)
+        return ExecResult(json.dumps({"records": [record], "dumps": {}, "states": {}, "flight": {}, "now": NOW,
+                                      "hang": '{"timeoutSeconds": 20}'}), "", 0)
+
+    def judge(selected: str) -> tuple[object, ...]:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(job_stacks_module, "job_replicas", lambda *_: replicas)
+            patch.setattr(job_stacks_module, "exec_records", answer)
+            patch.setattr(job_stacks_module, "down_nodes", lambda *_: {})  # no API server here: every node is up
+            report = job_stacks(None, None, "ns", "job", selected, run=answer)  # type: ignore[arg-type]
+        a = report.assessment
+        return a.hung, a.since, a.step, a.limit, a.phase, a.missing, [r.rank for r in a.stale], \
+            [s.rank.rank for s in a.stragglers], report.headline().split(";")[0]
+
+    everyone = judge("all")
+    assert judge(labels[wanted % world]) == everyone
+    assert judge("worker") == everyone

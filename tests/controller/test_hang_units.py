@@ -43,7 +43,7 @@ def test_progressing_has_no_step_in_its_message_and_names_a_straggler() -> None:
     assert verdict is not None and not verdict.hung
     assert verdict.message == "progressing: phase train, threshold 30 s"  # the same on every read
     assert verdict.stragglers == ("rank 1 (node 1, job-master-0 on node-a) straggles: 30.0 ms of its own per "
-                                  "micro-step (data + forward) vs a median of 1.0 ms on the other ranks",)
+                                  "step (outside the collectives) vs a median of 1.0 ms on the other ranks",)
 
 
 def test_no_records_no_verdict() -> None:

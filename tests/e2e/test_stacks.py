@@ -1,6 +1,7 @@
 """`kubetrain stacks` on the real node: a running digits job, one worker's training process SIGSTOPped through
 exec; the command names that rank as stopped (state T, with its pod and node) and shows the other rank's stack,
-and `kubetrain status --hang` names it from the records alone."""
+`--replica worker-0` gives the same verdict with that pod's stacks only, and `kubetrain status --hang` names
+it from the records alone."""
 
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ def test_stacks_names_a_stopped_worker_and_shows_the_other_ranks_stack(cli: Cli,
         assert "--- rank 0 (node 1): training thread, innermost first" in out, out
         assert "1 rank(s) did not answer" in out.splitlines()[0], out
         assert result.returncode == 0
+        one = cli("stacks", name, "-n", namespace, "--replica", "worker-0").stdout  # the same verdict, its stacks
+        assert one.partition("\n")[0] == out.partition("\n")[0], one
+        assert stopped_lines[0] in one.splitlines() and "--- rank 0 " not in one, one
         shown = cli("status", name, "-n", namespace, "--hang").stdout
         assert f"1 rank(s) cannot run: rank 1 (node 2, {name}-worker-0 on " in shown, shown
         print(before, out, shown, sep="\n")

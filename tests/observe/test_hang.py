@@ -42,13 +42,17 @@ def view(p: Progress, written_at: float | None = None) -> RankView:
     return RankView.parse(record)
 
 
-def train(ranks: list[Progress], clock: Clock, steps: int, seconds: float) -> None:
+def train(ranks: list[Progress], clock: Clock, steps: int, seconds: float, own: dict[int, float] | None = None
+          ) -> None:
+    """`steps` steps of `seconds` each; `own`: a rank's own seconds per step (outside the collective: it
+    waits in the collective for the rest of the step), else all of it."""
     for _ in range(steps):
         for p in ranks:
             p.phase("data")
         clock.now += seconds
         for p in ranks:
             p.phase("train")
+            p.collective(seconds - (own or {}).get(p.rank, seconds))
             p.step(p.step_no + 1)
 
 
@@ -141,25 +145,123 @@ def test_a_finished_job_is_never_hung(clock: Clock) -> None:
 
 def test_a_rank_with_slow_data_is_a_straggler_named_with_its_node(clock: Clock) -> None:
     ranks = [Progress(r, 4, None) for r in range(4)]
-    for _ in range(30):
-        for p in ranks:
-            p.own_time(0.080 if p.rank == 2 else 0.010)
+    train(ranks, clock, 30, 0.1, own={0: 0.010, 1: 0.010, 2: 0.080, 3: 0.010})
     found = stragglers([view(p) for p in ranks], 2.0)
     assert [s.rank.rank for s in found] == [2]
-    assert found[0].describe().startswith("rank 2 (node 1, ") and "80.0 ms" in found[0].describe()
+    assert found[0].describe().startswith("rank 2 (node 1, ") and "80.0 ms of its own per step" in found[0].describe()
 
 
 def test_even_ranks_and_few_samples_are_no_stragglers(clock: Clock) -> None:
     ranks = [Progress(r, 2, None) for r in range(2)]
-    for own in (0.010, 0.015):  # within the factor
-        for _ in range(30):
-            ranks[int(own > 0.01)].own_time(own)
-    assert stragglers([view(p) for p in ranks], 2.0) == ()
+    train(ranks, clock, 30, 0.1, own={0: 0.010, 1: 0.014})  # within the factor
+    assert stragglers([view(p) for p in ranks], T.straggler_factor) == ()
     few = [Progress(r, 2, None) for r in range(2)]
-    for p in few:
-        for _ in range(5):
-            p.own_time(1.0 if p.rank else 0.01)
-    assert stragglers([view(p) for p in few], 2.0) == ()
+    train(few, clock, 5, 1.0, own={0: 0.01, 1: 1.0})
+    assert stragglers([view(p) for p in few], T.straggler_factor) == ()
+
+
+def throttled(clock: Clock, steps: int) -> list[Progress]:
+    """Three ranks, rank 1 stopped 100 ms of every 200 ms (a SIGSTOP/SIGCONT loop): it runs its 18 ms of
+    its own per step at the others' pace, except that every sixth step takes the 100 ms it was stopped;
+    the others wait for it in the collective."""
+    ranks = [Progress(r, 3, None) for r in range(3)]
+    for n in range(steps):
+        stopped = 0.100 if n % 6 == 5 else 0.0
+        train(ranks, clock, 1, 0.020 + stopped, own={0: 0.018, 1: 0.018 + stopped, 2: 0.018})
+    return ranks
+
+
+def test_a_throttled_rank_is_named_by_the_time_it_loses_anywhere(clock: Clock) -> None:
+    """Its median step is a normal one (only one step in six is hit): the mean of its own time is 1.9x."""
+    ranks = throttled(clock, 60)
+    found = assess([view(p) for p in ranks], 3, Thresholds(), clock.now).stragglers
+    assert [s.rank.rank for s in found] == [1], found
+    assert found[0].own == pytest.approx(0.018 + 0.100 / 6, rel=0.05)
+
+
+def test_a_recovered_stall_does_not_make_a_rank_a_straggler(clock: Clock) -> None:
+    """Rank 1 SIGSTOPped for 74 s (a hang, judged as one) then resumed: its step is a stall, left out."""
+    ranks = [Progress(r, 2, None) for r in range(2)]
+    train(ranks, clock, 50, 0.05)
+    train(ranks, clock, 1, 74.0, own={0: 0.01, 1: 74.0})
+    train(ranks, clock, 30, 0.05)
+    assert assess([view(p) for p in ranks], 2, Thresholds(timeout=20), clock.now).stragglers == ()
+
+
+def test_eval_and_checkpoint_time_is_left_out_of_the_step_and_own_times(clock: Clock) -> None:
+    rank = Progress(0, 1, None)
+    train([rank], clock, 2, 0.1)
+    rank.phase("checkpoint")
+    clock.now += 30
+    rank.phase("data")
+    clock.now += 0.1
+    rank.collective(0.04)
+    rank.step(3)
+    record = rank.record()
+    assert record["step_times"][-1] == pytest.approx(0.1) and record["own_times"][-1] == pytest.approx(0.06)
+    assert record["phase_runs"]["checkpoint"] == [30.0] and record["phase_max"]["checkpoint"] == 30.0
+
+
+def test_a_recovered_stall_leaves_the_training_threshold_where_it_was(clock: Clock) -> None:
+    """The drill: steps of 0.5 s, threshold 20 s; one 74 s stall. Before, the threshold became 10 x a p99
+    that held the stall (741 s): a second hang was found 12 minutes late."""
+    limits = Thresholds(timeout=20)
+    ranks = [Progress(r, 2, None) for r in range(2)]
+    train(ranks, clock, 60, 0.5)
+    before = limit_for([view(p) for p in ranks], limits)
+    train(ranks, clock, 1, 74.1)  # stopped, then SIGCONT
+    train(ranks, clock, 10, 0.5)
+    assert before == limit_for([view(p) for p in ranks], limits) == (20.0, "train")
+    last = clock.now
+    clock.now += 20.5  # a second hang
+    verdict = assess([view(p, clock.now - 1) for p in ranks], 2, limits, clock.now)
+    assert verdict.hung and verdict.since == pytest.approx(last) and verdict.limit == 20.0
+
+
+def test_a_lasting_slowdown_is_not_a_stall(clock: Clock) -> None:
+    """Steps that become 2x slower for good (within stepFactor of the median) raise the threshold."""
+    ranks = [Progress(0, 1, None)]
+    train(ranks, clock, 100, 1.0)
+    train(ranks, clock, 100, 2.0)
+    assert limit_for([view(ranks[0])], T) == (pytest.approx(20.0), "train")
+
+
+def test_a_rank_stopped_during_an_eval_is_judged_by_the_earlier_evals(clock: Clock) -> None:
+    """Evals of 30 s: the next one may take 10 x 30 s, not the 1,800 s default for a phase never seen."""
+    limits = Thresholds()
+    rank = Progress(0, 1, None)
+    train([rank], clock, 10, 0.1)
+    rank.phase("eval")
+    assert limit_for([view(rank)], limits) == (1800.0, "eval")
+    clock.now += 30
+    rank.phase("train")
+    train([rank], clock, 10, 0.1)
+    rank.phase("eval")
+    assert limit_for([view(rank)], limits) == (pytest.approx(300.0), "eval")
+
+
+def test_a_stalled_checkpoint_does_not_raise_the_next_ones_threshold(clock: Clock) -> None:
+    rank = Progress(0, 1, None)
+    for seconds in (3.0, 3.5, 600.0, 3.2):  # the third stalled (a hang), then recovered
+        train([rank], clock, 5, 0.1)
+        rank.phase("checkpoint")
+        clock.now += seconds
+        rank.phase("train")
+    rank.phase("checkpoint")
+    assert limit_for([view(rank)], T) == (pytest.approx(35.0), "checkpoint")
+
+
+def test_records_of_an_older_runtime_are_judged_by_their_summaries(clock: Clock) -> None:
+    """A record without the histories (an image with an older kubetrain): its p99, longest phase, median."""
+    rank = Progress(0, 1, None)
+    train([rank], clock, 20, 2.0)
+    rank.phase("checkpoint")
+    clock.now += 10
+    rank.phase("train")
+    record = {k: v for k, v in rank.record().items() if k not in ("step_times", "own_times", "phase_runs")}
+    old = RankView.parse(record)
+    assert limit_for([old], T) == (pytest.approx(20.0), "train")
+    assert limit_for([replace(old, phase="checkpoint")], T) == (pytest.approx(100.0), "checkpoint")
 
 
 @dataclass(frozen=True)
@@ -217,5 +319,43 @@ def test_normal_runs_with_checkpoints_and_evals_are_never_hung(
             clock.now = end
             if segment.steps:
                 rank.step(rank.step_no + 1)
+    finally:
+        progress_module.time = saved  # type: ignore[assignment]
+
+
+@settings(max_examples=150, deadline=None)
+@given(step=st.floats(0.005, 19.0), jitter=st.lists(st.floats(1.0, 3.0), min_size=1, max_size=8),
+       steps=st.integers(10, 120), stalls=st.dictionaries(st.integers(0, 119), st.floats(1.01, 30.0), max_size=4),
+       world=st.integers(1, 3))
+def test_recovered_stalls_raise_no_false_positive_and_a_second_hang_is_found_on_time(
+        step: float, jitter: list[float], steps: int, stalls: dict[int, float], world: int) -> None:
+    """A normal run (steps varying at most 3x) with stalls (a step longer than the threshold: judged hung,
+    then recovered) is not hung at the worst instant of any normal step, its threshold is the one of the
+    same run without the stalls, and a hang after it is found within that threshold + 30 s."""
+    clock = Clock()
+    saved = progress_module.time
+    progress_module.time = clock  # type: ignore[assignment]
+    try:
+        durations = [step * f for f, _ in zip(itertools.cycle(jitter), range(steps), strict=False)]
+        twin = Progress(0, 1, None)
+        twin.step(1)
+        for seconds in durations:
+            train([twin], clock, 1, seconds)
+        normal = limit_for([view(twin)], T)[0]
+        ranks = [Progress(r, world, None) for r in range(world)]
+        train(ranks, clock, 1, 3.0)  # start-up
+        for index, seconds in enumerate(durations):
+            if index in stalls:
+                train(ranks, clock, 1, normal * stalls[index])
+            worst = clock.now + seconds - 1e-6
+            records = [replace(view(p), written_at=max(view(p).written_at, worst - WRITE_SECONDS)) for p in ranks]
+            verdict = assess(records, world, T, worst)
+            assert not verdict.hung, (index, seconds, verdict)
+            train(ranks, clock, 1, seconds)
+        assert limit_for([view(p) for p in ranks], T)[0] == pytest.approx(normal)
+        last = clock.now
+        clock.now = last + normal + 30
+        verdict = assess([view(p, clock.now - 1) for p in ranks], world, T, clock.now)
+        assert verdict.hung and verdict.since == pytest.approx(last), verdict
     finally:
         progress_module.time = saved  # type: ignore[assignment]

@@ -5,16 +5,21 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from kubetrain.metrics import parse_metrics_line
 from tests.runtime.helpers import Run, final_state, ft_train, quiet_env, records, run_sync, worker_pid, write_spec
 from tests.runtime.test_local_run import assert_no_processes_left
 from tests.runtime.torchmod import require_torch
+from tests.testenv.polling import wait_for
 
 torch = require_torch()
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -78,6 +83,7 @@ def test_restart_resumes_from_the_checkpoint_with_identical_parameters(tmp_path:
     finally:
         run.kill()
     assert code == 0, out[-3000:] + err
+    assert "straggler" not in baseline.stderr, baseline.stderr  # a normal run names none
     assert "restarting the job from its last checkpoint (restart 1 of 1)" in err, err
     resumed = records(out, "resume")
     assert resumed and resumed[-1]["step"] >= 8, out[-3000:]
@@ -96,3 +102,101 @@ def test_a_slow_rank_is_reported_as_a_straggler_and_normal_runs_are_not_hung(tmp
     assert "hung" not in result.stderr
     stragglers = [line for line in result.stderr.splitlines() if "straggler:" in line]
     assert len(stragglers) == 1 and "rank 1 (node 2" in stragglers[0], result.stderr
+
+
+class Streams:
+    """A background `kubetrain run` whose stdout and stderr are read by threads, so a test can wait on
+    either (a waiting reader of one stream must not block the other's pipe)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.out: list[str] = []
+        self.err: list[str] = []
+        for stream, lines in ((run.proc.stdout, self.out), (run.proc.stderr, self.err)):
+            threading.Thread(target=lambda s=stream, ls=lines: ls.extend(iter(s.readline, "")), daemon=True).start()
+
+    def step(self) -> int:
+        steps = [r["step"] for r in map(parse_metrics_line, list(self.out)) if r is not None and r["kind"] == "train"]
+        return max(steps, default=0)
+
+    def wait_step(self, step: int, timeout: float = 120) -> None:
+        wait_for(lambda: self.step() >= step, f"training step {step}", timeout, guard=self._alive)
+
+    def wait_err(self, text: str, count: int = 1, timeout: float = 120) -> list[str]:
+        def found() -> list[str] | None:
+            lines = [line.rstrip() for line in list(self.err) if text in line]
+            return lines if len(lines) >= count else None
+        return wait_for(found, f"{count} stderr line(s) with {text!r}", timeout, guard=self._alive)
+
+    def _alive(self) -> None:
+        assert self.run.proc.poll() is None, "".join(self.err)[-3000:]
+
+
+@contextlib.contextmanager
+def throttled(pid: int, stopped: float = 0.1, running: float = 0.1) -> Iterator[None]:
+    """SIGSTOP/SIGCONT the process in a loop: it runs `running` s of every `stopped + running` s."""
+    done = threading.Event()
+
+    def loop() -> None:
+        while not done.is_set():
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(stopped)
+            os.kill(pid, signal.SIGCONT)
+            done.wait(running)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def observed(tmp_path: Path) -> Iterator[tuple[Streams, str]]:
+    """A long two-node run with policy observe (reports, never stops), FT_SLEEP making a step ~20 ms."""
+    marker = uuid.uuid4().hex
+    spec = hang_spec(tmp_path, {"policy": "observe"}, epochs=1000, logEvery=2)
+    run = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker, FT_SLEEP="0.001"))
+    try:
+        yield Streams(run), marker
+    finally:
+        run.kill()
+
+
+def test_a_throttled_rank_is_named_a_straggler(observed: tuple[Streams, str]) -> None:
+    """Rank 1 stopped 100 ms of every 200 ms: it loses wall time wherever it happens to be, mostly in one
+    step of several, so its median step looks normal; the time it loses outside the collectives does not."""
+    streams, marker = observed
+    streams.wait_step(6)
+    with throttled(worker_pid(marker, 1)):
+        named = streams.wait_err("straggler:", timeout=120)
+    print(named[0])
+    assert "straggler: rank 1 (node 2, " in named[0], named
+    assert not [line for line in streams.err if "straggler: rank 0" in line or "hung since" in line], streams.err
+
+
+def test_a_second_hang_after_a_recovered_stall_is_judged_by_the_usual_threshold(
+        observed: tuple[Streams, str]) -> None:
+    """Rank 1 stopped until the hang is reported, then resumed: that stall must not raise the threshold
+    (before: 10 x a p99 step time that held the stall, about a minute here), so the next hang is found as
+    soon as the first was."""
+    streams, marker = observed
+    streams.wait_step(8)
+    pid = worker_pid(marker, 1)
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        first = streams.wait_err("hung since")[0]
+        os.kill(pid, signal.SIGCONT)
+        streams.wait_step(streams.step() + 20)
+        os.kill(pid, signal.SIGSTOP)
+        second = streams.wait_err("hung since", count=2, timeout=180)[1]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    print(first, second, sep="\n")
+    assert "(no progress for over 4 s, phase " in first, first
+    assert "(no progress for over 4 s, phase " in second, second

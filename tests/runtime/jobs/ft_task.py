@@ -3,12 +3,16 @@
 * FT_SLEEP: seconds each sample takes to load, so a test has time to interfere mid-training (only on the
   ranks listed in FT_SLEEP_RANKS, e.g. "1", when set: a straggler);
 * FT_SLOW_SAVE_FLAG: while this file exists, the model's extra state takes FT_SLOW_SAVE_SECONDS to pickle
-  (touching FT_SLOW_SAVE_FLAG + ".writing" first), so a test can kill rank 0 in the middle of a checkpoint.
+  (touching FT_SLOW_SAVE_FLAG + ".writing" first), so a test can kill rank 0 in the middle of a checkpoint;
+* FT_EVAL_SLEEP: seconds each eval sample takes to load (a longer eval);
+* FT_EVAL_STOP_FLAG: when this file exists, rank 1 removes it and SIGSTOPs itself in its next eval sample
+  (a rank stopped while the others evaluate).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -35,11 +39,29 @@ class SlowDataset(Dataset[Any]):
         return self.inner[index]
 
 
-def build_datasets() -> tuple[Dataset[Any], TensorDataset]:
+class EvalDataset(Dataset[Any]):
+    def __init__(self, inner: TensorDataset) -> None:
+        self.inner = inner
+        self.sleep = float(os.environ.get("FT_EVAL_SLEEP", "0"))
+        self.stop_flag = os.environ.get("FT_EVAL_STOP_FLAG") if os.environ.get("RANK") == "1" else None
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int) -> Any:
+        if self.stop_flag and os.path.exists(self.stop_flag):
+            os.remove(self.stop_flag)
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if self.sleep:
+            time.sleep(self.sleep)
+        return self.inner[index]
+
+
+def build_datasets() -> tuple[Dataset[Any], Dataset[Any]]:
     generator = torch.Generator().manual_seed(1234)
     x = torch.randn(640, 16, generator=generator)
     y = (x[:, :4].argmax(dim=1)).long()
-    return SlowDataset(TensorDataset(x[:512], y[:512])), TensorDataset(x[512:], y[512:])
+    return SlowDataset(TensorDataset(x[:512], y[:512])), EvalDataset(TensorDataset(x[512:], y[512:]))
 
 
 class SlowPickle:
