@@ -379,6 +379,9 @@ def _kill_all(pids: dict[str, int]) -> None:
         if _alive(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10  # SIGKILL is not instant on a loaded machine: return once they are gone
+    while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _alive(pid: int) -> bool:
