@@ -18,13 +18,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubetrain.errors import SpecError
 from kubetrain.jobs.derived import Derived, derived_objects, operator_rule_findings
 from kubetrain.kube.errors import ApiError, status_body
 from kubetrain.kube.rest import Rest
-from kubetrain.validate.engine import EMPTY_INPUT, Issue, Report, duplicate_key_issues, validate_document
+from kubetrain.validate.engine import Issue, Report, documents, validate_document
 from kubetrain.validate.findings import Finding
-from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for, parse_documents
+from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 NOT_AN_OBJECT = "not a Kubernetes object: apiVersion and kind are required"
@@ -78,24 +77,8 @@ class ExactChecker:
 
     def check_sources(self, sources: Iterable[tuple[str, str]], store: Any, skip_foreign: bool = False) -> Report:
         report = Report()
-        for source, text in sources:
-            try:
-                docs = parse_documents(text, source, strict_keys=False)
-            except SpecError as exc:
-                if not skip_foreign:
-                    report.issues += [Issue("error", source, 0, "", "", p.field, p.message, p.line)
-                                      for p in exc.problems]
-                continue
-            index = 0
-            for doc in docs:
-                if doc.data is None or (skip_foreign and not _is_object(doc.data)):
-                    continue
-                index += 1
-                report.documents += 1
-                report.issues += duplicate_key_issues(doc, source, index)
-                report.issues += self.check_document(doc, source, index, store)
-            if index == 0 and not skip_foreign:
-                report.issues.append(Issue("error", source, 0, "", "", "", EMPTY_INPUT))
+        for doc, source, index in documents(sources, report, skip_foreign):
+            report.issues += self.check_document(doc, source, index, store)
         return report
 
     def check_document(self, doc: ParsedDoc, source: str, index: int, store: Any) -> list[Issue]:

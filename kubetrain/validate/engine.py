@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -95,6 +95,16 @@ def validate_sources(sources: Iterable[tuple[str, str]], store: SchemaStore,
     Hydra or conda configs) instead of reporting it, and does not require a file to hold any object.
     """
     report = Report()
+    for doc, source, index in documents(sources, report, skip_foreign):
+        report.issues += validate_document(doc, source, index, store, ignore_missing_schemas)
+        report.schema_only |= _schema_only_kinds(doc.data)
+    return report
+
+
+def documents(sources: Iterable[tuple[str, str]], report: Report,
+              skip_foreign: bool = False) -> Iterator[tuple[ParsedDoc, str, int]]:
+    """Each document of each (source name, text) as kubectl reads them, with its source and 1-based index;
+    what is the input's own fault (YAML errors, duplicate keys, a file with no object) goes into `report`."""
     for source, text in sources:
         try:
             docs = parse_documents(text, source, strict_keys=False)
@@ -110,11 +120,9 @@ def validate_sources(sources: Iterable[tuple[str, str]], store: SchemaStore,
             index += 1
             report.documents += 1
             report.issues += duplicate_key_issues(doc, source, index)
-            report.issues += validate_document(doc, source, index, store, ignore_missing_schemas)
-            report.schema_only |= _schema_only_kinds(doc.data)
+            yield doc, source, index
         if index == 0 and not skip_foreign:
             report.issues.append(Issue("error", source, 0, "", "", "", EMPTY_INPUT))
-    return report
 
 
 def duplicate_key_issues(doc: ParsedDoc, source: str, index: int) -> list[Issue]:
