@@ -34,8 +34,9 @@ def children_cpu(pid: int) -> float:
     return (int(parts[13]) + int(parts[14])) / 100
 
 
-def ranks(stop: threading.Event) -> None:
-    """Two ranks' records, stepping every 50 ms (the writer threads replace them every 2 s)."""
+def ranks(stop: threading.Event, paused: threading.Event | None = None) -> None:
+    """Two ranks' records, stepping every 50 ms (the writer threads replace them every 2 s); while `paused`
+    is set they take no step (ranks stuck in a collective: their records go on, their step does not)."""
     from kubetrain.jobspec import hangenv
     from kubetrain.runtime.progress import Progress
 
@@ -46,6 +47,8 @@ def ranks(stop: threading.Event) -> None:
         p.phase("train")
     step = 0
     while not stop.wait(0.05):
+        if paused is not None and paused.is_set():
+            continue
         step += 1
         for p in progress:
             p.collective(0.001)
