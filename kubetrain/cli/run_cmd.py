@@ -54,7 +54,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     """
     from kubetrain.cli.output import warn
     from kubetrain.local import RunOptions, build_plan, parse_env_file
-    from kubetrain.local.endings import oom_kills
+    from kubetrain.local.endings import oom_killed_since, oom_kills
     from kubetrain.local.preflight import (
         check_gpu_count,
         check_program,
@@ -92,7 +92,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     if failures and log_dir is None:
         info("kubetrain run: rerun with --log-dir DIR to keep each rank's output in a file")
     first = first if code and not (diverged and code == EXIT_DIVERGED) else None
-    oom_killed = first is not None and (oom_kills() or 0) > (oom_before if oom_before is not None else 1 << 62)
+    oom_killed = first is not None and oom_killed_since(oom_before)
     tail = first.tail() if first else []
     info(f"kubetrain run: {plan.job_name} {ending(code, diverged, first, oom_killed)}"
          + ("; its last log lines:" if tail else ""))

@@ -86,6 +86,12 @@ def oom_kills() -> int | None:
     return None
 
 
+def oom_killed_since(before: int | None) -> bool:
+    """Whether the kernel's OOM killer killed a process of this cgroup since `oom_kills()` gave `before`."""
+    after = oom_kills()
+    return before is not None and after is not None and after > before
+
+
 def _memory_event_files() -> list[tuple[str, str]]:
     try:
         with open("/proc/self/cgroup") as handle:

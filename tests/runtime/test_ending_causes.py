@@ -3,7 +3,10 @@ ending line built from it."""
 
 from __future__ import annotations
 
+import pytest
+
 from kubetrain.cli.run_cmd import ending
+from kubetrain.local import endings
 from kubetrain.local.endings import RankFailure, RankTails
 
 TRACEBACK = ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "train.py", line 9, in <module>',
@@ -39,3 +42,11 @@ def test_the_first_failure_reported_is_the_one_named() -> None:
 def test_a_diverged_or_successful_run_keeps_its_ending() -> None:
     assert ending(0, None, None) == "succeeded"
     assert ending(65, "diverged at step 8: loss nan", None) == "diverged at step 8: loss nan; exit code 65"
+
+
+def test_an_oom_kill_is_only_claimed_when_the_cgroup_counter_rose(monkeypatch: pytest.MonkeyPatch) -> None:
+    counts = iter([7, 3, 4])  # the counter after: no reading before, unchanged, one more
+    monkeypatch.setattr(endings, "oom_kills", lambda: next(counts))
+    assert not endings.oom_killed_since(None)
+    assert not endings.oom_killed_since(3)
+    assert endings.oom_killed_since(3)
