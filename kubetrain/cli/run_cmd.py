@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kubetrain.cli.common import load, spec_file_option, warn_render
 from kubetrain.cli.output import handle_errors, info
 from kubetrain.metrics import EXIT_DIVERGED
+
+if TYPE_CHECKING:
+    from kubetrain.local.endings import RankFailure
 
 
 @click.command()
@@ -51,6 +54,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     """
     from kubetrain.cli.output import warn
     from kubetrain.local import RunOptions, build_plan, parse_env_file
+    from kubetrain.local.endings import oom_killed_since, oom_kills
     from kubetrain.local.preflight import (
         check_gpu_count,
         check_program,
@@ -80,13 +84,20 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     archive = plan.path_map.rewrite(loaded.job.spec.archive) if loaded.job.spec.archive else None
     # the Trainer API stops itself (spec.divergence); a plain script is stopped from its metrics lines
     stops = loaded.job.spec.train is None and loaded.job.spec.divergence.policy == "stop"
-    code, failures, diverged = _supervise(plan, raw, archive, loaded.job.spec.hang, stops)
+    oom_before = oom_kills()
+    code, failures, first, diverged = _supervise(plan, raw, archive, loaded.job.spec.hang, stops)
     code = EXIT_DIVERGED if diverged and code < 128 else code  # a signal from the user still wins
-    info(f"kubetrain run: {plan.job_name} {ending(code, diverged)}")
     for line in failures:
         info(f"kubetrain run: {line}")
     if failures and log_dir is None:
         info("kubetrain run: rerun with --log-dir DIR to keep each rank's output in a file")
+    first = first if code and not (diverged and code == EXIT_DIVERGED) else None
+    oom_killed = first is not None and oom_killed_since(oom_before)
+    tail = first.tail() if first else []
+    info(f"kubetrain run: {plan.job_name} {ending(code, diverged, first, oom_killed)}"
+         + ("; its last log lines:" if tail else ""))
+    for line in tail:
+        info(f"    {line}")
     profile = loaded.job.spec.train.profile if loaded.job.spec.train else None
     if profile is not None:
         traces = plan.path_map.rewrite(profile.dir)
@@ -101,22 +112,26 @@ STOPPED = {130: "stopped by SIGINT", 137: "killed by SIGKILL", 143: "stopped by 
            144: "the stop checkpoint did not finish within spec.checkpoint.sigtermTimeoutSeconds"}
 
 
-def ending(code: int, diverged: str | None) -> str:
+def ending(code: int, diverged: str | None, first: RankFailure | None = None, oom_killed: bool = False) -> str:
     """How the run ended, with its cause: `succeeded`, `diverged at step 8: loss nan; exit code 65`,
-    `exited with 143 (stopped by SIGTERM)`."""
+    `exited with 143 (stopped by SIGTERM)`, `exited with 1: node-2 rank 1 ran out of disk space (ENOSPC...)`
+    (`first`: the first failed rank, kubetrain.local.endings)."""
     if diverged and code == EXIT_DIVERGED:
         return f"{diverged}; exit code {code}"
     if code == 0:
         return "succeeded"
+    if first is not None:
+        return f"exited with {code}: node-{first.node} rank {first.rank} {first.cause(oom_killed)}"
     cause = "; ".join(c for c in (STOPPED.get(code), diverged) if c)
     return f"exited with {code}" + (f" ({cause})" if cause else "")
 
 
 def _supervise(plan: Any, raw: bool, archive: str | None, hang: Any, stops: bool
-               ) -> tuple[int, list[str], str | None]:
+               ) -> tuple[int, list[str], RankFailure | None, str | None]:
     """Run the plan with its output through the progress renderer (kubetrain.observe.render) and, with
     spec.archive, into the archive (one log per node, as a cluster keeps one per pod). `stops`: stop the job
-    when its metrics show a non-finite loss. Returns the exit status, the failed ranks and the divergence."""
+    when its metrics show a non-finite loss. Returns the exit status, the failed ranks (one line each), the first
+    failed rank and the divergence."""
     from kubetrain.local.hangwatch import supervise
     from kubetrain.observe.archive import NodeArchive
     from kubetrain.observe.render import LineStream, Renderer
@@ -125,11 +140,11 @@ def _supervise(plan: Any, raw: bool, archive: str | None, hang: Any, stops: bool
     kept = NodeArchive(archive, plan.job_name, renderer.line) if archive else None
     out = LineStream(kept.line) if kept else renderer.stdout
     try:
-        code, failures = supervise(plan, hang, out, renderer.stderr,  # type: ignore[arg-type]
-                                   renderer.tracker.divergence if stops else None)
+        code, failures, first = supervise(plan, hang, out, renderer.stderr,  # type: ignore[arg-type]
+                                          renderer.tracker.divergence if stops else None)
     finally:
         renderer.close()
         if kept:
             kept.close()
             renderer.notice(f"kubetrain run: logs archived in {archive}/{plan.job_name}/logs/")
-    return code, failures, renderer.tracker.divergence()
+    return code, failures, first, renderer.tracker.divergence()

@@ -29,6 +29,7 @@ from kubetrain.jobspec.hangenv import (
     PROGRESS_DIR_ENV,
     progress_env,
 )
+from kubetrain.local.endings import RankFailure
 from kubetrain.local.plan import NodeCommand, RunPlan, free_port
 from kubetrain.local.supervisor import Supervisor, processes_of_run
 from kubetrain.observe.hang import Assessment, RankView, Thresholds, assess, flight_record_path, stacks_path
@@ -185,11 +186,13 @@ class HangWatch:
 
 
 def supervise(plan: RunPlan, hang: Any, out: TextIO, err: TextIO,
-              divergence: Callable[[], str | None] | None = None) -> tuple[int, list[str]]:
+              divergence: Callable[[], str | None] | None = None
+              ) -> tuple[int, list[str], RankFailure | None]:
     """Run the plan under a HangWatch (and the Supervisor's `divergence` check); with policy restart, start it
-    again (resuming from the last checkpoint) up to hang.maxRestarts times; returns the exit status and the
-    last attempt's failed ranks (one line each). The progress directory is removed unless it holds a hang
-    report or a dump of torch's flight recorder (written by its watchdog when a collective times out)."""
+    again (resuming from the last checkpoint) up to hang.maxRestarts times; returns the exit status, the
+    last attempt's failed ranks (one line each) and its first failed rank with its last log lines. The
+    progress directory is removed unless it holds a hang report or a dump of torch's flight recorder (written
+    by its watchdog when a collective times out)."""
     directory = Path(tempfile.mkdtemp(prefix=f"kubetrain-{plan.run_id}-"))
     thresholds = Thresholds.from_spec(hang)
     restarts = 0
@@ -202,12 +205,12 @@ def supervise(plan: RunPlan, hang: Any, out: TextIO, err: TextIO,
             code = supervisor.run()
             reported = reported or watch.hangs > 0
             if not watch.stopped:
-                return code, supervisor.failures
+                return code, supervisor.failures, supervisor.tails.first_failure()
             if hang.policy != "restart":
-                return HANG_EXIT_CODE, []
+                return HANG_EXIT_CODE, [], None
             if restarts >= hang.maxRestarts:
                 watch.say(f"the job hung again after {restarts} restart(s) (spec.hang.maxRestarts); giving up")
-                return HANG_EXIT_CODE, []
+                return HANG_EXIT_CODE, [], None
             restarts += 1
             watch.say(f"restarting the job from its last checkpoint (restart {restarts} of {hang.maxRestarts})")
             for stale in directory.glob("rank-*.json"):

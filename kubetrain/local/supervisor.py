@@ -13,7 +13,8 @@
 * With `divergence` (a plain script under spec.divergence.policy stop), the job is stopped like on Ctrl-C
   once its metrics lines show a non-finite loss, and the run exits EXIT_DIVERGED (65).
 * Log lines become `[node-N rank-R] text` (worker output, via torchrun's --tee) or `[node-N] text` (the
-  agent itself), all on stdout, since they are the job's output.
+  agent itself), all on stdout, since they are the job's output. The last lines of each rank are kept, for
+  the ending of a failed run (kubetrain.local.endings).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import IO, Any, Protocol, TextIO
 
+from kubetrain.local.endings import RankTails
 from kubetrain.local.plan import FAILED_RANK, RUN_ID_ENV, NodeCommand, RunPlan
 from kubetrain.metrics import EXIT_DIVERGED
 
@@ -117,6 +119,7 @@ class Supervisor:
         self.stop_deadline: float | None = None
         self.output_open = True
         self.failures: list[str] = []  # one line per failed rank, for the summary at the end
+        self.tails = RankTails()  # each rank's last lines and the first failed rank, for the ending
 
     # --- public ---------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -190,6 +193,9 @@ class Supervisor:
                 continue
             if text.startswith(FAILED_RANK):
                 self.failures.append(f"node-{node} {text.removeprefix(FAILED_RANK.removesuffix('rank '))}")
+                self.tails.failed(node, text)
+            elif match := _RANK_LINE.match(text):
+                self.tails.line(node, int(match.group(1)), match.group(2))
             self._write(format_line(node, text))
         for line in held or []:
             self._write(format_line(node, line))

@@ -35,9 +35,11 @@ def failure_exit_code(error: Any) -> int:
 
 def failure_lines(error: Any, log_dir: str | None) -> list[str]:
     """One line per failed rank of torchrun's ChildFailedError, with the rank's stderr file when --log-dir
-    keeps one (torchrun writes LOG_DIR/<run id>_<suffix>/attempt_<n>/<local rank>/stderr.log)."""
+    keeps one (torchrun writes LOG_DIR/<run id>_<suffix>/attempt_<n>/<local rank>/stderr.log). The first
+    failure (the root cause, by time) comes first, then the others by rank."""
     lines = []
-    for rank, failure in sorted(error.failures.items()):
+    first, _failure = error.get_first_failure()
+    for rank, failure in sorted(error.failures.items(), key=lambda item: (item[0] != first, item[0])):
         logs = glob.glob(os.path.join(glob.escape(log_dir), "*", "attempt_*", str(failure.local_rank),
                                       "stderr.log")) if log_dir else []
         where = f"; log: {max(logs, key=os.path.getmtime)}" if logs else ""

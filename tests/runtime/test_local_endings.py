@@ -1,8 +1,10 @@
 """How a local run ends: a success is exit 0 with no stack trace from any node, also when one node is slow
-to close the rendezvous; a failure ends with one line per failed rank and where its log is."""
+to close the rendezvous; a failure ends with one line per failed rank and where its log is, then the ending
+with its cause (a full disk, a signal), the first failing rank, its node and that rank's last log lines."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -23,6 +25,13 @@ dist.barrier()
 dist.destroy_process_group()
 if os.environ.get("FAIL_RANK") == os.environ["RANK"]:
     sys.exit("bad config: lr must be positive")
+if os.environ.get("FULL_RANK") == os.environ["RANK"]:
+    print("saving checkpoint", flush=True)
+    with open(os.path.join(os.environ["FULL_DIR"], "checkpoint.pt"), "wb") as handle:
+        handle.write(bytes(1 << 20))
+if os.environ.get("KILLED_RANK") == os.environ["RANK"]:
+    print("step 3 loss 0.5", flush=True)
+    os.kill(os.getpid(), 9)
 print("done", os.environ["RANK"], flush=True)
 """
 # Node 2's agent closes the rendezvous 1.5 s late, as on a loaded machine: with the store hosted by node
@@ -71,11 +80,49 @@ def test_a_successful_two_node_run_ends_without_a_stack_trace(tmp_path: Path, at
 def test_a_failed_run_ends_with_one_line_per_failed_rank_and_its_log(tmp_path: Path) -> None:
     result = run(["-f", str(job(tmp_path)), "--log-dir", str(tmp_path / "logs")], FAIL_RANK="1")
     assert result.returncode == 1, result.stdout + result.stderr
-    summary = result.stderr.splitlines()[-1]
     prefix = "kubetrain run: node-2 rank 1 exited with 1; log: "
-    assert summary.startswith(prefix), result.stderr
+    summary = next((line for line in result.stderr.splitlines() if line.startswith(prefix)), "")
+    assert summary, result.stderr
     log = Path(summary.removeprefix(prefix))
     assert log.is_relative_to(tmp_path / "logs" / "node-2")
     assert "bad config: lr must be positive" in log.read_text()
     assert [line for line in result.stderr.splitlines() if "rank 1 exited with" in line] == [summary]
     assert f"[node-2] kubetrain.runtime.launch: rank 1 exited with 1; log: {log}" in result.stdout
+
+
+def ending_block(stderr: str) -> tuple[str, list[str]]:
+    """The ending line (`kubetrain run: ending exited with ...`) and the indented lines after it, which must
+    close stderr."""
+    lines = stderr.splitlines()
+    start = max((i for i, line in enumerate(lines) if line.startswith("kubetrain run: ending ")), default=None)
+    assert start is not None, stderr
+    tail = lines[start + 1:]
+    assert tail and all(line.startswith("    ") for line in tail), stderr
+    return lines[start], [line.strip() for line in tail]
+
+
+def test_a_full_disk_ends_naming_enospc_the_rank_its_node_and_its_last_lines(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("mounting a tiny tmpfs needs root, and CI must run this test")
+        pytest.skip("mounting a tiny tmpfs (a full disk) needs root")
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
+    try:
+        result = run(["-f", str(job(tmp_path))], FULL_RANK="1", FULL_DIR=str(full))
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    line, tail = ending_block(result.stderr)
+    assert "ENOSPC" in line and "node-2 rank 1" in line, line
+    assert "OSError: [Errno 28] No space left on device" in tail, tail
+    assert len(tail) <= 10, tail
+
+
+def test_a_rank_killed_by_sigkill_ends_naming_the_signal_and_the_rank(tmp_path: Path) -> None:
+    result = run(["-f", str(job(tmp_path))], KILLED_RANK="1")
+    assert result.returncode == 137, result.stdout + result.stderr
+    line, tail = ending_block(result.stderr)
+    assert "node-2 rank 1" in line and "killed by SIGKILL" in line and "out of memory" in line, line
+    assert tail[-1] == "step 3 loss 0.5", tail
