@@ -39,6 +39,17 @@ def _first_error(exc: ValidationError, prefix: str) -> str:
     return f"{prefix}.{field}: {error['msg']}" if field else f"{prefix}: {error['msg']}"
 
 
+def json_object(name: str, raw: str, expected: str = "a JSON object") -> dict[str, Any]:
+    """The JSON object in environment variable `name`, or a one-line RuntimeConfigError naming it."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise RuntimeConfigError(f"{name}: invalid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RuntimeConfigError(f"{name}: expected {expected}")
+    return data
+
+
 def load_config(environ: Mapping[str, str] | None = None) -> RuntimeConfig:
     """Parse KUBETRAIN_CONFIG ({"train": ..., "checkpoint": ..., "divergence": ...}) with the spec's own
     models."""
@@ -47,12 +58,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> RuntimeConfig:
     if not raw:
         raise RuntimeConfigError(f"{CONFIG_ENV} is not set: run the Trainer API through `kubetrain run` or "
                                  "a rendered manifest, or call kubetrain.runtime.Trainer from Python")
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise RuntimeConfigError(f"{CONFIG_ENV}: invalid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise RuntimeConfigError(f"{CONFIG_ENV}: expected a JSON object with 'train' and 'checkpoint'")
+    data = json_object(CONFIG_ENV, raw, "a JSON object with 'train' and 'checkpoint'")
     try:
         train = Train.model_validate(data["train"]) if data.get("train") is not None else None
     except ValidationError as exc:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.jobspec.trackingenv import RUN_KEY_ENV, TRACKING_ENV
-from kubetrain.runtime.config import RuntimeConfigError
+from kubetrain.runtime.config import json_object
 
 RUN_FILE = "tracking.json"
 # metrics-line fields that become tracked metrics, by kind
@@ -79,13 +79,7 @@ def load_tracking(environ: dict[str, str] | os._Environ[str] | None = None) -> T
     raw = environ.get(TRACKING_ENV)
     if not raw:
         return None
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise RuntimeConfigError(f"{TRACKING_ENV}: invalid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise RuntimeConfigError(f"{TRACKING_ENV}: expected a JSON object")
-    return TrackingConfig(data, environ.get(RUN_KEY_ENV) or "")
+    return TrackingConfig(json_object(TRACKING_ENV, raw), environ.get(RUN_KEY_ENV) or "")
 
 
 class RunFile:

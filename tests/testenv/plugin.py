@@ -109,27 +109,21 @@ def real_node(controlplane: ControlPlane) -> Iterator[RealNode]:
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    server = S3Server(tmp_path_factory.mktemp("s3"))
-    try:
-        server.start()
-    except S3Unavailable as exc:
-        if in_ci():
-            pytest.fail(f"CI=true and the S3 test server is unavailable: {exc}", pytrace=False)
-        pytest.skip(str(exc))
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _served(S3Server(tmp_path_factory.mktemp("s3")), S3Unavailable, "the S3 test server")
 
 
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLflowServer]:
-    server = MLflowServer(tmp_path_factory.mktemp("mlflow"))
+    yield from _served(MLflowServer(tmp_path_factory.mktemp("mlflow")), MLflowUnavailable, "the MLflow test server")
+
+
+def _served(server: Any, unavailable: type[Exception], what: str) -> Iterator[Any]:
+    """A test server for the session: started, yielded, stopped; unavailable fails under CI, else skips."""
     try:
         server.start()
-    except MLflowUnavailable as exc:
+    except unavailable as exc:
         if in_ci():
-            pytest.fail(f"CI=true and the MLflow test server is unavailable: {exc}", pytrace=False)
+            pytest.fail(f"CI=true and {what} is unavailable: {exc}", pytrace=False)
         pytest.skip(str(exc))
     try:
         yield server
