@@ -98,7 +98,8 @@ def test_a_damaged_object_falls_back_to_the_previous_checkpoint(s3_server: S3Ser
 def test_checkpoint_dir_accepts_object_store_urls_and_names_the_field_otherwise() -> None:
     def spec(directory: str) -> str:
         return ("apiVersion: kubetrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\n"
-                f"spec:\n  image: repo/x:1\n  command: [python, t.py]\n  checkpoint: {{dir: '{directory}'}}\n")
+                f"spec:\n  image: repo/x:1\n  command: [python, t.py]\n  checkpoint: {{dir: '{directory}'}}\n"
+                "  volumes: [{name: ckpt, claim: ckpt, mountPath: /ckpt}]\n")  # a path must be on a volume
 
     for url in ("s3://bucket/run", "gs://bucket/run", "az://container/run", "/ckpt/run"):
         assert parse_spec(spec(url)).spec.checkpoint.dir == url
