@@ -1,10 +1,10 @@
-"""A real kind cluster, driven through the kubetrain CLI as a user would (issue 24).
+"""A real kind cluster, driven through the kubetrain CLI as a user would.
 
 One cluster for the module (kind's podman provider, the node image tests/testenv/prepare-kind.sh builds on
 this machine): `cluster create --cpu-only` → `doctor` → `build --kind` → `submit --follow` of the digits
 example to >= 0.97 held-out accuracy → `status`, `logs`, `gpu`, `delete --wait` → `cluster delete`, after
-which no container, volume, network or mount of the cluster is left. Run it with the other real-node tests
-serialized: `flock /work/locks/e2e .venv/bin/python -m pytest tests/kind/test_kind_e2e.py`.
+which no container, volume, network or mount of the cluster is left. Run it one at a time with the other real-node
+tests: `.venv/bin/python -m pytest tests/kind/test_kind_e2e.py`.
 """
 
 from __future__ import annotations
