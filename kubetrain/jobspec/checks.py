@@ -8,6 +8,7 @@ from kubetrain.jobspec.gputypes import gpu_type_error
 from kubetrain.jobspec.model import TrainingJob
 from kubetrain.jobspec.names import TORCHRUN_RESERVED_ENV
 from kubetrain.jobspec.network import GPUDIRECT_VOLUMES
+from kubetrain.jobspec.sweep import sweep_problems
 from kubetrain.jobspec.worldsize import procs_gpus_problem
 
 RESERVED_VOLUMES = {"dshm", "code", "tmp"}
@@ -47,6 +48,8 @@ def spec_problems(job: TrainingJob, target: str | None = None) -> list[tuple[str
     problems += _env_problems(job)
     problems += _name_length_problems(job, target or spec.target)
     problems += [(field, message) for field, severity, message in world_size_findings(job) if severity == "error"]
+    if job.sweep is not None:
+        problems += sweep_problems(job.sweep, spec)
     return problems
 
 

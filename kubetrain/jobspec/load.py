@@ -37,7 +37,7 @@ class LoadedSpec:
     def where(self, message: str) -> str:
         """`message` ("spec.field: ...") prefixed with the file and the field's line, when known."""
         field_name = message.split(": ", 1)[0]
-        if not field_name.startswith(("spec.", "metadata.")) or " " in field_name:
+        if not field_name.startswith(("spec.", "metadata.", "sweep.")) or " " in field_name:
             return message
         line = line_for(split_path(field_name), self.lines)
         return f"{self.source}:{line}: {message}" if line else message

@@ -31,6 +31,7 @@ from kubetrain.jobspec.sections import (
     Volume,
     _check,
 )
+from kubetrain.jobspec.sweep import Sweep
 
 Target = Literal["pytorchjob", "trainjob", "auto"]
 
@@ -183,4 +184,7 @@ class TrainingJob(Section):
     """Name, namespace, labels and annotations."""
     spec: JobSpec
     """What to run and where."""
+    sweep: Sweep | None = None
+    """A hyperparameter sweep over this job (`kubetrain sweep run`); `run`, `render` and `submit` leave it out
+    and run the spec as written (docs/sweeps.md)."""
 

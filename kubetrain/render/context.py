@@ -69,7 +69,7 @@ def gpu_via(job: TrainingJob, options: RenderOptions) -> str:
 def spec_hash(job: TrainingJob, options: RenderOptions) -> str:
     # Sections added later are left out while unset, so the hashes of jobs without them are those they had
     # before the sections existed (a changed hash is a changed job to the controller after an upgrade).
-    dumped = job.model_dump(mode="json", by_alias=True)
+    dumped = job.model_dump(mode="json", by_alias=True, exclude={"sweep"})  # a trial's spec has no sweep
     for section in ("gpus", "tracking"):
         if dumped["spec"].get(section) is None:
             dumped["spec"].pop(section, None)

@@ -10,7 +10,7 @@ See docs/runtime.md.
 """
 
 from kubetrain.runtime.checkpoint import CheckpointStore
-from kubetrain.runtime.config import RuntimeConfigError, load_config, local_path, resolve_ref
+from kubetrain.runtime.config import RuntimeConfigError, load_config, local_path, resolve_ref, trial_params
 from kubetrain.runtime.distributed import (
     DistEnv,
     distributed,
@@ -39,4 +39,5 @@ __all__ = [
     "local_path",
     "resolve_ref",
     "shutdown_distributed",
+    "trial_params",
 ]

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from kubetrain.errors import KubetrainError
 from kubetrain.jobspec.sections import Checkpoint, Divergence, Train
+from kubetrain.jobspec.sweep import PARAMS_ENV
 
 CONFIG_ENV = "KUBETRAIN_CONFIG"
 PATH_MAP_ENV = "KUBETRAIN_PATH_MAP"
@@ -111,3 +112,11 @@ def local_path(path: str, environ: Mapping[str, str] | None = None) -> str:
         if path == mount or path.startswith(mount.rstrip("/") + "/"):
             return local + path[len(mount.rstrip("/")):]
     return path
+
+
+def trial_params(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """This sweep trial's parameters ({"train.lr": 0.003, "width": 32}), from KUBETRAIN_PARAMS; {} outside a
+    sweep. For a model or dataset factory that takes a searched value (docs/sweeps.md)."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(PARAMS_ENV)
+    return json_object(PARAMS_ENV, raw) if raw else {}
