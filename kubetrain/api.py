@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,10 +33,12 @@ if TYPE_CHECKING:
     from kubetrain.jobs.targets import Target
     from kubetrain.kube.connection import Connection
     from kubetrain.submit import Submitted
+    from kubetrain.sweeps.state import SweepState, Trial
     from kubetrain.validate import Report
 
 __all__ = ["ClusterError", "KubetrainError", "LoadedSpec", "SpecError", "UsageError", "connect", "delete", "gpu",
-           "list_jobs", "load", "logs", "render", "run", "stacks", "status", "submit", "validate", "wait"]
+           "list_jobs", "load", "logs", "render", "run", "stacks", "status", "submit", "sweep_best", "sweep_run",
+           "validate", "wait"]
 log = logging.getLogger("kubetrain")
 Spec = str | Path | LoadedSpec
 
@@ -273,3 +275,28 @@ def run(spec: Spec, *, nodes: int | None = None, procs_per_node: int | None = No
     check_refs(plan)
     check_program(plan)
     return supervise(plan, loaded.job.spec.hang, sys.stdout, sys.stderr)[0]
+
+
+def sweep_run(spec: Spec, *, on_change: Callable[[SweepState], None] | None = None) -> SweepState:
+    """Run the spec's sweep on this machine, as `kubetrain sweep run` (each trial a `kubetrain run`,
+    sweep.parallelism at a time); `on_change(state)` after every change. Returns the final state: its trials,
+    their parameters, states and results (docs/sweeps.md)."""
+    from kubetrain.local.preflight import require_torch
+    from kubetrain.local.sweep import LocalSweep
+
+    loaded = _loaded(spec)
+    if loaded.job.sweep is None:
+        raise UsageError(f"{loaded.source}: no `sweep` section (docs/sweeps.md)")
+    require_torch()
+    return LocalSweep(loaded, on_change or (lambda _: None), lambda line: log.info("%s", line)).run()
+
+
+def sweep_best(spec: Spec) -> Trial | None:
+    """The best complete trial of the spec's last local sweep (None when no trial completed)."""
+    from kubetrain.local.sweep import read_state
+    from kubetrain.sweeps.engine import Engine
+
+    loaded = _loaded(spec)
+    if loaded.job.sweep is None:
+        raise UsageError(f"{loaded.source}: no `sweep` section (docs/sweeps.md)")
+    return Engine(loaded.job.sweep).best(read_state(loaded))

@@ -13,6 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("kubetrain.cli.validate_cmd:validate", "Check manifests offline against the CRD and core schemas."),
     "schemas": ("kubetrain.cli.schemas_cmd:schemas", "Fetch and list the CRD schemas used by validate."),
     "run": ("kubetrain.cli.run_cmd:run", "Run the job on this machine with torchrun (no cluster)."),
+    "sweep": ("kubetrain.cli.sweep_cmd:sweep", "Run a hyperparameter sweep's trials; show and promote the best."),
     "build": ("kubetrain.cli.build_cmd:build", "Build (and push or kind-load) the training image."),
     "cluster": ("kubetrain.cli.kind_cmd:cluster", "Create or delete a local kind cluster with NVIDIA GPUs."),
     "submit": ("kubetrain.cli.submit_cmd:submit", "Render, validate, preflight and apply the job to a cluster."),

@@ -74,7 +74,9 @@ def _nullable(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 
 def open_api_schema() -> dict[str, Any]:
     """The version's schema: spec from the TrainingJob model, status from TrainingJobStatus."""
-    spec = structural(TrainingJob.model_json_schema(by_alias=True))
+    job = TrainingJob.model_json_schema(by_alias=True)
+    job["properties"].pop("sweep")  # a TrainingJob resource is one job; a trial's spec has no sweep section
+    spec = structural(job)
     status = structural(TrainingJobStatus.model_json_schema(by_alias=True))
     properties = spec["properties"]
     return {

@@ -61,7 +61,12 @@ def _term_with_parent() -> None:
 
 def processes_of_run(run_id: str) -> list[int]:
     """PIDs (other than ours) whose environment carries this run's id (Linux /proc; empty elsewhere)."""
-    needle = f"{RUN_ID_ENV}={run_id}".encode()
+    return processes_with_env(RUN_ID_ENV, run_id)
+
+
+def processes_with_env(name: str, value: str) -> list[int]:
+    """PIDs (other than ours) whose environment has `name=value` (Linux /proc; empty elsewhere)."""
+    needle = f"{name}={value}".encode()
     found = []
     try:
         entries = os.listdir("/proc")

@@ -1,0 +1,177 @@
+"""kubetrain sweep run | best."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import click
+
+from kubetrain.cli.common import load, spec_file_option, write_atomically
+from kubetrain.cli.output import emit, handle_errors, info
+from kubetrain.errors import UsageError
+
+if TYPE_CHECKING:
+    from kubetrain.jobspec.load import LoadedSpec
+    from kubetrain.jobspec.sweep import Sweep
+    from kubetrain.sweeps.state import SweepState
+
+REFRESH_SECONDS = 1.0
+output_option = click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table",
+                             show_default=True, help="Results format on stdout.")
+
+
+@click.group()
+def sweep() -> None:
+    """Hyperparameter sweeps over a job: the spec's `sweep` section (docs/sweeps.md).
+
+    \b
+    Examples:
+      kubetrain sweep run -f examples/digits/kubetrain-sweep.yaml
+      kubetrain sweep best --promote kubetrain-best.yaml
+    """
+
+
+class LiveTable:
+    """The results table on a terminal (stderr), redrawn at most once a REFRESH_SECONDS; elsewhere one line per
+    event (trial started, pruned, ended)."""
+
+    def __init__(self, sweep: Sweep, stream: TextIO) -> None:
+        self.sweep = sweep
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.drawn = 0
+        self.last = 0.0
+
+    def changed(self, state: SweepState) -> None:
+        from kubetrain.sweeps.table import format_table
+
+        now = time.time()
+        if not self.tty or now - self.last < REFRESH_SECONDS:
+            return
+        self.last = now
+        lines = format_table(self.sweep, state, now)
+        self.stream.write(f"\x1b[{self.drawn}F\x1b[J" if self.drawn else "")
+        self.stream.write("\n".join(lines) + "\n")
+        self.stream.flush()
+        self.drawn = len(lines)
+
+    def notify(self, line: str) -> None:
+        if not self.tty:
+            info(line)
+
+
+@sweep.command("run")
+@spec_file_option
+@output_option
+@handle_errors
+def run(*, filename: str, output: str) -> None:
+    """Run the spec's sweep on this machine: each trial a `kubetrain run`.
+
+    `sweep.parallelism` trials at a time; a live table (trial, parameters, state, step, objective, best so
+    far, ETA) on stderr when it is a terminal, else one line per event; the results on stdout at the end.
+    A pruned trial's processes get SIGTERM, and SIGKILL 10 s later. State, logs and the trials' checkpoints
+    are kept in .kubetrain/sweeps/<name>/ beside the spec (a new run starts afresh). Exit status 0 when a
+    trial completed, 1 when none did, 130 on Ctrl-C.
+
+    \b
+    Examples:
+      kubetrain sweep run -f examples/digits/kubetrain-sweep.yaml
+      kubetrain sweep run -o json > results.json
+    """
+    from kubetrain.local.preflight import require_torch
+    from kubetrain.local.sweep import LocalSweep
+
+    loaded = _sweep_spec(filename)
+    assert loaded.job.sweep is not None
+    require_torch()
+    table = LiveTable(loaded.job.sweep, sys.stderr)
+    info(f"kubetrain sweep: {loaded.job.metadata.name}: {loaded.job.sweep.trial_count} trial(s), "
+         f"{loaded.job.sweep.parallelism} at a time")
+    runner = LocalSweep(loaded, table.changed, table.notify)
+    try:
+        state = runner.run()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    best = _print_results(loaded, state, output)
+    if best is None:
+        info("kubetrain sweep: no trial completed")
+        sys.exit(1)
+
+
+@sweep.command("best")
+@spec_file_option
+@output_option
+@click.option("--promote", metavar="FILE", default=None,
+              help="Write the best trial as a plain kubetrain.yaml (no sweep section) to FILE ('-': stdout).")
+@handle_errors
+def best(*, filename: str, output: str, promote: str | None) -> None:
+    """The best trial of the spec's last local sweep, and (--promote) its spec.
+
+    The promoted spec is the sweep's job with the best trial's values, its own name and checkpoint directory:
+    `kubetrain run` or `kubetrain submit` it as any job.
+
+    \b
+    Examples:
+      kubetrain sweep best
+      kubetrain sweep best --promote kubetrain-best.yaml
+    """
+    from kubetrain.local.sweep import read_state
+    from kubetrain.sweeps.engine import Engine
+
+    loaded = _sweep_spec(filename)
+    assert loaded.job.sweep is not None
+    state = read_state(loaded)
+    winner = Engine(loaded.job.sweep).best(state)
+    if winner is None:
+        raise UsageError(f"{loaded.job.metadata.name}: no trial of the last sweep completed")
+    if promote is None:
+        _print_results(loaded, state, output, only_best=True)
+        return
+    text = _promoted_yaml(loaded, winner.number, winner.params, winner.value)
+    if promote == "-":
+        emit(text)
+    else:
+        write_atomically(Path(promote), text)
+        info(f"kubetrain sweep: trial {winner.number} written to {promote}")
+
+
+def _sweep_spec(filename: str) -> LoadedSpec:
+    loaded = load(filename)
+    if loaded.job.sweep is None:
+        raise UsageError(f"{loaded.source}: no `sweep` section (docs/sweeps.md)")
+    return loaded
+
+
+def _print_results(loaded: LoadedSpec, state: SweepState, output: str, only_best: bool = False) -> Any:
+    from kubetrain.render.yamlout import dump_json, dump_yaml
+    from kubetrain.sweeps.engine import Engine
+    from kubetrain.sweeps.state import SweepState
+    from kubetrain.sweeps.table import format_table, results
+
+    sweep = loaded.job.sweep
+    assert sweep is not None
+    winner = Engine(sweep).best(state)
+    shown = SweepState([winner], state.started) if only_best and winner else state
+    if output == "table":
+        emit("\n".join(format_table(sweep, shown)) + "\n")
+        if winner is not None and not only_best:
+            emit(f"best: trial {winner.number} {sweep.objective.metric}={winner.value:.6g} {winner.params}\n")
+    else:
+        data = results(loaded.job.metadata.name, sweep, shown, winner)
+        emit(dump_json([data]) if output == "json" else dump_yaml([data]))
+    return winner
+
+
+def _promoted_yaml(loaded: LoadedSpec, number: int, params: dict[str, Any], value: float | None) -> str:
+    import yaml
+
+    from kubetrain.sweeps.trial import trial_document, trial_job
+
+    trial_job(loaded.job, params, None, loaded.source)  # a promoted spec is a valid spec
+    metric = loaded.job.sweep.objective.metric if loaded.job.sweep else "objective"
+    header = (f"# The best trial ({number}) of the sweep in {Path(loaded.source).name}: {metric} {value}\n"
+              f"# parameters: {params}\n")
+    return header + yaml.safe_dump(trial_document(loaded.job, params, None), sort_keys=False)

@@ -1,0 +1,89 @@
+"""`kubetrain sweep`: its mistakes are one line and exit 2; `best` and `--promote` from a saved state; the results
+table and data (no torch, no trial run: the state is written here)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from kubetrain.cli.main import cli
+from kubetrain.jobspec.load import load_spec
+from kubetrain.sweeps.engine import Engine
+from kubetrain.sweeps.state import SweepState
+from kubetrain.sweeps.table import format_table
+from tests.spec.test_sweep_spec import TRAINER
+
+SPEC = TRAINER.split("sweep:")[0] + textwrap.dedent("""\
+    sweep:
+      search: {algorithm: grid}
+      parameters: [{name: train.lr, choice: [0.1, 0.01, 0.001]}]
+      objective: {metric: eval_accuracy, goal: max}
+    """)
+
+
+def saved_sweep(tmp_path: Path) -> Path:
+    """A spec whose last local sweep ended: trial 1 best (0.9), trial 2 pruned, trial 0 at 0.8."""
+    spec = tmp_path / "kubetrain.yaml"
+    spec.write_text(SPEC)
+    loaded = load_spec(str(spec))
+    assert loaded.job.sweep is not None
+    engine, state = Engine(loaded.job.sweep), SweepState(started=100.0)
+    for value, outcome in ((0.8, "complete"), (0.9, "complete"), (0.1, "pruned")):
+        trial = engine.suggest(state, 100.0)
+        assert trial is not None
+        engine.report(state, trial.number, 10, value)
+        engine.finish(state, trial.number, outcome, 160.0)
+    folder = tmp_path / ".kubetrain" / "sweeps" / "digits"
+    folder.mkdir(parents=True)
+    (folder / "state.json").write_text(state.to_json())
+    return spec
+
+
+def test_a_spec_without_a_sweep_and_a_sweep_never_run_are_one_line_errors(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(SPEC.split("sweep:")[0])
+    result = CliRunner().invoke(cli, ["sweep", "run", "-f", str(plain)])
+    assert (result.exit_code, result.output) == (2, f"error: {plain}: no `sweep` section (docs/sweeps.md)\n")
+    spec = tmp_path / "kubetrain.yaml"
+    spec.write_text(SPEC)
+    result = CliRunner().invoke(cli, ["sweep", "best", "-f", str(spec)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1
+    assert "run `kubetrain sweep run` first" in result.output
+
+
+def test_best_prints_the_winner_and_promote_writes_a_plain_spec(tmp_path: Path) -> None:
+    spec = saved_sweep(tmp_path)
+    result = CliRunner().invoke(cli, ["sweep", "best", "-f", str(spec), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["best"]["trial"] == 1 and data["best"]["params"] == {"train.lr": 0.01}
+    result = CliRunner().invoke(cli, ["sweep", "best", "-f", str(spec), "--promote", "-"])
+    assert result.exit_code == 0, result.output
+    promoted = yaml.safe_load(result.output)
+    assert "sweep" not in promoted and promoted["metadata"]["name"] == "digits"
+    assert promoted["spec"]["train"]["lr"] == 0.01 and promoted["spec"]["checkpoint"]["dir"] == "/ckpt/digits"
+    assert json.loads(promoted["spec"]["env"]["KUBETRAIN_PARAMS"]) == {"train.lr": 0.01}
+    out = tmp_path / "best.yaml"
+    result = CliRunner().invoke(cli, ["sweep", "best", "-f", str(spec), "--promote", str(out)])
+    assert result.exit_code == 0 and load_spec(str(out)).job.spec.train.lr == 0.01  # type: ignore[union-attr]
+
+
+def test_the_table_shows_params_state_objective_and_best_so_far(tmp_path: Path) -> None:
+    spec = saved_sweep(tmp_path)
+    loaded = load_spec(str(spec))
+    assert loaded.job.sweep is not None
+    state = SweepState.from_json((tmp_path / ".kubetrain/sweeps/digits/state.json").read_text())
+    running = Engine(loaded.job.sweep)
+    state.trials[2].state, state.trials[2].step, state.trials[2].total_steps = "running", 25, 100
+    state.trials[2].started = 100.0
+    assert format_table(loaded.job.sweep, state, now=150.0) == [
+        "TRIAL  PARAMETERS  STATE     STEP    OBJECTIVE  BEST SO FAR  ETA",
+        "0      lr=0.1      complete  -       0.8        0.8          -",
+        "1      lr=0.01     complete  -       0.9        0.9          -",
+        "2      lr=0.001    running   25/100  0.1        0.9          2m30s",
+    ]
+    assert running.best(state) is state.trials[1]
