@@ -123,3 +123,27 @@ def test_a_plain_script_gets_its_values_as_arguments_and_env_and_reports_its_own
     assert got == {(lr, depth): round(abs(lr - 0.01) + depth / 1000 + 1 / 3, 6)
                    for lr in (0.1, 0.01) for depth in (1, 2)}
     assert data["best"]["params"] == {"lr": 0.01, "depth": 1}
+
+
+SLOW_SCRIPT = """\
+import json, time
+for step in range(1, 241):
+    print("KUBETRAIN_METRICS " + json.dumps({"kind": "eval", "step": step, "val_loss": 1 / step}), flush=True)
+    time.sleep(0.5)
+"""
+
+
+def test_the_budget_stops_a_running_trial_and_leaves_no_process(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SLOW_SCRIPT)
+    spec = (SCRIPT_SPEC.replace("name: script-sweep", "name: slow-sweep")
+            .replace("  parallelism: 2\n", "  parallelism: 1\n  trials: 1\n  budget: {maxSeconds: 5}\n"))
+    (tmp_path / "kubetrain.yaml").write_text(spec.replace("arg: --lr", "env: LR"))
+    result = subprocess.run([*KUBETRAIN, "sweep", "run", "-o", "json"], env=quiet_env(), cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 1 and "no trial completed" in result.stderr, result.stderr[-3000:]
+    (trial,) = json.loads(result.stdout)["trials"]
+    assert trial["state"] == "stopped"
+    steps = records((tmp_path / ".kubetrain/sweeps/slow-sweep/t0/output.log").read_text())
+    assert max((r["step"] for r in steps), default=0) < 240  # stopped, not run to its end (2 min)
+    assert "budget.maxSeconds reached: stopping trial 0" in result.stderr
+    assert pids_with_env(TRIAL_ENV, "slow-sweep-t0") == []
