@@ -59,13 +59,15 @@ class Parameter(Section):
         return self
 
     @property
-    def points(self) -> list[Scalar] | None:
-        """Every value of a discrete parameter (choice, int), else None."""
+    def size(self) -> int | None:
+        """How many values a discrete parameter (choice, int) has, else None."""
         if self.choice is not None:
-            return list(self.choice)
-        if self.int_ is not None:
-            return list(range(self.int_[0], self.int_[1] + 1))
-        return None
+            return len(self.choice)
+        return self.int_[1] - self.int_[0] + 1 if self.int_ is not None else None
+
+    def value_at(self, index: int) -> Scalar:
+        """A discrete parameter's value number `index` (0 <= index < size), in the order written."""
+        return self.choice[index] if self.choice is not None else self.int_[0] + index  # type: ignore[index]
 
     @property
     def train_field(self) -> str | None:
@@ -142,7 +144,7 @@ class Sweep(Section):
     @property
     def grid_size(self) -> int | None:
         """The number of points of an all-discrete space, else None (a continuous parameter)."""
-        sizes = [len(points) for p in self.parameters if (points := p.points) is not None]
+        sizes = [size for p in self.parameters if (size := p.size) is not None]
         return math.prod(sizes, start=1) if len(sizes) == len(self.parameters) else None
 
     @property
@@ -160,8 +162,10 @@ def sweep_problems(sweep: Sweep, spec: JobSpec) -> list[tuple[str, str]]:
             problems.append((f"sweep.parameters[{index}].name", f"{name} is already a parameter"))
     size = sweep.grid_size
     if sweep.search.algorithm == "grid" and size is None:
-        continuous = next(i for i, p in enumerate(sweep.parameters) if p.points is None)
+        continuous = next(i for i, p in enumerate(sweep.parameters) if p.size is None)
         problems.append((f"sweep.parameters[{continuous}]", "grid search needs choice or int parameters"))
+    elif sweep.trials is None and size is not None and size > MAX_TRIALS:
+        problems.append(("sweep.trials", f"the grid has {size} points: set trials (at most {MAX_TRIALS})"))
     elif sweep.trials is None and sweep.search.algorithm != "grid":
         problems.append(("sweep.trials", f"required with search.algorithm {sweep.search.algorithm}"))
     if sweep.trials is not None and size is not None and sweep.trials > size:

@@ -9,7 +9,6 @@ stopping rules, are Optuna's: each decision rebuilds a study in memory from the 
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import zlib
@@ -94,9 +93,15 @@ class Engine:
         return next((p for p in self._grid() if params_key(p) not in used), None)
 
     def _grid(self) -> Iterator[dict[str, Any]]:
-        names = [p.name for p in self.sweep.parameters]
-        for values in itertools.product(*(p.points or [] for p in self.sweep.parameters)):
-            yield dict(zip(names, values, strict=True))
+        """Every point of a discrete space, the last parameter varying fastest; lazily (an int range may be
+        large, and only the first unused points are needed)."""
+        params = self.sweep.parameters
+        for index in range(self.sweep.grid_size or 0):
+            values, rest = {}, index
+            for param in reversed(params):
+                rest, digit = divmod(rest, param.size or 1)
+                values[param.name] = param.value_at(digit)
+            yield {p.name: values[p.name] for p in params}
 
     def _sampler(self, number: int) -> optuna.samplers.BaseSampler:
         # a fresh sampler per decision: seeded by the trial's number, or every rebuilt study would draw the same

@@ -60,7 +60,7 @@ def test_a_sweep_section_loads_with_its_defaults() -> None:
     assert sweep is not None
     assert sweep.search.algorithm == "tpe" and sweep.trial_count == 6 and sweep.parallelism == 2
     assert [p.name for p in sweep.parameters] == ["train.lr", "train.batchSize", "width"]
-    assert sweep.parameters[2].points == list(range(8, 33))
+    assert sweep.parameters[2].size == 25 and sweep.parameters[2].value_at(24) == 32
     grid = parse_spec(SCRIPT).sweep
     assert grid is not None and grid.grid_size == 6 and grid.trial_count == 6  # every combination by default
 
@@ -99,6 +99,10 @@ def test_cross_field_problems_name_the_parameter() -> None:
     assert problems(grid) == ["kubetrain.yaml:12: sweep.parameters[1]: grid search needs choice or int parameters"]
     too_many = SCRIPT.replace("objective:", "trials: 7\n  objective:")
     assert problems(too_many) == ["kubetrain.yaml:13: sweep.trials: 7 is more than the 6 distinct parameter sets"]
+    huge = SCRIPT.replace("int: [1, 3]", "int: [1, 1000000000]")  # counted, never listed
+    assert problems(huge) == [
+        "kubetrain.yaml:8: sweep.trials: the grid has 2000000000 points: set trials (at most 10000)"]
+    assert parse_spec(huge.replace("objective:", "trials: 5\n  objective:")).sweep is not None
     no_trainer = SCRIPT.replace("name: lr,", "name: train.lr,")
     assert problems(no_trainer) == [
         "kubetrain.yaml:11: sweep.parameters[0].name: train.<field> needs spec.train (the Trainer API)"]

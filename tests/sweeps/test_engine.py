@@ -40,19 +40,18 @@ def run_out(engine: Engine, state: SweepState) -> SweepState:
 
 
 discrete = st.lists(st.one_of(
-    st.builds(lambda n: {"choice": list(range(n))}, st.integers(1, 4)),
-    st.builds(lambda lo, n: {"int": [lo, lo + n]}, st.integers(-3, 3), st.integers(1, 3)),
+    st.builds(lambda n: ("choice", list(range(n))), st.integers(1, 4)),
+    st.builds(lambda lo, n: ("int", [lo, lo + n]), st.integers(-3, 3), st.integers(1, 3)),
 ), min_size=1, max_size=3)
 
 
 @SETTINGS
 @given(space=discrete, algorithm=st.sampled_from(["grid", "random", "tpe"]), seed=st.integers(0, 2**16),
        extra=st.integers(0, 3))
-def test_no_trial_repeats_another_and_a_grid_covers_every_point(space: list[dict[str, object]], algorithm: str,
+def test_no_trial_repeats_another_and_a_grid_covers_every_point(space: list[tuple[str, list[int]]], algorithm: str,
                                                                  seed: int, extra: int) -> None:
-    params = [{"name": f"p{i}", **kind} for i, kind in enumerate(space)]
-    grid = sweep(parameters=params, search={"algorithm": "grid"})
-    size = grid.grid_size
+    params = [{"name": f"p{i}", kind: values} for i, (kind, values) in enumerate(space)]
+    size = sweep(parameters=params, search={"algorithm": "grid"}).grid_size
     assert size is not None
     trials = size if algorithm == "grid" else max(1, size - extra)
     engine = Engine(sweep(parameters=params, search={"algorithm": algorithm, "seed": seed}, trials=trials))
@@ -60,8 +59,8 @@ def test_no_trial_repeats_another_and_a_grid_covers_every_point(space: list[dict
     keys = [params_key(t.params) for t in state.trials]
     assert len(keys) == len(set(keys)) == trials
     if algorithm == "grid":
-        names = [p.name for p in grid.parameters]
-        points = itertools.product(*(p.points or [] for p in grid.parameters))
+        names = [f"p{i}" for i in range(len(space))]
+        points = itertools.product(*(range(v[0], v[1] + 1) if kind == "int" else v for kind, v in space))
         assert sorted(keys) == sorted(params_key(dict(zip(names, point, strict=True))) for point in points)
 
 
