@@ -139,7 +139,7 @@ class Sweep(Section):
     budget: Budget = Field(default_factory=Budget)
     """Wall-clock and failure limits."""
     earlyStopping: EarlyStopping | None = None
-    """Stop bad trials early (their processes or pods are stopped)."""
+    """Stop bad trials early (their processes are stopped)."""
 
     @property
     def grid_size(self) -> int | None:

@@ -96,7 +96,6 @@ class LocalSweep:
         self.state = SweepState()
         self.running: dict[int, Running] = {}
         self.events: queue.Queue[tuple[int, dict[str, Any]]] = queue.Queue()
-        self.stop_times: dict[int, float] = {}  # trial -> seconds from SIGTERM to its last process gone
 
     # --- the loop ---------------------------------------------------------------------------------------------
     def run(self) -> SweepState:
@@ -227,7 +226,8 @@ class LocalSweep:
             del self.running[number]
             trial = running.trial
             if running.stop_started is not None:
-                self.stop_times[number] = time.monotonic() - running.stop_started
+                self.notify(f"sweep: trial {number} {trial.state}: its processes ended "
+                            f"{time.monotonic() - running.stop_started:.1f} s after SIGTERM")
             if trial.state == "running":
                 outcome = "complete" if code == 0 else "failed"
                 self.engine.finish(self.state, number, outcome, time.time())
