@@ -77,8 +77,11 @@ class Engine:
         return self.out_of_time(state, now)
 
     def out_of_time(self, state: SweepState, now: float | None) -> bool:
+        """Whether budget.maxSeconds has passed since the sweep started (never without a clock)."""
         seconds = self.sweep.budget.maxSeconds
-        return seconds is not None and None not in (now, state.started) and now - state.started >= seconds  # type: ignore[operator]
+        if seconds is None or now is None or state.started is None:
+            return False
+        return now - state.started >= seconds
 
     def _new_params(self, state: SweepState) -> dict[str, Any] | None:
         used = {params_key(t.params) for t in state.trials}
