@@ -124,7 +124,8 @@ def value_at(obj: Any, path: tuple[str | int, ...]) -> Any:
 
 
 def render_warnings(job: TrainingJob, options: RenderOptions | None = None) -> list[str]:
-    """What render does that the spec may not expect: contradicting launcher flags, an unresolved cloud."""
+    """What render does that the spec may not expect: contradicting launcher flags, an unresolved cloud, a sweep
+    section left out."""
     warnings = launcher_warnings(job.spec)
     warnings += [f"{field}: {message}" for field, severity, message in world_size_findings(job)
                  if severity == "warning"]
@@ -140,6 +141,9 @@ def render_warnings(job: TrainingJob, options: RenderOptions | None = None) -> l
                         "drops it on admission and the Trainer's JobSet update is then refused); the pods get the "
                         "ClusterTrainingRuntime's grace period (Kubernetes' default 30 s): set it there "
                         "(docs/queues.md)")
+    if job.sweep is not None:
+        warnings.append("sweep: left out: this is the spec as written, one job; `kubetrain sweep run` runs the "
+                        "sweep's trials (docs/sweeps.md)")
     return warnings
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from kubetrain.errors import SpecError
-from kubetrain.jobspec.load import parse_spec
+from kubetrain.jobspec.load import LoadedSpec, parse_spec
+from kubetrain.render import render_warnings
 from kubetrain.render.context import RenderOptions, spec_hash
+from kubetrain.render.loaded import render_loaded
 from kubetrain.sweeps.trial import trial_job
 
 TRAINER = textwrap.dedent("""\
@@ -122,7 +125,13 @@ def test_a_trial_gets_its_parameters_in_the_trainer_config_env_and_args() -> Non
     assert script.spec.args == ["--epochs", "3", "--lr", "0.01"] and script.spec.env["DEPTH"] == "2"
 
 
-def test_a_sweep_leaves_the_rendered_job_as_it_was() -> None:
+def test_a_sweep_leaves_the_rendered_job_as_it_was_and_says_so() -> None:
     without = TRAINER.split("sweep:")[0]
     options = RenderOptions()
     assert spec_hash(parse_spec(TRAINER), options) == spec_hash(parse_spec(without), options)
+    assert render_loaded(LoadedSpec(parse_spec(TRAINER), "k", Path())) == render_loaded(
+        LoadedSpec(parse_spec(without), "k", Path()))
+    assert render_warnings(parse_spec(TRAINER)) == [
+        "sweep: left out: this is the spec as written, one job; `kubetrain sweep run` runs the sweep's trials "
+        "(docs/sweeps.md)"]
+    assert render_warnings(parse_spec(without)) == []
