@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from, target_option
-from kubetrain.cli.common import Terminal, archive_option, follow_renderer, read_job_logs, use_color
+from kubetrain.cli.joblogs import Terminal, archive_option, follow_renderer, read_job_logs, use_color
 from kubetrain.cli.output import fail, handle_errors
 from kubetrain.errors import UsageError
 
