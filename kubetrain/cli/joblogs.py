@@ -16,7 +16,7 @@ from kubetrain.errors import ClusterError
 from kubetrain.jobs import logs as client_logs
 
 if TYPE_CHECKING:
-    from kubetrain.jobs.logs import LogOptions
+    from kubetrain.jobs.logs import LogOptions, LogsRead
     from kubetrain.observe.render import Renderer
 
 __all__ = ["Terminal", "archive_option", "follow_renderer", "read_job_logs", "use_color"]
@@ -45,7 +45,8 @@ def archive_option(func: Any) -> Any:
 
 
 def read_job_logs(name: str, target: str | None, archive: str | None, options: LogOptions,
-                  sink: Callable[[str], None], cluster: tuple[str | None, str | None, str | None, float | None]) -> int:
+                  sink: Callable[[str], None], cluster: tuple[str | None, str | None, str | None, float | None]
+                  ) -> LogsRead:
     """The job's logs so far (`logs NAME`, `metrics NAME`), or its archive once its pods or the job are gone
     (kubetrain.jobs.logs). With --archive, a cluster that cannot be reached also falls back to it."""
     context, kubeconfig, namespace, request_timeout = cluster
@@ -56,7 +57,7 @@ def read_job_logs(name: str, target: str | None, archive: str | None, options: L
     except ClusterError as exc:
         if archive is None:
             raise
-        return client_logs.print_archive(archive, name, options, sink, notice, str(exc))
+        return client_logs.LogsRead(client_logs.print_archive(archive, name, options, sink, notice, str(exc)))
     return client_logs.print_logs(connection, ns, name, target, options, sink, notice, archive=archive)
 
 

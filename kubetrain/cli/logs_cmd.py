@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import TYPE_CHECKING
 
 import click
 
@@ -13,9 +12,7 @@ from kubetrain.cli.joblogs import Terminal, archive_option, follow_renderer, rea
 from kubetrain.cli.output import fail, handle_errors
 from kubetrain.errors import UsageError
 
-if TYPE_CHECKING:
-    pass
-
+UNREACHABLE = 3  # as for a cluster that cannot be reached (docs/cluster.md's exit codes)
 _DURATION = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -84,8 +81,10 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
                                      tail=tail, previous=previous, timestamps=timestamps,
                                      color=use_color(color, sys.stdout))
     if not follow:
-        read_job_logs(name, target, archive, options, Terminal().line,
-                      (context, kubeconfig, namespace, request_timeout))
+        read = read_job_logs(name, target, archive, options, Terminal().line,
+                             (context, kubeconfig, namespace, request_timeout))
+        if read.unreachable:  # what could be read was printed; the lines above said which node and why
+            fail([f"no logs of {', '.join(read.unreachable)}: node down or kubelet not answering"], UNREACHABLE)
         return
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
