@@ -10,6 +10,7 @@ with a Warning NodeLost Event when it appears and a Normal NodeReady Event when 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,9 +70,10 @@ class NodeWatch:
         before = self.conditions.get(key)
         if before is None:
             before = carried(obj.get("status") or {}, None)
-        self.conditions[key] = latest
         if _plain(latest) == _plain(before):
+            self.conditions[key] = before  # a kubelet still posting NotReady moves only its time: no new write
             return
+        self.conditions[key] = latest
         if latest:
             self.record(obj, "Warning", TYPE, latest[0]["message"])
         else:
@@ -83,4 +85,8 @@ class NodeWatch:
 
 
 def _plain(conds: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(c["reason"], c["message"]) for c in conds]
+    """What a change is judged on: the reason, and the nodes, states and replicas without the time of the post."""
+    return [(c["reason"], _POSTED.sub("", c["message"])) for c in conds]
+
+
+_POSTED = re.compile(r": its kubelet last posted at \S+")

@@ -12,13 +12,14 @@ from __future__ import annotations
 import datetime as dt
 import re
 from typing import Any
+from unittest.mock import patch
 
 import kubernetes
 import pytest
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
-from kubetrain.controller.nodeloss import carried, lost_conditions
+from kubetrain.controller.nodeloss import NodeWatch, carried, lost_conditions
 from kubetrain.jobs.nodes import NodeHealth
 from kubetrain.jobs.pods import Replica
 from tests.controller.operator_env import create, tj, training_job
@@ -48,6 +49,24 @@ def test_a_down_node_is_named_with_its_replicas_and_its_kubelets_last_post() -> 
     kept = {"conditions": [{**lost, "lastTransitionTime": "x"}, {"type": "Hung", "status": "False"}]}
     assert carried(kept, None) == [lost]  # a restarted controller keeps it until its first check
     assert carried(kept, []) == []
+
+
+def test_one_event_per_loss_and_one_when_the_node_is_back_however_often_the_kubelet_posts() -> None:
+    said: list[tuple[str, str]] = []
+    queued: list[tuple[str, str]] = []
+    watch = NodeWatch(api=None, record=lambda _, kind, reason, message: said.append((kind, reason)),  # type: ignore[arg-type]
+                      enqueue=queued.append)
+    obj = {"metadata": {"namespace": "ns", "name": "j"}, "status": {}}
+    replicas = [_replica("master-0", "gpu-1")]
+    posts = [NodeHealth("gpu-1", "False", False, POSTED + dt.timedelta(seconds=10 * i)) for i in range(3)]
+    for down in [{}, *({"gpu-1": h} for h in posts), {}, {}]:
+        with patch("kubetrain.controller.nodeloss.down_nodes", return_value=down):
+            watch.check(obj, replicas)
+        if down:
+            assert watch.conditions[("ns", "j")][0]["message"].endswith("posted at 2026-05-01T12:00:07Z (replicas "
+                                                                        "master-0)")  # the first post it saw
+    assert said == [("Warning", "NodeLost"), ("Normal", "NodeReady")]
+    assert queued == [("ns", "j")] * 2 and watch.conditions[("ns", "j")] == []
 
 
 def _node_of(k8s: Any, namespace: str, pod: str) -> str | None:
