@@ -70,7 +70,12 @@ def test_one_event_per_loss_and_one_when_the_node_is_back_however_often_the_kube
 
 
 def _node_of(k8s: Any, namespace: str, pod: str) -> str | None:
-    found = kubernetes.client.CoreV1Api(k8s).read_namespaced_pod(pod, namespace)
+    try:
+        found = kubernetes.client.CoreV1Api(k8s).read_namespaced_pod(pod, namespace)
+    except kubernetes.client.exceptions.ApiException as exc:
+        if exc.status == 404:  # not created yet
+            return None
+        raise
     return str(found.spec.node_name) if found.status.phase == "Running" and found.spec.node_name else None
 
 
