@@ -62,6 +62,8 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
     Each line is prefixed with its replica ([master-0], [worker-1], [node-2]); without -f, lines of all
     replicas are merged in time order. Log lines go to stdout; waiting messages and events to stderr.
     With -f, metrics lines become a live progress line and a final summary, as in `kubetrain run`.
+    Without -f, a replica whose node is down or whose kubelet does not answer within --request-timeout is
+    named on stderr, the others' lines are printed, and the exit code is 3.
 
     \b
     Examples:
