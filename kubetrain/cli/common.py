@@ -1,24 +1,18 @@
-"""Options and steps shared by several verbs (spec file, output format, loading + rendering, reading and following
-a job's logs): verbs import this, never each other."""
+"""Options and steps shared by the verbs that read a job spec (spec file, loading + rendering, writing files):
+verbs import this, never each other. Reading and following a job's logs is in kubetrain.cli.joblogs."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import Any, TypeVar
 
 import click
 
-from kubetrain.cli.cluster_opts import connect_from, namespace_option
+from kubetrain.cli.cluster_opts import namespace_option
 from kubetrain.errors import UsageError
 from kubetrain.jobspec.load import DEFAULT_SPEC, LoadedSpec, load_spec
-
-if TYPE_CHECKING:
-    from kubetrain.jobs.logs import LogOptions
-    from kubetrain.observe.render import Renderer
 
 
 def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: str | None = None,
@@ -33,8 +27,7 @@ def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: s
 
 
 F = TypeVar("F", bound=Callable[..., Any])
-__all__ = ["Terminal", "archive_option", "follow_renderer", "load", "namespace_option", "read_job_logs",
-           "render_loaded", "spec_file_option", "use_color", "warn_render", "write_atomically"]
+__all__ = ["load", "namespace_option", "render_loaded", "spec_file_option", "warn_render", "write_atomically"]
 
 
 def spec_file_option(func: F) -> F:
@@ -66,51 +59,3 @@ def write_atomically(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):  # on a read-only or full filesystem the clean-up can fail too
             tmp.unlink(missing_ok=True)
         raise UsageError(f"{path}: cannot write: {exc.strerror}") from None
-
-
-def use_color(choice: str, stream: TextIO) -> bool:
-    if choice != "auto":
-        return choice == "always"
-    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb"
-
-
-class Terminal:
-    """`kubetrain logs` without -f: log lines on stdout, notices on stderr, as they are."""
-
-    def line(self, text: str) -> None:
-        sys.stdout.write(text + "\n")
-
-    def notice(self, text: str) -> None:
-        click.echo(text, err=True)
-
-
-def archive_option(func: Any) -> Any:
-    return click.option("--archive", metavar="URL", default=None,
-                        help="Where the job's logs are archived (its spec.archive): read it when the job or its "
-                             "pods are gone. Default: the location recorded on the job.")(func)
-
-
-def read_job_logs(name: str, target: str | None, archive: str | None, options: LogOptions,
-                  sink: Callable[[str], None], cluster: tuple[str | None, str | None, str | None, float | None]) -> int:
-    """The job's logs so far (`logs NAME`, `metrics NAME`), or its archive once its pods or the job are gone
-    (kubetrain.jobs.logs). With --archive, a cluster that cannot be reached also falls back to it."""
-    from kubetrain.errors import ClusterError
-    from kubetrain.jobs import logs as client_logs
-
-    context, kubeconfig, namespace, request_timeout = cluster
-    notice = Terminal().notice
-    try:
-        connection = connect_from(context, kubeconfig, request_timeout)
-        ns = connection.namespace(namespace)
-    except ClusterError as exc:
-        if archive is None:
-            raise
-        return client_logs.print_archive(archive, name, options, sink, notice, str(exc))
-    return client_logs.print_logs(connection, ns, name, target, options, sink, notice, archive=archive)
-
-
-def follow_renderer(raw: bool = False) -> Renderer:
-    """`logs -f` and `submit --follow`: the same view as `kubetrain run` (kubetrain.observe.render)."""
-    from kubetrain.observe.render import Renderer
-
-    return Renderer(sys.stdout, sys.stderr, raw=raw)

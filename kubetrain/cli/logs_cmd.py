@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import TYPE_CHECKING
 
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from, target_option
-from kubetrain.cli.common import Terminal, archive_option, follow_renderer, read_job_logs, use_color
+from kubetrain.cli.joblogs import Terminal, archive_option, follow_renderer, read_job_logs, use_color
 from kubetrain.cli.output import fail, handle_errors
 from kubetrain.errors import UsageError
 
-if TYPE_CHECKING:
-    pass
-
+UNREACHABLE = 3  # as for a cluster that cannot be reached (docs/cluster.md's exit codes)
 _DURATION = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -65,6 +62,8 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
     Each line is prefixed with its replica ([master-0], [worker-1], [node-2]); without -f, lines of all
     replicas are merged in time order. Log lines go to stdout; waiting messages and events to stderr.
     With -f, metrics lines become a live progress line and a final summary, as in `kubetrain run`.
+    Without -f, a replica whose node is down or whose kubelet does not answer within --request-timeout is
+    named on stderr, the others' lines are printed, and the exit code is 3.
 
     \b
     Examples:
@@ -84,8 +83,10 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
                                      tail=tail, previous=previous, timestamps=timestamps,
                                      color=use_color(color, sys.stdout))
     if not follow:
-        read_job_logs(name, target, archive, options, Terminal().line,
-                      (context, kubeconfig, namespace, request_timeout))
+        read = read_job_logs(name, target, archive, options, Terminal().line,
+                             (context, kubeconfig, namespace, request_timeout))
+        if read.unreachable:  # what could be read was printed; the lines above said which node and why
+            fail([f"no logs of {', '.join(read.unreachable)}: node down or kubelet not answering"], UNREACHABLE)
         return
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)

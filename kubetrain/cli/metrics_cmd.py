@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options
-from kubetrain.cli.common import archive_option, read_job_logs
+from kubetrain.cli.joblogs import archive_option, read_job_logs
 from kubetrain.cli.output import handle_errors, info
 from kubetrain.errors import UsageError
 

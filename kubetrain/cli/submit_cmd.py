@@ -204,7 +204,7 @@ def _wait(connection: Connection, target: Target, namespace: str, name: str, tim
 def _follow(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None,
             exit_on_failure: bool = True) -> None:
     """`kubetrain logs -f` (merged logs, live progress line from the metrics); exit 1 if the job fails."""
-    from kubetrain.cli.common import follow_renderer, use_color
+    from kubetrain.cli.joblogs import follow_renderer, use_color
     from kubetrain.jobs import logs
 
     renderer = follow_renderer()

@@ -27,6 +27,7 @@ from kubetrain.controller import kube
 from kubetrain.controller.faults import ErrorCounter, Fanout
 from kubetrain.controller.informer import Informer, Key
 from kubetrain.controller.mirror import condition
+from kubetrain.controller.nodeloss import NodeWatch
 from kubetrain.controller.reconcile import now
 from kubetrain.jobs import targets
 from kubetrain.jobs.crud import TERMINAL
@@ -123,6 +124,7 @@ class HangWatch:
 
     def __post_init__(self) -> None:
         self.fanout: Fanout[bool] = Fanout("hang", self.errors, self.parallel)
+        self.nodes = NodeWatch(self.api, self.record, self.enqueue)  # NodeLost, from the same pod lists
 
     def run(self, stop: threading.Event, interval: float) -> None:
         while not stop.wait(interval):
@@ -137,8 +139,9 @@ class HangWatch:
         went away or a refused exec is counted and tried again next round); returns how many were judged."""
         began = time.monotonic()
         items = self.jobs.items()
-        for gone in set(self.conditions.copy()) - {watch.key(o) for o in items}:
+        for gone in (set(self.conditions.copy()) | set(self.nodes.conditions.copy())) - {watch.key(o) for o in items}:
             self.conditions.pop(gone, None)
+            self.nodes.forget(gone)
         judged = sum(self.fanout.run([(watch.key(o), functools.partial(self.check, o)) for o in items]))
         self.rounds += 1
         self.seconds += time.monotonic() - began
@@ -152,9 +155,11 @@ class HangWatch:
         if job is None or target is None:
             if status.get("phase") in TERMINAL or not target:  # else (e.g. Created again) the verdict is kept
                 self.ended(obj, self.conditions.pop(key, None))
+                self.nodes.forget(key)
             return False
         meta = obj["metadata"]
         replicas = [r for r in job_replicas(self.api, target, meta["namespace"], meta["name"]) if not r.deleting]
+        self.nodes.check(obj, replicas)  # before the execs, which wait out a down node's kubelet
         running = [r for r in replicas if r.phase == "Running" and r.state == "running"]
         if not running:
             return False

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from kubetrain.controller import hangs, kube, kueue, mirror, progress
+from kubetrain.controller import hangs, kube, kueue, mirror, nodeloss, progress
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
 from kubetrain.controller.faults import ErrorCounter, Fanout
 from kubetrain.controller.informer import Informer, Key, wait_synced
@@ -195,7 +195,8 @@ class Controller:
         if any(c["type"] == "SpecChanged" and c["reason"] == "Recreating" for c in extra):
             child = None  # the old child, going: its phase (say Succeeded) is not this generation's (Pending)
         if child is not None and child_state(child) in hangs.WATCHED_PHASES:
-            extra = [*extra, *hangs.carried(status_of(latest), self.hangs.conditions.get(key))]
+            extra = [*extra, *hangs.carried(status_of(latest), self.hangs.conditions.get(key)),
+                     *nodeloss.carried(status_of(latest), self.hangs.nodes.conditions.get(key))]
         status = mirror.status_for(latest, want, child, extra, self._queued(want, child))
         current_dir = status_of(latest).get("checkpointDir")  # kept as it is while the spec is invalid
         if ckpt := current_dir if want.problems else checkpoint_dir_of(want.job, current_dir):

@@ -18,7 +18,7 @@ class Condition(_Status):
     """A condition, as in every Kubernetes status."""
 
     type: str
-    """Valid, Queued, Admitted, Running, Succeeded, Failed, SpecChanged, Hung, Straggler or Diverged."""
+    """Valid, Queued, Admitted, Running, Succeeded, Failed, SpecChanged, Hung, Straggler, Diverged or NodeLost."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
     reason: str
@@ -102,7 +102,8 @@ class TrainingJobStatus(_Status):
     specHash: str | None = None
     """Hash of the rendered spec the child was created from (kubetrain.dev/spec-hash)."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Valid, Queued/Admitted (with Kueue), Running, Succeeded/Failed, SpecChanged, Hung, Straggler, Diverged."""
+    """Valid, Queued/Admitted (with Kueue), Running, Succeeded/Failed, SpecChanged, Hung, Straggler, Diverged,
+    NodeLost."""
     replicas: dict[str, ReplicaCounts] = Field(default_factory=dict)
     """Pod counts per replica type (Master, Worker, or the TrainJob's jobs)."""
     startTime: str | None = None

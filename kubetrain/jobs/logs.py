@@ -1,7 +1,8 @@
 """`kubetrain logs`: one merged, prefixed stream from every replica of a job. The library API:
 
-* ``print_logs(conn, namespace, name, target, options, sink, notice, archive=None) -> int``: the logs so
-  far, merged in time order; returns the number of lines written. When the job's pods are gone, its
+* ``print_logs(conn, namespace, name, target, options, sink, notice, archive=None) -> LogsRead``: the logs
+  so far, merged in time order; returns the number of lines written and the replicas that could not be
+  read because their node is down or their kubelet did not answer (`notice` said why). When the job's pods are gone, its
   archive (spec.archive, recorded on the job as the kubetrain.dev/archive annotation) is read instead, and
   `notice` says so; when the job is gone, `archive` (--archive) names it.
 * ``follow_job_logs(conn, namespace, name, target, options, sink, notice) -> FollowResult``: waits
@@ -72,6 +73,12 @@ class LogOptions:
 
 
 @dataclass(frozen=True)
+class LogsRead:
+    lines: int
+    unreachable: tuple[str, ...] = ()  # replicas not read: their node is down or their kubelet did not answer
+
+
+@dataclass(frozen=True)
 class FollowResult:
     state: str  # Succeeded, Failed or Deleted
     message: str  # the job's final condition message ("" if none)
@@ -125,9 +132,9 @@ class _Output:
 
 # ---- the logs so far -------------------------------------------------------------------------------------
 def print_logs(conn: Connection, namespace: str, name: str, target: str | Target | None, options: LogOptions,
-               sink: Sink, notice: Notice, archive: str | None = None) -> int:
-    """Every selected replica's log (or previous log), merged in time order. Returns lines written. With no
-    pods left, the job's archive (`archive`, else its annotation); with no job, `archive` if given."""
+               sink: Sink, notice: Notice, archive: str | None = None) -> LogsRead:
+    """Every selected replica's log (or previous log), merged in time order. With no pods left, the job's
+    archive (`archive`, else its annotation); with no job, `archive` if given."""
     wanted = check_replica_filter(options.replica)
     try:
         found, obj = find_job(conn.rest, namespace, name, target)
@@ -137,28 +144,29 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
                 jobs.check_namespace(conn.rest, namespace)  # a wrong -n reads the same for every command
                 raise ClusterError(f"{exc}; if it had spec.archive, read that: --archive URL") from None
             raise
-        return print_archive(archive, name, options, sink, notice, str(exc))
+        return LogsRead(print_archive(archive, name, options, sink, notice, str(exc)))
     replicas = select(_replicas(conn.rest, found, namespace, name), wanted)
     if not replicas:
         url, state = archive or archive_of(obj), jobs.state(obj)
         if url is not None and (state in jobs.TERMINAL or _archived(url, name)):
             why = f"{found.kind} {name} has no pods left (state: {state})"
-            return print_archive(url, name, options, sink, notice, why)
+            return LogsRead(print_archive(url, name, options, sink, notice, why))
         notice(f"{found.kind} {name} has no pods yet (state: {state}); use -f to wait for them")
-        return 0
+        return LogsRead(0)
     readable = [r for r in replicas if _readable(r, options.previous, notice)]
     down = nodes.down_nodes(conn.rest, readable)
-    readable = [r for r in readable if not _on_down_node(r, down, notice)]
+    unreachable = [r.label for r in readable if _on_down_node(r, down, notice)]
+    readable = [r for r in readable if r.label not in unreachable]
     output = _Output(sink, options)
     watch = nccl.SocketWatch(obj, notice)
     with ThreadPoolExecutor(min(PARALLEL_READS, max(1, len(readable)))) as pool:
-        opened = list(pool.map(lambda r: _open(conn.rest, namespace, r, options, notice), readable))
+        opened = list(pool.map(lambda r: _open(conn.rest, namespace, r, options, notice, unreachable), readable))
         sources = [(r.label, _lines(resp)) for r, resp in zip(readable, opened, strict=True) if resp is not None]
         for line in merge(sources, output.prefixer, options.timestamps):
             sink(line)
             watch(line)
             output.lines += 1
-    return output.lines
+    return LogsRead(output.lines, tuple(r.label for r in replicas if r.label in unreachable))
 
 
 # ---- the archive, once the pods (or the job) are gone ----------------------------------------------------
@@ -225,7 +233,8 @@ def _on_down_node(replica: Replica, down: dict[str, nodes.NodeHealth], notice: N
     return health is not None
 
 
-def _open(api: Rest, namespace: str, replica: Replica, options: LogOptions, notice: Notice) -> Any:
+def _open(api: Rest, namespace: str, replica: Replica, options: LogOptions, notice: Notice,
+          unreachable: list[str]) -> Any:
     previous = options.previous and replica.restarts > 0
     with cluster_errors(f"read the logs of pod {replica.pod} in namespace {namespace}"):
         try:
@@ -234,6 +243,7 @@ def _open(api: Rest, namespace: str, replica: Replica, options: LogOptions, noti
         except TimedOut:
             silent = nodes.silent_kubelet(api, replica, api.kubelet_timeout, "logs")
             notice(f"[{replica.label}] {replica.pod}: {silent}")
+            unreachable.append(replica.label)  # from a pool thread: list.append is atomic
             return None
         except Exception as exc:
             if not is_api_error(exc) or getattr(exc, "status", None) not in (400, 404):

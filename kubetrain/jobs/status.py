@@ -64,13 +64,14 @@ class JobStatus:
                 **({"progress": self.progress} if self.progress else {})}
 
 
-MIRRORED_CONDITIONS = ("Diverged",)  # the TrainingJob's own conditions that its child's status lacks
+MIRRORED_CONDITIONS = ("Diverged", "NodeLost")  # the TrainingJob's own conditions that its child's status lacks
 
 
 def controller_view(api: Rest, namespace: str, obj: dict[str, Any]) -> tuple[dict[str, Any] | None,
                                                                             list[dict[str, Any]]]:
-    """The progress and the Diverged condition that the kubetrain controller keeps on the TrainingJob that
-    owns this job (from rank 0's metrics lines); (None, []) for a job without one, or one we may not read."""
+    """The progress and the Diverged and NodeLost conditions that the kubetrain controller keeps on the
+    TrainingJob that owns this job (from rank 0's metrics lines and its pods' nodes); (None, []) for a job
+    without one, or one we may not read."""
     owner = controlling_trainingjob(obj)
     if owner is None:
         return None, []

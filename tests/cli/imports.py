@@ -1,5 +1,5 @@
-"""Run `kubetrain ARGV` in a fresh interpreter and report which heavy packages it loaded (start-up budgets:
-docs/performance.md). The report goes to stderr after the command's own output."""
+"""Run `kubetrain ARGV` in a fresh interpreter and report which heavy packages (or dotted modules) it loaded
+(start-up budgets: docs/performance.md). The report goes to stderr after the command's own output."""
 
 from __future__ import annotations
 
@@ -18,14 +18,15 @@ except SystemExit as exc:
     code = exc.code or 0
 roots = set(sys.argv[1].split(','))
 print(f'EXIT={code}', file=sys.stderr)
-print('LOADED=' + ','.join(sorted({m.split('.')[0] for m in sys.modules} & roots)), file=sys.stderr)
+print('LOADED=' + ','.join(sorted(({m.split('.')[0] for m in sys.modules} | set(sys.modules)) & roots)),
+      file=sys.stderr)
 """
 
 
 @dataclass(frozen=True)
 class Run:
     exit_code: int | None
-    loaded: list[str]  # which of the asked-about top-level packages were imported
+    loaded: list[str]  # which of the asked-about packages or modules were imported
     stdout: str
     stderr: str
 

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,9 @@ import kubernetes
 import pytest
 
 from kubetrain.controller.statusmodel import TrainingJobStatus
+from kubetrain.jobs.logs import LogOptions, follow_job_logs
 from kubetrain.jobspec import hangenv
+from kubetrain.kube.connection import connect
 from tests.controller.operator_env import cond, create, custom, tj, training_job
 from tests.controller.test_operator import pods
 from tests.harness.helpers import wait_for
@@ -136,13 +139,19 @@ def test_a_stopped_rank_makes_the_job_hung_and_resuming_clears_it(k8s: Any, name
     assert op.proc.poll() is None, op.text()[-3000:]
 
 
-def test_policy_restart_recreates_the_pods_within_the_budget(k8s: Any, namespace: str, start: Any,
-                                                             ranks: list[subprocess.Popen[str]]) -> None:
+def test_policy_restart_recreates_the_pods_within_the_budget(controlplane: Any, k8s: Any, namespace: str,
+                                                             start: Any, ranks: list[subprocess.Popen[str]]) -> None:
+    """...and `logs -f`, following the job meanwhile, says once that the pod was re-created by the hang policy."""
     op = start("--hang-interval", "1")
     create(k8s, hang_job("again", namespace, policy="restart", maxRestarts=1))
     pod = wait_for(lambda: pods(k8s, namespace, "again", 1), "Running pod", 90)[0]
     wait_for(lambda: condition_is(k8s, namespace, "again", "Hung", "False"), "Hung False", 60)
     first = pod_uid(k8s, namespace, pod)
+    notices: list[str] = []
+    connection = connect(kubeconfig=str(controlplane.kubeconfig))
+    follower = threading.Thread(target=follow_job_logs, daemon=True, args=(
+        connection, namespace, "again", None, LogOptions(), lambda _: None, notices.append), kwargs={"timeout": 300})
+    follower.start()
 
     os.kill(ranks[1].pid, signal.SIGSTOP)  # the records stay stopped: kwok's new pod reads the same directory
     said = wait_for(lambda: (e := events(k8s, namespace, "again")) and "HangRestartBudget" in e and e,
@@ -154,6 +163,9 @@ def test_policy_restart_recreates_the_pods_within_the_budget(k8s: Any, namespace
                                          "the process-group timeout ends the job"], said
     recreated = wait_for(lambda: pods(k8s, namespace, "again", 1), "the pod created again", 60)[0]
     assert recreated == pod and pod_uid(k8s, namespace, pod) != first  # the training operator made a new one
+    wait_for(lambda: any("was re-created" in n for n in notices), "logs -f reporting the re-creation", 30)
+    assert [n for n in notices if "was re-created" in n] == [
+        f"[master-0] pod {pod} was re-created: restarted by the hang policy"], notices
     status = custom(k8s).get_namespaced_custom_object("kubetrain.dev", "v1alpha1", namespace, "trainingjobs",
                                                       "again")["status"]
     assert status["hang"]["restarts"] == 1 and status["hang"]["lastRestartStep"] > 0, status

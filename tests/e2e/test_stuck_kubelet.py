@@ -1,11 +1,12 @@
 """A stuck kubelet on the real node: while it is SIGSTOPped (it holds its connections and answers nothing, as a
 hung or partitioned kubelet does), `status`, `logs --tail` and `stacks` of a running digits job each return
-within their deadline (--request-timeout) and name the node whose kubelet did not answer. The node is still
-Ready then (the node controller waits 40 s): only the read's own deadline can save the command."""
+within their deadline (--request-timeout) and name the node whose kubelet did not answer; `logs` then exits 3. The
+node is still Ready then (the node controller waits 40 s): only the read's own deadline can save the command."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -62,7 +63,10 @@ def test_commands_name_the_node_whose_kubelet_is_stuck_within_their_deadline(cli
             assert f"the kubelet of node {real.NODE_NAME} did not answer" in text, (verb, text)
             assert f"no answer within {DEADLINE} s" in text or f"no logs within {DEADLINE} s" in text, (verb, text)
             assert took < DEADLINE + SLACK, (verb, took, text)
-        assert said["status"][1] == 0 and said["logs"][1] == 0, said  # the rest of what they show is still shown
+        assert said["status"][1] == 0, said  # the rest of what it shows is still shown
+        assert said["logs"][1] == 3, said  # a replica's logs could not be read (docs/cluster.md's exit codes)
+        last = said["logs"][2].rstrip().splitlines()[-1]
+        assert re.fullmatch(r"error: no logs of [\w-]+: node down or kubelet not answering", last), said["logs"]
         print({verb: round(took, 1) for verb, (took, _, _) in said.items()})
     finally:
         cli("delete", name, "-n", namespace, check=False)

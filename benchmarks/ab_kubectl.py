@@ -1,0 +1,79 @@
+"""kubetrain's cluster commands against kubectl on one test control plane: CPU time (user + sys of the child,
+from getrusage(RUSAGE_CHILDREN)) and wall time of fresh processes, interleaved round after round so both see the
+same load; medians. Each pair runs with the admin's client-certificate kubeconfig and with an exec-plugin
+kubeconfig (a Python script returning that certificate, client.authentication.k8s.io/v1; both tools run it).
+
+    kubetrain status bench          vs  kubectl describe pytorchjob bench
+    kubetrain list                  vs  kubectl get pytorchjobs
+    kubetrain logs bench --tail 5   vs  kubectl logs -l <the job's pod selector> --tail 5 --prefix
+
+The job is bench_status.py's (PyTorchJob `bench`, 2 Running pods on kwok nodes, serving log lines). The kubectl
+is the testenv's pinned one (the control plane's version), unless --kubectl names another. The target is a ratio
+of at most 1.5 in CPU for every row.
+
+    .venv/bin/python benchmarks/ab_kubectl.py [--runs 10] [--kubectl PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET = 1.5
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--kubectl", default=None, help="default: the testenv's pinned kubectl")
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO))
+    from benchmarks.ab_cli import once
+    from benchmarks.ab_exec import exec_kubeconfig
+    from benchmarks.bench_cli import ensure_bytecode, load_average
+    from benchmarks.bench_status import bench_job
+    from kubetrain.jobs.targets import PYTORCHJOB
+    from tests.testenv.controlplane import ControlPlane
+    from tests.testenv.kindenv import kind_dir
+
+    kubectl = args.kubectl or str(kind_dir() / "bin" / "kubectl")
+    kubetrain = str(Path(sys.executable).parent / "kubetrain")
+    ensure_bytecode(REPO)  # as an installed package has them
+    pairs = {"status": (["status", "bench"], ["describe", "pytorchjob", "bench"]),
+             "list": (["list"], ["get", "pytorchjobs"]),
+             "logs --tail 5": (["logs", "bench", "--tail", "5"],
+                               ["logs", "-l", PYTORCHJOB.pod_selector("bench"), "--tail", "5", "--prefix"])}
+    with ControlPlane() as cp, tempfile.TemporaryDirectory() as tmp:
+        bench_job(cp, Path(tmp))
+        configs = {"cert": cp.kubeconfig, "exec": exec_kubeconfig(cp.kubeconfig, Path(tmp))}
+        before = load_average()
+        samples: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+        for run in range(1 + args.runs):  # the first round warms the page cache, untimed
+            for name, (ours, theirs) in pairs.items():
+                for kind, config in configs.items():
+                    kc = ["--kubeconfig", str(config)]
+                    for tool, argv in (("kubetrain", [kubetrain, *ours, *kc]), ("kubectl", [kubectl, *theirs, *kc])):
+                        sample = once(str(REPO), argv)
+                        if run:
+                            samples.setdefault((name, kind, tool), []).append(sample)
+    print(f"medians of {args.runs}, interleaved; {before} before, {load_average()} after; kubectl: {kubectl}")
+    print("| command | kubeconfig | kubetrain CPU | kubectl CPU | CPU ratio | kubetrain wall | kubectl wall |\n"
+          "|---|---|---|---|---|---|---|")
+    for name in pairs:
+        for kind in configs:
+            ours_cpu, theirs_cpu = (statistics.median(s[1] for s in samples[(name, kind, t)])
+                                    for t in ("kubetrain", "kubectl"))
+            ours_wall, theirs_wall = (statistics.median(s[0] for s in samples[(name, kind, t)])
+                                      for t in ("kubetrain", "kubectl"))
+            ratio = ours_cpu / theirs_cpu
+            mark = "" if ratio <= TARGET else f" (over {TARGET})"
+            print(f"| {name} | {kind} | {ours_cpu:.0f} ms | {theirs_cpu:.0f} ms | {ratio:.2f}×{mark} "
+                  f"| {ours_wall:.0f} ms | {theirs_wall:.0f} ms |")
+
+
+if __name__ == "__main__":
+    main()
