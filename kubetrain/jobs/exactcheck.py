@@ -6,8 +6,10 @@ last-applied-configuration annotation on a create (so a 300 KB ConfigMap is refu
 256 KiB), or as a server-side apply patch (`--server-side`). Then, for an accepted object, what its
 controllers would create is sent the same way (kubetrain.jobs.derived): every pod template as a Pod (pod
 validation and pod admission, e.g. Priority, which no dry run of a Deployment or PyTorchJob runs) and the
-training-operator's Services. The operators' own admission webhooks are not running here; their create-time
-rules come from kubetrain's port (kubetrain.validate.operators), and say so.
+training-operator's Services, and a TrainJob's JobSet, Jobs and pods as the Trainer and JobSet build them
+(from a runtime the files define, else the shipped torch-distributed). The operators' own admission webhooks
+are not running here; their create-time rules come from kubetrain's port (kubetrain.validate.operators), and
+say so.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain.jobs.derived import Derived, derived_objects, operator_rule_findings
+from kubetrain.jobs.trainjobset import runtime_for
 from kubetrain.kube.errors import ApiError, status_body
 from kubetrain.kube.rest import Rest
 from kubetrain.validate.engine import Issue, Report, documents, validate_document
@@ -74,6 +77,7 @@ class ExactChecker:
         self.discovery = Discovery(rest)
         self._namespaces: dict[str, str | None] = {}
         self.accepted: dict[str, Any] | None = None  # the last object the server accepted, as it would store it
+        self.runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, namespace, name): accepted
 
     def check_sources(self, sources: Iterable[tuple[str, str]], store: Any, skip_foreign: bool = False) -> Report:
         report = Report()
@@ -101,6 +105,7 @@ class ExactChecker:
         findings = self.object_findings(obj)
         if self.accepted is not None and not any(f.severity == "error" for f in findings):
             # the operators see the object as stored: nulls pruned, defaults set
+            self.remember_runtime(self.accepted)
             findings += list(operator_rule_findings(self.accepted))
             findings += self.derived_findings(self.accepted)
         return sorted((issue(f) for f in findings), key=lambda i: (i.line or 0, i.path))
@@ -119,15 +124,25 @@ class ExactChecker:
                 return [Finding(("metadata", "namespace"), problem)]
         return self.dry_run(obj, plural, namespace, ())
 
+    def remember_runtime(self, obj: dict[str, Any]) -> None:
+        """A (Cluster)TrainingRuntime the files define: the TrainJobs after it that name it are derived from it."""
+        kind = obj.get("kind")
+        if kind in ("TrainingRuntime", "ClusterTrainingRuntime"):
+            namespace = str(_meta(obj).get("namespace") or "default") if kind == "TrainingRuntime" else ""
+            self.runtimes[(str(kind), namespace, str(_meta(obj).get("name")))] = obj
+
     def derived_findings(self, obj: dict[str, Any]) -> list[Finding]:
         findings: list[Finding] = []
         namespace = str(_meta(obj).get("namespace") or "default")
-        for item in derived_objects(obj):
+        runtime = runtime_for(obj, self.runtimes) if obj.get("kind") == "TrainJob" else None
+        broken = False  # a refused object of a chain: what is made from it is not sent
+        for item in derived_objects(obj, runtime):
             found = self.discovery.resource(item.body["apiVersion"], item.body["kind"])
-            if found is None or (found[1] and self.ensure_namespace(namespace)):
+            if (broken and item.chained) or found is None or (found[1] and self.ensure_namespace(namespace)):
                 continue
-            for finding in self.dry_run(item.body, found[0], namespace if found[1] else None, item.path, item):
-                findings.append(finding)
+            refusals = self.dry_run(item.body, found[0], namespace if found[1] else None, item.path, item)
+            broken = broken or (item.chained and any(f.severity == "error" for f in refusals))
+            findings += refusals
         return findings
 
     def ensure_namespace(self, namespace: str) -> str | None:
