@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,10 +70,14 @@ class Discovery:
 
 
 class ExactChecker:
-    """Dry-runs documents on one server; `server_side` sends them as server-side apply patches."""
+    """Dry-runs documents on one server; `server_side` sends them as server-side apply patches; `install`
+    (apiVersion, kind) installs the CRD of a kind, if we have it and the server does not serve it as given
+    (True when it installed one now)."""
 
-    def __init__(self, rest: Rest, server_side: bool = False, ignore_missing: bool = False) -> None:
+    def __init__(self, rest: Rest, server_side: bool = False, ignore_missing: bool = False,
+                 install: Callable[[str, str], bool] | None = None) -> None:
         self.rest, self.server_side, self.ignore_missing = rest, server_side, ignore_missing
+        self.install, self._seen = install, set[tuple[str, str]]()
         self.discovery = Discovery(rest)
         self._namespaces: dict[str, str | None] = {}
         self.accepted: dict[str, Any] | None = None  # the last object the server accepted, as it would store it
@@ -111,7 +115,7 @@ class ExactChecker:
         return sorted((issue(f) for f in findings), key=lambda i: (i.line or 0, i.path))
 
     def object_findings(self, obj: dict[str, Any]) -> list[Finding]:
-        found = self.discovery.resource(obj["apiVersion"], obj["kind"])
+        found = self.resource(obj["apiVersion"], obj["kind"])
         if found is None:
             return [Finding((), f'no matches for kind "{obj["kind"]}" in version "{obj["apiVersion"]}": the API '
                             "server does not serve it (install its CRD: --schema FILE, or `kubetrain schemas "
@@ -123,6 +127,16 @@ class ExactChecker:
             if problem := self.ensure_namespace(namespace):
                 return [Finding(("metadata", "namespace"), problem)]
         return self.dry_run(obj, plural, namespace, ())
+
+    def resource(self, api_version: str, kind: str) -> tuple[str, bool] | None:
+        """(plural, namespaced) of a kind the server serves. The first time a kind is seen its CRD, when we
+        have one, is installed (or replaced, if it changed): a cold server gets only the CRDs its documents
+        need, each of which takes seconds to be established."""
+        if self.install is not None and (api_version, kind) not in self._seen:
+            self._seen.add((api_version, kind))
+            if self.install(api_version, kind):
+                self.discovery.forget(api_version)
+        return self.discovery.resource(api_version, kind)
 
     def remember_runtime(self, obj: dict[str, Any]) -> None:
         """A (Cluster)TrainingRuntime the files define: the TrainJobs after it that name it are derived from it."""
@@ -137,7 +151,7 @@ class ExactChecker:
         runtime = runtime_for(obj, self.runtimes) if obj.get("kind") == "TrainJob" else None
         broken = False  # a refused object of a chain: what is made from it is not sent
         for item in derived_objects(obj, runtime):
-            found = self.discovery.resource(item.body["apiVersion"], item.body["kind"])
+            found = self.resource(item.body["apiVersion"], item.body["kind"])
             if (broken and item.chained) or found is None or (found[1] and self.ensure_namespace(namespace)):
                 continue
             refusals = self.dry_run(item.body, found[0], namespace if found[1] else None, item.path, item)

@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -232,6 +232,20 @@ def install_crds(rest: Rest, directory: Path, crds: list[dict[str, Any]]) -> lis
     if installed:
         _write_private(record_path, json.dumps(record))
     return installed
+
+
+def crd_installer(rest: Rest, directory: Path, crds: list[dict[str, Any]]) -> Callable[[str, str], bool]:
+    """(apiVersion, kind) -> installs the CRD among `crds` that serves it unless the server has it as given
+    (True when one was installed now)."""
+    by_kind = {(f"{(crd.get('spec') or {}).get('group')}/{version.get('name')}",
+                ((crd.get("spec") or {}).get("names") or {}).get("kind")): crd
+               for crd in crds for version in (crd.get("spec") or {}).get("versions") or [] if version.get("served")}
+
+    def install(api_version: str, kind: str) -> bool:
+        crd = by_kind.get((api_version, kind))
+        return crd is not None and bool(install_crds(rest, directory, [crd]))
+
+    return install
 
 
 def _put_crd(rest: Rest, name: str, crd: dict[str, Any]) -> None:

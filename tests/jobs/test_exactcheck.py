@@ -137,7 +137,7 @@ def test_what_the_trainer_creates_is_dry_run(exact: list[str], tmp_path: Path) -
     code, report, _ = run(exact, str(pods))
     [issue] = [i for i in report["issues"] if i["severity"] == "error"]
     assert code == 1 and issue["path"] == "spec.trainer" and issue["line"] == 6, issue
-    assert "the pods of Job cpu-node-0 would be refused" in issue["message"]
+    assert "JobSet's Job cpu-node-0 would be refused" in issue["message"]  # the Job, before its pods
     assert "must be less than or equal to cpu limit" in issue["message"]
 
     job = tmp_path / "job.yaml"  # a runtime of the file's own, whose Jobs the API server refuses
