@@ -68,8 +68,8 @@ def runtime_for(trainjob: dict[str, Any], defined: dict[tuple[str, str, str], di
 def derivable(runtime: dict[str, Any] | None) -> bool:
     """A runtime the derivation mirrors: a JobSet template under the torch ML policy."""
     spec = get(runtime, "spec")
-    return isinstance(get(spec, "template", "spec", "replicatedJobs"), list) and (
-        get(spec, "mlPolicy", "torch") is not None or get(spec, "mlPolicy") is None)
+    return isinstance(get(spec, "template", "spec", "replicatedJobs"), list) and \
+        isinstance(get(spec, "mlPolicy", "torch"), dict)
 
 
 def trainjob_jobset(trainjob: dict[str, Any], runtime: dict[str, Any]) -> dict[str, Any]:
@@ -166,9 +166,9 @@ def _shape_node(container: dict[str, Any], trainer: dict[str, Any], count: Any, 
     """The trainer's `node` container: resourcesPerNode merged in, the Torch plugin's env and port, then the
     builder's image, command, args."""
     resources = trainer.get("resourcesPerNode")
-    if isinstance(resources, dict):
+    if isinstance(resources, dict):  # only limits and requests reach the JobSet: the runtime's claims are lost
         merged = strategic_merge(_mapping(container.get("resources")), resources)
-        container["resources"] = {k: v for k, v in merged.items() if k in ("limits", "requests", "claims")}
+        container["resources"] = {k: v for k, v in merged.items() if k in ("limits", "requests")}
     per_node = resources if isinstance(resources, dict) else _mapping(container.get("resources"))
     env = container.setdefault("env", [])
     for var in _list(trainer.get("env")):
@@ -176,8 +176,14 @@ def _shape_node(container: dict[str, Any], trainer: dict[str, Any], count: Any, 
     for var in _torch_env(_proc_per_node(trainer, per_node), count, trainjob_name):
         upsert(env, var, "name")
     ports = container.setdefault("ports", [])
-    if not any(_mapping(p).get("containerPort") == TRAINER_PORT for p in ports):
+    # apply.UpsertPort matches by port or by name, and a missing name equals a missing name: the first unnamed
+    # port is replaced
+    at = next((i for i, port in enumerate(ports) if _mapping(port).get("containerPort") == TRAINER_PORT
+               or _mapping(port).get("name") is None), None)
+    if at is None:
         ports.append({"containerPort": TRAINER_PORT})
+    else:
+        ports[at] = {"containerPort": TRAINER_PORT}
     for field in ("image", "command", "args"):
         if trainer.get(field) is not None:
             container[field] = trainer[field]

@@ -75,8 +75,9 @@ def _trainjobs(namespace: str) -> list[dict[str, Any]]:
     volume_patch = _patch("kubetrain.test/volumes", {"labels": {"kueue.x-k8s.io/queue-name": "q"},
                                                      "annotations": {"golden/patch": "1"}},
                           {"name": "node", "template": {"spec": {"template": {"spec": {
-                              "containers": [{"name": "node", "volumeMounts": [{"name": "data",
-                                                                                "mountPath": "/data"}]}],
+                              # an unnamed port: the Trainer's upsert of port 29500 replaces it
+                              "containers": [{"name": "node", "ports": [{"containerPort": 8080}],
+                                              "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
                               "volumes": [{"name": "data", "emptyDir": {"medium": "Memory"}}]}}}}})
     return [
         job("gpus", {"runtimeRef": {"name": SHIPPED}, "trainer": {
