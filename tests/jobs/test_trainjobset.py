@@ -46,6 +46,8 @@ RUNTIME = {
                               "spec": {"template": {"spec": {
                                   "containers": [{"name": "node", "image": "busybox:1.36",
                                                   "env": [{"name": "FROM_RUNTIME", "value": "1"}],
+                                                  # unnamed: the Trainer's upsert of port 29500 replaces it
+                                                  "ports": [{"containerPort": 8080}],
                                                   "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
                                                   "volumeMounts": [{"name": "initializer",
                                                                     "mountPath": "/workspace"}]}],
@@ -75,9 +77,8 @@ def _trainjobs(namespace: str) -> list[dict[str, Any]]:
     volume_patch = _patch("kubetrain.test/volumes", {"labels": {"kueue.x-k8s.io/queue-name": "q"},
                                                      "annotations": {"golden/patch": "1"}},
                           {"name": "node", "template": {"spec": {"template": {"spec": {
-                              # an unnamed port: the Trainer's upsert of port 29500 replaces it
-                              "containers": [{"name": "node", "ports": [{"containerPort": 8080}],
-                                              "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                              "containers": [{"name": "node", "volumeMounts": [{"name": "data",
+                                                                                "mountPath": "/data"}]}],
                               "volumes": [{"name": "data", "emptyDir": {"medium": "Memory"}}]}}}}})
     return [
         job("gpus", {"runtimeRef": {"name": SHIPPED}, "trainer": {
