@@ -7,9 +7,10 @@ Mirrors the Trainer's torch path (pkg/runtime/core/trainingruntime.go `newRuntim
 - the runtime's template, with each runtime patch merged in as a strategic merge patch (lists of named
   things merged by their key), the replicated jobs kept in the runtime's order;
 - the patches' template labels and annotations on the JobSet;
-- the trainer job (label `trainer.kubeflow.org/trainjob-ancestor-step: trainer`): `resourcesPerNode` merged
-  into the `node` container's resources, its pod count `numNodes` (the TrainJob's, else the runtime's
-  mlPolicy's), `image`, `command`, `args`, `env`, and the torch plugin's PET_* variables and port 29500;
+- the trainer job (label `trainer.kubeflow.org/trainjob-ancestor-step: trainer`): its pod count `numNodes`
+  (the TrainJob's, else the runtime's mlPolicy's); with `spec.trainer` set, `resourcesPerNode` merged into the
+  `node` container's resources, `image`, `command`, `args`, `env`, the torch plugin's PET_* variables and
+  port 29500;
 - every replicated job's `parallelism` and `completions` set to its pod count, `replicas` 1 for the trainer
   and initializer jobs; the initializers' STORAGE_URI, env and secretRef;
 - `suspend` and the owner reference to the TrainJob.
@@ -80,7 +81,8 @@ def trainjob_jobset(trainjob: dict[str, Any], runtime: dict[str, Any]) -> dict[s
     patches = [p for p in _list(get(trainjob, "spec", "runtimePatches")) if isinstance(p, dict)]
     labels, annotations = _propagated(template, patches)
     spec = merged_template_spec(_mapping(template.get("spec")), patches)
-    trainer = _mapping(get(trainjob, "spec", "trainer"))
+    trainer = get(trainjob, "spec", "trainer")
+    trainer = trainer if isinstance(trainer, dict) else None
     name = str(get(trainjob, "metadata", "name"))
     for job in _list(spec.get("replicatedJobs")):
         _shape_job(job, trainer, _mapping(rspec.get("mlPolicy")), name)
@@ -146,17 +148,17 @@ def _propagated(template: dict[str, Any], patches: list[dict[str, Any]]) -> tupl
     return labels, annotations
 
 
-def _shape_job(job: Any, trainer: dict[str, Any], ml_policy: dict[str, Any], trainjob_name: str) -> None:
+def _shape_job(job: Any, trainer: dict[str, Any] | None, ml_policy: dict[str, Any], trainjob_name: str) -> None:
     if not isinstance(job, dict):
         return
     job_spec = _mapping(get(job, "template", "spec"))
     count = job_spec.get("parallelism", 1)
     if get(job, "template", "metadata", "labels", ANCESTOR) == "trainer":
         count = ml_policy.get("numNodes", 1) if ml_policy else count
-        count = trainer.get("numNodes", count)
+        count = (trainer or {}).get("numNodes", count)
         job["replicas"] = 1
         for container in _containers(job, "containers"):
-            if container.get("name") == "node":
+            if container.get("name") == "node" and trainer is not None:  # no trainer: the runtime's as it is
                 _shape_node(container, trainer, count, trainjob_name)
     if isinstance(job_spec, dict) and "template" in job_spec:
         job_spec["parallelism"] = job_spec["completions"] = count
