@@ -192,3 +192,17 @@ def test_jobset_jobs_are_named_and_labelled_as_jobset_makes_them():
     assert [j["metadata"]["name"] for j in jobs.values()] == ["t-dataset-initializer-0", "t-node-0"]
     assert jobs[1]["spec"]["parallelism"] == jobs[1]["spec"]["completions"] == 4
     assert jobs[1]["spec"]["template"]["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "node"
+
+
+def test_the_runtime_is_the_files_own_else_the_shipped_torch_distributed():
+    def trainjob(ref: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": {"name": "t", "namespace": "team"}, "spec": {"runtimeRef": ref}}
+
+    own = {**RUNTIME, "metadata": {"name": "mine", "namespace": "team"}}
+    defined = {("TrainingRuntime", "team", "mine"): own}
+    assert runtime_for(trainjob({"name": "mine", "kind": "TrainingRuntime"}), defined) is own
+    assert runtime_for(trainjob({"name": "torch-distributed"}), defined) is TORCH_DISTRIBUTED
+    assert runtime_for(trainjob({"name": "deepspeed-distributed"}), defined) is None  # MPI: not derived
+    assert runtime_for(trainjob({"name": "mine"}), defined) is None  # a ClusterTrainingRuntime of that name
+    bare = trainjob_jobset({"metadata": {"name": "t", "uid": "u"}, "spec": {}}, TORCH_DISTRIBUTED)
+    assert "env" not in _node(bare)  # no spec.trainer: the Torch plugin finds no trainer container
