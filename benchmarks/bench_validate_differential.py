@@ -1,6 +1,7 @@
 """The differential test at full size (tests/validate/differential.py): every schema- and YAML-driven case of
-Pod, Deployment, ConfigMap, Service and PyTorchJob, judged by the test control plane (kube-apiserver 1.36 with
-the training-operator's webhook), by `validate --exact` and offline.
+Pod, Deployment, ConfigMap, Service, PyTorchJob and TrainJob, judged by the test control plane (kube-apiserver
+1.36 with the training-operator's webhook; Trainer + JobSet running for TrainJobs), by `validate --exact` and
+offline.
 
     .venv/bin/python benchmarks/bench_validate_differential.py [--kinds Pod,...] [--show 5]
 
@@ -38,9 +39,10 @@ def main() -> None:
     from tests.harness.helpers import rest_for
     from tests.testenv import binaries, reference
     from tests.testenv.controlplane import ControlPlane
+    from tests.testenv.trainer import TrainerStack
     from tests.validate.differential import all_cases, crd_schemas, judge
 
-    crds = [crd for location in (reference.pytorchjob_crd(), reference.trainer_dir())
+    crds = [crd for location in (reference.pytorchjob_crd(), reference.trainer_dir(), reference.jobset_crd())
             for crd, _ in load_crd_source(str(location))]
     store = SchemaStore()
     for crd in crds:
@@ -55,12 +57,13 @@ def main() -> None:
         client = cp.api_client()
         kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": "differential"}})
         server = LocalApiServer("1.36", bins)
+        stack = TrainerStack(cp).start() if "TrainJob" in args.kinds.split(",") else None
         try:
             with server.using() as local:
                 install_crds(local, server.dir, crds)
                 for kind in args.kinds.split(","):
                     results = judge(all_cases(kind, crd_schemas(crds)), rest_for(client), "differential", local,
-                                    store)
+                                    store, client)
                     for v in results:
                         for row in (table[(kind, v.case.family)], fields[(kind, v.case.field)]):
                             row[0] += 1
@@ -70,6 +73,8 @@ def main() -> None:
                     examples += [v.describe() for v in results if v.exact_disagrees or v.false_red][:args.show]
                     print(f"{kind}: {len(results)} cases", file=sys.stderr)
         finally:
+            if stack is not None:
+                stack.stop()
             stop_all()
     print(f"{sum(r[0] for r in table.values())} cases, {time.monotonic() - began:.0f} s\n")
     print_tables(table, fields, args.kinds.split(","), examples)

@@ -1,6 +1,7 @@
 """`kubetrain validate --exact`: cold start of the local kube-apiserver and the time per file once it is warm.
 
     .venv/bin/python benchmarks/bench_validate_exact.py [--files 20] [--rounds 3] [--server-binaries DIR]
+    .venv/bin/python benchmarks/bench_validate_exact.py --lean-ab [--rounds 5]
 
 Each round stops the local server, then times (wall clock, one `kubetrain validate --exact` process each):
 the cold run (etcd + kube-apiserver start, pinned CRDs installed, one file checked), then --files warm runs of
@@ -8,6 +9,10 @@ one file each (a PyTorchJob with its pods and Services dry-run), and one warm ru
 (the per-file cost without the process start). Targets (docs/performance.md): cold <= 10 s, each further file
 <= 100 ms on a warm server. Needs etcd and kube-apiserver (`make testenv`, or --server-binaries) and the
 pinned CRDs (`make testenv` copies them; or `kubetrain schemas fetch`).
+
+--lean-ab times only the local server's start (exec of etcd and kube-apiserver to /readyz, in this process),
+with and without kube-apiserver's lean flags (kubetrain.jobs.localapi.LEAN_FLAGS), interleaved, the order
+alternating per round.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--server-binaries", default=None)
+    parser.add_argument("--lean-ab", action="store_true")
     args = parser.parse_args()
 
     from tests.testenv import binaries, reference
@@ -48,6 +54,10 @@ def main() -> None:
     root = reference.verify(reference.reference_dir())
     work = Path(tempfile.mkdtemp(prefix="bench-exact-"))
     env = {**os.environ, "KUBETRAIN_CACHE_DIR": str(work / "cache")}
+    if args.lean_ab:
+        os.environ["KUBETRAIN_CACHE_DIR"] = env["KUBETRAIN_CACHE_DIR"]
+        lean_ab(bins, args.rounds)
+        return
     job = (REPO / "tests" / "validate" / "manifests" / "simple.yaml").read_text()
     files = []
     for index in range(args.files):
@@ -55,7 +65,7 @@ def main() -> None:
         path.write_text(job.replace("name: pytorch-simple", f"name: pytorch-simple-{index}"))
         files.append(str(path))
     flags = ["validate", "--exact", "--server-binaries", bins, "--schema", str(reference.pytorchjob_crd(root)),
-             "--schema", str(reference.trainer_dir(root))]
+             "--schema", str(reference.trainer_dir(root)), "--schema", str(reference.jobset_crd(root))]
     colds, warms, batch = [], [], []
     try:
         for _ in range(args.rounds):
@@ -71,6 +81,24 @@ def main() -> None:
           f"p90 {sorted(warms)[int(len(warms) * 0.9)] * 1000:.0f} ms")
     print(f"warm, each further file in one process: median {statistics.median(batch) * 1000:.0f} ms; "
           "target <= 100 ms")
+
+
+def lean_ab(bins: str, rounds: int) -> None:
+    from kubetrain.jobs.localapi import LocalApiServer, stop_all
+
+    starts: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for round_ in range(rounds):
+            for lean in (True, False) if round_ % 2 == 0 else (False, True):
+                stop_all()
+                began = time.perf_counter()
+                with LocalApiServer("1.36", bins, lean=lean).using():
+                    starts[lean].append(time.perf_counter() - began)
+    finally:
+        stop_all()
+    for lean, times in starts.items():
+        print(f"{'lean' if lean else 'full'} start: median {statistics.median(times):.2f} s "
+              f"(runs: {', '.join(f'{t:.2f}' for t in times)})")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 REFERENCE = reference.reference_dir()
 PYTORCHJOB_CRD = reference.pytorchjob_crd(REFERENCE)
 TRAINER_DIR = reference.trainer_dir(REFERENCE)
+JOBSET_CRD = reference.jobset_crd(REFERENCE)
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +65,8 @@ def local_apiserver(tmp_path_factory: pytest.TempPathFactory, reference_dir: Pat
         unavailable(str(exc))
         raise
     env = {"KUBETRAIN_CACHE_DIR": str(tmp_path_factory.mktemp("exact-cache"))}
-    flags = ["--exact", "--server-binaries", str(found), "--schema", str(PYTORCHJOB_CRD), "--schema", str(TRAINER_DIR)]
+    flags = ["--exact", "--server-binaries", str(found), "--schema", str(PYTORCHJOB_CRD), "--schema", str(TRAINER_DIR),
+             "--schema", str(JOBSET_CRD)]
     try:
         yield LocalApiServer(flags, env, found)
     finally:

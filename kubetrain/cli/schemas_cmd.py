@@ -22,7 +22,8 @@ def schemas() -> None:
 
 @schemas.command()
 @click.option("--base-url", default=None, metavar="URL",
-              help="Mirror of the upstream repository's raw files (default: GitHub; or $KUBETRAIN_SCHEMA_BASE_URL).")
+              help="A mirror holding each pinned file as <tag>/<path in its repository> (default: GitHub; or "
+                   "$KUBETRAIN_SCHEMA_BASE_URL).")
 @handle_errors
 def fetch(base_url: str | None) -> None:
     """Download the pinned upstream CRDs into the cache and check their sha256.
@@ -30,7 +31,7 @@ def fetch(base_url: str | None) -> None:
     \b
     Examples:
       kubetrain schemas fetch
-      kubetrain schemas fetch --base-url https://mirror.example.com/kubeflow/trainer
+      kubetrain schemas fetch --base-url https://mirror.example.com/crds
     """
     for path in fetch_pinned(base_url):
         click.echo(str(path))

@@ -126,15 +126,15 @@ def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: t
                   ignore_missing: bool) -> tuple[Report, str]:
     """Every document dry-run on the local kube-apiserver (kubetrain/jobs/exactcheck.py)."""
     from kubetrain.jobs.exactcheck import ExactChecker
-    from kubetrain.jobs.localapi import LocalApiServer, install_crds
+    from kubetrain.jobs.localapi import LocalApiServer, crd_installer
 
     crds = [crd for location in schemas for crd, _ in load_crd_source(location)]
     crds += [crd for crd, _ in cached_crds()]
     began = time.monotonic()
     server = LocalApiServer(version, binaries)
     with server.using() as rest:
-        install_crds(rest, server.dir, [c for c in crds if c.get("kind") == "CustomResourceDefinition"])
-        report = ExactChecker(rest, server_side, ignore_missing).check_sources(sources, store, skip_foreign)
+        install = crd_installer(rest, server.dir, [c for c in crds if c.get("kind") == "CustomResourceDefinition"])
+        report = ExactChecker(rest, server_side, ignore_missing, install).check_sources(sources, store, skip_foreign)
     assert server.state is not None
     how = f"started in {time.monotonic() - began:.1f} s" if server.started else "warm"
     return report, f"the API server's verdict (local kube-apiserver {server.state.version}, {how})"

@@ -6,7 +6,9 @@
   `CreateNewService`, `GetPortsFromJob`) makes one headless Service per replica, named
   `<job>-<replica type>-<index>`, with one port per port *name* of the `pytorch` container, after its
   defaulting (`SetDefaults_PyTorchJob`) added `pytorchjob-port: 23456` when no port has that name — so a
-  second port on 23456, or two unnamed ports, make a Service the API server refuses, and the job never runs.
+  second port on 23456, or two unnamed ports, make a Service the API server refuses, and the job never runs;
+- a TrainJob's JobSet as Trainer v2.3.0 builds it from the TrainJob and its runtime (kubetrain.jobs.trainjobset),
+  then the first Job JobSet makes of each replicated job, and that Job's pods.
 
 The operators' webhooks do not run on the local server: their create-time rules are kubetrain's port
 (kubetrain.validate.operators), JobSet v0.12.0's rule on generated names included.
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.jobs.podcheck import as_pod
+from kubetrain.jobs.trainjobset import jobset_jobs, trainjob_jobset
 from kubetrain.validate import operators
 from kubetrain.validate.findings import Finding, get
 from kubetrain.validate.k8s.templates import pod_templates
@@ -34,9 +37,11 @@ class Derived:
     body: dict[str, Any]
     stage: str  # what fails if the server refuses it
     mirrors: bool = True  # a pod of a template: its spec and metadata are the template's, field for field
+    chained: bool = False  # made from the chained object before it: not sent once one of them is refused
 
 
-def derived_objects(obj: dict[str, Any]) -> Iterator[Derived]:
+def derived_objects(obj: dict[str, Any], runtime: dict[str, Any] | None = None) -> Iterator[Derived]:
+    """What the controllers create from `obj`; a TrainJob's JobSet needs its `runtime`."""
     kind = obj.get("kind")
     if kind == "Pod":
         return
@@ -52,6 +57,26 @@ def derived_objects(obj: dict[str, Any]) -> Iterator[Derived]:
         yield Derived(template.path, pod, f"the API server accepts the {kind}, but {stage}")
     if kind == "PyTorchJob":
         yield from pytorchjob_services(obj)
+    if kind == "TrainJob" and runtime is not None:
+        yield from trainer_objects(obj, runtime)
+
+
+def trainer_objects(trainjob: dict[str, Any], runtime: dict[str, Any]) -> Iterator[Derived]:
+    """The Trainer's JobSet, then JobSet's first Job of each replicated job and its pods; a refusal is put
+    at the TrainJob's trainer section (else its spec)."""
+    path: PathKey = ("spec", "trainer") if isinstance(get(trainjob, "spec", "trainer"), dict) else ("spec",)
+    jobset = trainjob_jobset(trainjob, runtime)
+    jobset["metadata"].pop("namespace", None)
+    jobset["metadata"]["ownerReferences"][0]["uid"] = "00000000-0000-0000-0000-000000000000"
+    yield Derived(path, jobset, "the API server accepts the TrainJob, but the Trainer's JobSet would be refused",
+                  mirrors=False, chained=True)
+    for _, job in jobset_jobs(jobset):
+        name = job["metadata"]["name"]
+        yield Derived(path, job, f"the API server accepts the TrainJob, but JobSet's Job {name} would be refused",
+                      mirrors=False, chained=True)
+        pod = as_pod(job, job["spec"].get("template"))
+        yield Derived(path, pod, f"the API server accepts the TrainJob, but the pods of Job {name} would be refused",
+                      mirrors=False, chained=True)
 
 
 def replica_restart_policy(policy: Any) -> Any:

@@ -6,19 +6,22 @@ last-applied-configuration annotation on a create (so a 300 KB ConfigMap is refu
 256 KiB), or as a server-side apply patch (`--server-side`). Then, for an accepted object, what its
 controllers would create is sent the same way (kubetrain.jobs.derived): every pod template as a Pod (pod
 validation and pod admission, e.g. Priority, which no dry run of a Deployment or PyTorchJob runs) and the
-training-operator's Services. The operators' own admission webhooks are not running here; their create-time
-rules come from kubetrain's port (kubetrain.validate.operators), and say so.
+training-operator's Services, and a TrainJob's JobSet, Jobs and pods as the Trainer and JobSet build them
+(from a runtime the files define, else the shipped torch-distributed). The operators' own admission webhooks
+are not running here; their create-time rules come from kubetrain's port (kubetrain.validate.operators), and
+say so.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubetrain.jobs.derived import Derived, derived_objects, operator_rule_findings
+from kubetrain.jobs.trainjobset import runtime_for
 from kubetrain.kube.errors import ApiError, status_body
 from kubetrain.kube.rest import Rest
 from kubetrain.validate.engine import Issue, Report, documents, validate_document
@@ -67,13 +70,18 @@ class Discovery:
 
 
 class ExactChecker:
-    """Dry-runs documents on one server; `server_side` sends them as server-side apply patches."""
+    """Dry-runs documents on one server; `server_side` sends them as server-side apply patches; `install`
+    (apiVersion, kind) installs the CRD of a kind, if we have it and the server does not serve it as given
+    (True when it installed one now)."""
 
-    def __init__(self, rest: Rest, server_side: bool = False, ignore_missing: bool = False) -> None:
+    def __init__(self, rest: Rest, server_side: bool = False, ignore_missing: bool = False,
+                 install: Callable[[str, str], bool] | None = None) -> None:
         self.rest, self.server_side, self.ignore_missing = rest, server_side, ignore_missing
+        self.install, self._seen = install, set[tuple[str, str]]()
         self.discovery = Discovery(rest)
         self._namespaces: dict[str, str | None] = {}
         self.accepted: dict[str, Any] | None = None  # the last object the server accepted, as it would store it
+        self.runtimes: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, namespace, name): accepted
 
     def check_sources(self, sources: Iterable[tuple[str, str]], store: Any, skip_foreign: bool = False) -> Report:
         report = Report()
@@ -101,12 +109,13 @@ class ExactChecker:
         findings = self.object_findings(obj)
         if self.accepted is not None and not any(f.severity == "error" for f in findings):
             # the operators see the object as stored: nulls pruned, defaults set
+            self.remember_runtime(self.accepted)
             findings += list(operator_rule_findings(self.accepted))
             findings += self.derived_findings(self.accepted)
         return sorted((issue(f) for f in findings), key=lambda i: (i.line or 0, i.path))
 
     def object_findings(self, obj: dict[str, Any]) -> list[Finding]:
-        found = self.discovery.resource(obj["apiVersion"], obj["kind"])
+        found = self.resource(obj["apiVersion"], obj["kind"])
         if found is None:
             return [Finding((), f'no matches for kind "{obj["kind"]}" in version "{obj["apiVersion"]}": the API '
                             "server does not serve it (install its CRD: --schema FILE, or `kubetrain schemas "
@@ -119,15 +128,35 @@ class ExactChecker:
                 return [Finding(("metadata", "namespace"), problem)]
         return self.dry_run(obj, plural, namespace, ())
 
+    def resource(self, api_version: str, kind: str) -> tuple[str, bool] | None:
+        """(plural, namespaced) of a kind the server serves. The first time a kind is seen its CRD, when we
+        have one, is installed (or replaced, if it changed): a cold server gets only the CRDs its documents
+        need, each of which takes seconds to be established."""
+        if self.install is not None and (api_version, kind) not in self._seen:
+            self._seen.add((api_version, kind))
+            if self.install(api_version, kind):
+                self.discovery.forget(api_version)
+        return self.discovery.resource(api_version, kind)
+
+    def remember_runtime(self, obj: dict[str, Any]) -> None:
+        """A (Cluster)TrainingRuntime the files define: the TrainJobs after it that name it are derived from it."""
+        kind = obj.get("kind")
+        if kind in ("TrainingRuntime", "ClusterTrainingRuntime"):
+            namespace = str(_meta(obj).get("namespace") or "default") if kind == "TrainingRuntime" else ""
+            self.runtimes[(str(kind), namespace, str(_meta(obj).get("name")))] = obj
+
     def derived_findings(self, obj: dict[str, Any]) -> list[Finding]:
         findings: list[Finding] = []
         namespace = str(_meta(obj).get("namespace") or "default")
-        for item in derived_objects(obj):
-            found = self.discovery.resource(item.body["apiVersion"], item.body["kind"])
-            if found is None or (found[1] and self.ensure_namespace(namespace)):
+        runtime = runtime_for(obj, self.runtimes) if obj.get("kind") == "TrainJob" else None
+        broken = False  # a refused object of a chain: what is made from it is not sent
+        for item in derived_objects(obj, runtime):
+            found = self.resource(item.body["apiVersion"], item.body["kind"])
+            if (broken and item.chained) or found is None or (found[1] and self.ensure_namespace(namespace)):
                 continue
-            for finding in self.dry_run(item.body, found[0], namespace if found[1] else None, item.path, item):
-                findings.append(finding)
+            refusals = self.dry_run(item.body, found[0], namespace if found[1] else None, item.path, item)
+            broken = broken or (item.chained and any(f.severity == "error" for f in refusals))
+            findings += refusals
         return findings
 
     def ensure_namespace(self, namespace: str) -> str | None:

@@ -24,7 +24,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,11 @@ IDLE_ENV = "KUBETRAIN_APISERVER_IDLE"
 DEFAULT_IDLE = 600.0
 START_DEADLINE = 90.0  # seconds; the 2-core CI machine under load needs ~10 s, a laptop 3-5 s
 ENVTEST_DATA = Path("kubebuilder-envtest") / "k8s"
+# Start-up work a dry-run-only server does not need, none of which changes a verdict: API priority and fairness
+# (its config producer and controllers; a single client), the `kubernetes` Service's endpoint reconciler (no
+# Service IPs are used), the watch cache (nothing watches), etcd count polling and compaction.
+LEAN_FLAGS = ("--enable-priority-and-fairness=false", "--endpoint-reconciler-type=none", "--watch-cache=false",
+              "--etcd-count-metric-poll-period=0", "--etcd-compaction-interval=0")
 GET_BINARIES = ("pass --server-binaries DIR (a directory holding etcd and kube-apiserver), set KUBEBUILDER_ASSETS, "
                 "or install them with `setup-envtest use {version}` (see docs/validate.md, \"Exact mode\")")
 
@@ -129,8 +134,8 @@ class LocalApiServer:
     """The warm server of one version: `with LocalApiServer(...).using() as rest:` gives a client to it,
     starting it first when it is not running."""
 
-    def __init__(self, version: str, binaries: str | None = None) -> None:
-        self.version = version
+    def __init__(self, version: str, binaries: str | None = None, lean: bool = True) -> None:
+        self.version, self.lean = version, lean
         self.explicit = binaries
         self.dir = state_dir(version)
         self.state: ServerState | None = None
@@ -171,8 +176,9 @@ class LocalApiServer:
         _write_private(self.dir / "token.csv", f'{token},kubetrain,kubetrain,"system:masters"\n')
         _service_account_key(self.dir)
         etcd_port, peer_port, port = _free_ports(3)
+        apiserver = _apiserver_argv(binaries, self.dir, etcd_port, port, self.lean)
         pids = {"etcd": self._spawn("etcd", _etcd_argv(binaries, self.dir, etcd_port, peer_port)),
-                "kube-apiserver": self._spawn("kube-apiserver", _apiserver_argv(binaries, self.dir, etcd_port, port))}
+                "kube-apiserver": self._spawn("kube-apiserver", apiserver)}
         state = ServerState(port, token, pids, _binary_version(binaries), str(binaries))
         self._wait_ready(state)
         pids["reaper"] = _spawn_reaper(self.dir)
@@ -226,6 +232,20 @@ def install_crds(rest: Rest, directory: Path, crds: list[dict[str, Any]]) -> lis
     if installed:
         _write_private(record_path, json.dumps(record))
     return installed
+
+
+def crd_installer(rest: Rest, directory: Path, crds: list[dict[str, Any]]) -> Callable[[str, str], bool]:
+    """(apiVersion, kind) -> installs the CRD among `crds` that serves it unless the server has it as given
+    (True when one was installed now)."""
+    by_kind = {(f"{(crd.get('spec') or {}).get('group')}/{version.get('name')}",
+                ((crd.get("spec") or {}).get("names") or {}).get("kind")): crd
+               for crd in crds for version in (crd.get("spec") or {}).get("versions") or [] if version.get("served")}
+
+    def install(api_version: str, kind: str) -> bool:
+        crd = by_kind.get((api_version, kind))
+        return crd is not None and bool(install_crds(rest, directory, [crd]))
+
+    return install
 
 
 def _put_crd(rest: Rest, name: str, crd: dict[str, Any]) -> None:
@@ -286,8 +306,8 @@ def _etcd_argv(binaries: Path, directory: Path, port: int, peer: int) -> list[st
             "--unsafe-no-fsync=true", "--log-level=error"]
 
 
-def _apiserver_argv(binaries: Path, directory: Path, etcd_port: int, port: int) -> list[str]:
-    return [str(binaries / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+def _apiserver_argv(binaries: Path, directory: Path, etcd_port: int, port: int, lean: bool = True) -> list[str]:
+    return [str(binaries / "kube-apiserver"), *(LEAN_FLAGS if lean else ()), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
             f"--cert-dir={directory / 'certs'}", f"--token-auth-file={directory / 'token.csv'}",
             "--authorization-mode=RBAC", "--allow-privileged=true", "--service-cluster-ip-range=10.0.0.0/24",

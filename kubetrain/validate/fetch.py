@@ -10,7 +10,7 @@ from pathlib import Path
 from kubetrain.errors import SchemaError
 from kubetrain.validate.schemas import download, schema_cache_dir
 
-BASE_URL = "https://raw.githubusercontent.com/kubeflow/trainer"
+GITHUB_RAW = "https://raw.githubusercontent.com"
 OFFLINE_HINT = "; pass --schema FILE instead if you are offline"
 
 
@@ -20,13 +20,16 @@ class PinnedSchema:
     ref: str  # upstream git tag
     path: str  # path in the repository
     sha256: str
+    repository: str = "kubeflow/trainer"  # on GitHub
 
     @property
     def filename(self) -> str:
         return f"{self.name}.yaml"
 
-    def url(self, base_url: str) -> str:
-        return f"{base_url.rstrip('/')}/{self.ref}/{self.path}"
+    def url(self, base_url: str | None = None) -> str:
+        """Under `base_url` (a mirror laid out as <ref>/<path>), else the file on GitHub."""
+        base = base_url or f"{GITHUB_RAW}/{self.repository}"
+        return f"{base.rstrip('/')}/{self.ref}/{self.path}"
 
 
 PINNED = (
@@ -42,12 +45,15 @@ PINNED = (
     PinnedSchema("trainingruntimes.trainer.kubeflow.org", "v2.3.0",
                  "manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml",
                  "69b8dbdf60a18e28cddcc2b8dfc4ce72a943e14b531b9389d593118faee4919f"),
+    # What the Trainer creates from a TrainJob, which `validate --exact` dry-runs.
+    PinnedSchema("jobsets.jobset.x-k8s.io", "v0.12.0", "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml",
+                 "d022b87624512cf0b6741b31b24a2bea9945b5a838b50713af29332c878bb6fe", "kubernetes-sigs/jobset"),
 )
 
 
 def fetch_pinned(base_url: str | None = None, timeout: float = 30.0) -> list[Path]:
     """Download every pinned CRD (skipping ones already cached and intact); returns the cached paths."""
-    base = base_url or os.environ.get("KUBETRAIN_SCHEMA_BASE_URL") or BASE_URL
+    base = base_url or os.environ.get("KUBETRAIN_SCHEMA_BASE_URL")
     directory = schema_cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -62,7 +68,7 @@ def fetch_pinned(base_url: str | None = None, timeout: float = 30.0) -> list[Pat
 def _store(target: Path, payload: bytes, pinned: PinnedSchema) -> None:
     digest = _sha256(payload)
     if digest != pinned.sha256:
-        raise SchemaError(f"{pinned.url('')}: sha256 {digest} does not match the pinned {pinned.sha256}; "
+        raise SchemaError(f"{pinned.ref}/{pinned.path}: sha256 {digest} does not match the pinned {pinned.sha256}; "
                           "refusing to cache it")
     tmp = target.with_name(f".{target.name}.tmp")
     with open(tmp, "wb") as handle:

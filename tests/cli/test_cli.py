@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from kubetrain.cli.main import COMMANDS, cli
 from kubetrain.validate.fetch import PINNED
 from tests.cli.imports import run_fresh
+from tests.testenv import reference
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "tests" / "render" / "specs"
@@ -199,15 +200,11 @@ def test_init_writes_a_valid_starter(tmp_path: Path, reference_dir: Path) -> Non
 def upstream_mirror(tmp_path: Path, reference_dir: Path) -> Iterator[tuple[str, Path]]:
     """A loopback HTTP server laid out like the upstream repository, serving the reference CRDs."""
     root = tmp_path / "mirror"
-    sources = {"kubeflow.org_pytorchjobs.yaml": "kubeflow-training-operator-v1.9.4",
-               "trainer.kubeflow.org_trainjobs.yaml": "kubeflow-trainer-v2.3.0",
-               "trainer.kubeflow.org_clustertrainingruntimes.yaml": "kubeflow-trainer-v2.3.0",
-               "trainer.kubeflow.org_trainingruntimes.yaml": "kubeflow-trainer-v2.3.0"}
+    files = {Path(path).name: path for path in reference.pinned_files(reference_dir)}
     for pinned in PINNED:
         target = root / pinned.ref / pinned.path
         target.parent.mkdir(parents=True, exist_ok=True)
-        name = Path(pinned.path).name
-        shutil.copy(reference_dir / sources[name] / name, target)
+        shutil.copy(files[Path(pinned.path).name], target)
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

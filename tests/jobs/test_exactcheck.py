@@ -81,6 +81,73 @@ def test_kinds_lists_and_namespaces_as_kubectl_takes_them(exact: list[str], tmp_
     assert issue["kind"] == "Widget" and 'no matches for kind "Widget" in version "example.com/v1"' in issue["message"]
 
 
+TRAINJOB = """\
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {{name: {name}}}
+spec:
+  runtimeRef: {{name: {runtime}{kind}}}
+  trainer:
+    image: ghcr.io/example/train:1.0
+    numNodes: 2
+    resourcesPerNode:
+{resources}
+"""
+# A runtime whose Job template has a pod failure policy but no restartPolicy: the runtime itself and its
+# pods are valid; JobSet defaults the pods' restartPolicy to OnFailure, and the Job is refused.
+RUNTIME_WITH_POLICY = """\
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainingRuntime
+metadata: {name: exits}
+spec:
+  mlPolicy: {numNodes: 1, torch: {}}
+  template:
+    spec:
+      replicatedJobs:
+      - name: node
+        template:
+          metadata:
+            labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}
+          spec:
+            podFailurePolicy:
+              rules:
+              - action: FailJob
+                onExitCodes: {operator: In, values: [42]}
+            template:
+              spec:
+                containers:
+                - {name: node, image: busybox}
+---
+"""
+
+
+def _trainjob(name: str, resources: str, runtime: str = "torch-distributed", kind: str = "") -> str:
+    return TRAINJOB.format(name=name, runtime=runtime, kind=kind and f", kind: {kind}",
+                           resources="\n".join(f"      {line}" for line in resources.splitlines()))
+
+
+def test_what_the_trainer_creates_is_dry_run(exact: list[str], tmp_path: Path) -> None:
+    valid = tmp_path / "valid.yaml"
+    valid.write_text(_trainjob("fine", "limits: {nvidia.com/gpu: 8}"))
+    code, report, stderr = run(exact, str(valid))
+    assert (code, report["issues"]) == (0, []), stderr
+
+    pods = tmp_path / "pods.yaml"  # the TrainJob CRD takes any quantities; the pod refuses requests > limits
+    pods.write_text(_trainjob("cpu", "requests: {cpu: 2}\nlimits: {cpu: 1}"))
+    code, report, _ = run(exact, str(pods))
+    [issue] = [i for i in report["issues"] if i["severity"] == "error"]
+    assert code == 1 and issue["path"] == "spec.trainer" and issue["line"] == 6, issue
+    assert "JobSet's Job cpu-node-0 would be refused" in issue["message"]  # the Job, before its pods
+    assert "must be less than or equal to cpu limit" in issue["message"]
+
+    job = tmp_path / "job.yaml"  # a runtime of the file's own, whose Jobs the API server refuses
+    job.write_text(RUNTIME_WITH_POLICY + _trainjob("exits", "limits: {cpu: 1}", "exits", "TrainingRuntime"))
+    code, report, _ = run(exact, str(job))
+    [issue] = [i for i in report["issues"] if i["severity"] == "error"]
+    assert code == 1 and issue["document"] == 2 and "JobSet's Job exits-node-0 would be refused" in issue["message"]
+    assert "podFailurePolicy" in issue["message"], issue
+
+
 def test_warm_reuse_and_a_clean_stop(exact: list[str], tmp_path: Path) -> None:
     path = tmp_path / "cm.yaml"
     path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")

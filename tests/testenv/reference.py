@@ -46,6 +46,15 @@ def trainer_dir(root: Path | None = None) -> Path:
     return (root or reference_dir()) / f"kubeflow-trainer-{versions()['TRAINER_VERSION']}"
 
 
+def jobset_dir(root: Path | None = None) -> Path:
+    """JobSet's CRD: prepare.sh copies it from the pinned JobSet module beside the reference dir."""
+    return (root or reference_dir()).parent / "manifests" / "jobset"
+
+
+def jobset_crd(root: Path | None = None) -> Path:
+    return jobset_dir(root) / "jobset.x-k8s.io_jobsets.yaml"
+
+
 def pytorchjob_crd(root: Path | None = None) -> Path:
     return operator_dir(root) / "kubeflow.org_pytorchjobs.yaml"
 
@@ -53,8 +62,10 @@ def pytorchjob_crd(root: Path | None = None) -> Path:
 def pinned_files(root: Path | None = None) -> dict[Path, str]:
     """Each reference file -> the sha256 kubetrain pins for it."""
     out: dict[Path, str] = {}
+    directories = {"kubeflow/trainer": trainer_dir(root), "kubernetes-sigs/jobset": jobset_dir(root)}
     for pin in PINNED:
-        directory = operator_dir(root) if pin.ref == versions()["TRAINING_OPERATOR_VERSION"] else trainer_dir(root)
+        directory = operator_dir(root) if pin.ref == versions()["TRAINING_OPERATOR_VERSION"] else \
+            directories[pin.repository]
         out[directory / Path(pin.path).name] = pin.sha256
     return out
 

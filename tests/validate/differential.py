@@ -13,7 +13,9 @@ openAPIV3Schema, or Kubernetes' own OpenAPI as kubernetes-validate packages it) 
 
 Oracle (`server_verdict`): the file's YAML sent to the suite's kube-apiserver as YAML (so the server reads it
 with its own go-yaml, not kubetrain's reader), `dryRun=All&fieldValidation=Strict`, the training-operator's
-and Trainer's webhooks running; then every pod template of the object *the server returned* dry-run as a Pod.
+and Trainer's webhooks running; then every pod template of the object *the server returned* dry-run as a Pod;
+for a TrainJob, what the running Trainer and JobSet make of it (tests/validate/oracle.py: trainer_errors: the
+TrainJob created suspended, the JobSet the Trainer builds, each of its Jobs and pods dry-run).
 """
 
 from __future__ import annotations
@@ -35,12 +37,12 @@ from kubetrain.jobs.podcheck import as_pod
 from kubetrain.kube.errors import ApiError, status_body
 from kubetrain.validate.k8s.templates import pod_templates
 from kubetrain.validate.schemas import _core_schema_dir, _kv_schema_root
-from tests.validate.oracle import PLURALS, bases
+from tests.validate.oracle import PLURALS, SERIAL, bases, trainer_errors
 
 Obj = dict[str, Any]
 YAML11 = ["y", "n", "off", "yes", "0o17", "0x1F", "1_000", "1:30", ".inf", "~", "2024-01-01", "1e3", "012", "+1"]
 RAW, DUP = "__raw_scalar__", "__duplicate_key__"
-KINDS = ("Pod", "Deployment", "ConfigMap", "Service", "PyTorchJob")
+KINDS = ("Pod", "Deployment", "ConfigMap", "Service", "PyTorchJob", "TrainJob")  # TrainJob: with the Trainer
 
 
 @dataclass(frozen=True)
@@ -213,8 +215,10 @@ REFUSED = (400, 403, 413, 422)
 _YAML_ERROR = re.compile(r"yaml|json|unmarshal|decod", re.IGNORECASE)
 
 
-def server_verdict(rest: Any, case: Case, namespace: str) -> list[str]:
-    """The control plane's refusals of the case's objects and of their pod templates (empty: accepted)."""
+def server_verdict(rest: Any, case: Case, namespace: str, trainer: Any = None) -> list[str]:
+    """The control plane's refusals of the case's objects and of their pod templates (empty: accepted); a
+    TrainJob's also of what the Trainer creates (`trainer`: a kubernetes client of the control plane running
+    Trainer + JobSet)."""
     refusals = []
     for text in case.items:
         try:
@@ -224,6 +228,8 @@ def server_verdict(rest: Any, case: Case, namespace: str) -> list[str]:
                 raise
             refusals.append(f"{case.kind}: {status_body(exc).get('message', exc.reason)}")
             continue
+        if case.kind == "TrainJob":
+            refusals += trainer_errors(trainer, _as_created(created), namespace, next(SERIAL))
         for template in pod_templates(created):
             if template.partial or case.kind == "Pod":
                 continue
@@ -241,7 +247,13 @@ def server_verdict(rest: Any, case: Case, namespace: str) -> list[str]:
 
 
 GROUPS = {"Pod": "/api/v1", "ConfigMap": "/api/v1", "Service": "/api/v1", "Deployment": "/apis/apps/v1",
-          "PyTorchJob": "/apis/kubeflow.org/v1"}
+          "PyTorchJob": "/apis/kubeflow.org/v1", "TrainJob": "/apis/trainer.kubeflow.org/v1alpha1"}
+
+
+def _as_created(obj: Obj) -> Obj:
+    """The object the dry run returned, as a body to create: without the fields the server sets."""
+    meta = {k: v for k, v in obj["metadata"].items() if k in ("name", "labels", "annotations")}
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": meta, "spec": obj["spec"]}
 
 
 def _post(rest: Any, kind: str, namespace: str, body: str, content_type: str) -> Obj:
@@ -275,9 +287,10 @@ class Verdicts:
                 f"  offline: {self.offline or 'valid'}")
 
 
-def judge(cases: list[Case], cluster: Any, namespace: str, local: Any, store: Any) -> list[Verdicts]:
-    """Each case by the control plane (`cluster`, a kubetrain Rest), by --exact on the local server (`local`, a
-    Rest to it, CRDs installed) and offline."""
+def judge(cases: list[Case], cluster: Any, namespace: str, local: Any, store: Any,
+          trainer: Any = None) -> list[Verdicts]:
+    """Each case by the control plane (`cluster`, a kubetrain Rest; `trainer`, a kubernetes client of it, for
+    TrainJobs), by --exact on the local server (`local`, a Rest to it, CRDs installed) and offline."""
     from kubetrain.jobs.exactcheck import ExactChecker
     from kubetrain.validate import validate_sources
 
@@ -287,5 +300,5 @@ def judge(cases: list[Case], cluster: Any, namespace: str, local: Any, store: An
         sources = [(f"{case.kind}.yaml", case.text)]
         exact = [i.text() for i in checker.check_sources(sources, store).errors()]
         offline = [i.text() for i in validate_sources(sources, store).errors()]
-        out.append(Verdicts(case, server_verdict(cluster, case, namespace), exact, offline))
+        out.append(Verdicts(case, server_verdict(cluster, case, namespace, trainer), exact, offline))
     return out
