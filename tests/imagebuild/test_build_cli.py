@@ -214,7 +214,7 @@ def test_a_kind_node_with_the_lower_layers_gets_only_the_new_ones(fakebin: FakeB
     argvs = fakebin.argvs()
     push = argvs[-1]
     assert push[:2] == ["podman", "push"] and argvs[1][-1] in push and push[-1].startswith("oci:"), push
-    assert not [a for a in argvs if a[1] == "save" or a[0] == "kind" and a[1] == "load"], argvs
+    assert not [a for a in argvs if a[1] == "save" or (a[0] == "kind" and a[1] == "load")], argvs
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "writing image-new-blobs.tar" in errors[0], result.stderr
 
