@@ -66,8 +66,14 @@ def requirements() -> KindEnv:
     return KindEnv(bin_dir, image, manifests, conf, ctk)
 
 
+@dataclass(frozen=True)
+class ImageStore:
+    containers_conf: Path  # for `cluster create`
+    warm: bool  # the node's containerd root is the cache, and an earlier run left images in it
+
+
 @contextmanager
-def image_store(kind: KindEnv, workdir: Path) -> Iterator[Path]:
+def image_store(kind: KindEnv, workdir: Path) -> Iterator[ImageStore]:
     """The containers.conf for `cluster create`: the kind node's containerd root (/var/lib/containerd) is a
     cache shared across sessions, bind-mounted into the node (containers.conf's `volumes`, which podman adds
     to every container it creates with it), so the training image's gigabytes of base layers reach the node
@@ -82,8 +88,9 @@ def image_store(kind: KindEnv, workdir: Path) -> Iterator[Path]:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             shutil.copyfile(kind.containers_conf, conf)
-            yield conf
+            yield ImageStore(conf, warm=False)
             return
         volume = f'volumes = ["{root}:/var/lib/containerd"]'
         conf.write_text(kind.containers_conf.read_text().replace("[containers]\n", f"[containers]\n{volume}\n", 1))
-        yield conf
+        blobs = root / "io.containerd.content.v1.content" / "blobs" / "sha256"
+        yield ImageStore(conf, warm=blobs.is_dir() and any(blobs.iterdir()))
