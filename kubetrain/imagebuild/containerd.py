@@ -28,11 +28,12 @@ import io
 import json
 import os
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubetrain.imagebuild.builders import DIR_PUSHERS, Builder
-from kubetrain.imagebuild.process import CommandFailed, Echo, check_streamed, run_captured
+from kubetrain.imagebuild.process import CommandFailed, Echo, check_streamed, command_line, run_captured, run_streamed
 from kubetrain.imagebuild.reference import split_reference
 
 # The containerd namespace the kubelet's CRI plugin reads images from.
@@ -45,35 +46,84 @@ _REF_NAME = "org.opencontainers.image.ref.name"
 def load(engine: Builder, ref: str, address: str, staging: Path, echo: Echo) -> None:
     """Make `ref` an image of the containerd at `address` (namespace k8s.io), unless it has it already:
     tags are content hashes, so the same tag is the same image."""
-    ctr = Ctr(address)
+    ctr = Ctr(["ctr", "--address", address])
     what = f"loading {ref} into containerd at {address}"
-    if ref in ctr.output("images", "ls", "-q", f"name=={ref}").split():
+    if ctr.has_image(ref):
         echo(f"kubetrain: {ref} is already in containerd at {address}; not loading")
         return
     if engine.name not in DIR_PUSHERS:
         archive = staging / "image.tar"
         check_streamed(engine.save(ref, archive), f"saving {ref} to {archive.name}", echo=echo)
-        ctr.run(["images", "import", str(archive)], what, echo)
+        ctr.import_archive(archive, [], what, echo)
         return
     known = ctr.known_layers()
+    missing = _missing_lower_layers(engine, ref, known)
+    if known and missing != 0:
+        echo(f"kubetrain: containerd lacks {missing if missing else 'the'} lower layer(s) of {ref} as stored; "
+             "copying the image uncompressed (no gzip), so that later loads send only new layers")
+    _send_new_blobs(engine, ref, ctr, (known, missing == 0), staging, what, echo)
+
+
+def load_into_node(engine: Builder, ref: str, node: Node, staging: Path, echo: Echo) -> bool:
+    """Load `ref` into a kind node's containerd (reached with `<node engine> exec`) when that is cheap: the
+    node has it already, or has every layer of it but the top few (a code change), which alone are sent.
+    False when the node lacks lower layers: the caller sends the whole image its own way."""
+    ctr = Ctr([node.engine, "exec", "-i", node.name, "ctr"])
+    if ctr.has_image(ref):
+        echo(f"kubetrain: {ref} is already in kind node {node.name}; not loading")
+        return True
+    known = ctr.known_layers() if engine.name in DIR_PUSHERS else {}
+    if _missing_lower_layers(engine, ref, known) != 0:
+        return False
+    _send_new_blobs(engine, ref, ctr, (known, True), staging, f"loading {ref} into kind node {node.name}", echo)
+    return True
+
+
+def _send_new_blobs(engine: Builder, ref: str, ctr: Ctr, known: tuple[dict[str, int], bool], staging: Path,
+                    what: str, echo: Echo) -> None:
+    """Send every blob of `ref` but the known ones; known = (digest → size, whether they hold every lower
+    layer as stored: only then is the image copied out gzip-compressed, skipping them)."""
     archive, sent = _new_blobs_archive(engine, ref, known, staging, echo)
-    echo(f"kubetrain: containerd has {len(known)} layer blob(s) already; sending {len(sent)} blob(s), "
+    echo(f"kubetrain: {ctr.where} has {len(known[0])} layer blob(s) already; sending {len(sent)} blob(s), "
          f"{sum(sent) / 2**20:.1f} MiB")
-    ctr.run(["images", "import", "--base-name", split_reference(ref)[0], str(archive)], what, echo)
+    ctr.import_archive(archive, ["--base-name", split_reference(ref)[0]], what, echo)
+
+
+@dataclass(frozen=True)
+class Node:
+    """A kind node: its container's name and the engine that runs it (docker or podman)."""
+
+    engine: str
+    name: str
 
 
 class Ctr:
-    """`ctr --address A --namespace k8s.io ...`."""
+    """`ctr ... --namespace k8s.io ...`, `ctr` being `base`: a local ctr with an address, or one run in a
+    kind node through `<engine> exec -i NODE ctr`."""
 
-    def __init__(self, address: str) -> None:
-        self.prefix = ["ctr", "--address", address, "--namespace", CRI_NAMESPACE]
+    def __init__(self, base: list[str]) -> None:
+        self.prefix = [*base, "--namespace", CRI_NAMESPACE]
+        self.local = base[0] == "ctr"
+        self.where = "containerd" if self.local else f"kind node {base[-2]}"
 
     def output(self, *args: str) -> str:
         result = run_captured([*self.prefix, *args])
         return result.stdout if result.code == 0 else ""
 
-    def run(self, args: list[str], what: str, echo: Echo) -> None:
-        check_streamed([*self.prefix, *args], what, echo=echo)
+    def has_image(self, ref: str) -> bool:
+        return ref in self.output("images", "ls", "-q", f"name=={ref}").split()
+
+    def import_archive(self, archive: Path, options: list[str], what: str, echo: Echo) -> None:
+        """`ctr images import`: of the file itself when ctr runs here, else of stdin (a node's ctr cannot
+        see this machine's files)."""
+        argv = [*self.prefix, "images", "import", *options]
+        if self.local:
+            check_streamed([*argv, str(archive)], what, echo=echo)
+            return
+        with archive.open("rb") as source:
+            code, tail = run_streamed([*argv, "-"], echo=echo, stdin=source)
+        if code != 0:
+            raise CommandFailed(f"{what} failed: `{command_line([*argv, '-'])}` exited {code}", tail)
 
     def known_layers(self) -> dict[str, int]:
         """digest → size of every layer blob in the content store that one of its images uses."""
@@ -99,17 +149,18 @@ class Ctr:
         return []
 
 
-def _new_blobs_archive(engine: Builder, ref: str, known: dict[str, int], staging: Path,
+def _new_blobs_archive(engine: Builder, ref: str, known: tuple[dict[str, int], bool], staging: Path,
                        echo: Echo) -> tuple[Path, list[int]]:
-    """An OCI-layout tarball of `ref` with every blob but those in `known`; (its path, sizes of blobs sent)."""
+    """An OCI-layout tarball of `ref` with every blob but the known ones; (its path, sizes of blobs sent)."""
     tag = split_reference(ref)[1] or "latest"
     archive = staging / "image-new-blobs.tar"
+    blobs_known, lower = known
     try:
-        if known and _has_lower_layers(engine, ref, known, echo):
-            blobs, index = _push_oci(engine, ref, tag, known, staging / "image-oci", echo)
+        if lower:
+            blobs, index = _push_oci(engine, ref, tag, blobs_known, staging / "image-oci", echo)
         else:
             blobs, index = _push_dir(engine, ref, tag, staging / "image-dir", echo)
-        return archive, _write_layout(blobs, index, set(d.partition(":")[2] for d in known), archive)
+        return archive, _write_layout(blobs, index, set(d.partition(":")[2] for d in blobs_known), archive)
     except (OSError, KeyError, ValueError) as exc:
         raise CommandFailed(f"writing {archive.name} from {engine.name}'s copy of {ref}: {exc}") from None
 
@@ -119,19 +170,15 @@ def _new_blobs_archive(engine: Builder, ref: str, known: dict[str, int], staging
 NEW_TOP_LAYERS = 4
 
 
-def _has_lower_layers(engine: Builder, ref: str, known: dict[str, int], echo: Echo) -> bool:
-    """Whether containerd has every layer of `ref` but its top few as stored (uncompressed, by diff ID)."""
-    result = run_captured(engine.layer_digests(ref))
+def _missing_lower_layers(engine: Builder, ref: str, known: dict[str, int]) -> int | None:
+    """How many layers of `ref` below its top few containerd lacks as stored (uncompressed, by diff ID);
+    None when there is nothing to compare (no known layer, or the builder does not list the image's)."""
+    result = run_captured(engine.layer_digests(ref)) if known else None
     try:
-        layers = [str(d) for d in json.loads(result.stdout)] if result.code == 0 else []
+        layers = [str(d) for d in json.loads(result.stdout)] if result and result.code == 0 else []
     except ValueError:
         layers = []
-    missing = [d for d in layers[:-NEW_TOP_LAYERS] if d not in known]
-    if layers and not missing:
-        return True
-    echo(f"kubetrain: containerd lacks {len(missing) if layers else 'the'} lower layer(s) of {ref} as stored; "
-         "copying the image uncompressed (no gzip), so that later loads send only new layers")
-    return False
+    return len([d for d in layers[:-NEW_TOP_LAYERS] if d not in known]) if layers else None
 
 
 def _push_oci(engine: Builder, ref: str, tag: str, known: dict[str, int], layout: Path,

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubetrain.imagebuild.builders import Builder, detect
+from kubetrain.imagebuild.containerd import Node, load_into_node
 from kubetrain.imagebuild.containerd import load as containerd_load
 from kubetrain.imagebuild.context import STATE_DIR
+from kubetrain.imagebuild.kindnodes import kind_nodes, node_engine
 from kubetrain.imagebuild.plan import Assembled, BuildPlan, assemble, plan_build, select_context
 from kubetrain.imagebuild.process import (
     CommandFailed,
@@ -140,26 +142,28 @@ def _require_kind_cluster(name: str) -> None:
 
 
 def _kind_load(engine: Builder, ref: str, cluster: str, staging: Path, echo: Echo) -> None:
-    """docker images load straight from the daemon; other builders go through a docker-archive tarball."""
+    """podman and buildah send a node only the layers it lacks when it holds the image's lower ones (a code
+    change: megabytes, not the gigabytes of a torch image); otherwise docker images load straight from the
+    daemon and other builders go through a docker-archive tarball."""
     what = f"loading {ref} into kind cluster {cluster}"
     if engine.name == "docker":
         check_streamed(["kind", "load", "docker-image", ref, "--name", cluster], what, echo=echo)
         return
-    if engine.name == "podman" and len(_kind_nodes(cluster)) == 1:
-        # kind opens the archive once per node, so a pipe serves a one-node cluster (`--cpu-only`) only:
-        # no tarball of gigabytes on disk, and the save and the node's import run at the same time.
-        load = ["kind", "load", "image-archive", "/dev/stdin", "--name", cluster]
+    provider = node_engine()
+    nodes = [name for name in kind_nodes(cluster)
+             if not load_into_node(engine, ref, Node(provider, name), staging, echo)]
+    if not nodes:
+        return
+    load = ["kind", "load", "image-archive", "/dev/stdin", "--name", cluster, "--nodes", ",".join(nodes)]
+    if engine.name == "podman" and len(nodes) == 1:
+        # kind opens the archive once per node, so a pipe serves one node only (`--cpu-only`): no tarball
+        # of gigabytes on disk, and the save and the node's import run at the same time.
         echo(f"kubetrain: podman save {ref} | {command_line(load)}")
         check_piped(["podman", "save", ref], load, (f"saving {ref}", what), echo=echo)
         return
     archive = staging / "image.tar"
     check_streamed(engine.save(ref, archive), f"saving {ref} to {archive.name}", echo=echo)
-    check_streamed(["kind", "load", "image-archive", str(archive), "--name", cluster], what, echo=echo)
-
-
-def _kind_nodes(cluster: str) -> list[str]:
-    result = run_captured(["kind", "get", "nodes", "--name", cluster])
-    return result.stdout.split() if result.code == 0 else []
+    check_streamed([*load[:3], str(archive), *load[4:]], what, echo=echo)
 
 
 def _require_containerd(address: str) -> None:

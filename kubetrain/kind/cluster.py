@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.errors import ClusterError, UsageError
+from kubetrain.imagebuild.kindnodes import node_engine
 from kubetrain.imagebuild.process import CommandFailed, Echo, echo_stderr, run_captured, run_streamed
 from kubetrain.kind.config import DEVICES_DIR, render_config
-from kubetrain.kind.prereqs import Gpu, check_host, node_engine
+from kubetrain.kind.prereqs import Gpu, check_host
 from kubetrain.kind.steps import (
     TRAINING_OPERATOR_KUSTOMIZE,
     Step,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tomllib
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.errors import KubetrainError
+from kubetrain.imagebuild.kindnodes import node_engine
 from kubetrain.imagebuild.process import run_captured
 
 TOOLKIT_URL = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html"
@@ -27,7 +27,6 @@ TOOLS = {
 }
 NVIDIA_STACK_MISSING = (f"no NVIDIA driver or Container Toolkit on this host (nvidia-smi and nvidia-ctk not found): "
                         f"install both ({TOOLKIT_URL}), or use --cpu-only")
-ENGINES = ("docker", "podman")  # kind's node providers, in kind's order of detection
 _GPU_LINE = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: ([^)]+)\))?$")
 
 
@@ -48,15 +47,6 @@ class PrerequisiteError(KubetrainError):
 class Gpu:
     index: int
     name: str
-
-
-def node_engine(which: Callable[[str], str | None] = shutil.which) -> str:
-    """The container engine kind runs its nodes with: KIND_EXPERIMENTAL_PROVIDER when it names one, else
-    docker when installed, else podman when installed (kind's own order), else docker (to report it)."""
-    chosen = os.environ.get("KIND_EXPERIMENTAL_PROVIDER", "")
-    if chosen in ENGINES:
-        return chosen
-    return next((engine for engine in ENGINES if which(engine)), "docker")
 
 
 def check_host(cpu_only: bool, which: Callable[[str], str | None] = shutil.which) -> list[Gpu]:

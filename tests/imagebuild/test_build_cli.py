@@ -152,9 +152,11 @@ def test_kind_load_with_podman_goes_through_an_archive(fakebin: FakeBin, project
         ["kind", "get", "clusters"],
         ["podman", "image", "exists", ref],
         ["podman", "build", "--format", "docker", "-f", dockerfile, "-t", ref, context],
-        ["kind", "get", "nodes", "--name", "dev"],  # two nodes: kind opens the archive once for each
+        ["kind", "get", "nodes", "--name", "dev"],
+        *node_probes("dev-control-plane", ref),  # no layer of the image in either node: the whole image,
+        *node_probes("dev-worker", ref),  # through an archive, as kind opens it once for each node
         ["podman", "save", "-o", archive, ref],
-        ["kind", "load", "image-archive", archive, "--name", "dev"],
+        ["kind", "load", "image-archive", archive, "--name", "dev", "--nodes", "dev-control-plane,dev-worker"],
     ]
 
 
@@ -164,12 +166,57 @@ def test_kind_load_into_one_node_streams_podman_save(fakebin: FakeBin, project: 
     result = run(project(), "--kind", "dev", "--builder", "podman")
     assert result.exit_code == 0, result.output
     ref = result.stdout.strip()
-    assert fakebin.argvs()[-3:] == [
+    assert fakebin.argvs()[-6:] == [
         ["kind", "get", "nodes", "--name", "dev"],
+        *node_probes("dev-control-plane", ref),
         ["podman", "save", ref],
-        ["kind", "load", "image-archive", "/dev/stdin", "--name", "dev"],
+        ["kind", "load", "image-archive", "/dev/stdin", "--name", "dev", "--nodes", "dev-control-plane"],
     ]
     assert fakebin.calls()[-1]["stdin"] == "<docker archive>"  # what podman save wrote, through the pipe
+
+
+def node_probes(node: str, ref: str) -> list[list[str]]:
+    """What `build --kind` asks a node's containerd first: the tag, then the layers it has."""
+    ctr = ["podman", "exec", "-i", node, "ctr", "--namespace", "k8s.io"]
+    return [[*ctr, "images", "ls", "-q", f"name=={ref}"], [*ctr, "content", "ls", "-q"], [*ctr, "images", "ls"]]
+
+
+def test_a_kind_node_that_has_the_tag_is_not_loaded_again(fakebin: FakeBin, project: Project) -> None:
+    fakebin.install("podman", "kind").on("kind", "get", "clusters", stdout="dev\n").on(
+        "kind", "get", "nodes", stdout="dev-control-plane\n")
+    spec = project()
+    ref = run(spec, "--builder", "podman").stdout.strip()
+    fakebin.on("podman", "exec", "-i", "dev-control-plane", "ctr", "--namespace", "k8s.io", "images", "ls",
+               stdout=f"{ref}\n")
+    fakebin.reset_log()
+    result = run(spec, "--kind", "dev", "--builder", "podman")
+    assert result.exit_code == 0, result.output
+    assert f"{ref} is already in kind node dev-control-plane; not loading" in result.stderr
+    assert not [a for a in fakebin.argvs() if a[1] in ("save", "push", "load")], fakebin.argvs()
+
+
+def test_a_kind_node_with_the_lower_layers_gets_only_the_new_ones(fakebin: FakeBin, project: Project) -> None:
+    """The node holds every layer but the top few as stored: `push oci:` over placeholders of the known blobs
+    (the new ones gzip-compressed), never a save of the whole image. The real copy and import run in
+    tests/kind; the fake podman writes nothing, which must end as one error line."""
+    ctr = ["podman", "exec", "-i", "dev-control-plane", "ctr", "--namespace", "k8s.io"]
+    lower = [f"sha256:{c * 64}" for c in "abcde"]
+    manifest = '{"layers": [' + ", ".join(f'{{"digest": "{d}", "size": 5}}' for d in lower) + "]}"
+    fakebin.install("podman", "kind").on("kind", "get", "clusters", stdout="dev\n").on(
+        "kind", "get", "nodes", stdout="dev-control-plane\n").on("podman", "image", "exists", exit=1)
+    fakebin.on(*ctr, "content", "ls", stdout="\n".join([*lower, f"sha256:{'m' * 64}"]) + "\n")
+    fakebin.on(*ctr, "images", "ls", "-q", stdout="")
+    fakebin.on(*ctr, "images", "ls", stdout=f"REF TYPE DIGEST\nbase:1 x sha256:{'m' * 64}\n")
+    fakebin.on(*ctr, "content", "get", stdout=manifest)
+    layers = ", ".join(f'"{d}"' for d in [*lower, *(f"sha256:{c * 64}" for c in "fgh")])
+    fakebin.on("podman", "image", "inspect", stdout=f"[{layers}]\n")
+    result = run(project(), "--kind", "dev", "--builder", "podman")
+    argvs = fakebin.argvs()
+    push = argvs[-1]
+    assert push[:2] == ["podman", "push"] and argvs[1][-1] in push and push[-1].startswith("oci:"), push
+    assert not [a for a in argvs if a[1] == "save" or (a[0] == "kind" and a[1] == "load")], argvs
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "writing image-new-blobs.tar" in errors[0], result.stderr
 
 
 def test_a_failed_podman_save_into_kind_is_named_as_the_cause(fakebin: FakeBin, project: Project) -> None:

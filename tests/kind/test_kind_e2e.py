@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,11 +40,14 @@ KUBETRAIN = (sys.executable, "-m", "kubetrain")
 class Kind:
     env: dict[str, str]
     kindenv: kindenv.KindEnv
+    create_env: dict[str, str]  # `cluster create`'s: the node's containerd root from the cache
+    store_warm: bool  # that cache held the images of an earlier run
     volumes_before: set[str] = field(default_factory=set)
 
-    def __call__(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def __call__(self, *args: str, timeout: float = 600, check: bool = True,
+                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         result = subprocess.run([*KUBETRAIN, *args], capture_output=True, text=True, timeout=timeout,
-                                env=self.env, check=False)
+                                env=env or self.env, check=False)
         if check and result.returncode != 0:
             raise AssertionError(f"kubetrain {' '.join(args[:3])} exited {result.returncode}\n"
                                  f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}")
@@ -77,20 +81,21 @@ def kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kind]:
     except kindenv.KindUnavailable as exc:
         unavailable(str(exc))
         raise
-    kubeconfig = tmp_path_factory.mktemp("kind") / "kubeconfig"
-    env = prepared.env(kubeconfig)
+    workdir = tmp_path_factory.mktemp("kind")
+    env = prepared.env(workdir / "kubeconfig")
     env["PYTHONPATH"] = str(REPO)
-    runner = Kind(env, prepared)
-    runner("cluster", "delete", "--name", NAME)  # a cluster left over by an interrupted run
-    runner.volumes_before = _volumes(runner)
-    yield runner
-    runner("cluster", "delete", "--name", NAME, check=False)
+    with kindenv.image_store(prepared, workdir) as store:
+        runner = Kind(env, prepared, {**env, "CONTAINERS_CONF": str(store.containers_conf)}, store.warm)
+        runner("cluster", "delete", "--name", NAME)  # a cluster left over by an interrupted run
+        runner.volumes_before = _volumes(runner)
+        yield runner
+        runner("cluster", "delete", "--name", NAME, check=False)
 
 
 @pytest.fixture(scope="module")
 def cluster(kind: Kind) -> str:
     created = kind("cluster", "create", "--name", NAME, "--cpu-only", "--node-image", kind.kindenv.node_image,
-                   "--operator-manifests", str(kind.kindenv.operator_manifests), timeout=900)
+                   "--operator-manifests", str(kind.kindenv.operator_manifests), timeout=900, env=kind.create_env)
     assert created.stdout.startswith(f"kind cluster '{NAME}' is ready: kubectl context {CONTEXT}, CPU only"), \
         created.stdout + created.stderr[-3000:]
     node_row = created.stdout.splitlines()[2].split()
@@ -133,6 +138,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(REPO / "examples" / "digits", root, dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns(".kubetrain", "__pycache__"))
     (root / "requirements.txt").write_text("scikit-learn\n")
+    # A new top layer on every run, as a user's code change makes: `build --kind` sends the node only that
+    # layer, once the node's cached containerd root holds the base (kindenv.image_store).
+    (root / "run-id.txt").write_text(f"{uuid.uuid4()}\n")
     spec = yaml.safe_load((root / "kubetrain.yaml").read_text())
     base = (real.node_bin_dir() / "base-image").read_text().strip()
     spec["spec"].update({"build": {"variant": "cpu", "baseImage": base}, "imagePullPolicy": "IfNotPresent",
@@ -172,9 +180,18 @@ def test_digits_builds_loads_and_trains_on_the_cluster(kind: Kind, cluster: str,
     spec = str(project / "kubetrain.yaml")
     built = kind("build", "-f", spec, "--builder", "podman", "--kind", NAME, timeout=1800)
     image = built.stdout.strip().splitlines()[-1]
-    loaded = kind.run("podman", "exec", f"{NAME}-control-plane", "ctr", "--namespace", "k8s.io", "images", "ls",
-                      "--quiet").stdout.split()
+    ctr = ("podman", "exec", f"{NAME}-control-plane", "ctr", "--namespace", "k8s.io", "images")
+    loaded = kind.run(*ctr, "ls", "--quiet").stdout.split()
     assert image in loaded or f"docker.io/{image}" in loaded, (image, loaded)
+    sent = [line for line in built.stderr.splitlines() if "layer blob(s) already; sending" in line]
+    print(sent or "the whole image: the node's containerd root was empty")
+    if kind.store_warm:  # the base is in the node: only the new top layers go, not the 5 GB image again
+        assert len(sent) == 1 and float(sent[0].split(", ")[-1].split()[0]) < 50, built.stderr[-3000:]
+        assert "podman save" not in built.stderr, built.stderr[-3000:]
+    # The node's containerd root outlives the cluster (kindenv.image_store): drop earlier runs' images there.
+    stale = [ref for ref in loaded if ref.startswith(image.split(":")[0] + ":") and ref != image]
+    if stale:
+        kind.run(*ctr, "rm", *stale)
     # The checkpoint volume: a hostPath in the node, owned by the image's user (uid 1000), as the real-node
     # harness's volumes are.
     kind.run("podman", "exec", f"{NAME}-control-plane", "install", "-d", "-o", "1000", "-g", "1000",

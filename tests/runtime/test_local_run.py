@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kubetrain.local.plan import NODE_ENV, free_port
 from tests.runtime.helpers import (
@@ -61,9 +62,17 @@ def test_example_learns_on_two_nodes(tmp_path: Path) -> None:
 
 
 def test_script_mode_example(tmp_path: Path) -> None:
-    result = run_sync(["-f", str(EXAMPLE / "kubetrain-script.yaml"), "--volume", f"ckpt={tmp_path}"], quiet_env())
+    """The script-mode example for one epoch (that it trains is the outcome: the Trainer example above keeps
+    the full run to its accuracy; one epoch reaches 0.79 here, chance is 0.1)."""
+    doc = yaml.safe_load((EXAMPLE / "kubetrain-script.yaml").read_text())
+    doc["spec"]["args"][doc["spec"]["args"].index("--epochs") + 1] = "1"
+    doc["spec"]["code"]["path"] = str(EXAMPLE)
+    spec = tmp_path / "kubetrain-script.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    result = run_sync(["-f", str(spec), "--volume", f"ckpt={tmp_path}"], quiet_env())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
-    assert records(result.stdout, "eval")[-1]["eval_accuracy"] >= 0.95
+    evals = records(result.stdout, "eval")
+    assert [r["epoch"] for r in evals] == [1] and evals[-1]["eval_accuracy"] >= 0.5, evals
     assert (tmp_path / "digits-script" / "model.pt").is_file()  # --out /ckpt/... was mapped to the volume
 
 

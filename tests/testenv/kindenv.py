@@ -4,9 +4,12 @@ manifests (GitHub is not reachable from the test machines)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,3 +64,33 @@ def requirements() -> KindEnv:
     if missing:
         raise KindUnavailable(f"the kind cluster is missing: {', '.join(missing)}; {binaries.PREPARE_HINT}")
     return KindEnv(bin_dir, image, manifests, conf, ctk)
+
+
+@dataclass(frozen=True)
+class ImageStore:
+    containers_conf: Path  # for `cluster create`
+    warm: bool  # the node's containerd root is the cache, and an earlier run left images in it
+
+
+@contextmanager
+def image_store(kind: KindEnv, workdir: Path) -> Iterator[ImageStore]:
+    """The containers.conf for `cluster create`: the kind node's containerd root (/var/lib/containerd) is a
+    cache shared across sessions, bind-mounted into the node (containers.conf's `volumes`, which podman adds
+    to every container it creates with it), so the training image's gigabytes of base layers reach the node
+    once per machine and `build --kind` sends only the layers a code change made. Held with an exclusive
+    flock while the cluster lives; a session that finds it locked gets the node's own empty root. The node
+    imports kubeadm's images at every boot (kind-preload.service), so an empty cache is a working one."""
+    root = kind_dir() / "containerd-root"
+    root.mkdir(parents=True, exist_ok=True)
+    conf = workdir / "containers.conf"
+    with (kind_dir() / "containerd-root.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            shutil.copyfile(kind.containers_conf, conf)
+            yield ImageStore(conf, warm=False)
+            return
+        volume = f'volumes = ["{root}:/var/lib/containerd"]'
+        conf.write_text(kind.containers_conf.read_text().replace("[containers]\n", f"[containers]\n{volume}\n", 1))
+        blobs = root / "io.containerd.content.v1.content" / "blobs" / "sha256"
+        yield ImageStore(conf, warm=blobs.is_dir() and any(blobs.iterdir()))
