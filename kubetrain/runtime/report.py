@@ -37,7 +37,8 @@ class Reporter:
         """Print one metrics line (on rank 0, or every rank when asked; `force`: from this rank anyway)."""
         if self.tracker is not None:
             self.tracker.record(kind, fields)
-            if links := self.tracker.new_links():  # the run's page: `status`, `list` and the operator show it
+            # the runs' pages, for `status`, `list` and the operator: once open, and with every checkpoint
+            if links := self.tracker.new_links(again=kind in ("checkpoint", "end")):
                 self._write(format_metrics("tracking", rank=self.env.rank, runs=links))
         if self.enabled or force:
             self._write(format_metrics(kind, rank=self.env.rank, **fields))

@@ -257,12 +257,13 @@ class Tracker:
         self.ended: Outcome | None = None
         self.announced: set[str] = set()
 
-    def new_links(self) -> dict[str, str]:
-        """The runs' pages not announced yet (each tracker's thread sets its link once the run is open)."""
+    def new_links(self, again: bool = False) -> dict[str, str]:
+        """The runs' pages not announced yet (each tracker's thread sets its link once the run is open); all of
+        them `again` (the operator reads only the tail of the log)."""
         links = {t.connection.name: t.connection.link for t in self.trackers
-                 if t.connection.link and t.connection.name not in self.announced}
+                 if t.connection.link and (again or t.connection.name not in self.announced)}
         self.announced.update(links)
-        return links  # type: ignore[return-value]
+        return links
 
     def record(self, kind: str, fields: dict[str, Any]) -> None:
         """One metrics record (the training thread: appends only)."""
