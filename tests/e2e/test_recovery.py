@@ -3,7 +3,8 @@
 Two copies of the digits job run side by side: a reference and one whose worker gets `kill -9` in its
 training process (through real exec) after the first checkpoint. While that job runs, the restricted
 securityContext is checked inside its container (g) and `kubetrain gpu` asks it for GPUs (f): cheap checks
-folded into a job that runs anyway.
+folded into a job that runs anyway. The killed job also tracks to the suite's MLflow server (spec.tracking):
+whatever the kill restarts, it is one run with every point once.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 from kubernetes.stream import stream
 
 from kubetrain.metrics import parse_metrics_line
+from tests.testenv.mlflowserver import MLflowServer
 from tests.testenv.polling import wait_for
 
 from .conftest import KUBETRAIN, Cli
@@ -33,8 +35,10 @@ KILL = ("import os, signal\n"
         "        os.kill(int(pid), signal.SIGKILL); print(pid)\n")
 
 
-def _spec(project: Path, name: str) -> Path:
+def _spec(project: Path, name: str, tracking: dict[str, Any] | None = None) -> Path:
     spec = yaml.safe_load((project / "kubetrain.yaml").read_text())
+    if tracking:
+        spec["spec"]["tracking"] = tracking
     spec["metadata"]["name"] = name
     spec["spec"]["resources"] = {"cpu": "250m", "memory": "1Gi"}  # two 2-pod jobs on a 2-CPU node
     spec["spec"]["checkpoint"] = {"dir": f"/ckpt/{name}", "everySteps": 10, "keep": 2}
@@ -92,11 +96,15 @@ def _instances(core: kubernetes.client.CoreV1Api, namespace: str, pod: str) -> t
 
 
 def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str, project: Path, namespace: str,
-                                                           claim: Path, real_node: Any) -> None:
-    """d (+ f, g): kill -9 of the worker's training process; restart, resume, same final parameters."""
+                                                           claim: Path, real_node: Any,
+                                                           mlflow_server: MLflowServer) -> None:
+    """d (+ f, g): kill -9 of the worker's training process; restart, resume, same final parameters; one
+    MLflow run."""
     core = kubernetes.client.CoreV1Api(real_node.cp.api_client())
-    for name in ("digits-ref", "digits-kill"):
-        cli("submit", "-f", str(_spec(project, name)), "-n", namespace, "--image", image)
+    experiment = f"{namespace}-digits-kill"
+    tracking = {"mlflow": {"trackingUri": mlflow_server.uri_at(real_node.gateway), "experiment": experiment}}
+    cli("submit", "-f", str(_spec(project, "digits-ref")), "-n", namespace, "--image", image)
+    cli("submit", "-f", str(_spec(project, "digits-kill", tracking)), "-n", namespace, "--image", image)
     follow = subprocess.Popen([*KUBETRAIN, "logs", "digits-kill", "-n", namespace, "-f", "--raw"], env=cli.env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -143,6 +151,26 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
     assert _model_hash(claim / "digits-kill") == _model_hash(claim / "digits-ref")
 
     _check_follow_log(core, namespace, stdout, stderr)
+    _check_one_run(cli, mlflow_server, tracking["mlflow"], namespace, stdout)
+
+
+def _check_one_run(cli: Cli, server: MLflowServer, tracked: dict[str, str], namespace: str, stdout: str) -> None:
+    """Every restart joined the job's MLflow run: one FINISHED run, each point once, its page in `status`."""
+    client = server.client()
+    runs = client.search_runs([client.get_experiment_by_name(tracked["experiment"]).experiment_id])
+    assert len(runs) == 1, [(r.info.run_id, r.info.status) for r in runs]
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.info.run_name == "digits-kill"
+    records = [r for r in map(parse_metrics_line, stdout.splitlines()) if r is not None]
+    for kind, key in (("train", "loss"), ("eval", "eval_accuracy")):
+        steps = sorted({int(r["step"]) for r in records if r["kind"] == kind and r.get(key) is not None})
+        assert sorted(m.step for m in client.get_metric_history(run.info.run_id, key)) == steps, key
+    assert len(client.get_metric_history(run.info.run_id, "eval_accuracy")) == 16  # one per epoch
+    cluster = yaml.safe_load(Path(cli.kubeconfig).read_text())["contexts"][0]["context"]["cluster"]
+    assert run.data.tags["kubetrain.cluster"] == cluster and run.data.tags["kubetrain.namespace"] == namespace
+    status = cli("status", "digits-kill", "-n", namespace).stdout
+    page = f"{tracked['trackingUri']}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+    assert f"Run (mlflow): {page}" in status.splitlines(), status
 
 
 def _check_pod_shape(cli: Cli, core: kubernetes.client.CoreV1Api, namespace: str, pod: str) -> None:
