@@ -3,13 +3,15 @@
 Two copies of the digits job run side by side: a reference and one whose worker gets `kill -9` in its
 training process (through real exec) after the first checkpoint. While that job runs, the restricted
 securityContext is checked inside its container (g) and `kubetrain gpu` asks it for GPUs (f): cheap checks
-folded into a job that runs anyway. The killed job also tracks to the suite's MLflow server (spec.tracking):
-whatever the kill restarts, it is one run with every point once.
+folded into a job that runs anyway. The killed job also tracks to the suite's MLflow server and to TensorBoard
+(spec.tracking): whatever the kill restarts, it is one MLflow run with every point once; `kubetrain
+tensorboard --cluster` serves its event files from a pod beside it, deleted with the job.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -54,9 +56,10 @@ def _spec(project: Path, name: str, tracking: dict[str, Any] | None = None) -> P
     return path
 
 
-def _exec(core: kubernetes.client.CoreV1Api, namespace: str, pod: str, argv: list[str]) -> tuple[int, str]:
-    """Run argv in the pod's training container; (exit code, stdout + stderr)."""
-    ws = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=argv, container="pytorch",
+def _exec(core: kubernetes.client.CoreV1Api, namespace: str, pod: str, argv: list[str],
+          container: str = "pytorch") -> tuple[int, str]:
+    """Run argv in the pod's container (the training one by default); (exit code, stdout + stderr)."""
+    ws = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=argv, container=container,
                 stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
     ws.run_forever(timeout=60)
     output = (ws.read_stdout(timeout=0) or "") + (ws.read_stderr(timeout=0) or "")
@@ -102,7 +105,8 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
     MLflow run."""
     core = kubernetes.client.CoreV1Api(real_node.cp.api_client())
     experiment = f"{namespace}-digits-kill"
-    tracking = {"mlflow": {"trackingUri": mlflow_server.uri_at(real_node.gateway), "experiment": experiment}}
+    tracking = {"mlflow": {"trackingUri": mlflow_server.uri_at(real_node.gateway), "experiment": experiment},
+                "tensorboard": {"logDir": "/ckpt/digits-kill-tb"}}
     cli("submit", "-f", str(_spec(project, "digits-ref")), "-n", namespace, "--image", image)
     cli("submit", "-f", str(_spec(project, "digits-kill", tracking)), "-n", namespace, "--image", image)
     follow = subprocess.Popen([*KUBETRAIN, "logs", "digits-kill", "-n", namespace, "-f", "--raw"], env=cli.env,
@@ -136,6 +140,7 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
 
         wait_for(restarted_and_running, f"{worker} to run again after the kill", 180, 1)
         _check_pod_shape(cli, core, namespace, worker)  # f, g: on the restarted worker, still training
+        board = cli("tensorboard", "digits-kill", "--cluster", "-n", namespace, timeout=360).stdout.strip()
         stdout, stderr = follow.communicate(timeout=900)
     finally:
         follow.kill()
@@ -152,6 +157,36 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
 
     _check_follow_log(core, namespace, stdout, stderr)
     _check_one_run(cli, mlflow_server, tracking["mlflow"], namespace, stdout)
+    _check_tensorboard_pod(cli, core, namespace, board)
+
+
+SCALAR_TAGS = ("import urllib.request\n"
+               "print(urllib.request.urlopen('http://127.0.0.1:6006/data/plugin/scalars/tags').read().decode())\n")
+
+
+def _check_tensorboard_pod(cli: Cli, core: kubernetes.client.CoreV1Api, namespace: str, board: str) -> None:
+    """The TensorBoard pod serves the job's scalars (its scalars endpoint, asked inside the pod), and the
+    garbage collector deletes it with the job."""
+    assert board == "pod/digits-kill-tensorboard", board
+    pod = board.split("/", 1)[1]
+
+    def tags() -> Any:
+        code, out = _exec(core, namespace, pod, ["python3", "-c", SCALAR_TAGS], container="tensorboard")
+        return code == 0 and json.loads(out).get(".")
+
+    found = wait_for(tags, "TensorBoard's scalars in its pod", 120, 2,
+                     tolerate=(kubernetes.client.exceptions.ApiException, ValueError))
+    assert {"loss", "eval_accuracy"} <= set(found), found
+    cli("delete", "digits-kill", "-n", namespace, "--wait", "--timeout", "120")
+
+    def gone() -> bool:
+        try:
+            core.read_namespaced_pod(pod, namespace)
+        except kubernetes.client.exceptions.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, f"{pod} deleted with its job", 120, 1)
 
 
 def _check_one_run(cli: Cli, server: MLflowServer, tracked: dict[str, str], namespace: str, stdout: str) -> None:
