@@ -96,6 +96,7 @@ def test_kill_9_of_the_logging_rank_leaves_one_run_with_every_point_once(
     links = [r["runs"] for r in records(first) + records(out) if r["kind"] == "tracking"]
     assert links[-1] == {"mlflow": f"{mlflow_server.uri}/#/experiments/{found.experiment_id}/runs/"
                                    f"{tracked.info.run_id}"}  # `status` and the operator show it
+    assert "run (mlflow)" in restarted.stderr  # and the summary of `kubetrain run`
 
     assert_one_wandb_run(run_file, expected, records(out, "resume")[0]["step"])
     texts = [first, err, out, restarted.stderr]
