@@ -55,7 +55,9 @@ def test_kill_9_of_the_logging_rank_leaves_one_run_with_every_point_once(
     wandb_env = {"WANDB_MODE": "offline", "WANDB_API_KEY": WANDB_KEY}  # W&B's own offline mode: no server here
     killed = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker, **wandb_env))
     try:  # rank 0, which logs, dies past the step-50 checkpoint: the job fails, as a pod's container does
-        killed.wait_for(lambda r: r["kind"] == "train" and r["step"] >= 60)
+        # ...and once its W&B run is open (wandb-core takes seconds to start: a fast machine trains 60 steps first)
+        killed.wait_for(lambda r: r["kind"] == "train" and r["step"] >= 60
+                        and any((tmp_path / "ckpt" / "digits" / "wandb").glob("offline-run-*")))
         os.kill(worker_pid(marker, rank=0), signal.SIGKILL)
         code, first, err = killed.finish()
     finally:
