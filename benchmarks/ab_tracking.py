@@ -2,12 +2,12 @@
 
 One process (world size 1, gloo, CPU) trains the digits example with the Trainer API; the sides alternate in
 one run, in rotating order: no tracking, MLflow (a real `mlflow server` on loopback, SQLite), TensorBoard
-(event files in a temp dir), and both. Each side trains --epochs epochs, checkpoints every 50 steps, with
-logEvery 20 (the example's) and with --log-every (every step by default: the worst case). Measured per
-optimizer step in the steady state, between the first and the last train line: wall time (best of --rounds:
-the least disturbed by the machine's other work), CPU of the whole process (median; the trackers' threads
-included) and CPU of the training thread (median; what the training loop itself pays). Each side against no
-tracking.
+(event files in a temp dir), both, and Weights & Biases in its offline mode (its own files; no server here).
+Each side trains --epochs epochs, checkpoints every 50 steps, with logEvery 20 (the example's) and with
+--log-every (every step by default: the worst case). Measured per optimizer step in the steady state, between
+the first and the last train line: wall time (best of --rounds: the least disturbed by the machine's other
+work), CPU of the whole process (median; the trackers' threads included) and CPU of the training thread
+(median; what the training loop itself pays). Each side against no tracking.
 
     .venv/bin/python benchmarks/ab_tracking.py [--rounds 5] [--epochs 4] [--log-every 1]
 """
@@ -37,6 +37,8 @@ def tracking_env(side: str, uri: str, logdir: str) -> dict[str, Any]:
         config["mlflow"] = {"trackingUri": uri, "experiment": "bench"}
     if side in ("tensorboard", "both"):
         config["tensorboard"] = {"logDir": logdir}
+    if side == "wandb":
+        config["wandb"] = {"project": "bench"}
     return config
 
 
@@ -99,14 +101,15 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "examples" / "digits"))
-    os.environ.update({"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""})
+    os.environ.update({"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "WANDB_MODE": "offline",
+                       "WANDB_SILENT": "true"})
     from kubetrain.runtime.tracking import Tracker
     from tests.testenv.mlflowserver import MLflowServer
 
     Tracker.record = timed(Tracker.record)  # type: ignore[method-assign]
     Tracker.unsent = timed(Tracker.unsent)  # type: ignore[method-assign]
 
-    sides = ["none", "mlflow", "tensorboard", "both"]
+    sides = ["none", "mlflow", "tensorboard", "both", "wandb"]
     with tempfile.TemporaryDirectory() as temp:
         workdir = Path(temp)
         (workdir / "mlflow").mkdir()

@@ -22,14 +22,15 @@ import orjson
 PREFIX = "KUBETRAIN_METRICS "
 """The marker that starts the JSON part of a metrics line."""
 
-KINDS = ("start", "train", "eval", "checkpoint", "resume", "end", "profile")
+KINDS = ("start", "train", "eval", "checkpoint", "resume", "end", "profile", "tracking")
 EXIT_DIVERGED = 65
 """The exit code of a run whose loss became non-finite (spec.divergence): below 128, so the operator's
 `restartPolicy: ExitCode` does not retry it (a retry resumes from the same checkpoint and diverges again)."""
 NONFINITE_TEXTS = ("nan", "inf", "-inf")
 """start: set-up done, first step next; train: progress every `logEvery` optimizer steps; eval: held-out
 results after an epoch; checkpoint: a checkpoint was committed; resume: state loaded from a checkpoint;
-end: the loop finished (status completed) or stopped on a signal (status stopped)."""
+end: the loop finished (status completed) or stopped on a signal (status stopped); tracking: the pages of the
+job's tracked runs (`runs`: tracker name to URL), once each is open."""
 
 
 def _finite(value: Any) -> Any:

@@ -77,7 +77,7 @@ def submit(connection: Connection, loaded: LoadedSpec, namespace: str, options: 
     cloud = resolve_cloud(connection, report) if loaded.job.spec.placement.cloud == "auto" else None
     gpu_via = resolve_gpu_via(connection, loaded.job.spec, report) if loaded.job.spec.gpu_via == "auto" else None
     objects = render_loaded(loaded, target=target.name, namespace=namespace, image=options.image, cloud=cloud,
-                            gpu_via=gpu_via)
+                            gpu_via=gpu_via, cluster=connection.cluster)
     for message in render_warnings(loaded.job, RenderOptions(cloud=cloud, gpu_via=gpu_via)):
         report.warn(message)
     validate_rendered(connection, target, objects, report)

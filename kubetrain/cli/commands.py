@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "delete": ("kubetrain.cli.delete_cmd:delete", "Delete a job and its code ConfigMap (--wait for its pods)."),
     "logs": ("kubetrain.cli.logs_cmd:logs", "Merged logs of every replica of a job."),
     "metrics": ("kubetrain.cli.metrics_cmd:metrics", "Metrics history of a job: table, plots, CSV/JSON, HTML report."),
+    "tensorboard": ("kubetrain.cli.tensorboard_cmd:tensorboard", "Serve a job's TensorBoard event files."),
     "gpu": ("kubetrain.cli.gpu_cmd:gpu", "nvidia-smi from every pod of a job."),
     "stacks": ("kubetrain.cli.stacks_cmd:stacks", "Every rank's Python stack from a running job, grouped."),
     "doctor": ("kubetrain.cli.doctor_cmd:doctor", "Check a cluster's readiness for GPU training."),

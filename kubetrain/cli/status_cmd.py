@@ -90,6 +90,8 @@ def _print_status(result: JobStatus) -> None:
     click.echo(f"{job.target} {job.namespace}/{job.name}: {job.state} ({gpus}, age {age(job.created)})")
     if result.progress and result.progress.get("line"):  # mirrored by the kubetrain controller
         click.echo(f"Progress: {result.progress['line']}")
+    for tracker, url in sorted(((result.tracking or {}).get("runs") or {}).items()):
+        click.echo(f"Run ({tracker}): {url}")
     click.echo("\nConditions:")
     rows = [[c.get("type", ""), c.get("status", ""), c.get("reason", ""), str(c.get("message", ""))]
             for c in result.conditions] or [["(none yet)", "", "", ""]]
@@ -122,7 +124,8 @@ def _print_events(events: list[EventRow], with_hints: bool = True) -> None:
 @click.command(name="list")
 @cluster_options
 @click.option("-A", "--all-namespaces", is_flag=True, help="List jobs in every namespace.")
-@click.option("-o", "--output", type=OUTPUT, default="text", show_default=True)
+@click.option("-o", "--output", type=click.Choice(["text", "wide", "json", "yaml"]), default="text",
+              show_default=True, help="wide: also each job's tracked run (spec.tracking, kept by the controller).")
 @handle_errors
 def list_(context: str | None, kubeconfig: str | None, namespace: str | None, request_timeout: float | None,
           all_namespaces: bool, output: str) -> None:
@@ -131,15 +134,17 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, re
     \b
     Examples:
       kubetrain list
+      kubetrain list -o wide
       kubetrain list -A -o json
     """
     from kubetrain.jobs.crud import list_jobs
+    from kubetrain.jobs.status import run_links
     from kubetrain.queues import workloads as queues
 
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = None if all_namespaces else connection.namespace(namespace)
     found = queues.annotate(connection.rest, list_jobs(connection.rest, None, ns), ns)
-    if output != "text":
+    if output not in ("text", "wide"):
         items = [s.as_dict() for s in found]
         click.echo(json.dumps(items, indent=2) if output == "json" else dump_yaml(items), nl=output == "json")
         return
@@ -149,6 +154,11 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, re
     headers = (["NAMESPACE"] if ns is None else []) + ["NAME", "TARGET", "STATE", "NODES×GPUS", "AGE"]
     rows = [([s.namespace] if ns is None else []) + [s.name, s.target, s.state + _kueue(s.kueue),
                                                       f"{s.pods}×{s.gpus_per_pod}", age(s.created)] for s in found]
+    if output == "wide":
+        links = run_links(connection.rest, ns)
+        headers.append("RUN")
+        for row, job in zip(rows, found, strict=True):
+            row.append(links.get((job.namespace, job.trainingjob), "-"))
     print_table(headers, rows)
 
 

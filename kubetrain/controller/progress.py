@@ -27,9 +27,25 @@ LIMIT_BYTES = 256 * 1024
 
 def progress_of(lines: list[str]) -> dict[str, Any] | None:
     """status.progress from log lines (None when they hold no metrics)."""
+    return _progress(_fed(lines))
+
+
+def tracking_of(runs: dict[str, str]) -> dict[str, Any] | None:
+    """status.tracking from the runs' pages of `tracking` metrics records (None without one)."""
+    if not runs:
+        return None
+    first = next((runs[name] for name in ("mlflow", "wandb") if name in runs), next(iter(runs.values())))
+    return {"runURL": first, "runs": dict(sorted(runs.items()))}
+
+
+def _fed(lines: list[str]) -> ProgressTracker:
     tracker = ProgressTracker()
     for line in lines:
         tracker.feed(line)
+    return tracker
+
+
+def _progress(tracker: ProgressTracker) -> dict[str, Any] | None:
     value = (tracker.eval or {}).get("eval_accuracy")
     accuracy = float(value) if isinstance(value, int | float) else None
     record = tracker.last
@@ -78,10 +94,16 @@ def poll_job(api: Rest, obj: dict[str, Any], tail: int) -> bool:
     gone since the list, the job deleted since the snapshot): the caller counts it."""
     status, meta = status_of(obj), obj["metadata"]
     lines = read_tail(api, targets.TARGETS[status["target"]], meta["namespace"], meta["name"], tail)
-    progress = progress_of(lines)
+    tracker = _fed(lines)
+    progress = _progress(tracker)
     old = {k: v for k, v in (status.get("progress") or {}).items() if k != "updateTime"}
+    patch: dict[str, Any] = {}
     if progress is not None and progress != old:
         removed = {k: None for k in old if k not in progress}  # a merge patch keeps keys it does not name
-        patch = {"progress": {**removed, **progress, "updateTime": now()}}
+        patch["progress"] = {**removed, **progress, "updateTime": now()}
+    tracking = tracking_of(tracker.runs)
+    if tracking is not None and tracking != status.get("tracking"):  # kept: the record leaves the tail
+        patch["tracking"] = tracking
+    if patch:
         kube.patch_status(api, meta["namespace"], meta["name"], patch)
     return True

@@ -90,6 +90,15 @@ class HangRestarts(_Status):
     """The step the job was hung at then."""
 
 
+class TrackedRun(_Status):
+    """The job's run in its experiment trackers (spec.tracking), from rank 0's `tracking` metrics record."""
+
+    runURL: str | None = None
+    """The run's page (the first tracker's that has one: MLflow, then Weights & Biases)."""
+    runs: dict[str, str] = Field(default_factory=dict)
+    """Each tracker's run page, by tracker name."""
+
+
 class TrainingJobStatus(_Status):
     """What the controller observed and did, mirrored from the child job."""
 
@@ -117,5 +126,7 @@ class TrainingJobStatus(_Status):
     recreated with a fresh start (update policy recreate)."""
     progress: Progress | None = None
     """Live progress while running."""
+    tracking: TrackedRun | None = None
+    """The job's tracked run (spec.tracking): kept once known."""
     hang: HangRestarts | None = None
     """Restarts of a hung job by spec.hang.policy restart."""

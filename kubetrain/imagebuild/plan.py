@@ -81,12 +81,13 @@ def plan_build(loaded: LoadedSpec) -> BuildPlan:
     ))
 
 
-# the same pins as the extras kubetrain[mlflow] and kubetrain[tensorboard] (pyproject.toml)
-TRACKER_REQUIREMENTS = {"mlflow": "mlflow-skinny>=3.0", "tensorboard": "tensorboard>=2.16"}
+# the same pins as the extras kubetrain[mlflow], kubetrain[wandb] and kubetrain[tensorboard] (pyproject.toml)
+TRACKER_REQUIREMENTS = {"mlflow": "mlflow-skinny>=3.0", "wandb": "wandb>=0.31,<0.32",
+                        "tensorboard": "tensorboard>=2.16"}
 
 
 def tracker_requirements(spec: JobSpec) -> tuple[str, ...]:
-    """What the runtime needs for the trackers the spec sets (W&B is the user's own script's client)."""
+    """What the runtime needs for the trackers the spec sets."""
     tracking = spec.tracking
     if tracking is None:
         return ()

@@ -34,7 +34,8 @@ CREATED, UNCHANGED, REPLACED = "created", "unchanged", "replaced"
 # What render makes besides the job: (group, version, plural) by kind.
 COMPANIONS = {"ConfigMap": ("", "v1", "configmaps"),
               "ResourceClaimTemplate": ("resource.k8s.io", "v1", "resourceclaimtemplates"),
-              "TrainingRuntime": ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes")}
+              "TrainingRuntime": ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
+              "Pod": ("", "v1", "pods")}  # `kubetrain tensorboard --cluster`
 BEFORE_THE_JOB = {"TrainingRuntime"}
 
 
@@ -118,7 +119,8 @@ def with_owner(configmap: dict[str, Any], owner: dict[str, Any]) -> dict[str, An
 
 
 def apply_configmap(api: Rest, configmap: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
-    """A job's companion object: its code ConfigMap, a ResourceClaimTemplate, a TrainingRuntime."""
+    """A job's companion object: its code ConfigMap, a ResourceClaimTemplate, a TrainingRuntime, its
+    TensorBoard pod."""
     name, namespace, kind = configmap["metadata"]["name"], configmap["metadata"]["namespace"], configmap["kind"]
     group, version, plural = COMPANIONS[kind]
     with cluster_errors(f"apply {plural} {name} in namespace {namespace}"):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.errors import ClusterError
-from kubetrain.jobs.targets import AUTO_ORDER, NOT_INSTALLED, Target
+from kubetrain.jobs.targets import AUTO_ORDER, NOT_INSTALLED, Target, controlling_trainingjob
 from kubetrain.kube import watch
 from kubetrain.kube.errors import Unreachable, as_dict, cluster_errors, is_not_found, status_body
 from kubetrain.kube.objects import GPU_RESOURCE as GPU
@@ -32,6 +32,7 @@ class JobSummary:
     uid: str = ""
     queue: str = ""  # Kueue LocalQueue (the kueue.x-k8s.io/queue-name label), if any
     kueue: str = ""  # its Workload's state (kubetrain.queues.workloads.annotate), if any
+    trainingjob: str = ""  # the TrainingJob that controls it (made by kubetrain controller), if any
 
     def as_dict(self) -> dict[str, Any]:
         out = {"name": self.name, "namespace": self.namespace, "target": self.target, "state": self.state,
@@ -102,7 +103,8 @@ def summary(obj: dict[str, Any], target: Target) -> JobSummary:
     pods, gpus = shape(obj)
     queue = str((meta.get("labels") or {}).get("kueue.x-k8s.io/queue-name") or "")
     return JobSummary(meta.get("name", ""), meta.get("namespace", ""), target.name, state(obj), pods, gpus,
-                      meta.get("creationTimestamp", ""), str(meta.get("uid") or ""), queue)
+                      meta.get("creationTimestamp", ""), str(meta.get("uid") or ""), queue,
+                      trainingjob=controlling_trainingjob(obj) or "")
 
 
 def _path(target: Target, namespace: str | None, name: str | None = None) -> str:
@@ -184,6 +186,13 @@ def check_namespace(api: Rest, namespace: str) -> None:
             raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
                                f"(kubectl get namespaces) or create it: kubectl create namespace {namespace}"
                                ) from None
+
+
+def list_objects(api: Rest, target: Target, namespace: str | None) -> list[dict[str, Any]]:
+    """The objects of one kind, in one namespace or (None) all of them."""
+    where = f"namespace {namespace}" if namespace else "all namespaces"
+    with cluster_errors(f"list {target.resource} in {where}"):
+        return list(as_dict(api.get(_path(target, namespace))).get("items") or [])
 
 
 def list_jobs(api: Rest, targets: list[Target] | None, namespace: str | None) -> list[JobSummary]:

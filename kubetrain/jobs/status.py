@@ -11,9 +11,11 @@ from kubetrain.errors import ClusterError
 from kubetrain.jobs import crud as jobs
 from kubetrain.jobs import devices, hints, nodes, pods
 from kubetrain.jobs.targets import PYTORCHJOB, TRAININGJOB, Target, controlling_trainingjob, trainingjob_ref
+from kubetrain.jobspec.trackingenv import TRACKING_ENV
 from kubetrain.kube.events import list_events, list_selected, selectors, uid_selector
 from kubetrain.kube.objects import JOB_LABEL, meta_of, parse_time, status_of
 from kubetrain.observe.nccl import requested_fabric, socket_fallback, transports
+from kubetrain.observe.progress import ProgressTracker
 from kubetrain.queues import workloads as queues
 
 if TYPE_CHECKING:
@@ -56,32 +58,71 @@ class JobStatus:
     hints: list[str]
     timeline: str = ""  # where the time went (kubetrain.jobs.timing), when asked for
     progress: dict[str, Any] | None = None  # status.progress of the TrainingJob that owns the job, if any
+    tracking: dict[str, Any] | None = None  # the tracked run's pages (status.tracking), if any
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.job.as_dict(), "conditions": self.conditions, "pods": [asdict(p) for p in self.pods],
                 "events": [asdict(e) for e in self.events], "hints": self.hints,
                 **({"timeline": self.timeline} if self.timeline else {}),
-                **({"progress": self.progress} if self.progress else {})}
+                **({"progress": self.progress} if self.progress else {}),
+                **({"tracking": self.tracking} if self.tracking else {})}
 
 
 MIRRORED_CONDITIONS = ("Diverged", "NodeLost")  # the TrainingJob's own conditions that its child's status lacks
 
 
-def controller_view(api: Rest, namespace: str, obj: dict[str, Any]) -> tuple[dict[str, Any] | None,
-                                                                            list[dict[str, Any]]]:
-    """The progress and the Diverged and NodeLost conditions that the kubetrain controller keeps on the
-    TrainingJob that owns this job (from rank 0's metrics lines and its pods' nodes); (None, []) for a job
-    without one, or one we may not read."""
+@dataclass(frozen=True)
+class ControllerView:
+    """What the kubetrain controller keeps on the TrainingJob that owns a job (from rank 0's metrics lines and
+    its pods' nodes)."""
+
+    progress: dict[str, Any] | None = None
+    conditions: list[dict[str, Any]] = field(default_factory=list)  # the Diverged and NodeLost conditions
+    tracking: dict[str, Any] | None = None
+
+
+def controller_view(api: Rest, namespace: str, obj: dict[str, Any]) -> ControllerView:
+    """The controller's view of this job; empty for a job without a TrainingJob, or one we may not read."""
     owner = controlling_trainingjob(obj)
     if owner is None:
-        return None, []
+        return ControllerView()
     try:
         found = jobs.get(api, TRAININGJOB, namespace, owner)
     except ClusterError:  # no RBAC on TrainingJobs, or the CRD is gone: the child's status still stands
-        return None, []
+        return ControllerView()
     status = status_of(found or {})
-    return status.get("progress") or None, [c for c in status.get("conditions") or []
-                                            if c.get("type") in MIRRORED_CONDITIONS]
+    return ControllerView(status.get("progress") or None, [c for c in status.get("conditions") or []
+                                                           if c.get("type") in MIRRORED_CONDITIONS],
+                          status.get("tracking") or None)
+
+
+def run_links(api: Rest, namespace: str | None) -> dict[tuple[str, str], str]:
+    """Each TrainingJob's tracked run page (status.tracking.runURL) by (namespace, name); {} when TrainingJobs
+    cannot be listed (no CRD, no RBAC)."""
+    try:
+        found = jobs.list_objects(api, TRAININGJOB, namespace)
+    except ClusterError:
+        return {}
+    return {(meta_of(obj).get("namespace", ""), meta_of(obj).get("name", "")): str(url) for obj in found
+            if (url := (status_of(obj).get("tracking") or {}).get("runURL"))}
+
+
+def tracked_runs(lines: list[str]) -> dict[str, Any] | None:
+    """The runs' pages in rank 0's log (its `tracking` metrics records), for a job without a TrainingJob."""
+    tracker = ProgressTracker()
+    for line in lines:
+        tracker.feed(line)
+    return {"runs": tracker.runs} if tracker.runs else None
+
+
+def tracks(obj: Any) -> bool:
+    """Does the job set spec.tracking (its containers get KUBETRAIN_TRACKING)?"""
+    if isinstance(obj, dict):
+        env = obj.get("env")
+        if isinstance(env, list) and any(isinstance(e, dict) and e.get("name") == TRACKING_ENV for e in env):
+            return True
+        return any(tracks(value) for value in obj.values() if isinstance(value, dict | list))
+    return any(tracks(item) for item in obj if isinstance(item, dict | list)) if isinstance(obj, list) else False
 
 
 def pod_rows(pod_list: list[dict[str, Any]], target: Target, job: str) -> list[PodRow]:
@@ -216,7 +257,8 @@ def job_status(api: Rest, targets: list[Target] | None, namespace: str, name: st
     """`targets`: the kinds the job may be (None: whichever the cluster serves)."""
     target, obj = jobs.find(api, targets, namespace, name)
     fabric = requested_fabric(obj)
-    pod_list, listed, head, unread = read_in_parallel(api, target, namespace, obj, head=timeline or bool(fabric))
+    pod_list, listed, head, unread = read_in_parallel(api, target, namespace, obj,
+                                                      head=timeline or bool(fabric) or tracks(obj))
     subjects = event_subjects(obj, target, pod_list, STATUS_POD_EVENT_LISTS, STATUS_HEALTHY_POD_EVENT_LISTS)
     event_dicts = job_event_dicts(api, target, namespace, obj, pod_list, subjects, listed)
     again = recreations(event_dicts)
@@ -242,9 +284,10 @@ def job_status(api: Rest, targets: list[Target] | None, namespace: str, name: st
         from kubetrain.jobs.timing import timeline_of  # reuses the job, pods, Events and log head read above
 
         when = timeline_of(obj, pod_list, event_dicts, head)
-    progress, mirrored = controller_view(api, namespace, obj)
-    return JobStatus(jobs.summary(obj, target), [*jobs.conditions(obj), *mirrored], rows, events, all_hints, when,
-                     progress)
+    view = controller_view(api, namespace, obj)
+    tracking = view.tracking or (tracked_runs(head) if tracks(obj) else None)
+    return JobStatus(jobs.summary(obj, target), [*jobs.conditions(obj), *view.conditions], rows, events, all_hints,
+                     when, view.progress, tracking)
 
 
 def _no_pods(line: str, pod_list: list[dict[str, Any]]) -> str:

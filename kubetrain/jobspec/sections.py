@@ -565,8 +565,9 @@ class Tracking(Section):
     mlflow: MLflowTracking | None = None
     """Log to an MLflow tracking server (the runtime needs `kubetrain[mlflow]` in the image)."""
     wandb: WandbTracking | None = None
-    """Weights & Biases: the pods get the variables `wandb.init()` reads (project, entity, group, the job's
-    run ID with resume allowed, the API key from a Secret), so your script's run is the job's run."""
+    """Log to Weights & Biases (the runtime needs `kubetrain[wandb]` in the image); the pods also get the
+    variables `wandb.init()` reads (project, entity, group, the job's run ID with resume allowed, the API key
+    from a Secret), so a plain script's run is the job's run."""
     tensorboard: TensorBoardTracking | None = None
     """Write TensorBoard event files (the runtime needs `kubetrain[tensorboard]` in the image)."""
     params: dict[str, str] = Field(default_factory=dict)

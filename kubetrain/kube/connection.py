@@ -9,6 +9,7 @@ mostly Python start-up this way.
 from __future__ import annotations
 
 import os
+import urllib.parse
 from pathlib import Path
 
 from kubetrain.errors import KubeconfigError
@@ -28,6 +29,11 @@ class Connection:
     def namespace(self, *preferred: str | None) -> str:
         """The first namespace given (flag, spec), then the context's, then `default`."""
         return next((ns for ns in preferred if ns), self.context_namespace or "default")
+
+    @property
+    def cluster(self) -> str:
+        """The cluster's name: the kubeconfig context's cluster, else the API server's host (in a pod)."""
+        return self.rest.endpoint.cluster or urllib.parse.urlsplit(self.rest.server).hostname or self.rest.server
 
     @property
     def server(self) -> str:

@@ -43,6 +43,7 @@ class Endpoint:
     username: str | None = None
     password: str | None = None
     exec_config: dict[str, Any] | None = None  # users[].user.exec: run by kubetrain.kube.auth
+    cluster: str | None = None  # the context's cluster name (a tracked run's kubetrain.cluster tag)
     auth_provider: dict[str, Any] | None = None  # users[].user.auth-provider (gcp, oidc): the kubernetes loader
     user: str | None = None
     kubeconfig: str | None = None  # the KUBECONFIG value (or file) it came from, for that loader
@@ -127,6 +128,7 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Endpoint 
     source = kubeconfig or os.environ.get("KUBECONFIG") or str(files[0])
     return Endpoint(
         server=str(cluster["server"]).rstrip("/"), context=name, namespace=ctx.get("namespace") or None,
+        cluster=str(ctx.get("cluster")),
         ca_data=_b64(cluster.get("certificate-authority-data")),
         ca_file=_path(cluster.get("certificate-authority"), cluster_dir),
         insecure=bool(cluster.get("insecure-skip-tls-verify")), tls_server_name=cluster.get("tls-server-name"),

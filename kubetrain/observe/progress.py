@@ -57,6 +57,7 @@ class ProgressTracker:
         self._rate_sum, self._rate_count = 0.0, 0  # samples/s of every train record, for the mean throughput
         self.diverged: tuple[Any, str, str] | None = None  # (step, field, "nan"/"inf"/"-inf") of the first one
         self.skipped_steps = 0  # non-finite steps the runtime skipped (spec.divergence.policy skip)
+        self.runs: dict[str, str] = {}  # the tracked runs' pages (spec.tracking), tracker name to URL
 
     def feed(self, line: str) -> bool:
         """True if the line was a metrics line that changed the progress."""
@@ -125,6 +126,8 @@ class ProgressTracker:
             self._diverged(record, "eval_loss")
         elif kind == "checkpoint" and isinstance(record.get("path"), str):
             self.checkpoint = record["path"]
+        elif kind == "tracking" and isinstance(record.get("runs"), dict):
+            self.runs.update({str(k): str(v) for k, v in record["runs"].items() if isinstance(v, str)})
 
     def _diverged(self, record: dict[str, Any], field: str) -> None:
         if self.diverged is None and (value := nonfinite_of(record, field)) is not None:

@@ -33,6 +33,7 @@ def summary_rows(tracker: ProgressTracker, started: float, ended: float) -> list
         rows.append(("last eval", _eval_text(tracker.eval)))
     if tracker.checkpoint:
         rows.append(("checkpoint", tracker.checkpoint))
+    rows += [(f"run ({name})", url) for name, url in sorted(tracker.runs.items())]  # spec.tracking's pages
     if tracker.restarts:
         rows.append(("restarts", str(tracker.restarts)))
     return rows

@@ -20,8 +20,9 @@ from kubetrain.render.origin import traced_problems
 def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: str | None = None,
                   image: str | None = None, cloud: str | None = None, code: CodeBundle | None = None,
                   checkpoint_dir: str | None = None, gpu_via: str | None = None,
-                  skip: tuple[Path, ...] = ()) -> list[dict[str, Any]]:
+                  skip: tuple[Path, ...] = (), cluster: str | None = None) -> list[dict[str, Any]]:
     """`code`: the job's code, already collected (the controller's); None reads `spec.code.path`.
+    `cluster`: the cluster's name, for spec.tracking (the run's kubetrain.cluster tag and its key).
     `checkpoint_dir`: the controller's directory for a recreated child (RenderOptions.checkpoint_dir).
     `skip`: directories under spec.code.path that are never code (render's --out)."""
     if target and target != loaded.job.spec.target:
@@ -30,7 +31,7 @@ def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: s
         code_dir = (loaded.base_dir / loaded.job.spec.code.path).resolve()
         code = collect_code(code_dir, loaded.job.spec.code.exclude, include=loaded.job.spec.code.include, skip=skip)
     options = RenderOptions(code=code, cloud=cloud, image=image, namespace=namespace, checkpoint_dir=checkpoint_dir,
-                            gpu_via=gpu_via)
+                            gpu_via=gpu_via, cluster=cluster)
     try:
         return render_job(loaded.job, options, target=target)
     except RejectedRender as exc:

@@ -37,12 +37,18 @@ class Reporter:
         """Print one metrics line (on rank 0, or every rank when asked; `force`: from this rank anyway)."""
         if self.tracker is not None:
             self.tracker.record(kind, fields)
+            # the runs' pages, for `status`, `list` and the operator: once open, and with every checkpoint
+            if links := self.tracker.new_links(again=kind in ("checkpoint", "end")):
+                self._write(format_metrics("tracking", rank=self.env.rank, runs=links))
         if self.enabled or force:
-            stream = self.stream or sys.stdout
-            # One write per line: with PYTHONUNBUFFERED (set in every pod) print() writes the text and the
-            # newline separately, and ranks sharing torchrun's stdout pipe then splice each other's lines.
-            stream.write(format_metrics(kind, rank=self.env.rank, **fields) + "\n")
-            stream.flush()
+            self._write(format_metrics(kind, rank=self.env.rank, **fields))
+
+    def _write(self, line: str) -> None:
+        stream = self.stream or sys.stdout
+        # One write per line: with PYTHONUNBUFFERED (set in every pod) print() writes the text and the
+        # newline separately, and ranks sharing torchrun's stdout pipe then splice each other's lines.
+        stream.write(line + "\n")
+        stream.flush()
 
 
 class Window:

@@ -1,5 +1,5 @@
-"""The trackers' blocking sides (kubetrain.runtime.tracking.Connection): MLflow and TensorBoard. Each client
-is imported when its tracker is configured, never otherwise."""
+"""The trackers' blocking sides (kubetrain.runtime.tracking.Connection): MLflow, Weights & Biases and
+TensorBoard. Each client is imported when its tracker is configured, never otherwise."""
 
 from __future__ import annotations
 
@@ -9,7 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.runtime.config import RuntimeConfigError, local_path
-from kubetrain.runtime.tracking import Buffered, Connection, Outcome, Point, RunFile, Tracker, TrackingConfig
+from kubetrain.runtime.tracking import (
+    METRIC_FIELDS,
+    SEND_SECONDS,
+    Buffered,
+    Connection,
+    Outcome,
+    Point,
+    RunFile,
+    Tracker,
+    TrackingConfig,
+)
 
 BATCH = 1000  # MLflow's log_batch takes at most 1000 metrics
 PARAM_LENGTH = 6000  # MLflow's longest parameter value
@@ -45,6 +55,7 @@ class MLflowConnection(Connection):
         known = self.run_file.read().get(self.name) or {}
         run = self._get(known.get("runId")) or self._running_with_key() or self._create()
         self.run_id = run.info.run_id
+        self.link = f"{self.uri.rstrip('/')}/#/experiments/{run.info.experiment_id}/runs/{self.run_id}"
         self.run_file.update(self.name, {"runId": self.run_id, "experimentId": run.info.experiment_id,
                                          "trackingUri": self.uri})
         if run.info.status != "RUNNING":  # a finished run continued (more epochs, a resumed job)
@@ -123,6 +134,62 @@ class MLflowConnection(Connection):
         self.client.set_terminated(self.run_id, "FINISHED")
 
 
+class WandbConnection(Connection):
+    """One W&B run per job: its ID is the job's run key, resumed with resume="allow" by every restart. W&B
+    refuses steps below a run's last, and an offline run knows none: the last step sent per metric is kept in
+    tracking.json (and, online, W&B's own resumed step counts too), so no step is logged twice; a process
+    killed with -9 loses the points W&B's core had not written yet (at most its last second). The API key is
+    W&B's WANDB_API_KEY (a secretKeyRef in the pods); kubetrain never reads it."""
+
+    name = "wandb"
+
+    def __init__(self, config: TrackingConfig, run_file: RunFile, section: dict[str, Any]) -> None:
+        try:
+            import wandb
+        except ImportError as exc:
+            raise _missing("wandb", "wandb", exc) from None
+        self._wandb = wandb
+        self.section = section
+        self.config = config
+        self.run_file = run_file
+        self.run: Any = None
+        self.last: dict[str, int] = {}
+
+    def open(self) -> dict[str, int]:
+        section, config = self.section, self.config
+        directory = os.environ.get("WANDB_DIR") or (str(self.run_file.path.parent) if self.run_file.path else None)
+        self.run = self._wandb.init(
+            id=config.key, resume="allow", name=config.run_name, project=str(section["project"]),
+            entity=section.get("entity"), group=section.get("group") or config.run_name, dir=directory,
+            config={**config.params(), **config.tags}, allow_val_change=True,
+            # stdout carries the metrics lines: W&B must not wrap it (the pod's log has them anyway). Run data
+            # reaches the run's file every second, not every 15 s: a kill -9 loses at most that much
+            settings=self._wandb.Settings(console="off", x_transaction_log_flush_interval=SEND_SECONDS))
+        self.link = self.run.url  # None offline
+        known = self.run_file.read().get(self.name) or {}
+        if known.get("runId") == config.key:
+            self.last = {str(k): int(v) for k, v in (known.get("lastSteps") or {}).items()}
+        resumed = int(getattr(self.run, "starting_step", 0) or 0)  # online: the step after the run's last
+        if resumed:
+            names = [name for fields in METRIC_FIELDS.values() for name in fields]
+            self.last.update({name: max(self.last.get(name, -1), resumed - 1) for name in names})
+        self.run_file.update(self.name, {"runId": config.key, "lastSteps": self.last})
+        return dict(self.last)
+
+    def send(self, points: list[Point]) -> None:
+        for step, values in points:
+            self.run.log(values, step=step)
+            self.last.update(dict.fromkeys(values, step))
+        self.run_file.update(self.name, {"runId": self.config.key, "lastSteps": self.last})
+
+    def close(self, outcome: Outcome) -> None:
+        if outcome.status == "completed" and outcome.checkpoint:
+            self.run.summary["kubetrain.checkpoint"] = outcome.checkpoint
+        elif outcome.status != "completed":
+            self.run.mark_preempting()  # a stopped or failed process is restarted or resumed: the run goes on
+        self.run.finish(exit_code=0 if outcome.status == "completed" else 1)
+
+
 class TensorBoardConnection(Connection):
     """Event files in spec.tracking.tensorboard.logDir (torch's SummaryWriter; needs the tensorboard package).
     Steps already in the directory's event files are not written again."""
@@ -160,8 +227,8 @@ class TensorBoardConnection(Connection):
             self.writer.close()
 
 
-CONNECTIONS: dict[str, type[MLflowConnection] | type[TensorBoardConnection]] = {
-    "mlflow": MLflowConnection, "tensorboard": TensorBoardConnection}
+CONNECTIONS: dict[str, type[Connection]] = {
+    "mlflow": MLflowConnection, "wandb": WandbConnection, "tensorboard": TensorBoardConnection}
 
 
 def open_tracker(config: TrackingConfig, checkpoint_dir: str | None) -> Tracker:

@@ -126,6 +126,10 @@ class Connection:
     """A tracker's blocking side, called from its own thread: open (or join) the run, send points, close."""
 
     name = "tracker"
+    link: str | None = None  # the run's page, once open
+
+    def __init__(self, config: TrackingConfig, run_file: RunFile, section: dict[str, Any]) -> None:
+        raise NotImplementedError
 
     def open(self) -> dict[str, int]:
         """Join or create the run; the last logged step per metric (points at or before it are skipped)."""
@@ -251,6 +255,15 @@ class Tracker:
         self.checkpoint: str | None = None
         self.step = 0
         self.ended: Outcome | None = None
+        self.announced: set[str] = set()
+
+    def new_links(self, again: bool = False) -> dict[str, str]:
+        """The runs' pages not announced yet (each tracker's thread sets its link once the run is open); all of
+        them `again` (the operator reads only the tail of the log)."""
+        links = {t.connection.name: t.connection.link for t in self.trackers
+                 if t.connection.link and (again or t.connection.name not in self.announced)}
+        self.announced.update(links)
+        return links
 
     def record(self, kind: str, fields: dict[str, Any]) -> None:
         """One metrics record (the training thread: appends only)."""

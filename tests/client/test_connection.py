@@ -236,3 +236,9 @@ def test_a_server_that_answers_404_everywhere_is_not_called_a_missing_crd(tmp_pa
     assert result.exit_code == 3, result.output
     assert f"error: {url} is not a Kubernetes API server (it answers GET /version with 404)" in result.stderr
     assert "is installed" not in result.stderr
+
+
+def test_the_cluster_is_the_contexts_cluster_name(tmp_path: Path) -> None:
+    """A tracked run's kubetrain.cluster tag (kubetrain.submit renders with it)."""
+    path = write_kubeconfig(tmp_path / "config", "https://10.0.0.1:6443", {"token": "t"})
+    assert connect(kubeconfig=str(path)).cluster == "c"

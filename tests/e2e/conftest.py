@@ -70,7 +70,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The digits example as a user's project: its specs pointed at the real node and the local base image."""
     root = tmp_path_factory.mktemp("digits")
     shutil.copytree(EXAMPLE, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".kubetrain", "__pycache__"))
-    (root / "requirements.txt").write_text("scikit-learn\n")
+    # the MLflow client and TensorBoard, for the job with spec.tracking (tests/e2e/test_recovery.py)
+    (root / "requirements.txt").write_text("scikit-learn\nmlflow-skinny>=3.0\ntensorboard>=2.16\n")
     for name in ("kubetrain.yaml", "kubetrain-script.yaml"):
         spec = yaml.safe_load((root / name).read_text())
         spec["spec"]["build"] = {"variant": "cpu", "baseImage": base_image()}

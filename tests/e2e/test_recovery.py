@@ -3,12 +3,15 @@
 Two copies of the digits job run side by side: a reference and one whose worker gets `kill -9` in its
 training process (through real exec) after the first checkpoint. While that job runs, the restricted
 securityContext is checked inside its container (g) and `kubetrain gpu` asks it for GPUs (f): cheap checks
-folded into a job that runs anyway.
+folded into a job that runs anyway. The killed job also tracks to the suite's MLflow server and to TensorBoard
+(spec.tracking): whatever the kill restarts, it is one MLflow run with every point once; `kubetrain
+tensorboard --cluster` serves its event files from a pod beside it, deleted with the job.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ import yaml
 from kubernetes.stream import stream
 
 from kubetrain.metrics import parse_metrics_line
+from tests.testenv.mlflowserver import MLflowServer
 from tests.testenv.polling import wait_for
 
 from .conftest import KUBETRAIN, Cli
@@ -33,8 +37,10 @@ KILL = ("import os, signal\n"
         "        os.kill(int(pid), signal.SIGKILL); print(pid)\n")
 
 
-def _spec(project: Path, name: str) -> Path:
+def _spec(project: Path, name: str, tracking: dict[str, Any] | None = None) -> Path:
     spec = yaml.safe_load((project / "kubetrain.yaml").read_text())
+    if tracking:
+        spec["spec"]["tracking"] = tracking
     spec["metadata"]["name"] = name
     spec["spec"]["resources"] = {"cpu": "250m", "memory": "1Gi"}  # two 2-pod jobs on a 2-CPU node
     spec["spec"]["checkpoint"] = {"dir": f"/ckpt/{name}", "everySteps": 10, "keep": 2}
@@ -50,9 +56,10 @@ def _spec(project: Path, name: str) -> Path:
     return path
 
 
-def _exec(core: kubernetes.client.CoreV1Api, namespace: str, pod: str, argv: list[str]) -> tuple[int, str]:
-    """Run argv in the pod's training container; (exit code, stdout + stderr)."""
-    ws = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=argv, container="pytorch",
+def _exec(core: kubernetes.client.CoreV1Api, namespace: str, pod: str, argv: list[str],
+          container: str = "pytorch") -> tuple[int, str]:
+    """Run argv in the pod's container (the training one by default); (exit code, stdout + stderr)."""
+    ws = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=argv, container=container,
                 stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
     ws.run_forever(timeout=60)
     output = (ws.read_stdout(timeout=0) or "") + (ws.read_stderr(timeout=0) or "")
@@ -92,11 +99,16 @@ def _instances(core: kubernetes.client.CoreV1Api, namespace: str, pod: str) -> t
 
 
 def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str, project: Path, namespace: str,
-                                                           claim: Path, real_node: Any) -> None:
-    """d (+ f, g): kill -9 of the worker's training process; restart, resume, same final parameters."""
+                                                           claim: Path, real_node: Any,
+                                                           mlflow_server: MLflowServer) -> None:
+    """d (+ f, g): kill -9 of the worker's training process; restart, resume, same final parameters; one
+    MLflow run."""
     core = kubernetes.client.CoreV1Api(real_node.cp.api_client())
-    for name in ("digits-ref", "digits-kill"):
-        cli("submit", "-f", str(_spec(project, name)), "-n", namespace, "--image", image)
+    experiment = f"{namespace}-digits-kill"
+    tracking = {"mlflow": {"trackingUri": mlflow_server.uri_at(real_node.gateway), "experiment": experiment},
+                "tensorboard": {"logDir": "/ckpt/digits-kill-tb"}}
+    cli("submit", "-f", str(_spec(project, "digits-ref")), "-n", namespace, "--image", image)
+    cli("submit", "-f", str(_spec(project, "digits-kill", tracking)), "-n", namespace, "--image", image)
     follow = subprocess.Popen([*KUBETRAIN, "logs", "digits-kill", "-n", namespace, "-f", "--raw"], env=cli.env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -128,6 +140,7 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
 
         wait_for(restarted_and_running, f"{worker} to run again after the kill", 180, 1)
         _check_pod_shape(cli, core, namespace, worker)  # f, g: on the restarted worker, still training
+        board = cli("tensorboard", "digits-kill", "--cluster", "-n", namespace, timeout=360).stdout.strip()
         stdout, stderr = follow.communicate(timeout=900)
     finally:
         follow.kill()
@@ -143,6 +156,56 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
     assert _model_hash(claim / "digits-kill") == _model_hash(claim / "digits-ref")
 
     _check_follow_log(core, namespace, stdout, stderr)
+    _check_one_run(cli, mlflow_server, tracking["mlflow"], namespace, stdout)
+    _check_tensorboard_pod(cli, core, namespace, board)
+
+
+SCALAR_TAGS = ("import urllib.request\n"
+               "print(urllib.request.urlopen('http://127.0.0.1:6006/data/plugin/scalars/tags').read().decode())\n")
+
+
+def _check_tensorboard_pod(cli: Cli, core: kubernetes.client.CoreV1Api, namespace: str, board: str) -> None:
+    """The TensorBoard pod serves the job's scalars (its scalars endpoint, asked inside the pod), and the
+    garbage collector deletes it with the job."""
+    assert board == "pod/digits-kill-tensorboard", board
+    pod = board.split("/", 1)[1]
+
+    def tags() -> Any:
+        code, out = _exec(core, namespace, pod, ["python3", "-c", SCALAR_TAGS], container="tensorboard")
+        return code == 0 and json.loads(out).get(".")
+
+    found = wait_for(tags, "TensorBoard's scalars in its pod", 120, 2,
+                     tolerate=(kubernetes.client.exceptions.ApiException, ValueError))
+    assert {"loss", "eval_accuracy"} <= set(found), found
+    cli("delete", "digits-kill", "-n", namespace, "--wait", "--timeout", "120")
+
+    def gone() -> bool:
+        try:
+            core.read_namespaced_pod(pod, namespace)
+        except kubernetes.client.exceptions.ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, f"{pod} deleted with its job", 120, 1)
+
+
+def _check_one_run(cli: Cli, server: MLflowServer, tracked: dict[str, str], namespace: str, stdout: str) -> None:
+    """Every restart joined the job's MLflow run: one FINISHED run, each point once, its page in `status`."""
+    client = server.client()
+    runs = client.search_runs([client.get_experiment_by_name(tracked["experiment"]).experiment_id])
+    assert len(runs) == 1, [(r.info.run_id, r.info.status) for r in runs]
+    run = runs[0]
+    assert run.info.status == "FINISHED" and run.info.run_name == "digits-kill"
+    records = [r for r in map(parse_metrics_line, stdout.splitlines()) if r is not None]
+    for kind, key in (("train", "loss"), ("eval", "eval_accuracy")):
+        steps = sorted({int(r["step"]) for r in records if r["kind"] == kind and r.get(key) is not None})
+        assert sorted(m.step for m in client.get_metric_history(run.info.run_id, key)) == steps, key
+    assert len(client.get_metric_history(run.info.run_id, "eval_accuracy")) == 16  # one per epoch
+    cluster = yaml.safe_load(Path(cli.kubeconfig).read_text())["contexts"][0]["context"]["cluster"]
+    assert run.data.tags["kubetrain.cluster"] == cluster and run.data.tags["kubetrain.namespace"] == namespace
+    status = cli("status", "digits-kill", "-n", namespace).stdout
+    page = f"{tracked['trackingUri']}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+    assert f"Run (mlflow): {page}" in status.splitlines(), status
 
 
 def _check_pod_shape(cli: Cli, core: kubernetes.client.CoreV1Api, namespace: str, pod: str) -> None:

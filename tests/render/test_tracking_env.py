@@ -131,7 +131,7 @@ def test_the_api_key_is_in_no_object_configmap_image_context_or_dry_run(spec_fil
     assemble(plan_build(load_spec(spec_file)), staged)
     outputs += [path.read_bytes().decode(errors="replace") for path in staged.rglob("*") if path.is_file()]
     requirements = next(staged.rglob("runtime-requirements.txt")).read_text().splitlines()
-    assert {"mlflow-skinny>=3.0", "tensorboard>=2.16"} <= set(requirements)  # the runtime's trackers' clients
+    assert {"mlflow-skinny>=3.0", "wandb>=0.31,<0.32", "tensorboard>=2.16"} <= set(requirements)  # the clients
     assert "WANDB_API_KEY" in outputs[0]  # the reference is there...
     assert all(KEY_VALUE not in text for text in outputs)  # ...the value nowhere
 

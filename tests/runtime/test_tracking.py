@@ -1,5 +1,6 @@
 """spec.tracking with a real MLflow server: the digits job, with kill -9 of the rank that logs, is one run with
-every point once; TensorBoard's own reader finds the same points; a tracker that is down never stops training."""
+every point once; TensorBoard's own reader and W&B's offline run files find the same points (one W&B run ID
+across the restart, the API key in no file or log); a tracker that is down never stops training."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from typing import Any
 
 import pytest
 import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.runtime.helpers import EXAMPLE, Run, quiet_env, records, run_sync, worker_pid
 from tests.runtime.torchmod import require_torch
+from tests.runtime.wandbfiles import read_offline_run
 from tests.testenv.mlflowserver import MLflowServer
 from tests.testenv.s3 import _free_port
 
@@ -22,6 +25,7 @@ from kubetrain.runtime.trackers import MLflowConnection  # noqa: E402
 from kubetrain.runtime.tracking import Buffered, Outcome, RunFile, TrackingConfig  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(420)]
+WANDB_KEY = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c"  # 40 characters, as W&B's keys are
 
 
 def tracked_digits(tmp_path: Path, tracking: dict[str, Any]) -> Path:
@@ -44,18 +48,22 @@ def test_kill_9_of_the_logging_rank_leaves_one_run_with_every_point_once(
         tmp_path: Path, mlflow_server: MLflowServer) -> None:
     experiment = f"digits-{uuid.uuid4().hex[:8]}"
     spec = tracked_digits(tmp_path, {"mlflow": {"trackingUri": mlflow_server.uri, "experiment": experiment},
+                                     "wandb": {"project": "digits"},
                                      "tensorboard": {"logDir": "/ckpt/tb"}, "params": {"width": 64}})
     client = mlflow_server.client()
     marker = uuid.uuid4().hex
-    killed = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker))
+    wandb_env = {"WANDB_MODE": "offline", "WANDB_API_KEY": WANDB_KEY}  # W&B's own offline mode: no server here
+    killed = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker, **wandb_env))
     try:  # rank 0, which logs, dies past the step-50 checkpoint: the job fails, as a pod's container does
-        killed.wait_for(lambda r: r["kind"] == "train" and r["step"] >= 60)
+        # ...and once its W&B run is open (wandb-core takes seconds to start: a fast machine trains 60 steps first)
+        killed.wait_for(lambda r: r["kind"] == "train" and r["step"] >= 60
+                        and any((tmp_path / "ckpt" / "digits" / "wandb").glob("offline-run-*")))
         os.kill(worker_pid(marker, rank=0), signal.SIGKILL)
         code, first, err = killed.finish()
     finally:
         killed.kill()
     assert code != 0, first[-4000:] + err
-    restarted = run_sync(["-f", str(spec)], quiet_env())  # the pod's restart: a new process resumes
+    restarted = run_sync(["-f", str(spec)], quiet_env(**wandb_env))  # the pod's restart: a new process resumes
     assert restarted.returncode == 0, restarted.stdout[-4000:] + restarted.stderr
     out = restarted.stdout
     assert len(records(out, "resume")) == 1 and records(out, "resume")[0]["step"] >= 50
@@ -86,11 +94,36 @@ def test_kill_9_of_the_logging_rank_leaves_one_run_with_every_point_once(
     assert artifacts == {"kubetrain/checkpoint.json", "kubetrain/spec.json"}
     spec_artifact = client.download_artifacts(tracked.info.run_id, "kubetrain/spec.json", str(tmp_path))
     assert yaml.safe_load(Path(spec_artifact).read_text())["spec"]["train"]["epochs"] == 12
-    assert (tmp_path / "ckpt" / "digits" / "tracking.json").is_file()  # the run's ID, beside the checkpoints
+    run_file = tmp_path / "ckpt" / "digits" / "tracking.json"  # the runs' IDs, beside the checkpoints
+    links = [r["runs"] for r in records(first) + records(out) if r["kind"] == "tracking"]
+    assert links[-1] == {"mlflow": f"{mlflow_server.uri}/#/experiments/{found.experiment_id}/runs/"
+                                   f"{tracked.info.run_id}"}  # `status` and the operator show it
+    assert "run (mlflow)" in restarted.stderr  # and the summary of `kubetrain run`
 
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    assert_one_wandb_run(run_file, expected, records(out, "resume")[0]["step"])
+    texts = [first, err, out, restarted.stderr]
+    texts += [p.read_bytes().decode(errors="replace") for p in tmp_path.rglob("*") if p.is_file()]
+    assert all(WANDB_KEY not in text for text in texts)  # in no log, no run file, no W&B file
+    assert_tensorboard_scalars(tmp_path / "ckpt" / "tb", expected)
 
-    reader = EventAccumulator(str(tmp_path / "ckpt" / "tb"), size_guidance={"scalars": 0})
+
+def assert_one_wandb_run(run_file: Path, expected: dict[str, list[int]], resumed: int) -> None:
+    """W&B's offline files: one run ID across the restart, no step twice, every step since the resume."""
+    key = yaml.safe_load(run_file.read_text())["wandb"]["runId"]
+    directories = sorted((run_file.parent / "wandb").glob("offline-run-*"))
+    assert len(directories) == 2 and all(d.name.endswith(f"-{key}") for d in directories)  # one run ID
+    wandb_runs = [read_offline_run(d) for d in directories]
+    assert {run.run_id for run in wandb_runs} == {key}
+    for name, steps in expected.items():
+        logged = [step for run in wandb_runs for step in run.steps.get(name, [])]
+        assert logged == sorted(set(logged)), name  # no step twice across the restart
+        # W&B writes a run's file every second: a kill -9 may lose the killed process's last points
+        assert [step for step in steps if step > resumed] == [step for step in logged if step > resumed], name
+
+
+def assert_tensorboard_scalars(logdir: Path, expected: dict[str, list[int]]) -> None:
+    """TensorBoard's own reader finds every point once."""
+    reader = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
     reader.Reload()
     assert set(reader.Tags()["scalars"]) == set(expected)
     for key, steps in expected.items():

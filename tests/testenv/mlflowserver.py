@@ -6,6 +6,7 @@ Use the ``mlflow_server`` fixture (tests/testenv/plugin.py):
     def test_x(mlflow_server):
         uri = mlflow_server.uri                   # -> "http://127.0.0.1:PORT"
         client = mlflow_server.client()           # an MlflowClient for assertions
+        mlflow_server.uri_at(real_node.gateway)   # the same server as the real node's pods reach it
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ class MLflowUnavailable(RuntimeError):
 class MLflowServer:
     """``mlflow server`` on a free port; stop() ends it and its workers."""
 
-    def __init__(self, workdir: Path, host: str = "127.0.0.1") -> None:
+    def __init__(self, workdir: Path, host: str = "127.0.0.1", bind: str | None = None) -> None:
+        """`bind`: the address to listen on, when not only `host` (0.0.0.0: also the real node's bridge)."""
         self.host = host
-        self.port = _free_port(host)
+        self.bind = bind or host
+        self.port = _free_port(self.bind)
         self.uri = f"http://{host}:{self.port}"
         self.workdir = workdir
         self._log = workdir / "mlflow-server.log"
@@ -43,7 +46,7 @@ class MLflowServer:
             import mlflow.server  # noqa: F401
         except ImportError as exc:
             raise MLflowUnavailable(f"mlflow is not installed ({exc}); run `make install`") from exc
-        command = [sys.executable, "-m", "mlflow", "server", "--host", self.host, "--port", str(self.port),
+        command = [sys.executable, "-m", "mlflow", "server", "--host", self.bind, "--port", str(self.port),
                    "--workers", "1", "--backend-store-uri", f"sqlite:///{self.workdir / 'mlflow.db'}",
                    "--artifacts-destination", str(self.workdir / "artifacts")]
         with self._log.open("wb") as log:
@@ -68,6 +71,10 @@ class MLflowServer:
             raise MLflowUnavailable(f"mlflow server did not answer on {self.uri} within {timeout:.0f}s: "
                                     f"{self.log()[-2000:]}") from None
         return self
+
+    def uri_at(self, address: str) -> str:
+        """The server's URI through another of this machine's addresses (one it listens on)."""
+        return f"http://{address}:{self.port}"
 
     def log(self) -> str:
         return self._log.read_text(errors="replace") if self._log.exists() else ""

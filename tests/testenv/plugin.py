@@ -114,7 +114,9 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MLflowServer]:
-    yield from _served(MLflowServer(tmp_path_factory.mktemp("mlflow")), MLflowUnavailable, "the MLflow test server")
+    # on every address: the real node's pods reach it on their bridge's gateway (tests/e2e/test_recovery.py)
+    server = MLflowServer(tmp_path_factory.mktemp("mlflow"), bind="0.0.0.0")
+    yield from _served(server, MLflowUnavailable, "the MLflow test server")
 
 
 def _served(server: Any, unavailable: type[Exception], what: str) -> Iterator[Any]:
