@@ -243,7 +243,7 @@ def test_kueue_counts_a_dra_jobs_devices_against_its_quota(controlplane: Any, kt
         usage = [a["resourceUsage"] for a in wl["status"]["admission"]["podSetAssignments"]]
         assert [u.get(resource) for u in usage] == ["2", "2"], usage
         running = _running_pods(controlplane, queued, "dra-first", 2)
-        assert {p.spec.node_name for p in running} == {"gpu-node-0", "gpu-node-1"}
+        assert {p.spec.node_name for p in running} <= {"gpu-node-0", "gpu-node-1"}  # the nodes with the devices
 
         watch_until(lambda: _reserved_gpus(controlplane, harness.DRA_QUEUE, resource) >= 4, 30)
         second = kt("submit", "-f", str(_dra_spec(tmp_path, "dra-second", 1, 1)), "-n", queued)

@@ -94,8 +94,8 @@ stamp_of() {
   local dir="${SPEC[$1]%%|*}" f files=()
   files=("$HERE/gomod/$dir/go.mod" "$HERE/gomod/$dir/go.sum")
   for f in "$HERE/gomod/$dir"/*.go; do [[ -f "$f" ]] && files+=("$f"); done
-  { cat "${files[@]}"; if [[ $1 == kubernetes || $1 == containerd ]]; then ldflags_of "$1"; echo "${TAGS[$1]:-}"; fi; } \
-    | sha256sum | cut -c1-16
+  { cat "${files[@]}"; if [[ $1 == kubernetes ]]; then ldflags_of "$1"; fi
+    if [[ -n "${TAGS[$1]:-}" ]]; then ldflags_of "$1"; echo "${TAGS[$1]}"; fi; } | sha256sum | cut -c1-16
 }
 
 # Kubernetes' own build (hack/lib/version.sh) stamps its version into k8s.io/component-base/version. Without
