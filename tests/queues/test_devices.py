@@ -38,8 +38,8 @@ def test_every_device_class_maps_to_its_logical_resource() -> None:
     assert rest.paths == ["/api/v1/namespaces/kueue-system/configmaps/kueue-manager-config"]
 
 
-@pytest.mark.parametrize("rest", [ConfigMaps(error=Forbidden(403, "Forbidden", "configmaps is forbidden")), ConfigMaps({}),
-                                  ConfigMaps({devices.CONFIG_KEY: "resources: [unclosed"})])
+@pytest.mark.parametrize("rest", [ConfigMaps(error=Forbidden(403, "Forbidden", "configmaps is forbidden")),
+                                  ConfigMaps({}), ConfigMaps({devices.CONFIG_KEY: "resources: [unclosed"})])
 def test_an_unreadable_configuration_is_none(rest: ConfigMaps) -> None:
     assert devices.device_class_mappings(rest) is None  # type: ignore[arg-type]
 
