@@ -114,7 +114,13 @@ def test_a_dra_digits_job_gets_prepared_devices_and_trains(cli: Cli, image: str,
 
 def test_a_request_beyond_the_nodes_devices_stays_pending_and_status_names_the_claim(
         cli: Cli, image: str, project: Path, namespace: str, claim: Path, rest: Rest, dra_driver: DraDriver) -> None:
-    cli("submit", "-f", str(_dra_spec(project, "digits-dra-big", 1, DEVICES + 1)), "-n", namespace, "--image", image)
+    spec = str(_dra_spec(project, "digits-dra-big", 1, DEVICES + 1))
+    refused = cli("submit", "-f", spec, "-n", namespace, "--image", image, check=False)
+    shortfall = (f"needs {DEVICES + 1} device(s) of DeviceClass {DRIVER} on one node, but no node has more than "
+                 f"{DEVICES} matching device(s) ({DEVICES} in all)")
+    assert refused.returncode != 0
+    assert f"✗ fit: can never fit: ResourceClaimTemplate digits-dra-big-master-gpus: {shortfall}" in refused.stderr
+    cli("submit", "-f", spec, "-n", namespace, "--image", image, "--skip-preflight=fit")  # as one who insists
 
     def explained() -> list[str] | None:
         out = cli("status", "digits-dra-big", "-n", namespace).stdout
@@ -125,7 +131,6 @@ def test_a_request_beyond_the_nodes_devices_stays_pending_and_status_names_the_c
     claims: list[dict[str, Any]] = devices.job_claims(rest, namespace, "kubetrain.dev/job=digits-dra-big")
     assert [c["metadata"]["name"] for c in claims] == [line.split()[1].rstrip(":")], line
     assert not claims[0].get("status", {}).get("allocation"), claims[0]
-    assert line.endswith(f"needs {DEVICES + 1} device(s) of DeviceClass {DRIVER} on one node, but no node has more "
-                         f"than {DEVICES} matching device(s) ({DEVICES} in all)"), line
+    assert line.endswith(shortfall), line
     pods = rest.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=PYTORCHJOB.pod_selector("digits-dra-big"))
     assert [p["status"]["phase"] for p in pods["items"]] == ["Pending"]
