@@ -2,7 +2,8 @@
 driver's kubelet plugin publishes 2 simulated GPUs for the real node; a digits job with `gpus.via: dra` gets
 its claims allocated by the scheduler and prepared by the driver (a CDI spec per claim, in the dir the node's
 containerd reads CDI specs from), containerd injects the devices into the containers, and the pods train. A
-request for more devices than the node has stays Pending, and `kubetrain status` names the claim and why."""
+request for more devices than the node has is refused by preflight; submitted anyway, it stays Pending, and
+`kubetrain status` names the claim and why."""
 
 from __future__ import annotations
 
