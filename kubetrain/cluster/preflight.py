@@ -72,7 +72,7 @@ def run(api: Rest, target: Target, objects: list[dict[str, Any]], namespace: str
         add("pod-templates", lambda: check_pod_templates(api, job, namespace))
     add("fit", lambda: fit_check(api, target, objects, namespace))
     if (queue := queue_of(job)) and (ns is None or ns.status != FAIL):
-        add("queue", lambda: check_queue(api, job, namespace, queue))
+        add("queue", lambda: check_queue(api, objects, namespace, queue))
     return results
 
 
@@ -406,16 +406,24 @@ def _owned(pod: dict[str, Any], target: Target, namespace: str, name: str) -> bo
     return bool(meta.get("namespace") == namespace and (meta.get("labels") or {}).get(target.pod_label) == name)
 
 
-def check_queue(api: Rest, job: dict[str, Any], namespace: str, queue: str) -> CheckResult:
+def check_queue(api: Rest, objects: list[dict[str, Any]], namespace: str, queue: str) -> CheckResult:
     """Kueue: the LocalQueue exists, which ClusterQueue it feeds, and whether its quota can ever (or now) hold
-    what the job asks for: its GPUs, or for a CPU job its CPUs. Never → refusal, not now → a warning (the
-    job waits in the queue)."""
-    from kubetrain.queues import quota
-
+    what the job asks for: its GPUs (nvidia.com/gpu, or its DRA devices as Kueue counts them), or for a CPU
+    job its CPUs. Never → refusal, not now → a warning (the job waits in the queue)."""
+    job = objects[-1]
+    templates = [o for o in objects if o.get("kind") == "ResourceClaimTemplate"]
+    if templates:
+        return check_dra_queue(api, job, templates, namespace, queue)
     request = fit_request(job)
     resource, demand = request.resource, Decimal(request.pods * request.gpus_per_pod)
     if not demand:  # a CPU job: a ClusterQueue without GPU quota is fine; its CPU quota is what counts
         resource, demand = "cpu", cpu_demand(job)
+    return queue_result(api, namespace, queue, demand, resource)
+
+
+def queue_result(api: Rest, namespace: str, queue: str, demand: Decimal, resource: str) -> CheckResult:
+    from kubetrain.queues import quota
+
     try:
         verdict = quota.quota_verdict(api, namespace, queue, demand, resource)
     except (ClusterError, ApiError) as exc:
@@ -423,6 +431,38 @@ def check_queue(api: Rest, job: dict[str, Any], namespace: str, queue: str) -> C
         return CheckResult("queue", WARN, f"cannot check LocalQueue {queue}: {reason}")
     status = {quota.NOW: OK, quota.NOT_NOW: WARN, quota.NEVER: FAIL}.get(verdict.verdict, WARN)
     return CheckResult("queue", FAIL if verdict.missing else status, verdict.message, verdict.hint)
+
+
+def check_dra_queue(api: Rest, job: dict[str, Any], templates: list[dict[str, Any]], namespace: str,
+                    queue: str) -> CheckResult:
+    """The job's DRA devices against the quota of the resource Kueue's deviceClassMappings count them as (one
+    verdict per resource; the worst is shown). An unmapped DeviceClass is a refusal: Kueue never admits it."""
+    from kubetrain.queues import devices as kueue_devices
+
+    per_class: dict[str, int] = {}
+    for request, (pods, _) in dra_demand(job, templates).items():
+        per_class[request.device_class] = per_class.get(request.device_class, 0) + pods * request.count
+    try:
+        mappings = kueue_devices.device_class_mappings(api)
+    except ApiError as exc:
+        return CheckResult("queue", WARN, f"cannot check LocalQueue {queue}: {api_message(exc)}")
+    if mappings is None:
+        return CheckResult("queue", WARN, f"cannot check LocalQueue {queue} for DRA devices: Kueue counts them "
+                           f"through its deviceClassMappings, and its configuration ({kueue_devices.WHERE}) could "
+                           "not be read")
+    unmapped = sorted(c for c in per_class if c not in mappings)
+    if unmapped:
+        return CheckResult("queue", FAIL, f"Kueue does not count DeviceClass {', '.join(unmapped)}: no entry of "
+                           f"resources.deviceClassMappings in its configuration ({kueue_devices.WHERE}) maps it, "
+                           "so Kueue never admits the job", "ask the cluster admin to map the DeviceClass to a "
+                           "resource the ClusterQueue gives quota for")
+    per_resource: dict[str, int] = {}
+    for device_class, count in per_class.items():
+        per_resource[mappings[device_class]] = per_resource.get(mappings[device_class], 0) + count
+    results = [queue_result(api, namespace, queue, Decimal(n), resource) for resource, n in per_resource.items()]
+    order = {FAIL: 0, WARN: 1, OK: 2}
+    return min(results, key=lambda r: order.get(r.status, 1)) if results else \
+        CheckResult("queue", OK, "the claim templates request no devices")
 
 
 def cpu_demand(job: dict[str, Any]) -> Decimal:

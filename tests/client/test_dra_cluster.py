@@ -5,7 +5,6 @@ them. kwok runs the pods; no driver prepares the devices here (tests/e2e proves 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,41 +16,24 @@ from kubetrain.cluster import doctor, preflight
 from kubetrain.jobs import apply, devices, gpu, pods, status
 from kubetrain.jobs.targets import PYTORCHJOB
 from kubetrain.kube.connection import Connection, connect
-from kubetrain.kube.errors import NotFound
 from tests.client.specs import render, write_spec
 from tests.testenv.binaries import MissingBinaries
 from tests.testenv.dradriver import DRIVER as EXAMPLE_DRIVER
-from tests.testenv.dradriver import DraDriver
+from tests.testenv.dradriver import FAKE_DRIVER, DraDriver, fake_devices
 from tests.testenv.plugin import unavailable
 from tests.testenv.polling import wait_for
 
 pytestmark = pytest.mark.controlplane
 
-DRIVER = "gpu.kubetrain.test"
-API = devices.API
-
-
-def _slice(node: str, memory: str) -> dict[str, Any]:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-{DRIVER}"},
-            "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "resourceSliceCount": 1},
-                     "devices": [{"name": f"gpu-{i}", "attributes": {"model": {"string": "KT100"}},
-                                  "capacity": {"memory": {"value": memory}}} for i in range(4)]}}
+DRIVER = FAKE_DRIVER
 
 
 @pytest.fixture(scope="module")
 def dra_devices(controlplane: Any) -> Iterator[None]:
     """Node gpu-node-0: 4 devices of 80Gi, gpu-node-1: 4 of 40Gi, all of DeviceClass gpu.kubetrain.test."""
-    rest = connect(kubeconfig=str(controlplane.kubeconfig)).rest
-    objects = [("deviceclasses", {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-                                  "metadata": {"name": DRIVER},
-                                  "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}}),
-               ("resourceslices", _slice("gpu-node-0", "80Gi")), ("resourceslices", _slice("gpu-node-1", "40Gi"))]
-    for plural, body in objects:
-        rest.json("POST", f"{API}/{plural}", None, body)
-    yield
-    for plural, body in objects:
-        with contextlib.suppress(NotFound):
-            rest.request("DELETE", f"{API}/{plural}/{body['metadata']['name']}")
+    with fake_devices(connect(kubeconfig=str(controlplane.kubeconfig)).rest,
+                      {"gpu-node-0": "80Gi", "gpu-node-1": "40Gi"}):
+        yield
 
 
 @pytest.fixture

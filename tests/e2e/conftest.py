@@ -54,7 +54,9 @@ def cli(controlplane: Any) -> Cli:
     env = {**os.environ, "KUBECONFIG": str(controlplane.kubeconfig), "NO_COLOR": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))),
            # podman's default ulimits exceed this VM's hard limits (prepare-node.sh writes this file).
-           "CONTAINERS_CONF": str(real.node_bin_dir() / "containers.conf")}
+           "CONTAINERS_CONF": str(real.node_bin_dir() / "containers.conf"),
+           # `kubetrain build --containerd` runs `ctr`: the node's own (prepare.sh builds it).
+           "PATH": os.pathsep.join((str(real.containerd_bin_dir()), os.environ.get("PATH", "")))}
     return Cli(controlplane.kubeconfig, env)
 
 

@@ -14,11 +14,14 @@ from typing import Any
 
 import kubernetes
 import pytest
+import yaml
 from click.testing import CliRunner, Result
 
 from kubetrain.cli.main import cli
+from kubetrain.kube.connection import connect
 from tests.client.specs import watch_until, write_spec
 from tests.testenv import kueue as harness
+from tests.testenv.dradriver import FAKE_DRIVER, fake_devices
 
 pytestmark = pytest.mark.controlplane
 KUEUE = (harness.GROUP, harness.VERSION)
@@ -68,12 +71,12 @@ def job_pods(controlplane: Any, namespace: str, job: str) -> list[Any]:
     return list(core.list_namespaced_pod(namespace, label_selector=f"training.kubeflow.org/job-name={job}").items)
 
 
-def _reserved_gpus(controlplane: Any, cluster_queue: str) -> int:
-    """nvidia.com/gpu reserved in the ClusterQueue's status (what preflight's "free now" is computed from)."""
+def _reserved_gpus(controlplane: Any, cluster_queue: str, resource: str = "nvidia.com/gpu") -> int:
+    """`resource` reserved in the ClusterQueue's status (what preflight's "free now" is computed from)."""
     cq = kubernetes.client.CustomObjectsApi(controlplane.api_client()).get_cluster_custom_object(
         harness.GROUP, harness.VERSION, "clusterqueues", cluster_queue)
     return sum(int(str(r.get("total", "0"))) for flavor in (cq.get("status") or {}).get("flavorsReservation") or []
-               for r in flavor.get("resources") or [] if r.get("name") == "nvidia.com/gpu")
+               for r in flavor.get("resources") or [] if r.get("name") == resource)
 
 
 def admitted(controlplane: Any, namespace: str, job: dict[str, Any]) -> dict[str, Any]:
@@ -209,3 +212,53 @@ def test_gang_not_ready_in_time_is_evicted_and_requeued(controlplane: Any, kt: A
                 .get("count"), 60)
     status = watch_until(lambda: "PodsReadyTimeout" in (out := kt("status", "gang", "-n", queued).stdout) and out, 30)
     assert "→ Kueue: " in status and ("requeued" in status or "eviction" in status or "evicted" in status)
+
+
+def _running_pods(controlplane: Any, namespace: str, job: str, count: int) -> list[Any]:
+    def running() -> list[Any] | None:
+        pods = [p for p in job_pods(controlplane, namespace, job) if p.status.phase == "Running"]
+        return pods if len(pods) == count else None
+
+    return list(watch_until(running, 60))
+
+
+def _dra_spec(tmp_path: Path, name: str, nodes: int, count: int, device_class: str = FAKE_DRIVER) -> Path:
+    path = write_spec(tmp_path, name, nodes=nodes, gpus=count, scheduling={"queue": harness.DRA_QUEUE})
+    body = yaml.safe_load(path.read_text())
+    body["spec"]["gpus"] = {"via": "dra", "deviceClass": device_class}
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def test_kueue_counts_a_dra_jobs_devices_against_its_quota(controlplane: Any, kt: Any, queued: str,
+                                                            tmp_path: Path) -> None:
+    """ClusterQueue dra gives 4 devices of Kueue's resource for the DeviceClass (deviceClassMappings): a job of
+    2 pods × 2 devices is admitted and runs; a 1-device job then waits, and preflight says both beforehand."""
+    resource, rest = harness.DRA_RESOURCE, connect(kubeconfig=str(controlplane.kubeconfig)).rest
+    with fake_devices(rest, {"gpu-node-0": "80Gi", "gpu-node-1": "80Gi"}):
+        first = kt("submit", "-f", str(_dra_spec(tmp_path, "dra-first", 2, 2)), "-n", queued)
+        assert first.exit_code == 0, first.stderr
+        assert f"✓ queue: LocalQueue dra → ClusterQueue dra: quota for 4 {resource} free now" in first.stderr
+        wl = admitted(controlplane, queued, pytorchjob(controlplane, queued, "dra-first"))
+        usage = [a["resourceUsage"] for a in wl["status"]["admission"]["podSetAssignments"]]
+        assert [u.get(resource) for u in usage] == ["2", "2"], usage
+        running = _running_pods(controlplane, queued, "dra-first", 2)
+        assert {p.spec.node_name for p in running} <= {"gpu-node-0", "gpu-node-1"}  # the nodes with the devices
+
+        watch_until(lambda: _reserved_gpus(controlplane, harness.DRA_QUEUE, resource) >= 4, 30)
+        second = kt("submit", "-f", str(_dra_spec(tmp_path, "dra-second", 1, 1)), "-n", queued)
+        assert second.exit_code == 0, second.stderr
+        assert f"! queue: will wait in LocalQueue dra → ClusterQueue dra: needs 1 {resource}, 0 free now" \
+            in second.stderr
+        uid = pytorchjob(controlplane, queued, "dra-second")["metadata"]["uid"]
+        pending = watch_until(lambda: (c := condition(workload(controlplane, queued, uid), "QuotaReserved"))
+                              and c["status"] == "False" and "insufficient" in c["message"] and c, 30)
+        assert resource in pending["message"], pending
+        assert job_pods(controlplane, queued, "dra-second") == []
+
+        unmapped = kt("submit", "-f", str(_dra_spec(tmp_path, "dra-other", 1, 1, "gpu.other.test")), "-n", queued)
+        assert unmapped.exit_code != 0
+        assert "✗ queue: Kueue does not count DeviceClass gpu.other.test: no entry of resources.deviceClassMappings" \
+            in unmapped.stderr
+        for job in ("dra-first", "dra-second"):
+            assert kt("delete", job, "-n", queued).exit_code == 0

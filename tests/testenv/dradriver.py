@@ -2,14 +2,17 @@
 
 Its kubelet plugin publishes simulated GPUs of driver gpu.example.com as a ResourceSlice for the real node,
 registers with the kubelet (under the kubelet's own root dir), and prepares allocated claims: it writes a CDI
-spec per claim (under the node's workdir) and returns the CDI device names, which the kubelet passes to the
-container runtime. The DeviceClass is created here in resource.k8s.io/v1 (the driver's Helm chart still
-writes v1beta1, which a 1.36 API server does not serve by default).
+spec per claim into `cdi_root` (on the real node: the dir its containerd reads CDI specs from) and returns the
+CDI device names, which the kubelet passes to the container runtime; containerd then sets the devices'
+environment (GPU_DEVICE_<n>=gpu-<n>, ...) in the container. The DeviceClass is created here in
+resource.k8s.io/v1 (the driver's Helm chart still writes v1beta1, which a 1.36 API server does not serve by
+default).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,21 +29,52 @@ if TYPE_CHECKING:
 DRIVER = "gpu.example.com"
 BINARY = "dra-example-kubeletplugin"
 API = "/apis/resource.k8s.io/v1"
+FAKE_DRIVER = "gpu.kubetrain.test"  # the DeviceClass and driver of `fake_devices`
+
+
+def fake_device_objects(memory_of_node: dict[str, str], per_node: int = 4) -> list[tuple[str, dict[str, Any]]]:
+    """(plural, object): DeviceClass FAKE_DRIVER and a ResourceSlice per node of `per_node` devices (model
+    KT100, capacity `memory`), as a DRA driver would publish them; no kubelet plugin prepares them."""
+    objects: list[tuple[str, dict[str, Any]]] = [("deviceclasses", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": FAKE_DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{FAKE_DRIVER}"'}}]}})]
+    for node, memory in memory_of_node.items():
+        objects.append(("resourceslices", {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-{FAKE_DRIVER}"},
+            "spec": {"driver": FAKE_DRIVER, "nodeName": node, "pool": {"name": node, "resourceSliceCount": 1},
+                     "devices": [{"name": f"gpu-{i}", "attributes": {"model": {"string": "KT100"}},
+                                  "capacity": {"memory": {"value": memory}}} for i in range(per_node)]}}))
+    return objects
+
+
+@contextlib.contextmanager
+def fake_devices(rest: Any, memory_of_node: dict[str, str], per_node: int = 4) -> Iterator[None]:
+    """`fake_device_objects` created for the block, deleted after it."""
+    objects = fake_device_objects(memory_of_node, per_node)
+    for plural, body in objects:
+        rest.json("POST", f"{API}/{plural}", None, body)
+    try:
+        yield
+    finally:
+        for plural, body in objects:
+            with contextlib.suppress(NotFound):
+                rest.request("DELETE", f"{API}/{plural}/{body['metadata']['name']}")
 
 
 class DraDriver:
     """The plugin for node `node_name`. `kubelet_root`: that node's kubelet --root-dir, where the plugin
     registers (plugins_registry) and serves (plugins); on a kwok node no kubelet ever calls it, so it only
-    publishes its devices."""
+    publishes its devices. `cdi_root`: where it writes CDI specs (default: under `workdir`)."""
 
-    def __init__(self, cp: ControlPlane, workdir: Path, node_name: str, kubelet_root: Path, devices: int = 2) -> None:
+    def __init__(self, cp: ControlPlane, workdir: Path, node_name: str, kubelet_root: Path, devices: int = 2,
+                 cdi_root: Path | None = None) -> None:
         found = binaries.find(BINARY)
         if found is None:
             raise MissingBinaries(f"{BINARY} is missing; {PREPARE_HINT}")
         self.cp, self.binary, self.devices = cp, found, devices
         self.node_name, self.kubelet_root = node_name, kubelet_root
         self.dir = workdir / f"dra-{node_name}"
-        self.cdi_root = self.dir / "cdi"
+        self.cdi_root = cdi_root or self.dir / "cdi"
         self._child: Child | None = None
 
     def start(self) -> DraDriver:
@@ -48,6 +82,7 @@ class DraDriver:
 
         cp = self.cp
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.cdi_root.mkdir(parents=True, exist_ok=True)
         kubeconfig = cp.write_kubeconfig("dra-example-driver", ("system:masters",), self.dir / "kubeconfig")
         rest = rest_for(cp.api_client())
         with contextlib.suppress(Exception):  # left over from a crashed run: same content
@@ -61,7 +96,8 @@ class DraDriver:
             str(self.binary), f"--node-name={self.node_name}", f"--cdi-root={self.cdi_root}",
             f"--num-devices={self.devices}", f"--kubeconfig={kubeconfig}",
             f"--kubelet-registrar-directory-path={kubelet_root / 'plugins_registry'}",
-            f"--kubelet-plugins-directory-path={kubelet_root / 'plugins'}"], cwd=self.dir)
+            f"--kubelet-plugins-directory-path={kubelet_root / 'plugins'}"],
+            env={"NODE_NAME": self.node_name}, cwd=self.dir)  # its common CDI device's KUBERNETES_NODE_NAME
         try:
             wait_for(lambda: self.published(rest) == self.devices or None,
                      f"{BINARY} to publish {self.devices} devices for {self.node_name}", 60)

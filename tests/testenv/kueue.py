@@ -11,7 +11,10 @@ these changes:
 * only the webhooks of the enabled integrations and of Kueue's own kinds are registered: an upstream
   webhook for pods or Deployments with failurePolicy Fail would intercept every test's pods;
 * the visibility API server (an aggregated API, VisibilityOnDemand) is off; kubetrain computes a
-  pending job's position from the Workloads themselves.
+  pending job's position from the Workloads themselves;
+* DRA devices are counted (resources.deviceClassMappings): the test DeviceClasses as resource
+  `DRA_RESOURCE`, which ClusterQueue `DRA_QUEUE` gives quota for. The configuration is also stored as
+  upstream's manifests do (ConfigMap kueue-system/kueue-manager-config), where kubetrain reads the mapping.
 
 The queue set-up (flavors, ClusterQueues in a cohort, LocalQueues) is in `QueueSetup`.
 """
@@ -46,6 +49,8 @@ WEBHOOK_RESOURCES = {
 }
 CONVERTED = {"clusterqueues", "cohorts", "localqueues", "multikueueclusters", "resourceflavors", "workloads"}
 PODS_READY_TIMEOUT_S = 8  # waitForPodsReady: how long admitted pods may take to be Ready before eviction
+DRA_RESOURCE = "dra.kubetrain.test/gpu"  # Kueue's logical resource for the test DeviceClasses' devices
+DRA_DEVICE_CLASSES = ("gpu.kubetrain.test", "gpu.example.com")  # tests/client, tests/testenv/dradriver.py
 
 
 def manifests_dir() -> Path:
@@ -80,6 +85,8 @@ def config(ports: dict[str, int], cert_dir: Path) -> str:
             },
             "integrations": {"frameworks": list(INTEGRATIONS)},
             "featureGates": {"VisibilityOnDemand": False},
+            "resources": {"deviceClassMappings": [{"name": DRA_RESOURCE,
+                                                   "deviceClassNames": list(DRA_DEVICE_CLASSES)}]},
         }
     )
 
@@ -189,6 +196,7 @@ class Kueue:
         write_certs(certs, serving_pki(self.cp.ca, f"kueue-webhook-service.{NAMESPACE}.svc"))
         cfg = self.cp.workdir / "kueue-config.yaml"
         cfg.write_text(config(self.ports, certs))
+        _store_config(core, cfg.read_text())
         kubeconfig = self.cp.workdir / "operator.kubeconfig"
         argv = [*metrics_cert_mount(certs), str(self.bin), f"--config={cfg}", f"--kubeconfig={kubeconfig}"]
         self.child = self.cp.sup.start("kueue", argv, env={"KUBECONFIG": str(kubeconfig)}, cwd=self.cp.workdir)
@@ -219,6 +227,17 @@ class Kueue:
             wait_until(lambda n=name: not crd_exists(ext, n), f"CRD {name} to be deleted", 60)
 
 
+def _store_config(core: kubernetes.client.CoreV1Api, text: str) -> None:
+    """The manager's configuration where upstream's manifests keep it (and kubetrain reads its DRA mapping)."""
+    body = {"metadata": {"name": "kueue-manager-config"}, "data": {"controller_manager_config.yaml": text}}
+    try:
+        core.create_namespaced_config_map(NAMESPACE, body)
+    except kubernetes.client.ApiException as exc:
+        if exc.status != 409:
+            raise
+        core.replace_namespaced_config_map("kueue-manager-config", NAMESPACE, body)
+
+
 def _drop_finalizers(custom: kubernetes.client.CustomObjectsApi, crd: Any) -> None:
     """Clear the finalizers Kueue put on its objects (ResourceFlavors, ClusterQueues, Workloads: "resource
     in use"). Only the running manager removes them, and it is stopped now; a CRD whose objects keep a
@@ -247,6 +266,8 @@ FLAVOR_OF_PRODUCT = {kwok.GPU_PRODUCT: "h100"}
 # A CPU-only ClusterQueue (no GPU quota, outside the cohort) whose flavor has no node labels, so that its
 # jobs' pods can land on the real node (the h100 flavor's label keeps pods on the kwok GPU nodes).
 CPU_QUEUE, CPU_FLAVOR = "cpu", "cpu-any"
+# A ClusterQueue with quota for DRA devices (DRA_RESOURCE), in the GPU nodes' flavor, outside the cohort.
+DRA_QUEUE, DRA_QUOTA = "dra", 4
 
 
 def flavors() -> list[dict[str, Any]]:
@@ -304,6 +325,21 @@ def cpu_cluster_queue() -> dict[str, Any]:
     }
 
 
+def dra_cluster_queue() -> dict[str, Any]:
+    resources = [{"name": "cpu", "nominalQuota": 1000}, {"name": "memory", "nominalQuota": "10Ti"},
+                 {"name": DRA_RESOURCE, "nominalQuota": DRA_QUOTA}]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ClusterQueue",
+        "metadata": {"name": DRA_QUEUE},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory", DRA_RESOURCE],
+                                "flavors": [{"name": next(iter(FLAVOR_OF_PRODUCT.values())), "resources": resources}]}],
+        },
+    }
+
+
 def local_queue(namespace: str, name: str, cluster_queue: str) -> dict[str, Any]:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -311,6 +347,9 @@ def local_queue(namespace: str, name: str, cluster_queue: str) -> dict[str, Any]
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"clusterQueue": cluster_queue},
     }
+
+
+QUEUES = (*CLUSTER_QUEUES, CPU_QUEUE, DRA_QUEUE)
 
 
 class QueueSetup:
@@ -336,7 +375,8 @@ class QueueSetup:
                 GROUP, VERSION, "clusterqueues", cluster_queue(name, gpus, borrowing, lending)
             )
         custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cpu_cluster_queue())
-        wait_until(lambda: all(self.active(n) for n in (*CLUSTER_QUEUES, CPU_QUEUE)), "ClusterQueues Active", 30)
+        custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", dra_cluster_queue())
+        wait_until(lambda: all(self.active(n) for n in QUEUES), "ClusterQueues Active", 30)
 
     def active(self, name: str) -> bool:
         cq = self._custom().get_cluster_custom_object(GROUP, VERSION, "clusterqueues", name)
@@ -346,11 +386,11 @@ class QueueSetup:
     def add_local_queues(self, namespace: str) -> dict[str, str]:
         """A LocalQueue per ClusterQueue in `namespace` (named like it); returns LocalQueue -> ClusterQueue."""
         custom = self._custom()
-        for name in (*CLUSTER_QUEUES, CPU_QUEUE):
+        for name in QUEUES:
             custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, "localqueues", local_queue(namespace, name, name)
             )
-        return {name: name for name in (*CLUSTER_QUEUES, CPU_QUEUE)}
+        return {name: name for name in QUEUES}
 
     def delete(self) -> None:
         custom = self._custom()

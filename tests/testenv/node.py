@@ -7,8 +7,11 @@
 Everything lives under <controlplane workdir>/node, so it cannot clash with
 another session or the host:
 
-* containerd has its own root, state, socket, CNI config and `opt` dir, and a
-  sandbox (pause) image built on this machine; runc is Debian's.
+* containerd (v1.7, built by prepare.sh: Debian's 1.6 has no CDI) has its own
+  root, state, socket, CNI config and `opt` dir, and a sandbox (pause) image
+  built on this machine; runc is Debian's. CDI is on, with the node's own spec
+  dir (`cdi_dir`), where a DRA driver's kubelet plugin writes the devices it
+  prepares (tests/testenv/dradriver.py).
 * the pods' network is a bridge with its own name and a random /24, created
   here (so CoreDNS can bind the gateway address before the first pod exists);
   host-local IPAM keeps its leases in the workdir. No NAT, no iptables rules.
@@ -58,7 +61,8 @@ NODE_LABEL = "kubetrain.test/node"  # value "real": what e2e jobs select
 TAINT_KEY = nodeconf.TAINT
 CNI_BIN_DIRS = (Path("/usr/lib/cni"), Path("/opt/cni/bin"))
 NETNS_DIR = Path("/var/run/netns")  # where containerd 1.6's CRI pins pod network namespaces
-APT_PACKAGES = "containerd runc containernetworking-plugins"
+APT_PACKAGES = "runc containernetworking-plugins"
+CONTAINERD_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr")
 CONTAINER_LOG_LINKS = Path("/var/log/containers")  # the kubelet's symlinks to pod logs (a fixed path)
 
 
@@ -70,6 +74,11 @@ def node_bin_dir() -> Path:
     return binaries.cache_root() / "node"
 
 
+def containerd_bin_dir() -> Path:
+    """containerd, its runc shim and ctr, built by prepare.sh (they do not depend on the Kubernetes version)."""
+    return binaries.cache_root() / f"containerd-{binaries.versions()['CONTAINERD_VERSION']}" / "bin"
+
+
 def pause_image() -> str:
     return binaries.versions()["PAUSE_IMAGE"]
 
@@ -78,43 +87,36 @@ def requirements() -> dict[str, Path]:
     """Every host binary and cached image the node needs; raises NodeUnavailable naming what is missing."""
     if not os.uname().sysname == "Linux" or os.geteuid() != 0:
         raise NodeUnavailable("the real node needs root on Linux (containerd, kubelet, mounts, netns)")
-    found: dict[str, Path] = {}
-    missing = []
-    for name in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "mount", "umount"):
-        path = shutil.which(name)
-        if path is None:
-            missing.append(f"{name} (apt: {APT_PACKAGES}, iproute2)")
-        else:
-            found[name] = Path(path)
-    cni = next((d for d in CNI_BIN_DIRS if (d / "bridge").is_file()), None)
-    if cni is None:
-        missing.append("the CNI plugins (apt: containernetworking-plugins)")
-    else:
-        found["cni"] = cni
-    for name in ("kubelet", "coredns"):
-        path = binaries.find(name)
-        if path is None:
-            missing.append(name)
-        else:
-            found[name] = path
-    for image in ("pause.tar", "init.tar"):
-        path = node_bin_dir() / image
-        if not path.is_file():
-            missing.append(f"the image {path}")
-        found[image] = path
+    tools = ("runc", "ip", "mount", "umount")
+    images = ("pause.tar", "init.tar")
+    located: dict[str, Path | None] = {name: _file(containerd_bin_dir() / name) for name in CONTAINERD_BINARIES}
+    located |= {name: _file(Path(shutil.which(name) or "")) for name in tools}
+    located["cni"] = next((d for d in CNI_BIN_DIRS if (d / "bridge").is_file()), None)
+    located |= {name: binaries.find(name) for name in ("kubelet", "coredns")}
+    located |= {image: _file(node_bin_dir() / image) for image in images}
+    hints = {**{name: f"{name} (apt: {APT_PACKAGES}, iproute2)" for name in tools},
+             **{image: f"the image {node_bin_dir() / image}" for image in images},
+             "cni": "the CNI plugins (apt: containernetworking-plugins)"}
+    missing = [hints.get(name, name) for name, path in located.items() if path is None]
     if missing:
         raise NodeUnavailable(f"the real node is missing: {', '.join(missing)}; {binaries.PREPARE_HINT}")
-    return found
+    return {name: path for name, path in located.items() if path is not None}
+
+
+def _file(path: Path) -> Path | None:
+    return path if path.is_file() else None
 
 
 def _containerd_root(workdir: Path) -> tuple[Path, Any]:
     """containerd's root (content store, snapshots, metadata): a cache shared across sessions, held with an
     exclusive flock for the whole session, so a multi-GB training image is imported once per machine, not
     once per session. A session that finds it locked gets a fresh root in its workdir. Everything with a
-    lifetime (sockets, shims, mounts, network namespaces) is in the per-session state dir either way."""
-    shared = node_bin_dir() / "containerd-root"
+    lifetime (sockets, shims, mounts, network namespaces) is in the per-session state dir either way.
+    One root per containerd version, beside its binaries: another version never opens its metadata."""
+    base = containerd_bin_dir().parent
+    shared = base / "root"
     shared.mkdir(parents=True, exist_ok=True)
-    lock = (node_bin_dir() / "containerd-root.lock").open("w")
+    lock = (base / "root.lock").open("w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -146,6 +148,7 @@ class RealNode:
         self.subnet = _subnet()
         self.gateway = str(next(self.subnet.hosts()))
         self.socket = self.dir / "containerd.sock"
+        self.cdi_dir = self.dir / "cdi"  # CDI specs containerd reads (a DRA driver's kubelet plugin writes them)
         self.ports = {"kubelet": free_port(), "kubelet_health": free_port(), "dns_health": free_port(),
                       "dns_ready": free_port()}
         self._netns_before: set[str] = set()
@@ -230,8 +233,12 @@ class RealNode:
 
     def _containerd(self) -> None:
         config = self.dir / "containerd.toml"
-        config.write_text(nodeconf.containerd_toml(self.dir, self.containerd_root, self.socket, self.bins["cni"]))
-        child = self._start("containerd", [self.bins["containerd"], "--config", config])
+        self.cdi_dir.mkdir(exist_ok=True)
+        config.write_text(nodeconf.containerd_toml(self.dir, self.containerd_root, self.socket, self.bins["cni"],
+                                                   self.cdi_dir))
+        # containerd finds its shim on PATH: this build's, not the host's (Debian's 1.6 may be installed).
+        path = f"{containerd_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}"
+        child = self._start("containerd", [self.bins["containerd"], "--config", config], env={"PATH": path})
         wait_until(lambda: self.ctr("version", timeout=10).returncode == 0, "containerd", 30, child)
         self.import_image(self.bins["pause.tar"])
         self.import_image(self.bins["init.tar"])
@@ -267,8 +274,8 @@ class RealNode:
         core = kubernetes.client.CoreV1Api(self.cp.api_client())
         wait_until(lambda: _ready(core.read_node(NODE_NAME)), f"node {NODE_NAME} Ready", 120, child)
 
-    def _start(self, name: str, argv: list[Any]) -> Child:
-        child = self.cp.sup.start(name, [str(a) for a in argv], cwd=self.dir)
+    def _start(self, name: str, argv: list[Any], env: dict[str, str] | None = None) -> Child:
+        child = self.cp.sup.start(name, [str(a) for a in argv], env=env, cwd=self.dir)
         self._procs[name] = child
         return child
 

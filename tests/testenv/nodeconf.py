@@ -41,8 +41,9 @@ def cni_conflist(bridge: str, subnet: ipaddress.IPv4Network, workdir: Path) -> s
     }, indent=2)
 
 
-def containerd_toml(workdir: Path, root: Path, socket: Path, cni_bin: Path) -> str:
-    """containerd 1.6 (config version 2): state, socket and CNI config under `workdir`, images under `root`.
+def containerd_toml(workdir: Path, root: Path, socket: Path, cni_bin: Path, cdi_dir: Path) -> str:
+    """containerd 1.7 (config version 2): state, socket and CNI config under `workdir`, images under `root`,
+    CDI specs read from `cdi_dir` only (the devices a DRA driver prepares; off by default in 1.7).
 
     The default OCI spec keeps RLIMIT_NOFILE at 1024:1024, below this VM's hard limit; runc with the
     cgroupfs driver, as the kubelet is configured (cgroup v1 host, no systemd)."""
@@ -77,6 +78,8 @@ oom_score = 0
   restrict_oom_score_adj = true
   # Pod network namespaces under the state dir (not /var/run/netns): nothing global to clean up.
   netns_mounts_under_state_dir = true
+  enable_cdi = true
+  cdi_spec_dirs = ["{cdi_dir}"]
 
 [{cri}.containerd]
   snapshotter = "overlayfs"
@@ -120,7 +123,7 @@ def kubelet_config(node: RealNode, pki_dir: Path) -> dict[str, Any]:
         "kind": "KubeletConfiguration",
         # kubelet >= 1.35 refuses cgroup v1 unless told; this host is cgroup v1 (hybrid).
         "failCgroupV1": False,
-        # containerd 1.6 lacks the RuntimeConfig CRI call, so 1.36 falls back to this (with a warning).
+        # containerd 1.x lacks the RuntimeConfig CRI call, so 1.36 falls back to this (with a warning).
         "cgroupDriver": "cgroupfs",
         "cgroupRoot": node.cgroup_root,  # a per-session cgroup tree, so sessions cannot clash
         "containerRuntimeEndpoint": f"unix://{node.socket}",

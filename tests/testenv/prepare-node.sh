@@ -2,7 +2,7 @@
 # Prepare (once) and cache what the real kubelet node of the test control plane
 # needs besides Go-built binaries (kubelet and CoreDNS are built by prepare.sh):
 #
-#   1. Debian packages: containerd, runc, the CNI plugins, podman, buildah,
+#   1. Debian packages: runc, the CNI plugins, podman, buildah,
 #      debootstrap, iptables (apt-get, as root, only those missing).
 #   2. The pause image, built on this machine (a static Go binary, FROM scratch).
 #   3. The Python base image, a stand-in for the pytorch image that cannot be
@@ -37,7 +37,8 @@ unavailable() {  # a missing prerequisite: fatal under CI, a clear note otherwis
 CACHE_ROOT="${KUBETRAIN_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/testenv}"
 NODE_DIR="$CACHE_ROOT/node"
 PYTHON="${KUBETRAIN_PYTHON:-$REPO/.venv/bin/python}"
-APT_PACKAGES=(containerd runc containernetworking-plugins podman buildah debootstrap iptables)
+# (containerd itself is built by prepare.sh: Debian's 1.6 has no CDI.)
+APT_PACKAGES=(runc containernetworking-plugins podman buildah debootstrap iptables)
 # podman's default ulimits exceed this VM's hard limits (nofile 20000); see docs/testenv.md.
 export CONTAINERS_CONF="$NODE_DIR/containers.conf"
 

@@ -17,6 +17,7 @@
 #   KUBETRAIN_TESTENV_TRAINER=0  skip the optional Trainer v2 + JobSet build
 #   KUBETRAIN_TESTENV_KIND=0     skip the kind CLI and node image (prepare-kind.sh)
 #   KUBETRAIN_TESTENV_DRA=0      skip the DRA example driver (its tests then skip, or fail under CI)
+#   KUBETRAIN_TESTENV_NODE=0     skip the real node (kubelet, CoreDNS, containerd, images)
 # Progress goes to stderr; the last stdout line is the binary directory.
 set -euo pipefail
 
@@ -46,14 +47,21 @@ declare -A SPEC=(
   [kueue]="kueue|sigs.k8s.io/kueue/cmd/kueue|kueue"
   # The DRA example driver's kubelet plugin (tests/testenv/dradriver.py).
   [draexample]="draexample|sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin|dra-example-kubeletplugin"
+  # The real node's containerd, shim and ctr (Debian's 1.6 has no CDI, which DRA drivers' devices need).
+  [containerd]="containerd|github.com/containerd/containerd/cmd/containerd github.com/containerd/containerd/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/cmd/ctr|containerd containerd-shim-runc-v2 ctr"
 )
+# Components kept outside $BIN_DIR: they do not depend on the Kubernetes version (tests/testenv/node.py finds
+# containerd there).
+declare -A OWN_BIN_DIR=([containerd]="$CACHE_ROOT/containerd-$CONTAINERD_VERSION/bin")
+# Go build tags: btrfs needs its C headers, which the real node (overlayfs) does not use.
+declare -A TAGS=([containerd]="no_btrfs")
 ORDER=(etcd kwok training-operator kubernetes trainer)
 # Set KUBETRAIN_TESTENV_TRAINER=0 to skip the optional Trainer v2 + JobSet build.
 [[ "${KUBETRAIN_TESTENV_TRAINER:-1}" == 0 ]] && ORDER=(etcd kwok training-operator kubernetes)
 # Set KUBETRAIN_TESTENV_KUEUE=0 to skip the Kueue build (tests/queues then skip, or fail under CI).
 [[ "${KUBETRAIN_TESTENV_KUEUE:-1}" == 0 ]] || ORDER+=(kueue)
 # Set KUBETRAIN_TESTENV_NODE=0 to skip the real node (kubelet, CoreDNS, containerd, images).
-[[ "${KUBETRAIN_TESTENV_NODE:-1}" == 0 ]] || ORDER+=(kubelet coredns)
+[[ "${KUBETRAIN_TESTENV_NODE:-1}" == 0 ]] || ORDER+=(kubelet coredns containerd)
 # Set KUBETRAIN_TESTENV_DRA=0 to skip the DRA example driver (tests/client/test_dra_cluster.py).
 [[ "${KUBETRAIN_TESTENV_DRA:-1}" == 0 ]] || ORDER+=(draexample)
 MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/manifests"
@@ -76,6 +84,7 @@ check_pins() {
   grep -q "sigs.k8s.io/jobset $JOBSET_VERSION" "$HERE/gomod/trainer/go.mod" || die "gomod/trainer/go.mod does not pin $JOBSET_VERSION"
   grep -q "sigs.k8s.io/kueue $KUEUE_VERSION" "$HERE/gomod/kueue/go.mod" || die "gomod/kueue/go.mod does not pin $KUEUE_VERSION"
   grep -q "sigs.k8s.io/dra-example-driver $DRA_EXAMPLE_DRIVER_VERSION" "$HERE/gomod/draexample/go.mod" || die "gomod/draexample/go.mod does not pin $DRA_EXAMPLE_DRIVER_VERSION"
+  grep -q "github.com/containerd/containerd $CONTAINERD_VERSION" "$HERE/gomod/containerd/go.mod" || die "gomod/containerd/go.mod does not pin $CONTAINERD_VERSION"
 }
 
 # A component is rebuilt when its pinned go.mod/go.sum change (check_pins ties
@@ -85,7 +94,8 @@ stamp_of() {
   local dir="${SPEC[$1]%%|*}" f files=()
   files=("$HERE/gomod/$dir/go.mod" "$HERE/gomod/$dir/go.sum")
   for f in "$HERE/gomod/$dir"/*.go; do [[ -f "$f" ]] && files+=("$f"); done
-  { cat "${files[@]}"; if [[ $1 == kubernetes ]]; then ldflags_of "$1"; fi; } | sha256sum | cut -c1-16
+  { cat "${files[@]}"; if [[ $1 == kubernetes ]]; then ldflags_of "$1"; fi
+    if [[ -n "${TAGS[$1]:-}" ]]; then ldflags_of "$1"; echo "${TAGS[$1]}"; fi; } | sha256sum | cut -c1-16
 }
 
 # Kubernetes' own build (hack/lib/version.sh) stamps its version into k8s.io/component-base/version. Without
@@ -97,6 +107,8 @@ ldflags_of() {
     flags+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=${v%%.*} -X $p.gitMinor=$(cut -d. -f2 <<<"$v")"
     flags+=" -X $p.gitTreeState=clean"
   fi
+  # containerd reports this version to the kubelet (CRI Version) and in `containerd --version`.
+  [[ $1 == containerd ]] && flags+=" -X github.com/containerd/containerd/version.Version=$CONTAINERD_VERSION"
   printf '%s' "$flags"
 }
 
@@ -167,21 +179,25 @@ post_kueue_done() { [[ -f "$KUEUE_MANIFESTS_DIR/manifests.yaml" ]]; }
 
 post_trainer_done() { [[ -f "$MANIFESTS_DIR/jobset/jobset.x-k8s.io_jobsets.yaml" && -f "$MANIFESTS_DIR/trainer/torch_distributed.yaml" ]]; }
 
+bin_dir_of() { printf '%s' "${OWN_BIN_DIR[$1]:-$BIN_DIR}"; }
+
 is_fresh() {
-  local comp="$1" bins="$2" b from_cache=0
+  local comp="$1" bins="$2" b from_cache=0 dir
+  dir="$(bin_dir_of "$comp")"
   for b in $bins; do
     b="${b##*:}"
     user_provided "$b" >/dev/null && continue
     from_cache=1
-    [[ -x "$BIN_DIR/$b" ]] || return 1
+    [[ -x "$dir/$b" ]] || return 1
   done
   [[ $from_cache == 0 ]] && return 0
-  [[ -f "$BIN_DIR/.$comp.stamp" && "$(cat "$BIN_DIR/.$comp.stamp")" == "$(stamp_of "$comp")" ]]
+  [[ -f "$dir/.$comp.stamp" && "$(cat "$dir/.$comp.stamp")" == "$(stamp_of "$comp")" ]]
 }
 
 build() {
-  local comp="$1" dir pkgs bins tmp start
+  local comp="$1" dir pkgs bins tmp start out
   IFS='|' read -r dir pkgs bins <<<"${SPEC[$comp]}"
+  out="$(bin_dir_of "$comp")"
   if is_fresh "$comp" "$bins"; then
     log "$comp: up to date"
     if declare -F "post_$comp" >/dev/null && ! "post_${comp}_done"; then "post_$comp"; fi
@@ -190,19 +206,20 @@ build() {
   check_go
   log "$comp: building $pkgs"
   start=$(date +%s)
-  tmp="$(mktemp -d "$BIN_DIR/.build-$comp.XXXXXX")"
+  mkdir -p "$out"
+  tmp="$(mktemp -d "$out/.build-$comp.XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
   # shellcheck disable=SC2086  # pkgs is a list
   if ! (cd "$HERE/gomod/$dir" && GOFLAGS="${GOFLAGS:-} -mod=readonly" \
-        go build -trimpath -buildvcs=false -ldflags="$(ldflags_of "$comp")" -o "$tmp/" $pkgs); then
+        go build -trimpath -buildvcs=false -tags="${TAGS[$comp]:-}" -ldflags="$(ldflags_of "$comp")" -o "$tmp/" $pkgs); then
     rm -rf "$tmp"
     die "$comp: go build failed (see output above); the module proxy must be reachable for a cold build"
   fi
-  for b in $bins; do mv -f "$tmp/${b%%:*}" "$BIN_DIR/${b##*:}"; done
+  for b in $bins; do mv -f "$tmp/${b%%:*}" "$out/${b##*:}"; done
   rm -rf "$tmp"
   trap - EXIT
   if declare -F "post_$comp" >/dev/null; then "post_$comp"; fi
-  stamp_of "$comp" >"$BIN_DIR/.$comp.stamp"
+  stamp_of "$comp" >"$out/.$comp.stamp"
   log "$comp: built in $(( $(date +%s) - start ))s"
 }
 
