@@ -60,9 +60,9 @@ def main() -> None:
     from kubetrain.jobs.targets import PYTORCHJOB
     from kubetrain.kube import watch
     from kubetrain.kube.connection import connect
-    from tests.client.specs import render, write_spec
     from tests.queues.counting import counting
     from tests.testenv.controlplane import ControlPlane
+    from tests.testenv.specs import render, write_spec
 
     for tree in (args.base, str(REPO)):  # .pyc files, as installed packages have them
         ensure_bytecode(Path(tree))

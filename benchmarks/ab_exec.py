@@ -80,8 +80,8 @@ def main() -> None:
     from benchmarks import ab_cli
     from benchmarks.bench_cli import ensure_bytecode, load_average
     from benchmarks.bench_status import bench_job
-    from tests.client.specs import write_spec
     from tests.testenv.controlplane import ControlPlane
+    from tests.testenv.specs import write_spec
 
     trees = {"base": args.base, "branch": str(REPO)}
     for tree in trees.values():

@@ -84,9 +84,9 @@ def populate(cp: Any, tmp: Path, args: argparse.Namespace) -> None:
     from kubetrain.jobs.targets import PYTORCHJOB
     from kubetrain.kube import watch
     from kubetrain.kube.connection import connect
-    from tests.client.logfixtures import cri, now_stamp, serve_logs
-    from tests.client.specs import render, write_spec
     from tests.testenv import kwok
+    from tests.testenv.logfixtures import cri, now_stamp, serve_logs
+    from tests.testenv.specs import render, write_spec
 
     core = kubernetes.client.CoreV1Api(cp.api_client())
     with ThreadPoolExecutor(8) as pool:
@@ -126,9 +126,9 @@ def main() -> None:
     from kubetrain.cluster import preflight
     from kubetrain.jobs.targets import PYTORCHJOB
     from kubetrain.kube.connection import connect
-    from tests.client.specs import render, write_spec
     from tests.queues.counting import counting
     from tests.testenv.controlplane import ControlPlane
+    from tests.testenv.specs import render, write_spec
 
     rows: list[tuple[str, float, str, str]] = []  # (what, ms, notes, target key)
     started, load_before = time.monotonic(), os.getloadavg()

@@ -115,8 +115,8 @@ def bench_job(cp: Any, tmp: Path, events: int = 0) -> tuple[Any, dict[str, str]]
     from kubetrain.jobs.targets import PYTORCHJOB
     from kubetrain.kube import watch
     from kubetrain.kube.connection import connect
-    from tests.client.logfixtures import cri, now_stamp, serve_logs
-    from tests.client.specs import render, write_spec
+    from tests.testenv.logfixtures import cri, now_stamp, serve_logs
+    from tests.testenv.specs import render, write_spec
 
     ns = "default"
     conn = connect(kubeconfig=str(cp.kubeconfig))

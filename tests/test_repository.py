@@ -71,3 +71,15 @@ def test_ci_over_budget_is_a_line_not_a_failure(tmp_path: Path) -> None:
     assert result.returncode == 0
     assert re.fullmatch(r"budget: cold run of make test \(exit 0\) took 0 min [1-9]\d* s against 0 min: "
                         r"OVER budget by 0 min [1-9]\d* s", result.stdout.splitlines()[-1]), result.stdout
+
+
+# Test folders that are tiers or the test environment rather than mirrors of one kubetrain package.
+TEST_TIERS = {"harness": "checks the test harness itself", "e2e": "whole jobs on the real node",
+              "testenv": "the shared fixtures and binaries", "docs": "the documents against the code"}
+
+
+def test_tests_mirror_the_package_layout() -> None:
+    packages = {p.name for p in (REPO / "kubetrain").iterdir() if (p / "__init__.py").is_file()}
+    folders = {p.name for p in (REPO / "tests").iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    strays = sorted(folders - packages - set(TEST_TIERS))
+    assert not strays, f"tests/{strays[0]} names no kubetrain package: move its files to tests/<package>/"

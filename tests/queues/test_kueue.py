@@ -17,8 +17,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from kubetrain.cli.main import cli
-from tests.client.specs import watch_until, write_spec
 from tests.testenv import kueue as harness
+from tests.testenv.specs import watch_until, write_spec
 
 pytestmark = pytest.mark.controlplane
 KUEUE = (harness.GROUP, harness.VERSION)

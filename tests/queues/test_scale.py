@@ -16,9 +16,9 @@ from kubetrain.jobs import apply, status
 from kubetrain.jobs.targets import PYTORCHJOB
 from kubetrain.kube import watch
 from kubetrain.kube.connection import connect
-from tests.client.specs import render, write_spec
 from tests.queues.counting import counting
 from tests.testenv import kwok
+from tests.testenv.specs import render, write_spec
 
 
 def test_scale_profile_has_four_gpu_types_tainted_like_gke() -> None:

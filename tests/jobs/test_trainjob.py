@@ -19,8 +19,8 @@ from kubetrain.jobs import apply, status, targets
 from kubetrain.jobs import crud as jobs
 from kubetrain.jobs.targets import PYTORCHJOB, TRAINJOB
 from kubetrain.kube.connection import Connection, connect
-from tests.client.specs import render, typed, write_spec
 from tests.harness.helpers import wait_for
+from tests.testenv.specs import render, typed, write_spec
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 

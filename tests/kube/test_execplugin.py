@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from kubetrain.cli.main import cli
 from kubetrain.kube.connection import connect
 from kubetrain.kube.errors import AuthPluginError
-from tests.client.test_connection import Recorder, recorder, write_kubeconfig  # noqa: F401 (fixture)
+from tests.kube.test_connection import Recorder, recorder, write_kubeconfig  # noqa: F401 (fixture)
 
 V1 = "client.authentication.k8s.io/v1"
 V1BETA1 = "client.authentication.k8s.io/v1beta1"

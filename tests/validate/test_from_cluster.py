@@ -12,8 +12,8 @@ import yaml
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
-from tests.client.specs import render, write_spec
-from tests.client.test_connection import write_kubeconfig
+from tests.kube.test_connection import write_kubeconfig
+from tests.testenv.specs import render, write_spec
 
 pytestmark = pytest.mark.controlplane
 

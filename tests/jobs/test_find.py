@@ -13,8 +13,8 @@ from kubetrain.jobs import apply
 from kubetrain.jobs import crud as jobs
 from kubetrain.jobs.targets import NOT_INSTALLED, PYTORCHJOB, Target
 from kubetrain.kube.connection import Connection, connect
-from tests.client.specs import render, write_spec
 from tests.queues.counting import counting
+from tests.testenv.specs import render, write_spec
 
 pytestmark = pytest.mark.controlplane
 

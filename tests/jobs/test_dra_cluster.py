@@ -18,12 +18,12 @@ from kubetrain.jobs import apply, devices, gpu, pods, status
 from kubetrain.jobs.targets import PYTORCHJOB
 from kubetrain.kube.connection import Connection, connect
 from kubetrain.kube.errors import NotFound
-from tests.client.specs import render, write_spec
 from tests.testenv.binaries import MissingBinaries
 from tests.testenv.dradriver import DRIVER as EXAMPLE_DRIVER
 from tests.testenv.dradriver import DraDriver
 from tests.testenv.plugin import unavailable
 from tests.testenv.polling import wait_for
+from tests.testenv.specs import render, write_spec
 
 pytestmark = pytest.mark.controlplane
 
