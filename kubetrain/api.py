@@ -25,7 +25,7 @@ from kubetrain.errors import ClusterError, KubetrainError, SpecError, UsageError
 from kubetrain.jobspec.load import LoadedSpec
 
 if TYPE_CHECKING:
-    from kubetrain.cluster.preflight import CheckResult
+    from kubetrain.checks import Check
     from kubetrain.jobs.crud import JobSummary
     from kubetrain.jobs.gpu import PodGpus
     from kubetrain.jobs.stacks import JobStacks
@@ -113,7 +113,7 @@ class _LogReporter:
     def warn(self, message: str) -> None:
         log.warning(message)
 
-    def check(self, result: CheckResult) -> None:
+    def check(self, result: Check) -> None:
         (log.info if result.status != "fail" else log.error)(result.line())
 
 
@@ -262,14 +262,14 @@ def delete(name: str, *, namespace: str | None = None, wait: bool = False, timeo
 def run(spec: Spec, *, nodes: int | None = None, procs_per_node: int | None = None, volumes: tuple[str, ...] = (),
         secrets: dict[str, str] | None = None, port: int = 29500, log_dir: Path | None = None) -> int:
     """Run the job on this machine with torchrun, as `kubetrain run`, with its hang watch (spec.hang, see
-    docs/hangs.md: a hang is reported on stderr and acted on by its policy); returns its exit status."""
-    from kubetrain.local import RunOptions, build_plan
+    docs/hangs.md: a hang is reported on stderr and acted on by its policy); returns its exit status. The
+    same checks as `kubetrain run` come first (kubetrain.local.prepare): its warnings go to the "kubetrain"
+    logger, its refusals are raised."""
+    from kubetrain.local import RunOptions
     from kubetrain.local.hangwatch import supervise
-    from kubetrain.local.preflight import check_program, check_refs, require_torch
+    from kubetrain.local.prepare import prepare_run
 
     loaded = _loaded(spec)
-    plan = build_plan(loaded, RunOptions(secrets or {}, list(volumes), nodes, procs_per_node, port, log_dir))
-    require_torch()
-    check_refs(plan)
-    check_program(plan)
+    options = RunOptions(secrets or {}, list(volumes), nodes, procs_per_node, port, log_dir)
+    plan = prepare_run(loaded, options, log.warning)
     return supervise(plan, loaded.job.spec.hang, sys.stdout, sys.stderr)[0]

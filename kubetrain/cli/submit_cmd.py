@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from kubetrain.checks import Check, check_lines
 from kubetrain.cli.cluster_opts import cluster_options, connect_from
 from kubetrain.cli.common import load, render_loaded, spec_file_option
 from kubetrain.cli.output import emit_objects, handle_errors, info, warn
@@ -17,7 +18,6 @@ from kubetrain.metrics import EXIT_DIVERGED
 from kubetrain.render.yamlout import dump_json, dump_yaml
 
 if TYPE_CHECKING:
-    from kubetrain.cluster.preflight import CheckResult
     from kubetrain.jobs.targets import Target
     from kubetrain.kube.connection import Connection
     from kubetrain.submit import Submitted
@@ -162,7 +162,7 @@ class _CliReporter:
     def warn(self, message: str) -> None:
         warn(message)
 
-    def check(self, result: CheckResult) -> None:
+    def check(self, result: Check) -> None:
         info(_styled(result))
 
 
@@ -183,12 +183,8 @@ def _build(loaded: LoadedSpec) -> str:
     return build_image(loaded, push=True)
 
 
-def _styled(result: CheckResult) -> str:
-    line = result.line()
-    if not sys.stderr.isatty():
-        return line
-    colour = {"ok": "green", "fail": "red", "warn": "yellow"}[result.status]
-    return click.style(line[0], fg=colour) + line[1:]
+def _styled(result: Check) -> str:
+    return check_lines(result, color=sys.stderr.isatty())[0]
 
 
 def _wait(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import kubernetes
 import pytest
 
+from kubetrain.checks import FAIL, OK, WARN
 from kubetrain.cluster import preflight
 from kubetrain.jobs import apply
 from kubetrain.jobs.targets import PYTORCHJOB
@@ -76,12 +77,12 @@ def test_preflight_rbac_denial_names_verb_and_resource(controlplane: Any, namesp
                                                                  namespace), namespace, restricted.server)
     by_name = {r.name: r for r in results}
     denied = by_name["permissions"]
-    assert denied.status == preflight.FAIL
+    assert denied.status == FAIL
     assert denied.message == (f"not allowed to create pytorchjobs.kubeflow.org, get pytorchjobs.kubeflow.org, "
                               f"create configmaps in namespace {namespace}")
     assert f"kubectl auth can-i create pytorchjobs.kubeflow.org -n {namespace}" in denied.hint
     # What bob may not read is reported as unknown (!), not as missing (✗).
-    assert by_name["namespace"].status == preflight.WARN and by_name["fit"].status == preflight.WARN
+    assert by_name["namespace"].status == WARN and by_name["fit"].status == WARN
 
 
 def without_tolerations(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -95,7 +96,7 @@ def test_preflight_fit_counts_only_eligible_nodes_with_free_gpus(conn: Connectio
                                                                  tmp_path: Path) -> None:
     four = render(write_spec(tmp_path, "big", nodes=4), namespace)
     fit = {r.name: r for r in preflight.run(conn.rest, PYTORCHJOB, without_tolerations(four), namespace)}["fit"]
-    assert fit.status == preflight.FAIL  # never: 2 eligible 8-GPU nodes, even idle, hold 2 such pods
+    assert fit.status == FAIL  # never: 2 eligible 8-GPU nodes, even idle, hold 2 such pods
     assert fit.message == ("can never fit: 4 pods × 8 nvidia.com/gpu, but the eligible nodes hold at most 2 "
                            "such pod(s) even when idle (cloud.google.com/gke-accelerator=nvidia-h100-80gb)")
     assert "gpu-node-2: taint nvidia.com/gpu=present:NoSchedule not tolerated" in fit.hint
@@ -104,7 +105,7 @@ def test_preflight_fit_counts_only_eligible_nodes_with_free_gpus(conn: Connectio
                                         "most 3")
     sixteen = render(write_spec(tmp_path, "wide", nodes=4, gpus=16), namespace)
     wide = {r.name: r for r in preflight.run(conn.rest, PYTORCHJOB, sixteen, namespace)}["fit"]
-    assert (wide.status, wide.message) == (preflight.FAIL, "can never fit: each pod needs 16 nvidia.com/gpu but "
+    assert (wide.status, wide.message) == (FAIL, "can never fit: each pod needs 16 nvidia.com/gpu but "
                                            "the largest eligible node has 8 (cloud.google.com/gke-accelerator="
                                            "nvidia-h100-80gb)")
     assert "free up" not in wide.hint and "lower spec.gpusPerNode to at most 8" in wide.hint
@@ -115,20 +116,20 @@ def test_preflight_fit_counts_only_eligible_nodes_with_free_gpus(conn: Connectio
     two = render(write_spec(tmp_path, "next", nodes=2), namespace)
     busy = {r.name: r for r in preflight.run(conn.rest, PYTORCHJOB, two, namespace)}["fit"]
     # Not now: a warning (the pods would queue), naming the job that holds the GPUs.
-    assert busy.status == preflight.WARN
+    assert busy.status == WARN
     assert busy.message.startswith("not now: needs 2 pods × 8 nvidia.com/gpu; only 1 eligible node have ≥ 8 free")
     assert "GPUs held by gpu-node-" in busy.message and f"{namespace}/busy (1 pod(s), 8 GPU)" in busy.message
     assert "0/8 free" in busy.hint and "--wait-for-capacity" in busy.hint
     # ...but a re-submitted job's own pods do not compete with it.
     same = render(write_spec(tmp_path, "busy", nodes=2), namespace)
-    assert {r.name: r for r in preflight.run(conn.rest, PYTORCHJOB, same, namespace)}["fit"].status == preflight.OK
+    assert {r.name: r for r in preflight.run(conn.rest, PYTORCHJOB, same, namespace)}["fit"].status == OK
 
 
 def test_preflight_selector_matching_only_cpu_nodes(conn: Connection, namespace: str, tmp_path: Path) -> None:
     path = write_spec(tmp_path, "cpuonly", nodes=1, gpus=1,
                       placement={"cloud": "none", "nodeSelector": {"cloud.google.com/gke-nodepool": "cpu-pool"}})
     fit = {r.name: r for r in preflight.run(conn.rest, PYTORCHJOB, render(path, namespace), namespace)}["fit"]
-    assert fit.status == preflight.FAIL
+    assert fit.status == FAIL
     assert fit.message == ("can never fit: each pod needs 1 nvidia.com/gpu but the largest eligible node has 0 "
                            "(cloud.google.com/gke-nodepool=cpu-pool)")
     assert "gpu-node-0: nodeSelector cloud.google.com/gke-nodepool=cpu-pool does not match" in fit.hint
@@ -162,8 +163,8 @@ def test_preflight_flags_a_claim_that_can_never_bind(conn: Connection, namespace
 def test_preflight_dry_runs_each_pod_template_as_a_pod(conn: Connection, namespace: str, tmp_path: Path) -> None:
     objects = render(write_spec(tmp_path, "pods", nodes=2, gpus=0), namespace)
     [ok] = [r for r in preflight.run(conn.rest, PYTORCHJOB, objects, namespace) if r.name == "pod-templates"]
-    assert ok.status == preflight.OK, ok.line()
+    assert ok.status == OK, ok.line()
     kubernetes.client.CoreV1Api(typed(conn)).patch_namespace(namespace, {"metadata": {"labels": {
         "pod-security.kubernetes.io/enforce": "restricted"}}})  # PodSecurity refuses root pods from now on
     [refused] = [r for r in preflight.run(conn.rest, PYTORCHJOB, objects, namespace) if r.name == "pod-templates"]
-    assert refused.status == preflight.FAIL and "violates PodSecurity" in refused.line(), refused.line()
+    assert refused.status == FAIL and "violates PodSecurity" in refused.line(), refused.line()

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from kubetrain.checks import FAIL
 from kubetrain.cli.main import cli
 from kubetrain.cluster import preflight
 from kubetrain.jobs import apply, status
@@ -91,7 +92,7 @@ def test_requests_do_not_grow_with_jobs_or_replicas(controlplane: Any, namespace
     job = render(write_spec(tmp_path, "fits", nodes=6, gpus=1), namespace)[-1]
     with counting() as seen:
         verdict = preflight.check_fit(conn.rest, job, PYTORCHJOB, namespace, "fits")
-    assert sorted(seen) == ["GET /api/v1/nodes", "GET /api/v1/pods"] and verdict.status != preflight.FAIL, verdict
+    assert sorted(seen) == ["GET /api/v1/nodes", "GET /api/v1/pods"] and verdict.status != FAIL, verdict
 
 
 def not_events(seen: list[str]) -> list[str]:
