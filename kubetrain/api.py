@@ -136,7 +136,7 @@ def find(name: str, *, namespace: str | None = None, target: str | None = None, 
          kubeconfig: str | None = None, request_timeout: float | None = None,
          connection: Connection | None = None) -> tuple[Target, dict[str, Any]]:
     """The job called `name` and its kind (target None/"auto": among the installed kinds)."""
-    from kubetrain.jobs.logs import find_job
+    from kubetrain.jobs import find_job
 
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     return find_job(where.connection.rest, where.namespace, name, target)

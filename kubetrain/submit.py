@@ -151,8 +151,8 @@ def validate_rendered(connection: Connection, target: Target, objects: list[dict
 def unchanged(connection: Connection, target: Target, objects: list[dict[str, Any]], report: Reporter) -> bool:
     """Is this very spec already submitted? Then there is nothing to check: re-submitting is a no-op even
     on a full cluster (its own pods hold the GPUs the fit check would miss)."""
+    from kubetrain import jobs
     from kubetrain.jobs import apply
-    from kubetrain.jobs import crud as jobs
 
     job = objects[-1]
     try:

@@ -188,7 +188,7 @@ def _styled(result: Check) -> str:
 
 
 def _wait(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None) -> None:
-    from kubetrain.jobs import crud as jobs
+    from kubetrain import jobs
 
     info(f"waiting for {target.kind} {namespace}/{name} to finish")
     final = jobs.wait_finished(connection.rest, target, namespace, name, timeout, on_retry=info)

@@ -61,23 +61,23 @@ class Unreadable(Exception):
 
 def run_doctor(conn: Connection, namespace: str, cpu: bool = False) -> Report:
     """Every check, in report order. Unreachable cluster / rejected credentials raise a one-line ClusterError."""
-    api = conn.rest
+    rest = conn.rest
     report = Report(conn.context, conn.server, namespace)
     with cluster_errors("read the server version", report.server):
-        version = api.get("/version")
+        version = rest.get("/version")
     report.checks.append(Check("server", OK, f"Kubernetes {version.get('gitVersion')} at {report.server}"))
     with cluster_errors("discover the cluster's APIs", report.server):
-        installed = [t for t in targets.AUTO_ORDER if targets.served(api, t)]
-        report.checks += training_checks(installed, targets.serves(api, *JOBSET[:3]),
-                                         lambda t: find_operator(api, t.operators))
-        nodes = _list(api, "/api/v1/nodes")
-        daemonsets = _list(api, "/apis/apps/v1/daemonsets")
-        inventory = read_dra(api)
+        installed = [t for t in targets.AUTO_ORDER if targets.served(rest, t)]
+        report.checks += training_checks(installed, targets.serves(rest, *JOBSET[:3]),
+                                         lambda t: find_operator(rest, t.operators))
+        nodes = _list(rest, "/api/v1/nodes")
+        daemonsets = _list(rest, "/apis/apps/v1/daemonsets")
+        inventory = read_dra(rest)
         report.checks += cpu_check(nodes) if cpu else gpu_checks(nodes, daemonsets, inventory)
         report.cloud, cloud_check = cloud_profile(nodes)
         report.checks.append(cloud_check)
-        report.checks += queue_checks(api)
-        report.checks += rbac_checks(api, namespace, installed)
+        report.checks += queue_checks(rest)
+        report.checks += rbac_checks(rest, namespace, installed)
         report.checks += webhook_checks(conn.rest, namespace, installed)
     return report
 
@@ -89,32 +89,32 @@ def list_node_dicts(conn: Connection) -> list[dict[str, Any]] | None:
     return None if isinstance(nodes, Unreadable) else nodes
 
 
-def read_dra(api: Rest) -> dra.Inventory | Unreadable | None:
+def read_dra(rest: Rest) -> dra.Inventory | Unreadable | None:
     """DeviceClasses, ResourceSlices and ResourceClaims; None when resource.k8s.io/v1 is not served."""
     try:
-        return dra.read_inventory(api) if dra.served(api) else None
+        return dra.read_inventory(rest) if dra.served(rest) else None
     except errors.Forbidden as exc:
         return Unreadable(api_message(exc))
 
 
-def _list(api: Rest, path: str, **query: Any) -> list[dict[str, Any]] | Unreadable:
+def _list(rest: Rest, path: str, **query: Any) -> list[dict[str, Any]] | Unreadable:
     try:
-        items, _ = watch.list_objects(watch.rest_list(api, path), **query)
+        items, _ = watch.list_objects(watch.rest_list(rest, path), **query)
     except errors.Forbidden as exc:
         return Unreadable(api_message(exc))
     return items
 
 
 # ---- training APIs and their operators ------------------------------------------------------------------
-def find_operator(api: Rest, where: tuple[tuple[str, str], ...]) -> dict[str, Any] | Unreadable | None:
+def find_operator(rest: Rest, where: tuple[tuple[str, str], ...]) -> dict[str, Any] | Unreadable | None:
     """The operator's Deployment: at its usual place, else a Deployment of that name in any namespace."""
     for namespace, name in where:
         with contextlib.suppress(errors.Forbidden, errors.NotFound):
-            return api.get(path_of("apps", "v1", "deployments", namespace, name))
+            return rest.get(path_of("apps", "v1", "deployments", namespace, name))
     names = sorted({name for _, name in where})
     items: list[dict[str, Any]] = []
     for name in names:
-        found_items = _list(api, "/apis/apps/v1/deployments", field_selector=f"metadata.name={name}")
+        found_items = _list(rest, "/apis/apps/v1/deployments", field_selector=f"metadata.name={name}")
         if isinstance(found_items, Unreadable):
             return found_items
         items += found_items
@@ -324,8 +324,8 @@ def cloud_profile(nodes: list[dict[str, Any]] | Unreadable) -> tuple[str | None,
 
 
 # ---- queues and access ----------------------------------------------------------------------------------------
-def queue_checks(api: Rest) -> list[Check]:
-    found = [name for name, group, version, plural in QUEUES if targets.serves(api, group, version, plural)]
+def queue_checks(rest: Rest) -> list[Check]:
+    found = [name for name, group, version, plural in QUEUES if targets.serves(rest, group, version, plural)]
     if not found:
         return [Check("queue", OK, "no Kueue or Volcano: jobs start as soon as their pods fit")]
     hint = "set spec.scheduling.queue to a LocalQueue (kubectl get localqueues -n <ns>)" if "Kueue" in found else ""
@@ -339,13 +339,13 @@ OPTIONAL_NEEDS = (("", "pods/exec", ("create",), "kubetrain gpu"), ("", "nodes",
 JOB_VERBS = ("get", "list", "watch", "create", "patch", "delete")
 
 
-def rbac_checks(api: Rest, namespace: str, installed: list[Target]) -> list[Check]:
+def rbac_checks(rest: Rest, namespace: str, installed: list[Target]) -> list[Check]:
     needs = [(t.group, t.plural, JOB_VERBS) for t in installed] + list(CORE_NEEDS)
     asks = [(g, r, v, namespace) for g, r, verbs in needs for v in verbs]
     optional = [((g, r, v, None if r == "nodes" else namespace), use) for g, r, verbs, use in OPTIONAL_NEEDS
                 for v in verbs]
     with ThreadPoolExecutor(8) as pool:
-        allowed = list(pool.map(lambda a: can_i(api, a[2], a[0], a[1], a[3])[0], asks + [a for a, _ in optional]))
+        allowed = list(pool.map(lambda a: can_i(rest, a[2], a[0], a[1], a[3])[0], asks + [a for a, _ in optional]))
     missing = [_show(a) for a, ok in zip(asks, allowed, strict=False) if not ok]
     missing_optional = [f"{_show(a)} (for {use})" for (a, use), ok in zip(optional, allowed[len(asks):], strict=True)
                         if not ok]

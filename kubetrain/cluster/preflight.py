@@ -31,31 +31,31 @@ class Reference:
     name: str
 
 
-def run(api: Rest, target: Target, objects: list[dict[str, Any]], namespace: str,
+def run(rest: Rest, target: Target, objects: list[dict[str, Any]], namespace: str,
         server: str = "", skip: Collection[str] = ()) -> list[Check]:
     """Every check, in order, but those named in `skip` (SKIPPABLE); stops after the first if the API server
     cannot be reached."""
-    reach = check_reachable(api, server)
+    reach = check_reachable(rest, server)
     if reach.status == FAIL:
         return [reach]
     job = objects[-1]
     results = [reach]
     add = _adder(results, skip)
     with_configmap = any(o.get("kind") == "ConfigMap" for o in objects)
-    add("permissions", lambda: check_access(api, target, namespace, with_configmap=with_configmap))
-    installed = add("crd", lambda: check_crd(api, target))
+    add("permissions", lambda: check_access(rest, target, namespace, with_configmap=with_configmap))
+    installed = add("crd", lambda: check_crd(rest, target))
     if installed is None or installed.status == OK:
-        add("operator", lambda: check_operator(api, target))
-    ns = add("namespace", lambda: check_namespace(api, namespace))
+        add("operator", lambda: check_operator(rest, target))
+    ns = add("namespace", lambda: check_namespace(rest, namespace))
     if ns is None or ns.status != FAIL:
         if "references" in skip:
             results.append(_skipped("references"))
         else:
-            results += check_references(api, namespace, references(job))
-        add("pod-templates", lambda: check_pod_templates(api, job, namespace))
-    add("fit", lambda: fit_check(api, target, objects, namespace))
+            results += check_references(rest, namespace, references(job))
+        add("pod-templates", lambda: check_pod_templates(rest, job, namespace))
+    add("fit", lambda: fit_check(rest, target, objects, namespace))
     if (queue := queue_of(job)) and (ns is None or ns.status != FAIL):
-        add("queue", lambda: check_queue(api, job, namespace, queue))
+        add("queue", lambda: check_queue(rest, job, namespace, queue))
     return results
 
 
@@ -77,7 +77,7 @@ def _adder(results: list[Check], skip: Collection[str]) -> Callable[[str, Callab
     return add
 
 
-def check_pod_templates(api: Rest, job: dict[str, Any], namespace: str) -> Check:
+def check_pod_templates(rest: Rest, job: dict[str, Any], namespace: str) -> Check:
     """Each pod template, dry-run created as a Pod: what the operator will create, judged by the server."""
     from kubetrain.jobs.podcheck import pod_template_problems
     from kubetrain.validate.k8s.templates import pod_templates
@@ -86,7 +86,7 @@ def check_pod_templates(api: Rest, job: dict[str, Any], namespace: str) -> Check
         return Check("pod-templates", OK, "none to dry-run (a TrainJob's runtime patches are merged into the "
                            "runtime by the Trainer)")
     def post(where: str, pod: dict[str, Any]) -> None:  # raw: the typed client would vet the body itself
-        api.json("POST", f"/api/v1/namespaces/{where}/pods", {"dryRun": "All"}, pod)
+        rest.json("POST", f"/api/v1/namespaces/{where}/pods", {"dryRun": "All"}, pod)
 
     try:
         problems = pod_template_problems(post, job, namespace)
@@ -98,9 +98,9 @@ def check_pod_templates(api: Rest, job: dict[str, Any], namespace: str) -> Check
     return Check("pod-templates", OK, "the API server accepts every pod template as a Pod (dry run)")
 
 
-def check_reachable(api: Rest, server: str) -> Check:
+def check_reachable(rest: Rest, server: str) -> Check:
     try:
-        version = api.get("/version")
+        version = rest.get("/version")
     except Exception as exc:  # any failure here is "cannot talk to the cluster"; say why in one line
         error = exc if isinstance(exc, ClusterError) else translate(exc, "reach the API server", server)
         return Check("API server", FAIL, str(error))
@@ -108,12 +108,12 @@ def check_reachable(api: Rest, server: str) -> Check:
                                          f"{version.get('minor')})")
 
 
-def check_access(api: Rest, target: Target, namespace: str, with_configmap: bool) -> Check:
+def check_access(rest: Rest, target: Target, namespace: str, with_configmap: bool) -> Check:
     wanted = [("create", target.group, target.plural), ("get", target.group, target.plural)]
     if with_configmap:
         wanted.append(("create", "", "configmaps"))
     try:
-        denied = [(verb, group, res) for verb, group, res in wanted if not can_i(api, verb, group, res, namespace)[0]]
+        denied = [(verb, group, res) for verb, group, res in wanted if not can_i(rest, verb, group, res, namespace)[0]]
     except ApiError as exc:
         return Check("permissions", WARN, f"cannot ask the API server ({api_message(exc)})")
     if not denied:
@@ -126,9 +126,9 @@ def check_access(api: Rest, target: Target, namespace: str, with_configmap: bool
                        f"-n {namespace})")
 
 
-def check_crd(api: Rest, target: Target) -> Check:
+def check_crd(rest: Rest, target: Target) -> Check:
     try:
-        present = served(api, target)
+        present = served(rest, target)
     except ApiError as exc:
         return Check("CRD", WARN, f"cannot discover {target.api_version}: {api_message(exc)}")
     if present:
@@ -136,12 +136,12 @@ def check_crd(api: Rest, target: Target) -> Check:
     return Check("CRD", FAIL, f"{target.kind} ({target.api_version}) is not installed", CRD_HINT)
 
 
-def check_operator(api: Rest, target: Target) -> Check:
+def check_operator(rest: Rest, target: Target) -> Check:
     """The operator's Deployment (the same lookup and verdict as `kubetrain doctor`); it may run elsewhere,
     or we may not read Deployments: then a note."""
     from kubetrain.cluster.doctor import Unreadable, deployment_health, find_operator
 
-    deployment = find_operator(api, target.operators)
+    deployment = find_operator(rest, target.operators)
     if isinstance(deployment, Unreadable):
         return Check("operator", WARN, f"cannot check the {target.operator_name} Deployment: {deployment}")
     if deployment is None:
@@ -156,9 +156,9 @@ def check_operator(api: Rest, target: Target) -> Check:
                        f"jobs will not start until it is: kubectl -n {namespace} describe deployment {name}")
 
 
-def check_namespace(api: Rest, namespace: str) -> Check:
+def check_namespace(rest: Rest, namespace: str) -> Check:
     try:
-        api.get(f"/api/v1/namespaces/{namespace}")
+        rest.get(f"/api/v1/namespaces/{namespace}")
     except ApiError as exc:
         if is_not_found(exc):
             return Check("namespace", FAIL, f"{namespace} does not exist",
@@ -209,15 +209,15 @@ def _missing_hint(ref: Reference, namespace: str) -> str:
     }[ref.kind]
 
 
-def check_references(api: Rest, namespace: str, refs: list[Reference]) -> list[Check]:
+def check_references(rest: Rest, namespace: str, refs: list[Reference]) -> list[Check]:
     if not refs:
         return [Check("references", OK, "the job references no Secret, PVC or ServiceAccount")]
     results, present = [], []
     for ref in refs:
         try:
-            found = _reader(api, ref.kind)(ref.name, namespace)
+            found = _reader(rest, ref.kind)(ref.name, namespace)
             present.append(f"{ref.kind} {ref.name}")
-            if ref.kind == "PersistentVolumeClaim" and (unbound := pvc_binding(api, found)) is not None:
+            if ref.kind == "PersistentVolumeClaim" and (unbound := pvc_binding(rest, found)) is not None:
                 results.append(unbound)
         except ApiError as exc:
             if is_not_found(exc):
@@ -234,13 +234,13 @@ def check_references(api: Rest, namespace: str, refs: list[Reference]) -> list[C
 DEFAULT_CLASS = "storageclass.kubernetes.io/is-default-class"
 
 
-def pvc_binding(api: Rest, claim: dict[str, Any]) -> Check | None:
+def pvc_binding(rest: Rest, claim: dict[str, Any]) -> Check | None:
     """A Pending claim that nothing can bind: a StorageClass that does not exist, or no class at all and no
     Available PersistentVolume big enough with its access modes. None when it is (or can get) bound."""
     if status_of(claim).get("phase") != "Pending":
         return None
     name, spec = claim["metadata"]["name"], claim.get("spec") or {}
-    classes: list[dict[str, Any]] = api.get("/apis/storage.k8s.io/v1/storageclasses").get("items") or []
+    classes: list[dict[str, Any]] = rest.get("/apis/storage.k8s.io/v1/storageclasses").get("items") or []
     by_name = {c["metadata"]["name"]: c for c in classes}
     wanted = spec.get("storageClassName")
     if wanted is None:  # the default class, if the cluster has one
@@ -252,7 +252,7 @@ def pvc_binding(api: Rest, claim: dict[str, Any]) -> Check | None:
                            f"{wanted} does not exist", "kubectl get storageclass; fix the claim's storageClassName")
     if wanted and by_name[wanted].get("provisioner") != "kubernetes.io/no-provisioner":
         return None  # dynamic provisioning (Immediate or WaitForFirstConsumer): it binds when provisioned
-    if _matching_volume(api, spec, wanted):
+    if _matching_volume(rest, spec, wanted):
         return None
     return Check("references", FAIL, f"PersistentVolumeClaim {name} can never bind: no StorageClass "
                        f"provisions it and no Available PersistentVolume{' of class ' + wanted if wanted else ''} "
@@ -260,12 +260,12 @@ def pvc_binding(api: Rest, claim: dict[str, Any]) -> Check | None:
                        "a StorageClass that provisions volumes (kubectl get storageclass)")
 
 
-def _matching_volume(api: Rest, claim: dict[str, Any], wanted: str) -> bool:
+def _matching_volume(rest: Rest, claim: dict[str, Any], wanted: str) -> bool:
     from kubetrain.jobspec.quantity import parse_quantity
 
     size = parse_quantity(((claim.get("resources") or {}).get("requests") or {}).get("storage") or "0")
     modes = set(claim.get("accessModes") or [])
-    volumes: list[dict[str, Any]] = api.get("/api/v1/persistentvolumes").get("items") or []
+    volumes: list[dict[str, Any]] = rest.get("/api/v1/persistentvolumes").get("items") or []
     for pv in volumes:
         spec = pv.get("spec") or {}
         if (status_of(pv).get("phase") == "Available" and (spec.get("storageClassName") or "") == wanted
@@ -284,12 +284,12 @@ def fit_request(job: dict[str, Any]) -> fitting.FitRequest:
     return fitting.FitRequest(pods, gpus, dict(first.get("nodeSelector") or {}), list(first.get("tolerations") or []))
 
 
-def check_fit(api: Rest, job: dict[str, Any], target: Target, namespace: str, name: str) -> Check:
+def check_fit(rest: Rest, job: dict[str, Any], target: Target, namespace: str, name: str) -> Check:
     request = fit_request(job)
     if request.gpus_per_pod == 0:
         return Check("fit", OK, "CPU job: no GPUs needed")
     try:
-        nodes, pods = fit_inputs(api)
+        nodes, pods = fit_inputs(rest)
     except ApiError as exc:
         return Check("fit", WARN, f"cannot check GPU capacity: {api_message(exc)}")
     # A re-submitted job's own pods hold GPUs it will keep using: they are not competition.
@@ -305,13 +305,13 @@ def check_fit(api: Rest, job: dict[str, Any], target: Target, namespace: str, na
                        result.hint)
 
 
-def fit_check(api: Rest, target: Target, objects: list[dict[str, Any]], namespace: str) -> Check:
+def fit_check(rest: Rest, target: Target, objects: list[dict[str, Any]], namespace: str) -> Check:
     """The fit of the job's GPUs: its DRA claims when it has claim templates, else its nvidia.com/gpu."""
     job = objects[-1]
     templates = [o for o in objects if o.get("kind") == "ResourceClaimTemplate"]
     if templates:
-        return check_dra_fit(api, job, templates)
-    return check_fit(api, job, target, namespace, job["metadata"]["name"])
+        return check_dra_fit(rest, job, templates)
+    return check_fit(rest, job, target, namespace, job["metadata"]["name"])
 
 
 def dra_demand(job: dict[str, Any], templates: list[dict[str, Any]]) -> dict[devices.Request, tuple[int, str]]:
@@ -333,14 +333,14 @@ def dra_demand(job: dict[str, Any], templates: list[dict[str, Any]]) -> dict[dev
     return demand
 
 
-def check_dra_fit(api: Rest, job: dict[str, Any], templates: list[dict[str, Any]]) -> Check:
+def check_dra_fit(rest: Rest, job: dict[str, Any], templates: list[dict[str, Any]]) -> Check:
     """Will the job's claims be allocated: its requests against the ResourceSlices' devices that match their
     DeviceClass and selectors, less those existing ResourceClaims hold. Never → refusal, not now → warning."""
     try:
-        if not devices.served(api):
+        if not devices.served(rest):
             return Check("fit", FAIL, "the job claims devices through DRA, but the cluster does not serve "
                                "resource.k8s.io/v1 (Kubernetes >= 1.34)", "use spec.gpus.via: plugin")
-        inventory = devices.read_inventory(api)
+        inventory = devices.read_inventory(rest)
     except ApiError as exc:
         return Check("fit", WARN, f"cannot check DRA devices: {api_message(exc)}")
     fits, short, never = [], [], False
@@ -389,7 +389,7 @@ def _owned(pod: dict[str, Any], target: Target, namespace: str, name: str) -> bo
     return bool(meta.get("namespace") == namespace and (meta.get("labels") or {}).get(target.pod_label) == name)
 
 
-def check_queue(api: Rest, job: dict[str, Any], namespace: str, queue: str) -> Check:
+def check_queue(rest: Rest, job: dict[str, Any], namespace: str, queue: str) -> Check:
     """Kueue: the LocalQueue exists, which ClusterQueue it feeds, and whether its quota can ever (or now) hold
     what the job asks for: its GPUs, or for a CPU job its CPUs. Never → refusal, not now → a warning (the
     job waits in the queue)."""
@@ -400,7 +400,7 @@ def check_queue(api: Rest, job: dict[str, Any], namespace: str, queue: str) -> C
     if not demand:  # a CPU job: a ClusterQueue without GPU quota is fine; its CPU quota is what counts
         resource, demand = "cpu", cpu_demand(job)
     try:
-        verdict = quota.quota_verdict(api, namespace, queue, demand, resource)
+        verdict = quota.quota_verdict(rest, namespace, queue, demand, resource)
     except (ClusterError, ApiError) as exc:
         reason = api_message(exc) if isinstance(exc, ApiError) else str(exc)
         return Check("queue", WARN, f"cannot check LocalQueue {queue}: {reason}")

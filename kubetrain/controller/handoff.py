@@ -52,21 +52,21 @@ def code_volume(obj: Any) -> dict[str, Any] | None:
     return None
 
 
-def hand_over(api: Rest, body: dict[str, Any], configmaps: list[dict[str, Any]], dry_run: str | None
+def hand_over(rest: Rest, body: dict[str, Any], configmaps: list[dict[str, Any]], dry_run: str | None
               ) -> dict[str, Any]:
     """Server-side apply the code ConfigMap, then the TrainingJob, then make the TrainingJob own the ConfigMap
     (the garbage collector deletes it with the job). Client dry run: return the TrainingJob unchanged."""
     if dry_run == "client":
         return body
     with cluster_errors("discover the kubetrain.dev API"):
-        if not targets.served(api, targets.TRAININGJOB):
+        if not targets.served(rest, targets.TRAININGJOB):
             raise ClusterError(f"--controller: the cluster does not serve {NAME}: install the operator with "
                                "`kubetrain controller install` (docs/operator.md), or submit without --controller")
     for configmap in configmaps:  # first: the controller reads it as soon as the TrainingJob exists
-        apply.apply_configmap(api, configmap, dry_run is not None)
-    applied = apply.apply_object(api, targets.TRAININGJOB, body, dry_run=dry_run is not None)
+        apply.apply_configmap(rest, configmap, dry_run is not None)
+    applied = apply.apply_object(rest, targets.TRAININGJOB, body, dry_run=dry_run is not None)
     for configmap in configmaps:
-        apply.apply_configmap(api, apply.with_owner(configmap, applied), dry_run is not None)
+        apply.apply_configmap(rest, apply.with_owner(configmap, applied), dry_run is not None)
     return applied
 
 
@@ -80,7 +80,7 @@ def _current(obj: dict[str, Any]) -> dict[str, Any]:
     return dict(status) if status.get("observedGeneration") == generation else {}
 
 
-def wait_trainingjob(api: Rest, namespace: str, name: str, timeout: float | None, until: str,
+def wait_trainingjob(rest: Rest, namespace: str, name: str, timeout: float | None, until: str,
                      on_retry: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The TrainingJob once the controller has reconciled its current spec and `until` holds: "child" (its
     child job exists, or it ended without one: Invalid) or "final" (Succeeded, Failed or Invalid).
@@ -95,7 +95,7 @@ def wait_trainingjob(api: Rest, namespace: str, name: str, timeout: float | None
             return obj
         return None
 
-    list_fn = watch.rest_list(api, path_of(targets.TRAININGJOB.group, targets.TRAININGJOB.version,
+    list_fn = watch.rest_list(rest, path_of(targets.TRAININGJOB.group, targets.TRAININGJOB.version,
                                            targets.TRAININGJOB.plural, namespace))
     with cluster_errors(f"watch trainingjobs in namespace {namespace}"):
         return watch.wait_for(list_fn, check, timeout=timeout, on_retry=on_retry, what=f"TrainingJob {name}",

@@ -104,10 +104,10 @@ def carried(old: dict[str, Any], latest: list[dict[str, Any]] | None) -> list[di
 
 
 @dataclass
-class HangWatch:
+class ClusterHangWatch:
     """The periodic reader; `conditions[key]` is what the reconcile writes (see Controller.reconcile)."""
 
-    api: Rest  # the one client: pod lists, pods/exec, pod deletes
+    rest: Rest  # the one client: pod lists, pods/exec, pod deletes
     jobs: Informer
     spec_of: Callable[[dict[str, Any]], TrainingJob | None]
     record: Callable[[dict[str, Any], str, str, str], None]  # an Event
@@ -154,13 +154,13 @@ class HangWatch:
                 self.ended(obj, self.conditions.pop(key, None))
             return False
         meta = obj["metadata"]
-        replicas = [r for r in job_replicas(self.api, target, meta["namespace"], meta["name"]) if not r.deleting]
+        replicas = [r for r in job_replicas(self.rest, target, meta["namespace"], meta["name"]) if not r.deleting]
         running = [r for r in replicas if r.phase == "Running" and r.state == "running"]
         if not running:
             return False
         self.execs += len(running)
         thresholds = Thresholds.from_spec(job.spec.hang)
-        pods = ask_pods(self.api, meta["namespace"], meta["name"], running, exec_records)
+        pods = ask_pods(self.rest, meta["namespace"], meta["name"], running, exec_records)
         verdict = verdict_of(combine(meta["name"], pods, asked=False, thresholds=thresholds))
         if verdict is None:
             return False
@@ -201,7 +201,7 @@ class HangWatch:
         directory = job.spec.checkpoint.dir or ""
         run = exec_saving(directory.rstrip("/") + "/hangs") if directory.startswith("/") else exec_probe
         self.execs += len(running)
-        pods = ask_pods(self.api, meta["namespace"], meta["name"], running, run)
+        pods = ask_pods(self.rest, meta["namespace"], meta["name"], running, run)
         full = verdict_of(combine(meta["name"], pods, asked=True, thresholds=thresholds))
         saved = [str(p.answer["saved"]) for p in pods if p.answer and p.answer.get("saved")]
         return (full if full is not None and full.hung else verdict), saved
@@ -222,7 +222,7 @@ class HangWatch:
         self.record(obj, "Warning", "HangRestart",
                     f"restart {done + 1} of {budget} at step {verdict.step:,}: deleting the {len(replicas)} pods "
                     "of the job; the ranks resume from the newest checkpoint")
-        kube.patch_status(self.api, meta["namespace"], meta["name"],
+        kube.patch_status(self.rest, meta["namespace"], meta["name"],
                           {"hang": {"restarts": done + 1, "lastRestartTime": now(), "lastRestartStep": verdict.step}})
         for replica in replicas:
-            kube.delete_pod(self.api, meta["namespace"], replica.pod, RESTART_GRACE_SECONDS)
+            kube.delete_pod(self.rest, meta["namespace"], replica.pod, RESTART_GRACE_SECONDS)

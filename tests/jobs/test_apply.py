@@ -10,9 +10,9 @@ from typing import Any
 import kubernetes
 import pytest
 
+from kubetrain import jobs
 from kubetrain.errors import ClusterError
 from kubetrain.jobs import apply, status
-from kubetrain.jobs import crud as jobs
 from kubetrain.jobs.targets import PYTORCHJOB, Target
 from kubetrain.kube import watch
 from kubetrain.kube.connection import Connection, connect

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from kubetrain import jobs
 from kubetrain.errors import ClusterError
 from kubetrain.jobs import apply
-from kubetrain.jobs import crud as jobs
 from kubetrain.jobs.targets import NOT_INSTALLED, PYTORCHJOB, Target
 from kubetrain.kube.connection import Connection, connect
 from tests.queues.counting import counting

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from kubetrain import jobs
 from kubetrain.checks import OK
 from kubetrain.cli.main import cli
 from kubetrain.cluster import preflight
 from kubetrain.jobs import apply, status, targets
-from kubetrain.jobs import crud as jobs
 from kubetrain.jobs.targets import PYTORCHJOB, TRAINJOB
 from kubetrain.kube.connection import Connection, connect
 from tests.harness.helpers import wait_for
