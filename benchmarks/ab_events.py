@@ -3,7 +3,7 @@ warm connection) with its event lists bounded (now: the job + at most 7 pods), o
 one per pod one after the other, with the requests each sends; then fresh `kubetrain status` processes of
 another tree and of this one, and `kubectl describe`. Interleaved, medians.
 
-    python benchmarks/ab_events.py --base /tmp/base --events 25000 [--replicas 16] [--runs 7] [--kubectl PATH]
+    python benchmarks/ab_events.py --base BASE --events 25000 [--replicas 16] [--runs 7] [--kubectl PATH]
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=25000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--replicas", type=int, default=2, help="pods of the job (1 GPU each above 3)")
-    parser.add_argument("--kubectl", default=os.environ.get("KUBECTL", "/tmp/kubectl-1.36/kubectl"))
+    parser.add_argument("--kubectl", default=os.environ.get("KUBECTL", "kubectl"))
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     from benchmarks.bench_cli import ensure_bytecode

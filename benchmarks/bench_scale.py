@@ -18,7 +18,7 @@ done, see `settle`), warm (one untimed run first), the median of --runs fresh `k
 
 API requests per command are counted in-process (click's CliRunner, the REST transport and urllib3 patched to
 count), so each command's requests can be checked to stay bounded (no per-pod request where a list serves).
-Targets (warm, issue #14): list < 1 s, preflight fit < 200 ms, status < 300 ms, first merged log line < 2 s.
+Targets (warm): list < 1 s, preflight fit < 200 ms, status < 300 ms, first merged log line < 2 s.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def main() -> None:
     report(args, rows, time.monotonic() - started, load_before, settled)
 
 
-TARGETS_MS = {"fit": 200, "list": 1000, "status": 300, "first line": 2000}  # issue #14, warm, this machine
+TARGETS_MS = {"fit": 200, "list": 1000, "status": 300, "first line": 2000}  # warm
 
 
 def cpu_busy(window: float) -> float:

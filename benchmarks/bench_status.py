@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 KUBETRAIN = [str(Path(sys.executable).parent / "kubetrain")]  # the console script, as users run it
 
 
-# issue 16's targets, by row
+# the targets, by row
 TARGETS = {"`kubetrain status` process": "<= 300 ms", "`kubetrain list` process": "<= 300 ms",
            "`kubetrain logs --tail 5` to its first line": "<= 500 ms"}
 

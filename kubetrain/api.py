@@ -26,6 +26,7 @@ from kubetrain.jobspec.load import LoadedSpec
 
 if TYPE_CHECKING:
     from kubetrain.checks import Check
+    from kubetrain.controller.handoff import HandedOver
     from kubetrain.jobs.crud import JobSummary
     from kubetrain.jobs.gpu import PodGpus
     from kubetrain.jobs.stacks import JobStacks
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
     from kubetrain.validate import Report
 
 __all__ = ["ClusterError", "KubetrainError", "LoadedSpec", "SpecError", "UsageError", "connect", "delete", "gpu",
-           "list_jobs", "load", "logs", "render", "run", "stacks", "status", "submit", "validate", "wait"]
+           "list_jobs", "load", "logs", "render", "run", "stacks", "status", "submit", "submit_to_controller",
+           "validate", "wait"]
 log = logging.getLogger("kubetrain")
 Spec = str | Path | LoadedSpec
 
@@ -62,28 +64,27 @@ def render(spec: Spec, *, target: str | None = None, namespace: str | None = Non
 
 def validate(objects: list[dict[str, Any]] | str | Path, *, schemas: tuple[str, ...] = (),
              connection: Connection | None = None) -> Report:
-    """Check manifests (objects in memory, or a file) offline, as `kubetrain validate` does: against the
-    cached and given CRDs (`schemas`: files, directories or URLs), and the cluster's CRDs with `connection`.
-    Returns the Report; `report.failed()` says whether anything is invalid."""
-    from kubetrain.validate import SchemaStore
-    from kubetrain.validate.engine import validate_objects, validate_sources
-    from kubetrain.validate.schemas import cached_crds, load_crd_source
-
-    store = SchemaStore()
-    found: list[tuple[dict[str, Any], str]] = []
-    if connection is not None:
-        from kubetrain.kube.crds import training_crds
-
-        found += training_crds(connection)
-    for location in schemas:
-        found += load_crd_source(location)
-    for crd, source in [*found, *cached_crds()]:
-        store.add_crd(crd, source)
-    if isinstance(objects, list):
-        return validate_objects(objects, store)
+    """Check manifests (objects in memory, or a file) as `kubetrain validate` does: against the cached and given
+    CRDs (`schemas`: files, directories or URLs). With `connection`, as `validate --from-cluster`: the cluster's
+    CRDs first, and each pod template dry-run created as a Pod there. Returns the Report; `report.failed()`
+    says whether anything is invalid."""
+    from kubetrain.jobs.podcheck import cluster_pod_issues
     from kubetrain.jobspec.load import read_text
+    from kubetrain.kube.crds import training_crds
+    from kubetrain.render.yamlout import dump_yaml
+    from kubetrain.validate.engine import validate_objects, validate_sources
+    from kubetrain.validate.schemas import schema_store
 
-    return validate_sources([read_text(str(objects))], store)
+    store = schema_store((lambda: training_crds(connection)) if connection is not None else None, schemas)
+    if isinstance(objects, list):
+        report = validate_objects(objects, store)
+        sources = [("<rendered>", dump_yaml(objects))] if connection is not None else []
+    else:
+        sources = [read_text(str(objects))]
+        report = validate_sources(sources, store)
+    if connection is not None:
+        report.issues += cluster_pod_issues(connection, sources)
+    return report
 
 
 def connect(context: str | None = None, kubeconfig: str | None = None,
@@ -130,6 +131,26 @@ def submit(spec: Spec, *, namespace: str | None = None, context: str | None = No
     where = _where(namespace, context, kubeconfig, request_timeout, connection, loaded.job.metadata.namespace)
     options = SubmitOptions(target, image, dry_run, replace, preflight, skip_fit, wait_for_capacity, timeout)
     return run_submit(where.connection, loaded, where.namespace, options, _LogReporter())
+
+
+def submit_to_controller(spec: Spec, *, namespace: str | None = None, context: str | None = None,
+                         kubeconfig: str | None = None, request_timeout: float | None = None,
+                         connection: Connection | None = None, target: str | None = None, image: str | None = None,
+                         dry_run: str = "none") -> HandedOver:
+    """Hand the TrainingJob to the cluster's kubetrain controller, as `kubetrain submit --controller`: the
+    spec is rendered here as the controller will render it (a bad image or target is refused here), its code
+    ConfigMap uploaded, and the controller creates and watches the PyTorchJob or TrainJob (docs/operator.md).
+    Follow it with status(name) and logs(name); dry_run: "none", "client" or "server"."""
+    from kubetrain.controller.handoff import submit_training_job
+
+    loaded = _loaded(spec)
+    if dry_run not in ("none", "client", "server"):
+        raise UsageError(f"dry_run must be none, client or server, not {dry_run!r}")
+    where = _where(namespace, context, kubeconfig, request_timeout, connection, loaded.job.metadata.namespace)
+    overrides = {key: value for key, value in (("image", image), ("target", target)) if value}
+    handed = submit_training_job(where.connection, loaded, where.namespace, dry_run, overrides)
+    log.info("TrainingJob %s/%s handed to the controller", handed.namespace, handed.name)
+    return handed
 
 
 def find(name: str, *, namespace: str | None = None, target: str | None = None, context: str | None = None,

@@ -127,14 +127,11 @@ def validate_rendered(connection: Connection, target: Target, objects: list[dict
                       report: Reporter) -> None:
     """Offline schema + semantic checks, with the cluster's own CRD when we may read it."""
     from kubetrain.kube.crds import crd_if_readable
-    from kubetrain.validate import SchemaStore
     from kubetrain.validate.engine import validate_document
-    from kubetrain.validate.schemas import cached_crds
+    from kubetrain.validate.schemas import schema_store
     from kubetrain.yamlsrc import ParsedDoc
 
-    store = SchemaStore()
-    for crd, source in [*crd_if_readable(connection, target.resource), *cached_crds()]:
-        store.add_crd(crd, source)
+    store = schema_store(lambda: crd_if_readable(connection, target.resource))
     if store.validator(target.api_version, target.kind) is None:
         report.info(f"validate: no local schema for {target.kind}; the API server validates it on apply")
     issues = [issue for index, obj in enumerate(objects, 1)

@@ -49,7 +49,7 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     \b
     Examples:
       kubetrain run -f examples/digits/kubetrain.yaml
-      kubetrain run --env-file .env --volume ckpt=/tmp/ckpt
+      kubetrain run --env-file .env --volume ckpt=./ckpt
       kubetrain run --nodes 1 --dry-run
     """
     from kubetrain.cli.output import warn

@@ -1,4 +1,5 @@
-"""`kubetrain submit --controller`: hand the TrainingJob itself to the cluster's controller.
+"""`kubetrain submit --controller` and kubetrain.api.submit_to_controller: hand the TrainingJob itself to the
+cluster's controller.
 
 The spec has been loaded, checked and rendered exactly as for a direct submit; what goes out is the
 TrainingJob as the user wrote it (unset fields stay unset, so the controller's defaults apply), server-side
@@ -11,16 +12,44 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.controller.crd import NAME
 from kubetrain.controller.reconcile import CODE_ANNOTATION
-from kubetrain.errors import ClusterError, Problem, SpecError
+from kubetrain.errors import ClusterError, Problem, SpecError, UsageError
 from kubetrain.jobs import apply, targets
 from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.kube import watch
+from kubetrain.kube.connection import Connection
 from kubetrain.kube.errors import cluster_errors
 from kubetrain.kube.rest import Rest, path_of
+from kubetrain.render.loaded import render_loaded
+
+
+@dataclass(frozen=True)
+class HandedOver:
+    """The TrainingJob as applied (for a client dry run: as it would be)."""
+
+    namespace: str
+    name: str
+    object: dict[str, Any]
+
+
+def submit_training_job(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str = "none",
+                        overrides: dict[str, str] | None = None) -> HandedOver:
+    """Render the spec as the controller will (with `overrides`: --image, --target), so that a bad value is
+    refused here, then hand the TrainingJob and its code ConfigMap over. dry_run: none, client or server."""
+    if loaded.job.spec.gpu_via != "plugin":
+        raise UsageError(f"spec.gpus.via: {loaded.job.spec.gpu_via} cannot be combined with --controller (the "
+                         "controller creates only the job, not its ResourceClaimTemplates); submit without it")
+    target = (overrides or {}).get("target")
+    rendered = render_loaded(loaded, namespace=namespace, image=(overrides or {}).get("image"),
+                             target=None if target == "auto" else target)
+    body = training_job(loaded, namespace, rendered if loaded.job.spec.code else [], overrides)
+    configmaps = [o for o in rendered[:-1] if o["kind"] == "ConfigMap"]
+    applied = hand_over(connection.rest, body, configmaps, None if dry_run == "none" else dry_run)
+    return HandedOver(namespace, str(applied["metadata"]["name"]), applied)
 
 
 def training_job(loaded: LoadedSpec, namespace: str, rendered: list[dict[str, Any]],

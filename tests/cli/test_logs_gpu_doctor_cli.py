@@ -82,7 +82,7 @@ def test_logs_gpu_and_follow(controlplane, namespace, job):
 
 @pytest.mark.controlplane
 def test_status_list_and_logs_load_neither_urllib3_nor_kubernetes(controlplane, namespace, job):
-    """Issue 16's start-up budget: the hot paths talk REST over http.client (kubetrain.kube.transport)."""
+    """The start-up budget: the hot paths talk REST over http.client (kubetrain.kube.transport)."""
     kc = ["--kubeconfig", str(controlplane.kubeconfig), "-n", namespace]
     for argv, shown in ((["status", job], f"pytorchjob {namespace}/cli: "), (["list"], "cli "),
                         (["logs", job, "--tail", "1"], "[worker-0] worker done")):

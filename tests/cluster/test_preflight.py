@@ -152,7 +152,7 @@ def test_preflight_flags_a_claim_that_can_never_bind(conn: Connection, namespace
     # A matching static volume makes it bindable.
     core.create_persistent_volume({"metadata": {"name": f"pv-{namespace}"}, "spec": {
         "capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
-        "hostPath": {"path": "/tmp/pv"}}})
+        "hostPath": {"path": "/mnt/pv"}}})
     try:
         again = [r.line() for r in preflight.run(conn.rest, PYTORCHJOB, objects, namespace) if r.name == "references"]
         assert not any("static can never bind" in line for line in again)

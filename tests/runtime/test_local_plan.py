@@ -111,7 +111,7 @@ def test_volume_override_and_unknown_volume(tmp_path: Path) -> None:
     assert dict(plan.path_map.mounts)["/ckpt"] == str(tmp_path / "elsewhere")
     assert (tmp_path / "elsewhere").is_dir()
     with pytest.raises(UsageError, match="no volume named 'data'"):
-        _plan(tmp_path, volumes=["data=/tmp/x"])
+        _plan(tmp_path, volumes=["data=elsewhere"])
 
 
 def test_gpu_nodes_get_disjoint_devices(tmp_path: Path) -> None:
