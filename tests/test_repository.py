@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -108,24 +109,30 @@ UPSTREAM_LIST = re.compile(r"[\w.-]+/[\w.-]+#\d+(, #\d+)+|Trainer #\d+|[\w:]+_\w
 BINARY_OR_VENDORED = (".png", ".min.js", ".lock")
 
 
-def _tracked_text_files() -> list[Path]:
+@functools.cache
+def _tracked_lines() -> list[tuple[str, int, str]]:
+    """(file, line number, line) of every tracked text file."""
     names = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    return [REPO / name for name in names.splitlines() if not name.endswith(BINARY_OR_VENDORED)]
+    lines = []
+    for name in names.splitlines():
+        try:
+            text = (REPO / name).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue  # binary, or deleted in the work tree
+        if not name.endswith(BINARY_OR_VENDORED):
+            lines += [(name, number, line) for number, line in enumerate(text.splitlines(), 1)]
+    return lines
 
 
 def _findings(pattern: re.Pattern[str], allowed: re.Pattern[str] | None = None,
               allowed_text: tuple[str, ...] = ()) -> list[str]:
     found = []
-    for path in _tracked_text_files():
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (UnicodeDecodeError, FileNotFoundError):
+    for name, number, line in _tracked_lines():
+        if not pattern.search(line):
             continue
-        for number, line in enumerate(lines, 1):
-            text = allowed.sub("", line) if allowed else line
-            hits = [m.group(0) for m in pattern.finditer(text) if not m.group(0).startswith(allowed_text)
-                    and not any(text[m.start():].startswith(a) for a in allowed_text)]
-            found += [f"{path.relative_to(REPO)}:{number}: {hit}" for hit in hits]
+        text = allowed.sub("", line) if allowed else line
+        hits = [m.group(0) for m in pattern.finditer(text) if not text[m.start():].startswith(allowed_text)]
+        found += [f"{name}:{number}: {hit}" for hit in hits]
     return found
 
 
