@@ -1,7 +1,7 @@
-"""A/B of CLI start-up under the same load: another tree (e.g. `git archive BASE | tar -x -C /tmp/base`)
+"""A/B of CLI start-up under the same load: another tree (e.g. `git archive BASE | tar -x -C BASE`)
 against this one, interleaved, wall and CPU (user + sys) of fresh processes, medians.
 
-    python benchmarks/ab_cli.py --base /tmp/base [--runs 7]
+    python benchmarks/ab_cli.py --base BASE [--runs 7]
 """
 
 from __future__ import annotations

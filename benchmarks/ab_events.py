@@ -3,7 +3,7 @@ warm connection) with its event lists bounded (now: the job + at most 7 pods), o
 one per pod one after the other, with the requests each sends; then fresh `kubetrain status` processes of
 another tree and of this one, and `kubectl describe`. Interleaved, medians.
 
-    python benchmarks/ab_events.py --base /tmp/base --events 25000 [--replicas 16] [--runs 7] [--kubectl PATH]
+    python benchmarks/ab_events.py --base BASE --events 25000 [--replicas 16] [--runs 7] [--kubectl PATH]
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=25000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--replicas", type=int, default=2, help="pods of the job (1 GPU each above 3)")
-    parser.add_argument("--kubectl", default=os.environ.get("KUBECTL", "/tmp/kubectl-1.36/kubectl"))
+    parser.add_argument("--kubectl", default=os.environ.get("KUBECTL", "kubectl"))
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     from benchmarks.bench_cli import ensure_bytecode
@@ -60,9 +60,9 @@ def main() -> None:
     from kubetrain.jobs.targets import PYTORCHJOB
     from kubetrain.kube import watch
     from kubetrain.kube.connection import connect
-    from tests.client.specs import render, write_spec
     from tests.queues.counting import counting
     from tests.testenv.controlplane import ControlPlane
+    from tests.testenv.specs import render, write_spec
 
     for tree in (args.base, str(REPO)):  # .pyc files, as installed packages have them
         ensure_bytecode(Path(tree))

@@ -1,5 +1,5 @@
 """A/B of the cluster commands with a client-certificate kubeconfig and with an exec-plugin kubeconfig (the
-EKS / GKE / AKS way), on one test control plane: another tree (e.g. `git archive BASE | tar -x -C /tmp/base`)
+EKS / GKE / AKS way), on one test control plane: another tree (e.g. `git archive BASE | tar -x -C BASE`)
 against this one, interleaved fresh processes, medians of wall and CPU; plus, per command, the TCP connections
 it opens to the API server and whether it imported the kubernetes package.
 
@@ -7,7 +7,7 @@ The plugin is a Python script returning the admin's client certificate (client.a
 own run time is measured alone, as the target is "at most the plugin's run time above the certificate case".
 The job is bench_status.py's (2 Running pods on kwok nodes, serving log lines).
 
-    .venv/bin/python benchmarks/ab_exec.py --base /tmp/base [--runs 10]
+    .venv/bin/python benchmarks/ab_exec.py --base BASE [--runs 10]
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def main() -> None:
     from benchmarks import ab_cli
     from benchmarks.bench_cli import ensure_bytecode, load_average
     from benchmarks.bench_status import bench_job
-    from tests.client.specs import write_spec
     from tests.testenv.controlplane import ControlPlane
+    from tests.testenv.specs import write_spec
 
     trees = {"base": args.base, "branch": str(REPO)}
     for tree in trees.values():

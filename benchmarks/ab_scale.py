@@ -1,8 +1,8 @@
 """A/B of `status big` and `list` at bench_scale's size: another tree (e.g. `git archive BASE | tar -x -C
-/tmp/base`) against this one, interleaved, wall and CPU (user + sys) of fresh processes, medians. The cluster is
+BASE`) against this one, interleaved, wall and CPU (user + sys) of fresh processes, medians. The cluster is
 bench_scale.py's (200 tainted 8-GPU nodes, 1,000 jobs, `big` = 64 running pods), measured once it has settled.
 
-    .venv/bin/python benchmarks/ab_scale.py --base /tmp/base [--runs 21] [--nodes 200] [--jobs 1000] [--replicas 64]
+    .venv/bin/python benchmarks/ab_scale.py --base BASE [--runs 21] [--nodes 200] [--jobs 1000] [--replicas 64]
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """A/B of the cluster commands' start-up on one test control plane: another tree (e.g. `git archive BASE |
-tar -x -C /tmp/base`) against this one, interleaved, wall and CPU (user + sys) of fresh `kubetrain status`,
+tar -x -C BASE`) against this one, interleaved, wall and CPU (user + sys) of fresh `kubetrain status`,
 `list` and `logs --tail 5` processes (the console script of this venv; PYTHONPATH picks the tree), medians.
 The job is bench_status.py's (2 Running pods on kwok nodes, serving log lines).
 
-    .venv/bin/python benchmarks/ab_status.py --base /tmp/base [--runs 10]
+    .venv/bin/python benchmarks/ab_status.py --base BASE [--runs 10]
 """
 
 from __future__ import annotations

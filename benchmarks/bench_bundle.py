@@ -1,7 +1,7 @@
 """The code bundle's refusal of a too-large code directory: time and peak memory, A/B against another tree.
 
     .venv/bin/python benchmarks/bench_bundle.py                    # this tree only
-    .venv/bin/python benchmarks/bench_bundle.py --base /tmp/main   # interleaved with another checkout
+    .venv/bin/python benchmarks/bench_bundle.py --base BASE   # interleaved with another checkout
 
 Two directories that `spec.code` must refuse: one 2 GiB (sparse) file, and 100,000 one-byte files. Each
 measurement runs `collect_code` in a fresh process (so peak RSS is that call's), alternating between the trees.

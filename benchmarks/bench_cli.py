@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/bench_cli.py [--schema DIR] [--runs 15]
 
-Targets (issue 2): `kubetrain --help` cold start within 2x of `python -c "import sys"` (median ratio);
+Targets: `kubetrain --help` cold start within 2x of `python -c "import sys"` (median ratio);
 render + validate of one job under 0.3 s wall; 1,000 rendered jobs validated in one process under 5 s.
-Issue 10: the input limits (depth, aliases, expanded nodes, sizes) cost nothing measurable on normal files.
+The input limits (depth, aliases, expanded nodes, sizes) cost nothing measurable on normal files.
 Schemas: --schema, else the upstream CRDs `make testenv` copies from the pinned Go modules
 (tests/testenv/reference.py), else the `kubetrain schemas fetch` cache.
 """

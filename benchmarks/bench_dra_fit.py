@@ -61,8 +61,8 @@ def main() -> None:
     from kubetrain.jobs import devices
     from kubetrain.jobs.targets import PYTORCHJOB
     from kubetrain.kube.connection import connect
-    from tests.client.specs import render, write_spec
     from tests.testenv.controlplane import ControlPlane
+    from tests.testenv.specs import render, write_spec
 
     cp = ControlPlane()
     cp.start()

@@ -16,7 +16,7 @@
   rule (max(phaseTimeoutSeconds, stepFactor x the longest eval)) and the new one on the same records.
 * overhead: the Trainer API in one process (world of 1, gloo, CPU, one thread) on bench_runtime's MLP,
   with and without KUBETRAIN_PROGRESS_DIR, A/B interleaved for --rounds rounds; and the per-step cost of the
-  Progress calls alone (the calls the loop makes per micro-step), timed in a tight loop. Target: < 1 %.
+  Heartbeat calls alone (the calls the loop makes per micro-step), timed in a tight loop. Target: < 1 %.
   Also the writer thread's record (size, time to write) and the judge's time per read of 8 full records.
 
     python benchmarks/bench_hang.py latency --drills 10 --timeout 10
@@ -291,10 +291,10 @@ def _fit(steps: int, progress_dir: str | None) -> float:
 
 
 def _calls_per_step() -> float:
-    """Seconds the Progress calls of one micro-step take (phase data, phase train, collective, step)."""
-    from kubetrain.runtime.progress import Progress
+    """Seconds the Heartbeat calls of one micro-step take (phase data, phase train, collective, step)."""
+    from kubetrain.runtime.heartbeat import Heartbeat
 
-    progress = Progress(0, 1, None)
+    progress = Heartbeat(0, 1, None)
     number = 200_000
 
     def one() -> None:
@@ -310,10 +310,10 @@ def _record_and_judge() -> tuple[int, float, float]:
     """A full record's size and time to build and write (the writer thread, every 2 s), and the judge's time
     for 8 such records (what the controller and `kubetrain run` do per read)."""
     from kubetrain.observe.hang import RankView, Thresholds, assess
-    from kubetrain.runtime.progress import WINDOW, Progress
+    from kubetrain.runtime.heartbeat import WINDOW, Heartbeat
 
     with tempfile.TemporaryDirectory() as directory:
-        progress = Progress(0, 8, directory)
+        progress = Heartbeat(0, 8, directory)
         for step in range(WINDOW + 1):
             progress.collective(0.001)
             progress.step(step)
@@ -337,7 +337,7 @@ def overhead(rounds: int, steps: int) -> None:
           f"{on * 1000:.2f} ms ({(on / off - 1) * 100:+.2f} %)")
     print(f"   runs off: {' '.join(f'{s * 1000:.2f}' for s in sides['off'])} ms")
     print(f"   runs on:  {' '.join(f'{s * 1000:.2f}' for s in sides['on'])} ms")
-    print(f"Progress calls per micro-step: {calls * 1e6:.2f} us = {calls / off * 100:.3f} % of this step")
+    print(f"Heartbeat calls per micro-step: {calls * 1e6:.2f} us = {calls / off * 100:.3f} % of this step")
     size, write, judge = _record_and_judge()
     print(f"record: {size:,} bytes, built and written in {write * 1e3:.2f} ms (every 2 s, the writer thread); "
           f"judging 8 such records: {judge * 1e3:.2f} ms")

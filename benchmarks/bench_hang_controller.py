@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_hang_controller.py [--jobs 50] [--interval 15] [--pairs 2]
 
-N Running one-pod TrainingJobs; two real kubetrain.runtime ranks (kubetrain.runtime.progress.Progress in this
+N Running one-pod TrainingJobs; two real kubetrain.runtime ranks (kubetrain.runtime.heartbeat.Heartbeat in this
 process, stepping) write their records into the pods' progress directory on this machine, where kwok runs
 every pods/exec. The controller (its own process, the manifests' RBAC, --progress-interval 0) runs A/B
 interleaved: A `--hang-interval 0` (no hang watch) for 45 s, B `--hang-interval INTERVAL` for three whole
@@ -38,10 +38,10 @@ def ranks(stop: threading.Event, paused: threading.Event | None = None) -> None:
     """Two ranks' records, stepping every 50 ms (the writer threads replace them every 2 s); while `paused`
     is set they take no step (ranks stuck in a collective: their records go on, their step does not)."""
     from kubetrain.jobspec import hangenv
-    from kubetrain.runtime.progress import Progress
+    from kubetrain.runtime.heartbeat import Heartbeat
 
     shutil.rmtree(hangenv.POD_PROGRESS_DIR, ignore_errors=True)
-    progress = [Progress(rank, 2, hangenv.POD_PROGRESS_DIR) for rank in (0, 1)]
+    progress = [Heartbeat(rank, 2, hangenv.POD_PROGRESS_DIR) for rank in (0, 1)]
     for p in progress:
         p.start()
         p.phase("train")

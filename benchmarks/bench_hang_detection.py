@@ -4,7 +4,7 @@
 
 On the kwok cluster (tests/testenv), as in bench_hang_controller.py: N Running one-pod TrainingJobs with
 `spec.hang: {timeoutSeconds: TIMEOUT, stepFactor: 1}`, the controller as its own process (the manifests' RBAC,
-`--hang-interval INTERVAL`, `--progress-interval 0`), two real kubetrain.runtime ranks (Progress in this process)
+`--hang-interval INTERVAL`, `--progress-interval 0`), two real kubetrain.runtime ranks (Heartbeat in this process)
 stepping every 50 ms in the pods' progress directory. kwok runs every pod's exec on this machine, so every pod
 reads the same directory: a drill stops the ranks' steps (their records go on: ranks stuck in a collective) and
 so every one of the N jobs hangs at once, the heaviest round (N reads, then N evidence probes and N status

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_operator.py [--jobs 1000] [--progress-jobs 100] [--workers 16]
     .venv/bin/python benchmarks/bench_operator.py --jobs 200 --progress-jobs 0     # a quick run
 
-Targets (issue 11), printed with the results: >= 20 jobs/s, peak RSS < 300 MiB, no polling storm when idle.
+Targets, printed with the results: >= 20 jobs/s, peak RSS < 300 MiB, no polling storm when idle.
 
 The controller runs as its own process under its ServiceAccount's token (the manifests' RBAC), as in
 tests/controller. Measured:

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_render_validate.py [--runs 21] [--base DIR] [--schema DIR]
 
-Target (issue 22): render + validate of one job in one process stays within 100 ms of importing the
+Target: render + validate of one job in one process stays within 100 ms of importing the
 libraries kubetrain is built on. Each fresh process first imports those libraries (pydantic's models and
 fields, click, jinja2, PyYAML, jsonschema_rs: timed as "libraries"), then runs what the CLI runs: kubetrain's
 modules, `render -f` of tests/render/specs/gke-h100.yaml (a PyTorchJob) and `validate` of its output with the

@@ -18,7 +18,7 @@ done, see `settle`), warm (one untimed run first), the median of --runs fresh `k
 
 API requests per command are counted in-process (click's CliRunner, the REST transport and urllib3 patched to
 count), so each command's requests can be checked to stay bounded (no per-pod request where a list serves).
-Targets (warm, issue #14): list < 1 s, preflight fit < 200 ms, status < 300 ms, first merged log line < 2 s.
+Targets (warm): list < 1 s, preflight fit < 200 ms, status < 300 ms, first merged log line < 2 s.
 """
 
 from __future__ import annotations
@@ -84,9 +84,9 @@ def populate(cp: Any, tmp: Path, args: argparse.Namespace) -> None:
     from kubetrain.jobs.targets import PYTORCHJOB
     from kubetrain.kube import watch
     from kubetrain.kube.connection import connect
-    from tests.client.logfixtures import cri, now_stamp, serve_logs
-    from tests.client.specs import render, write_spec
     from tests.testenv import kwok
+    from tests.testenv.logfixtures import cri, now_stamp, serve_logs
+    from tests.testenv.specs import render, write_spec
 
     core = kubernetes.client.CoreV1Api(cp.api_client())
     with ThreadPoolExecutor(8) as pool:
@@ -126,9 +126,9 @@ def main() -> None:
     from kubetrain.cluster import preflight
     from kubetrain.jobs.targets import PYTORCHJOB
     from kubetrain.kube.connection import connect
-    from tests.client.specs import render, write_spec
     from tests.queues.counting import counting
     from tests.testenv.controlplane import ControlPlane
+    from tests.testenv.specs import render, write_spec
 
     rows: list[tuple[str, float, str, str]] = []  # (what, ms, notes, target key)
     started, load_before = time.monotonic(), os.getloadavg()
@@ -169,7 +169,7 @@ def main() -> None:
     report(args, rows, time.monotonic() - started, load_before, settled)
 
 
-TARGETS_MS = {"fit": 200, "list": 1000, "status": 300, "first line": 2000}  # issue #14, warm, this machine
+TARGETS_MS = {"fit": 200, "list": 1000, "status": 300, "first line": 2000}  # warm
 
 
 def cpu_busy(window: float) -> float:

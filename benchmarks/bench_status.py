@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 KUBETRAIN = [str(Path(sys.executable).parent / "kubetrain")]  # the console script, as users run it
 
 
-# issue 16's targets, by row
+# the targets, by row
 TARGETS = {"`kubetrain status` process": "<= 300 ms", "`kubetrain list` process": "<= 300 ms",
            "`kubetrain logs --tail 5` to its first line": "<= 500 ms"}
 
@@ -115,8 +115,8 @@ def bench_job(cp: Any, tmp: Path, events: int = 0) -> tuple[Any, dict[str, str]]
     from kubetrain.jobs.targets import PYTORCHJOB
     from kubetrain.kube import watch
     from kubetrain.kube.connection import connect
-    from tests.client.logfixtures import cri, now_stamp, serve_logs
-    from tests.client.specs import render, write_spec
+    from tests.testenv.logfixtures import cri, now_stamp, serve_logs
+    from tests.testenv.specs import render, write_spec
 
     ns = "default"
     conn = connect(kubeconfig=str(cp.kubeconfig))

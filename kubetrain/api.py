@@ -25,7 +25,8 @@ from kubetrain.errors import ClusterError, KubetrainError, SpecError, UsageError
 from kubetrain.jobspec.load import LoadedSpec
 
 if TYPE_CHECKING:
-    from kubetrain.cluster.preflight import CheckResult
+    from kubetrain.checks import Check
+    from kubetrain.controller.handoff import HandedOver
     from kubetrain.jobs.crud import JobSummary
     from kubetrain.jobs.gpu import PodGpus
     from kubetrain.jobs.stacks import JobStacks
@@ -37,7 +38,8 @@ if TYPE_CHECKING:
     from kubetrain.validate import Report
 
 __all__ = ["ClusterError", "KubetrainError", "LoadedSpec", "SpecError", "UsageError", "connect", "delete", "gpu",
-           "list_jobs", "load", "logs", "render", "run", "stacks", "status", "submit", "sweep_best", "sweep_run",
+           "list_jobs", "load", "logs", "render", "run", "stacks", "status", "submit", "submit_to_controller",
+           "sweep_best", "sweep_run",
            "validate", "wait"]
 log = logging.getLogger("kubetrain")
 Spec = str | Path | LoadedSpec
@@ -64,28 +66,27 @@ def render(spec: Spec, *, target: str | None = None, namespace: str | None = Non
 
 def validate(objects: list[dict[str, Any]] | str | Path, *, schemas: tuple[str, ...] = (),
              connection: Connection | None = None) -> Report:
-    """Check manifests (objects in memory, or a file) offline, as `kubetrain validate` does: against the
-    cached and given CRDs (`schemas`: files, directories or URLs), and the cluster's CRDs with `connection`.
-    Returns the Report; `report.failed()` says whether anything is invalid."""
-    from kubetrain.validate import SchemaStore
-    from kubetrain.validate.engine import validate_objects, validate_sources
-    from kubetrain.validate.schemas import cached_crds, load_crd_source
-
-    store = SchemaStore()
-    found: list[tuple[dict[str, Any], str]] = []
-    if connection is not None:
-        from kubetrain.kube.crds import training_crds
-
-        found += training_crds(connection)
-    for location in schemas:
-        found += load_crd_source(location)
-    for crd, source in [*found, *cached_crds()]:
-        store.add_crd(crd, source)
-    if isinstance(objects, list):
-        return validate_objects(objects, store)
+    """Check manifests (objects in memory, or a file) as `kubetrain validate` does: against the cached and given
+    CRDs (`schemas`: files, directories or URLs). With `connection`, as `validate --from-cluster`: the cluster's
+    CRDs first, and each pod template dry-run created as a Pod there. Returns the Report; `report.failed()`
+    says whether anything is invalid."""
+    from kubetrain.jobs.podcheck import cluster_pod_issues
     from kubetrain.jobspec.load import read_text
+    from kubetrain.kube.crds import training_crds
+    from kubetrain.render.yamlout import dump_yaml
+    from kubetrain.validate.engine import validate_objects, validate_sources
+    from kubetrain.validate.schemas import schema_store
 
-    return validate_sources([read_text(str(objects))], store)
+    store = schema_store((lambda: training_crds(connection)) if connection is not None else None, schemas)
+    if isinstance(objects, list):
+        report = validate_objects(objects, store)
+        sources = [("<rendered>", dump_yaml(objects))] if connection is not None else []
+    else:
+        sources = [read_text(str(objects))]
+        report = validate_sources(sources, store)
+    if connection is not None:
+        report.issues += cluster_pod_issues(connection, sources)
+    return report
 
 
 def connect(context: str | None = None, kubeconfig: str | None = None,
@@ -115,7 +116,7 @@ class _LogReporter:
     def warn(self, message: str) -> None:
         log.warning(message)
 
-    def check(self, result: CheckResult) -> None:
+    def check(self, result: Check) -> None:
         (log.info if result.status != "fail" else log.error)(result.line())
 
 
@@ -134,11 +135,31 @@ def submit(spec: Spec, *, namespace: str | None = None, context: str | None = No
     return run_submit(where.connection, loaded, where.namespace, options, _LogReporter())
 
 
+def submit_to_controller(spec: Spec, *, namespace: str | None = None, context: str | None = None,
+                         kubeconfig: str | None = None, request_timeout: float | None = None,
+                         connection: Connection | None = None, target: str | None = None, image: str | None = None,
+                         dry_run: str = "none") -> HandedOver:
+    """Hand the TrainingJob to the cluster's kubetrain controller, as `kubetrain submit --controller`: the
+    spec is rendered here as the controller will render it (a bad image or target is refused here), its code
+    ConfigMap uploaded, and the controller creates and watches the PyTorchJob or TrainJob (docs/operator.md).
+    Follow it with status(name) and logs(name); dry_run: "none", "client" or "server"."""
+    from kubetrain.controller.handoff import submit_training_job
+
+    loaded = _loaded(spec)
+    if dry_run not in ("none", "client", "server"):
+        raise UsageError(f"dry_run must be none, client or server, not {dry_run!r}")
+    where = _where(namespace, context, kubeconfig, request_timeout, connection, loaded.job.metadata.namespace)
+    overrides = {key: value for key, value in (("image", image), ("target", target)) if value}
+    handed = submit_training_job(where.connection, loaded, where.namespace, dry_run, overrides)
+    log.info("TrainingJob %s/%s handed to the controller", handed.namespace, handed.name)
+    return handed
+
+
 def find(name: str, *, namespace: str | None = None, target: str | None = None, context: str | None = None,
          kubeconfig: str | None = None, request_timeout: float | None = None,
          connection: Connection | None = None) -> tuple[Target, dict[str, Any]]:
     """The job called `name` and its kind (target None/"auto": among the installed kinds)."""
-    from kubetrain.jobs.logs import find_job
+    from kubetrain.jobs import find_job
 
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     return find_job(where.connection.rest, where.namespace, name, target)
@@ -264,16 +285,16 @@ def delete(name: str, *, namespace: str | None = None, wait: bool = False, timeo
 def run(spec: Spec, *, nodes: int | None = None, procs_per_node: int | None = None, volumes: tuple[str, ...] = (),
         secrets: dict[str, str] | None = None, port: int = 29500, log_dir: Path | None = None) -> int:
     """Run the job on this machine with torchrun, as `kubetrain run`, with its hang watch (spec.hang, see
-    docs/hangs.md: a hang is reported on stderr and acted on by its policy); returns its exit status."""
-    from kubetrain.local import RunOptions, build_plan
+    docs/hangs.md: a hang is reported on stderr and acted on by its policy); returns its exit status. The
+    same checks as `kubetrain run` come first (kubetrain.local.prepare): its warnings go to the "kubetrain"
+    logger, its refusals are raised."""
+    from kubetrain.local import RunOptions
     from kubetrain.local.hangwatch import supervise
-    from kubetrain.local.preflight import check_program, check_refs, require_torch
+    from kubetrain.local.prepare import prepare_run
 
     loaded = _loaded(spec)
-    plan = build_plan(loaded, RunOptions(secrets or {}, list(volumes), nodes, procs_per_node, port, log_dir))
-    require_torch()
-    check_refs(plan)
-    check_program(plan)
+    options = RunOptions(secrets or {}, list(volumes), nodes, procs_per_node, port, log_dir)
+    plan = prepare_run(loaded, options, log.warning)
     return supervise(plan, loaded.job.spec.hang, sys.stdout, sys.stderr)[0]
 
 

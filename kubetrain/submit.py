@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kubetrain.checks import OK, Check, failed
 from kubetrain.errors import ClusterError, Problem, SpecError
 
 if TYPE_CHECKING:
-    from kubetrain.cluster.preflight import CheckResult
     from kubetrain.jobs.apply import ApplyResult
     from kubetrain.jobs.targets import Target
     from kubetrain.jobspec.load import LoadedSpec
@@ -26,7 +26,7 @@ DRY_RUNS = ("none", "client", "server")
 class Reporter(Protocol):
     def info(self, message: str) -> None: ...
     def warn(self, message: str) -> None: ...
-    def check(self, result: CheckResult) -> None: ...
+    def check(self, result: Check) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Submitted:
     namespace: str
     name: str
     result: ApplyResult
-    checks: list[CheckResult] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
 
     @property
     def objects(self) -> list[dict[str, Any]]:
@@ -81,7 +81,7 @@ def submit(connection: Connection, loaded: LoadedSpec, namespace: str, options: 
     for message in render_warnings(loaded.job, RenderOptions(cloud=cloud, gpu_via=gpu_via)):
         report.warn(message)
     validate_rendered(connection, target, objects, report)
-    checks: list[CheckResult] = []
+    checks: list[Check] = []
     if options.preflight and (options.replace or not unchanged(connection, target, objects, report)):
         checks = run_preflight(connection, target, objects, namespace, options.skipped, report)
         if options.wait_for_capacity and "fit" not in options.skipped and options.dry_run == "none":
@@ -127,14 +127,11 @@ def validate_rendered(connection: Connection, target: Target, objects: list[dict
                       report: Reporter) -> None:
     """Offline schema + semantic checks, with the cluster's own CRD when we may read it."""
     from kubetrain.kube.crds import crd_if_readable
-    from kubetrain.validate import SchemaStore
     from kubetrain.validate.engine import validate_document
-    from kubetrain.validate.schemas import cached_crds
+    from kubetrain.validate.schemas import schema_store
     from kubetrain.yamlsrc import ParsedDoc
 
-    store = SchemaStore()
-    for crd, source in [*crd_if_readable(connection, target.resource), *cached_crds()]:
-        store.add_crd(crd, source)
+    store = schema_store(lambda: crd_if_readable(connection, target.resource))
     if store.validator(target.api_version, target.kind) is None:
         report.info(f"validate: no local schema for {target.kind}; the API server validates it on apply")
     issues = [issue for index, obj in enumerate(objects, 1)
@@ -151,8 +148,8 @@ def validate_rendered(connection: Connection, target: Target, objects: list[dict
 def unchanged(connection: Connection, target: Target, objects: list[dict[str, Any]], report: Reporter) -> bool:
     """Is this very spec already submitted? Then there is nothing to check: re-submitting is a no-op even
     on a full cluster (its own pods hold the GPUs the fit check would miss)."""
+    from kubetrain import jobs
     from kubetrain.jobs import apply
-    from kubetrain.jobs import crud as jobs
 
     job = objects[-1]
     try:
@@ -166,13 +163,13 @@ def unchanged(connection: Connection, target: Target, objects: list[dict[str, An
 
 
 def run_preflight(connection: Connection, target: Target, objects: list[dict[str, Any]], namespace: str,
-                  skip: frozenset[str], report: Reporter) -> list[CheckResult]:
+                  skip: frozenset[str], report: Reporter) -> list[Check]:
     from kubetrain.cluster import preflight
 
     results = preflight.run(connection.rest, target, objects, namespace, connection.server, skip)
     for result in results:
         report.check(result)
-    failures = preflight.failed(results)
+    failures = failed(results)
     if failures:
         names = sorted({f.name.lower() for f in failures})
         option = f"--skip-preflight={','.join(names)}" if set(names) <= set(preflight.SKIPPABLE) else \
@@ -190,7 +187,7 @@ def wait_for_capacity(connection: Connection, target: Target, objects: list[dict
 
     deadline = None if timeout is None else time.monotonic() + timeout
     said = False
-    while (result := preflight.fit_check(connection.rest, target, objects, namespace)).status != preflight.OK:
+    while (result := preflight.fit_check(connection.rest, target, objects, namespace)).status != OK:
         if deadline is not None and time.monotonic() > deadline:
             raise WaitTimeout(f"timed out after {timeout:g}s waiting for GPU capacity: {result.message}")
         if not said:

@@ -13,7 +13,7 @@ from kubetrain.validate.schemas import load_crd_source
 from tests.testenv import binaries, reference
 from tests.testenv.plugin import in_ci, unavailable  # the one CI check; tests import it from here
 
-pytest_plugins = ["tests.testenv.plugin", "tests.testenv.timing", "tests.testenv.stress",
+pytest_plugins = ["tests.testenv.plugin", "tests.testenv.timing", "tests.testenv.stress", "tests.testenv.fakeapi",
                   "tests.testenv.workers", "pytester"]
 
 REPO = Path(__file__).resolve().parent.parent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -71,3 +72,75 @@ def test_ci_over_budget_is_a_line_not_a_failure(tmp_path: Path) -> None:
     assert result.returncode == 0
     assert re.fullmatch(r"budget: cold run of make test \(exit 0\) took 0 min [1-9]\d* s against 0 min: "
                         r"OVER budget by 0 min [1-9]\d* s", result.stdout.splitlines()[-1]), result.stdout
+
+
+# Test folders that are tiers or the test environment rather than mirrors of one kubetrain package.
+TEST_TIERS = {"harness": "checks the test harness itself", "e2e": "whole jobs on the real node",
+              "testenv": "the shared fixtures and binaries", "docs": "the documents against the code"}
+
+
+def test_tests_mirror_the_package_layout() -> None:
+    packages = {p.name for p in (REPO / "kubetrain").iterdir() if (p / "__init__.py").is_file()}
+    folders = {p.name for p in (REPO / "tests").iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    strays = sorted(folders - packages - set(TEST_TIERS))
+    assert not strays, f"tests/{strays[0]} names no kubetrain package: move its files to tests/<package>/"
+
+
+# ---- what tracked files may say: nothing of this machine, nothing of how the work was organised ------------
+# A path that starts at one of these roots is this machine's (the repository is cloned anywhere).
+SCRATCH_ROOTS = ("work", "root", "tmp")
+MACHINE_PATH = re.compile(r"(?<![\w$}/.-])/(" + "|".join(SCRATCH_ROOTS) + r")/[\w.-]*")
+# Paths under /tmp and /root that are not this machine's scratch: where kubetrain or a tool it drives puts
+# things, inside a pod, a container or a kind node.
+NOT_SCRATCH = (
+    "/tmp/kubetrain-progress",  # the pods' progress directory (kubetrain.jobspec.hangenv)
+    "/tmp/kubetrain-gpu-check-",  # `make gpu-check`'s own working directory, as its recorded results show
+    "/tmp/k8s-webhook-server",  # the training-operator's hard-coded webhook certificate directory
+    "/tmp/torch-packages.txt",  # inside the test image's build (tests/testenv/base/Containerfile)
+    "/root/gpu-params",  # inside a kind node (kubetrain/kind/steps.py)
+)
+# Internal work units: numbered issues, stops and turns of the work, and its landings.
+WORK_UNIT = re.compile(r"\b(issue|stop|turn)s? #?\d+|\blanding\b|(?<![\w/&])#\d+\b", re.IGNORECASE)
+# `#N` that are not work units: upstream issues after their repository (`kubeflow/trainer#1992, #3974`),
+# numbered things of other tools (a collective's sequence number, Kueue's queue position, BuildKit's steps),
+# CSS colours.
+UPSTREAM_LIST = re.compile(r"[\w.-]+/[\w.-]+#\d+(, #\d+)+|Trainer #\d+|[\w:]+_\w+ #\d+|pending #\d+|^\s*(\| )?#\d+ "
+                           r"|\| #\d+ \d|\"#\d+ \[|color: #\w+")
+BINARY_OR_VENDORED = (".png", ".min.js", ".lock")
+
+
+@functools.cache
+def _tracked_lines() -> list[tuple[str, int, str]]:
+    """(file, line number, line) of every tracked text file."""
+    names = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    lines = []
+    for name in names.splitlines():
+        try:
+            text = (REPO / name).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError, IsADirectoryError):
+            continue  # binary, or deleted in the work tree
+        if not name.endswith(BINARY_OR_VENDORED):
+            lines += [(name, number, line) for number, line in enumerate(text.splitlines(), 1)]
+    return lines
+
+
+def _findings(pattern: re.Pattern[str], allowed: re.Pattern[str] | None = None,
+              allowed_text: tuple[str, ...] = ()) -> list[str]:
+    found = []
+    for name, number, line in _tracked_lines():
+        if not pattern.search(line):
+            continue
+        text = allowed.sub("", line) if allowed else line
+        hits = [m.group(0) for m in pattern.finditer(text) if not text[m.start():].startswith(allowed_text)]
+        found += [f"{name}:{number}: {hit}" for hit in hits]
+    return found
+
+
+def test_no_tracked_file_names_a_path_of_this_machine() -> None:
+    found = _findings(MACHINE_PATH, allowed_text=NOT_SCRATCH)
+    assert not found, "machine paths (write them relative, or as a placeholder like BASE):\n" + "\n".join(found)
+
+
+def test_no_tracked_file_refers_to_internal_work_units() -> None:
+    found = _findings(WORK_UNIT, UPSTREAM_LIST)
+    assert not found, "say what the system does now; history goes to CHANGELOG.md:\n" + "\n".join(found)

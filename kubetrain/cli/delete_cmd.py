@@ -28,7 +28,7 @@ def delete(name: str, context: str | None, kubeconfig: str | None, namespace: st
       kubetrain delete llm-finetune
       kubetrain delete llm-finetune -n team-a --wait
     """
-    from kubetrain.jobs.logs import find_job
+    from kubetrain.jobs import find_job
     from kubetrain.jobs.removal import delete_job
 
     connection = connect_from(context, kubeconfig, request_timeout)

@@ -8,27 +8,12 @@ from typing import TYPE_CHECKING
 
 import click
 
+from kubetrain.checks import check_lines
 from kubetrain.cli.cluster_opts import cluster_options, connect_from
 from kubetrain.cli.output import handle_errors
 
 if TYPE_CHECKING:
-    from kubetrain.cluster.doctor import Check, Report
-
-SYMBOLS = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "fail": ("✗", "red")}
-
-
-def format_check(check: Check, color: bool = False) -> list[str]:
-    """'✓ message' plus an indented '→ hint' line; colour codes only when asked."""
-    symbol, style = SYMBOLS[check.status]
-    if color:
-        from rich.style import Style
-
-        symbol = Style.parse(f"bold {style}").render(symbol)
-    lines = [f"{symbol} {check.topic:<13} {check.message}"]
-    if check.hint:
-        lines.append(f"  {'':<13} → {check.hint}")
-    return lines
-
+    from kubetrain.cluster.doctor import Report
 
 @click.command()
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -68,7 +53,7 @@ def _print(report: Report, kind: str) -> None:
     color = sys.stdout.isatty()
     click.echo(f"kubetrain doctor: context {report.context or 'in-cluster'}, namespace {report.namespace}")
     for check in report.checks:
-        for line in format_check(check, color):
+        for line in check_lines(check, aligned=True, color=color):
             click.echo(line)
     failed = sum(c.status == "fail" for c in report.checks)
     warned = sum(c.status == "warn" for c in report.checks)

@@ -47,8 +47,8 @@ def gpu(name: str, replica: str, watch: bool, interval: float, count: int | None
       kubetrain gpu bert --watch --interval 5
       kubetrain gpu bert --replica worker -o json | jq '.pods[].gpus[].utilization'
     """
+    from kubetrain.jobs import find_job
     from kubetrain.jobs.gpu import job_gpus
-    from kubetrain.jobs.logs import find_job
     from kubetrain.jobs.pods import check_replica_filter
     from kubetrain.kube.errors import Unreachable
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kubetrain.cli.common import load, spec_file_option, warn_render
+from kubetrain.cli.common import load, spec_file_option
 from kubetrain.cli.output import handle_errors, info
 from kubetrain.metrics import EXIT_DIVERGED
 
@@ -49,35 +49,20 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
     \b
     Examples:
       kubetrain run -f examples/digits/kubetrain.yaml
-      kubetrain run --env-file .env --volume ckpt=/tmp/ckpt
+      kubetrain run --env-file .env --volume ckpt=./ckpt
       kubetrain run --nodes 1 --dry-run
     """
     from kubetrain.cli.output import warn
-    from kubetrain.local import RunOptions, build_plan, parse_env_file
+    from kubetrain.local import RunOptions, parse_env_file
     from kubetrain.local.endings import oom_killed_since, oom_kills
-    from kubetrain.local.preflight import (
-        check_gpu_count,
-        check_program,
-        check_refs,
-        cpu_warning,
-        gpu_warning,
-        require_torch,
-    )
+    from kubetrain.local.prepare import prepare_run
 
     loaded = load(filename)
     secrets = parse_env_file(env_file) if env_file else {}
-    plan = build_plan(loaded, RunOptions(secrets, list(volumes), nodes, procs_per_node, port, log_dir, dry_run))
-    warn_render(loaded, cloud="local")  # placement does not apply to a local run: only launcher warnings
-    for warning in (gpu_warning(loaded.job.spec.gpusPerNode), cpu_warning(plan)):
-        if warning:
-            warn(warning)
-    check_gpu_count(plan, loaded.job.spec.gpusPerNode)
+    plan = prepare_run(loaded, RunOptions(secrets, list(volumes), nodes, procs_per_node, port, log_dir, dry_run), warn)
     if dry_run:
         click.echo("\n".join(plan.describe()))
         return
-    require_torch()
-    check_refs(plan)
-    check_program(plan)
     mapping = ", ".join(f"{mount} -> {local}" for mount, local in plan.path_map.mounts)
     info(f"kubetrain run: {plan.job_name}: {len(plan.nodes)} node(s) x {plan.procs_per_node} process(es)"
          + (f"; {mapping}" if mapping else ""))

@@ -31,7 +31,7 @@ def stacks(name: str, replica: str, target: str | None, context: str | None, kub
       kubetrain stacks bert
       kubetrain stacks bert -n team-a --replica worker-3
     """
-    from kubetrain.jobs.logs import find_job
+    from kubetrain.jobs import find_job
     from kubetrain.jobs.pods import check_replica_filter
     from kubetrain.jobs.stacks import job_stacks
 

@@ -62,7 +62,7 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
 
 def _hang_report(connection: Any, namespace: str, name: str, target: str | None) -> JobStacks:
     """The running pods' progress records (docs/hangs.md); nothing is signalled."""
-    from kubetrain.jobs.logs import find_job
+    from kubetrain.jobs import find_job
     from kubetrain.jobs.stacks import exec_records, job_stacks
 
     found, _ = find_job(connection.rest, namespace, name, target)
@@ -183,8 +183,7 @@ def events(name: str, context: str | None, kubeconfig: str | None, namespace: st
     """
     from dataclasses import asdict
 
-    from kubetrain.jobs import pods
-    from kubetrain.jobs.logs import find_job
+    from kubetrain.jobs import find_job, pods
     from kubetrain.jobs.status import job_events
 
     connection = connect_from(context, kubeconfig, request_timeout)

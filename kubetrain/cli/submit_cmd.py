@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
+from kubetrain.checks import Check, check_lines
 from kubetrain.cli.cluster_opts import cluster_options, connect_from
-from kubetrain.cli.common import load, render_loaded, spec_file_option
+from kubetrain.cli.common import load, spec_file_option
 from kubetrain.cli.output import emit_objects, handle_errors, info, warn
 from kubetrain.errors import UsageError
 from kubetrain.jobspec.load import LoadedSpec
@@ -17,7 +18,6 @@ from kubetrain.metrics import EXIT_DIVERGED
 from kubetrain.render.yamlout import dump_json, dump_yaml
 
 if TYPE_CHECKING:
-    from kubetrain.cluster.preflight import CheckResult
     from kubetrain.jobs.targets import Target
     from kubetrain.kube.connection import Connection
     from kubetrain.submit import Submitted
@@ -162,7 +162,7 @@ class _CliReporter:
     def warn(self, message: str) -> None:
         warn(message)
 
-    def check(self, result: CheckResult) -> None:
+    def check(self, result: Check) -> None:
         info(_styled(result))
 
 
@@ -183,16 +183,12 @@ def _build(loaded: LoadedSpec) -> str:
     return build_image(loaded, push=True)
 
 
-def _styled(result: CheckResult) -> str:
-    line = result.line()
-    if not sys.stderr.isatty():
-        return line
-    colour = {"ok": "green", "fail": "red", "warn": "yellow"}[result.status]
-    return click.style(line[0], fg=colour) + line[1:]
+def _styled(result: Check) -> str:
+    return check_lines(result, color=sys.stderr.isatty())[0]
 
 
 def _wait(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None) -> None:
-    from kubetrain.jobs import crud as jobs
+    from kubetrain import jobs
 
     info(f"waiting for {target.kind} {namespace}/{name} to finish")
     final = jobs.wait_finished(connection.rest, target, namespace, name, timeout, on_retry=info)
@@ -222,28 +218,15 @@ def _follow(connection: Connection, target: Target, namespace: str, name: str, t
 def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str,
                          output: str | None, overrides: dict[str, str] | None = None) -> str:
     """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest. Returns its name."""
-    from kubetrain.controller.handoff import hand_over, training_job
+    from kubetrain.controller.handoff import submit_training_job
 
-    if loaded.job.spec.gpu_via != "plugin":
-        raise UsageError(f"spec.gpus.via: {loaded.job.spec.gpu_via} cannot be combined with --controller (the "
-                         "controller creates only the job, not its ResourceClaimTemplates); submit without it")
-    # Rendered as the controller will (with the overrides): a bad --image or --target is refused here.
-    rendered = render_loaded(loaded, namespace=namespace, **_render_overrides(overrides or {}))
-    body = training_job(loaded, namespace, rendered if loaded.job.spec.code else [], overrides)
-    configmaps = [o for o in rendered[:-1] if o["kind"] == "ConfigMap"]
-    applied = hand_over(connection.rest, body, configmaps,
-                        None if dry_run == "none" else dry_run)
-    name = str(applied["metadata"]["name"])
+    handed = submit_training_job(connection, loaded, namespace, dry_run, overrides)
+    name = handed.name
     suffix = f" ({dry_run} dry run)" if dry_run != "none" else ""
     info(f"TrainingJob {namespace}/{name} handed to the controller{suffix}; follow it with "
          f"`kubectl get tj {name} -n {namespace} -w` or `kubetrain status {name}`")
     if output in ("yaml", "json"):
-        emit_objects([applied], [], output)
+        emit_objects([handed.object], [], output)
     else:
         click.echo(f"trainingjob.kubetrain.dev/{name}" if output == "name" else name)
     return name
-
-
-def _render_overrides(overrides: dict[str, str]) -> dict[str, Any]:
-    target = overrides.get("target")
-    return {"image": overrides.get("image"), "target": None if target == "auto" else target}

@@ -69,7 +69,7 @@ def tensorboard(name: str | None, filename: str, volumes: tuple[str, ...], logdi
 
 def _on_cluster(name: str, target: str | None, timeout: float,
                 cluster: tuple[str | None, str | None, str | None, float | None]) -> None:
-    from kubetrain.jobs.logs import find_job
+    from kubetrain.jobs import find_job
     from kubetrain.jobs.tensorboard import PORT, start_tensorboard, wait_running
 
     context, kubeconfig, namespace, request_timeout = cluster

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,13 @@ from kubetrain.cli.output import emit, handle_errors, info
 from kubetrain.errors import SpecError, UsageError
 from kubetrain.jobspec.load import read_text
 from kubetrain.validate import Report, SchemaStore, validate_sources
-from kubetrain.validate.schemas import DEFAULT_KUBERNETES_VERSION, cached_crds, load_crd_source
+from kubetrain.validate.schemas import (
+    DEFAULT_KUBERNETES_VERSION,
+    CrdSource,
+    cached_crds,
+    load_crd_source,
+    schema_store,
+)
 
 MANIFEST_SUFFIXES = {".yaml", ".yml", ".json"}
 FAST_MODE = "offline rules, not the API server's verdict"
@@ -105,20 +112,14 @@ def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[
 def build_store(schemas: tuple[str, ...], from_cluster: bool, context: str | None, kubernetes_version: str,
                 kubeconfig: str | None = None) -> SchemaStore:
     """Schemas in precedence order: the cluster's CRDs, --schema, then the cache."""
-    store = SchemaStore(kubernetes_version=kubernetes_version)
-    store.rules  # noqa: B018 - refuses an unsupported version before anything is read
-    if from_cluster:
-        from kubetrain.kube.connection import connect
-        from kubetrain.kube.crds import training_crds
+    return schema_store(_cluster_crds(context, kubeconfig) if from_cluster else None, schemas, kubernetes_version)
 
-        for crd, source in training_crds(connect(context, kubeconfig)):
-            store.add_crd(crd, source)
-    for location in schemas:
-        for crd, source in load_crd_source(location):
-            store.add_crd(crd, source)
-    for crd, source in cached_crds():
-        store.add_crd(crd, source)
-    return store
+
+def _cluster_crds(context: str | None, kubeconfig: str | None) -> Callable[[], list[CrdSource]]:
+    from kubetrain.kube.connection import connect  # only with --from-cluster: offline validate stays light
+    from kubetrain.kube.crds import training_crds
+
+    return lambda: training_crds(connect(context, kubeconfig))
 
 
 def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: tuple[str, ...], version: str,
@@ -142,18 +143,10 @@ def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: t
 
 def _server_pod_issues(sources: list[tuple[str, str]], context: str | None, kubeconfig: str | None) -> list[Any]:
     """Every pod template of a CRD, dry-run created as a Pod on the cluster (kubetrain/jobs/podcheck.py)."""
-    from kubetrain.jobs.podcheck import source_issues
+    from kubetrain.jobs.podcheck import cluster_pod_issues
     from kubetrain.kube.connection import connect
-    from kubetrain.kube.errors import is_api_error, network_error_types, translate
 
-    connection = connect(context, kubeconfig)
-    try:
-        return source_issues(lambda namespace, pod: connection.rest.json(
-            "POST", f"/api/v1/namespaces/{namespace}/pods", {"dryRun": "All"}, pod), sources, connection.namespace())
-    except Exception as exc:
-        if not is_api_error(exc) and not isinstance(exc, network_error_types()):
-            raise  # a ClusterError already says what happened
-        raise translate(exc, "dry-run create pods", connection.server) from None
+    return cluster_pod_issues(connect(context, kubeconfig), sources)
 
 
 def read_sources(paths: tuple[str, ...]) -> list[tuple[str, str]]:

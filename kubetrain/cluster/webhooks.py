@@ -17,9 +17,9 @@ looks:
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 from typing import Any
 
+from kubetrain.checks import FAIL, OK, WARN, Check
 from kubetrain.jobs.targets import PYTORCHJOB, Target
 from kubetrain.kube.errors import api_message, is_api_error
 from kubetrain.kube.objects import meta_of, parse_time
@@ -30,11 +30,7 @@ KINDS = ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
 PROBE_NAME = "kubetrain-doctor-probe"
 
 
-@dataclass(frozen=True)
-class WebhookCheck:
-    status: str  # ok | warn | fail
-    message: str
-    hint: str = ""
+TOPIC = "webhooks"
 
 
 def covers_training(webhook: dict[str, Any]) -> bool:
@@ -69,7 +65,7 @@ def ready_endpoints(rest: Rest, namespace: str, service: str) -> int | None:
                if (e.get("conditions") or {}).get("ready", True))
 
 
-def backend_check(rest: Rest, webhook: dict[str, Any]) -> WebhookCheck | None:
+def backend_check(rest: Rest, webhook: dict[str, Any]) -> Check | None:
     """A webhook whose Service has no ready endpoint; None when it has one (or is a URL)."""
     service = (webhook.get("clientConfig") or {}).get("service")
     if not service:
@@ -79,13 +75,13 @@ def backend_check(rest: Rest, webhook: dict[str, Any]) -> WebhookCheck | None:
         return None
     fails = (webhook.get("failurePolicy") or "Fail") == "Fail"
     where = f"{service.get('namespace')}/{service.get('name')}"
-    return WebhookCheck("fail" if fails else "warn",
-                        f"webhook {webhook.get('name')}: its Service {where} has no ready endpoint"
-                        + ("; creates it covers are refused" if fails else " (failurePolicy Ignore: skipped)"),
-                        f"kubectl -n {service.get('namespace')} get pods,endpointslices; is the operator running?")
+    return Check(TOPIC, FAIL if fails else WARN,
+                 f"webhook {webhook.get('name')}: its Service {where} has no ready endpoint"
+                 + ("; creates it covers are refused" if fails else " (failurePolicy Ignore: skipped)"),
+                 f"kubectl -n {service.get('namespace')} get pods,endpointslices; is the operator running?")
 
 
-def probe(rest: Rest, namespace: str, target: Target = PYTORCHJOB) -> WebhookCheck | None:
+def probe(rest: Rest, namespace: str, target: Target = PYTORCHJOB) -> Check | None:
     """Dry-run create a minimal job: a webhook 500 shows here exactly as it would on submit."""
     body = {"apiVersion": target.api_version, "kind": target.kind,
             "metadata": {"name": PROBE_NAME, "namespace": namespace},
@@ -99,7 +95,7 @@ def probe(rest: Rest, namespace: str, target: Target = PYTORCHJOB) -> WebhookChe
             raise
         message = api_message(exc)
         if getattr(exc, "status", None) == 500 and "failed calling webhook" in message:
-            return WebhookCheck("fail", f"creating a {target.kind} fails: {message}",
+            return Check(TOPIC, FAIL, f"creating a {target.kind} fails: {message}",
                                 "the webhook's backend is down or broken: check the operator's pods and logs")
     return None
 
@@ -113,7 +109,7 @@ def _when(event: dict[str, Any]) -> dt.datetime | None:
     return parse_time(stamp)
 
 
-def recent_failures(events: list[dict[str, Any]], now: dt.datetime) -> WebhookCheck | None:
+def recent_failures(events: list[dict[str, Any]], now: dt.datetime) -> Check | None:
     """Warn on webhook-call failures recorded as Events in the last hour (pure: the verdict)."""
     hits = [e for e in events if "failed calling webhook" in str(e.get("message", ""))
             and (when := _when(e)) is not None and now - when <= RECENT]
@@ -122,12 +118,12 @@ def recent_failures(events: list[dict[str, Any]], now: dt.datetime) -> WebhookCh
     last = max(hits, key=lambda e: _when(e) or now)
     obj = last.get("involvedObject") or {}
     count = sum(int(e.get("count") or 1) for e in hits)
-    return WebhookCheck("warn", f"{count} webhook failure(s) in the last hour, latest on "
+    return Check(TOPIC, WARN, f"{count} webhook failure(s) in the last hour, latest on "
                         f"{obj.get('kind')}/{obj.get('name')}: {last.get('reason')}: {last.get('message')}",
                         "kubectl get events --field-selector type=Warning; check the webhook's operator")
 
 
-def recent_failure_check(rest: Rest, namespace: str) -> WebhookCheck | None:
+def recent_failure_check(rest: Rest, namespace: str) -> Check | None:
     try:
         body = rest.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector="type=Warning")
     except Exception as exc:
@@ -137,7 +133,7 @@ def recent_failure_check(rest: Rest, namespace: str) -> WebhookCheck | None:
     return recent_failures(body.get("items") or [], dt.datetime.now(dt.UTC))
 
 
-def webhook_checks(rest: Rest, namespace: str, installed: list[Target]) -> list[WebhookCheck]:
+def webhook_checks(rest: Rest, namespace: str, installed: list[Target]) -> list[Check]:
     hooks = training_webhooks(rest)
     checks = [c for _, hook in hooks if (c := backend_check(rest, hook)) is not None]
     if PYTORCHJOB in installed and (failed := probe(rest, namespace)) is not None:
@@ -146,5 +142,5 @@ def webhook_checks(rest: Rest, namespace: str, installed: list[Target]) -> list[
         checks.append(recent)
     if not checks:
         names = ", ".join(str(h.get("name")) for _, h in hooks) or "none"
-        checks.append(WebhookCheck("ok", f"admission webhooks for the training APIs answer ({names})"))
+        checks.append(Check(TOPIC, OK, f"admission webhooks for the training APIs answer ({names})"))
     return checks

@@ -1,4 +1,5 @@
-"""`kubetrain submit --controller`: hand the TrainingJob itself to the cluster's controller.
+"""`kubetrain submit --controller` and kubetrain.api.submit_to_controller: hand the TrainingJob itself to the
+cluster's controller.
 
 The spec has been loaded, checked and rendered exactly as for a direct submit; what goes out is the
 TrainingJob as the user wrote it (unset fields stay unset, so the controller's defaults apply), server-side
@@ -11,16 +12,44 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.controller.crd import NAME
 from kubetrain.controller.reconcile import CODE_ANNOTATION
-from kubetrain.errors import ClusterError, Problem, SpecError
+from kubetrain.errors import ClusterError, Problem, SpecError, UsageError
 from kubetrain.jobs import apply, targets
 from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.kube import watch
+from kubetrain.kube.connection import Connection
 from kubetrain.kube.errors import cluster_errors
 from kubetrain.kube.rest import Rest, path_of
+from kubetrain.render.loaded import render_loaded
+
+
+@dataclass(frozen=True)
+class HandedOver:
+    """The TrainingJob as applied (for a client dry run: as it would be)."""
+
+    namespace: str
+    name: str
+    object: dict[str, Any]
+
+
+def submit_training_job(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str = "none",
+                        overrides: dict[str, str] | None = None) -> HandedOver:
+    """Render the spec as the controller will (with `overrides`: --image, --target), so that a bad value is
+    refused here, then hand the TrainingJob and its code ConfigMap over. dry_run: none, client or server."""
+    if loaded.job.spec.gpu_via != "plugin":
+        raise UsageError(f"spec.gpus.via: {loaded.job.spec.gpu_via} cannot be combined with --controller (the "
+                         "controller creates only the job, not its ResourceClaimTemplates); submit without it")
+    target = (overrides or {}).get("target")
+    rendered = render_loaded(loaded, namespace=namespace, image=(overrides or {}).get("image"),
+                             target=None if target == "auto" else target)
+    body = training_job(loaded, namespace, rendered if loaded.job.spec.code else [], overrides)
+    configmaps = [o for o in rendered[:-1] if o["kind"] == "ConfigMap"]
+    applied = hand_over(connection.rest, body, configmaps, None if dry_run == "none" else dry_run)
+    return HandedOver(namespace, str(applied["metadata"]["name"]), applied)
 
 
 def training_job(loaded: LoadedSpec, namespace: str, rendered: list[dict[str, Any]],
@@ -52,21 +81,21 @@ def code_volume(obj: Any) -> dict[str, Any] | None:
     return None
 
 
-def hand_over(api: Rest, body: dict[str, Any], configmaps: list[dict[str, Any]], dry_run: str | None
+def hand_over(rest: Rest, body: dict[str, Any], configmaps: list[dict[str, Any]], dry_run: str | None
               ) -> dict[str, Any]:
     """Server-side apply the code ConfigMap, then the TrainingJob, then make the TrainingJob own the ConfigMap
     (the garbage collector deletes it with the job). Client dry run: return the TrainingJob unchanged."""
     if dry_run == "client":
         return body
     with cluster_errors("discover the kubetrain.dev API"):
-        if not targets.served(api, targets.TRAININGJOB):
+        if not targets.served(rest, targets.TRAININGJOB):
             raise ClusterError(f"--controller: the cluster does not serve {NAME}: install the operator with "
                                "`kubetrain controller install` (docs/operator.md), or submit without --controller")
     for configmap in configmaps:  # first: the controller reads it as soon as the TrainingJob exists
-        apply.apply_configmap(api, configmap, dry_run is not None)
-    applied = apply.apply_object(api, targets.TRAININGJOB, body, dry_run=dry_run is not None)
+        apply.apply_configmap(rest, configmap, dry_run is not None)
+    applied = apply.apply_object(rest, targets.TRAININGJOB, body, dry_run=dry_run is not None)
     for configmap in configmaps:
-        apply.apply_configmap(api, apply.with_owner(configmap, applied), dry_run is not None)
+        apply.apply_configmap(rest, apply.with_owner(configmap, applied), dry_run is not None)
     return applied
 
 
@@ -80,7 +109,7 @@ def _current(obj: dict[str, Any]) -> dict[str, Any]:
     return dict(status) if status.get("observedGeneration") == generation else {}
 
 
-def wait_trainingjob(api: Rest, namespace: str, name: str, timeout: float | None, until: str,
+def wait_trainingjob(rest: Rest, namespace: str, name: str, timeout: float | None, until: str,
                      on_retry: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The TrainingJob once the controller has reconciled its current spec and `until` holds: "child" (its
     child job exists, or it ended without one: Invalid) or "final" (Succeeded, Failed or Invalid).
@@ -95,7 +124,7 @@ def wait_trainingjob(api: Rest, namespace: str, name: str, timeout: float | None
             return obj
         return None
 
-    list_fn = watch.rest_list(api, path_of(targets.TRAININGJOB.group, targets.TRAININGJOB.version,
+    list_fn = watch.rest_list(rest, path_of(targets.TRAININGJOB.group, targets.TRAININGJOB.version,
                                            targets.TRAININGJOB.plural, namespace))
     with cluster_errors(f"watch trainingjobs in namespace {namespace}"):
         return watch.wait_for(list_fn, check, timeout=timeout, on_retry=on_retry, what=f"TrainingJob {name}",

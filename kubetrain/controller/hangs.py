@@ -105,10 +105,10 @@ def carried(old: dict[str, Any], latest: list[dict[str, Any]] | None) -> list[di
 
 
 @dataclass
-class HangWatch:
+class ClusterHangWatch:
     """The periodic reader; `conditions[key]` is what the reconcile writes (see Controller.reconcile)."""
 
-    api: Rest  # the one client: pod lists, pods/exec, pod deletes
+    rest: Rest  # the one client: pod lists, pods/exec, pod deletes
     jobs: Informer
     spec_of: Callable[[dict[str, Any]], TrainingJob | None]
     record: Callable[[dict[str, Any], str, str, str], None]  # an Event
@@ -124,7 +124,7 @@ class HangWatch:
 
     def __post_init__(self) -> None:
         self.fanout: Fanout[bool] = Fanout("hang", self.errors, self.parallel)
-        self.nodes = NodeWatch(self.api, self.record, self.enqueue)  # NodeLost, from the same pod lists
+        self.nodes = NodeWatch(self.rest, self.record, self.enqueue)  # NodeLost, from the same pod lists
 
     def run(self, stop: threading.Event, interval: float) -> None:
         while not stop.wait(interval):
@@ -158,14 +158,14 @@ class HangWatch:
                 self.nodes.forget(key)
             return False
         meta = obj["metadata"]
-        replicas = [r for r in job_replicas(self.api, target, meta["namespace"], meta["name"]) if not r.deleting]
+        replicas = [r for r in job_replicas(self.rest, target, meta["namespace"], meta["name"]) if not r.deleting]
         self.nodes.check(obj, replicas)  # before the execs, which wait out a down node's kubelet
         running = [r for r in replicas if r.phase == "Running" and r.state == "running"]
         if not running:
             return False
         self.execs += len(running)
         thresholds = Thresholds.from_spec(job.spec.hang)
-        pods = ask_pods(self.api, meta["namespace"], meta["name"], running, exec_records)
+        pods = ask_pods(self.rest, meta["namespace"], meta["name"], running, exec_records)
         verdict = verdict_of(combine(meta["name"], pods, asked=False, thresholds=thresholds))
         if verdict is None:
             return False
@@ -206,7 +206,7 @@ class HangWatch:
         directory = job.spec.checkpoint.dir or ""
         run = exec_saving(directory.rstrip("/") + "/hangs") if directory.startswith("/") else exec_probe
         self.execs += len(running)
-        pods = ask_pods(self.api, meta["namespace"], meta["name"], running, run)
+        pods = ask_pods(self.rest, meta["namespace"], meta["name"], running, run)
         full = verdict_of(combine(meta["name"], pods, asked=True, thresholds=thresholds))
         saved = [str(p.answer["saved"]) for p in pods if p.answer and p.answer.get("saved")]
         return (full if full is not None and full.hung else verdict), saved
@@ -227,7 +227,7 @@ class HangWatch:
         self.record(obj, "Warning", "HangRestart",
                     f"restart {done + 1} of {budget} at step {verdict.step:,}: deleting the {len(replicas)} pods "
                     "of the job; the ranks resume from the newest checkpoint")
-        kube.patch_status(self.api, meta["namespace"], meta["name"],
+        kube.patch_status(self.rest, meta["namespace"], meta["name"],
                           {"hang": {"restarts": done + 1, "lastRestartTime": now(), "lastRestartStep": verdict.step}})
         for replica in replicas:
-            kube.delete_pod(self.api, meta["namespace"], replica.pod, RESTART_GRACE_SECONDS)
+            kube.delete_pod(self.rest, meta["namespace"], replica.pod, RESTART_GRACE_SECONDS)

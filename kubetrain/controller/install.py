@@ -85,15 +85,15 @@ def _set_watched_namespace(obj: dict[str, Any], namespace: str) -> None:
         obj["metadata"]["namespace"] = namespace
 
 
-def apply_all(api: Rest, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
+def apply_all(rest: Rest, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
     """Server-side apply each object; returns `kind/name` lines."""
     from kubetrain.kube.manifests import apply_all as apply_objects
 
-    return apply_objects(api, objects, FIELD_MANAGER, dry_run)
+    return apply_objects(rest, objects, FIELD_MANAGER, dry_run)
 
 
-def delete_all(api: Rest, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
+def delete_all(rest: Rest, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
     """Delete in reverse order; missing objects are fine (uninstall twice is a no-op)."""
     from kubetrain.kube.manifests import delete_all as delete_objects
 
-    return delete_objects(api, objects, dry_run)
+    return delete_objects(rest, objects, dry_run)

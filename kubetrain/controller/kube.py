@@ -58,60 +58,60 @@ class RequestCounter:
             return sum(self.counts.values())
 
 
-def custom_list_fn(api: Rest, group: str, version: str, plural: str,
+def custom_list_fn(rest: Rest, group: str, version: str, plural: str,
                    namespace: str | None) -> watch.ListFn:
     """The list (and watch) call of a custom resource, in one namespace or in all, on the one REST client,
     without retries of its own: the informer's watch.stream backs off (kubetrain.controller.informer)."""
-    return watch.rest_list(api, path_of(group, version, plural, namespace), retry=False)
+    return watch.rest_list(rest, path_of(group, version, plural, namespace), retry=False)
 
 
-def patch_status(api: Rest, namespace: str, name: str, status: dict[str, Any]) -> str | None:
+def patch_status(rest: Rest, namespace: str, name: str, status: dict[str, Any]) -> str | None:
     """A merge patch of the status subresource: lists (conditions) are replaced whole, as intended. Returns
     the object's new resourceVersion."""
-    patched = api.json("PATCH", path_of(GROUP, VERSION, PLURAL, namespace, name) + "/status",
+    patched = rest.json("PATCH", path_of(GROUP, VERSION, PLURAL, namespace, name) + "/status",
                        body={"status": status}, content_type="application/merge-patch+json")
     return (patched.get("metadata") or {}).get("resourceVersion")
 
 
-def delete_child(api: Rest, child: dict[str, Any], plural: str) -> None:
+def delete_child(rest: Rest, child: dict[str, Any], plural: str) -> None:
     """Foreground: the child stays (deletionTimestamp set) until its pods are gone, so a recreated child
     never meets pods of the old one with the same names. Already gone is fine."""
     group, version = child["apiVersion"].split("/")
     meta = child["metadata"]
     with contextlib.suppress(NotFound):
-        api.request("DELETE", path_of(group, version, plural, meta["namespace"], meta["name"]),
+        rest.request("DELETE", path_of(group, version, plural, meta["namespace"], meta["name"]),
                     body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"})
 
 
-def delete_pod(api: Rest, namespace: str, name: str, grace_seconds: int) -> None:
+def delete_pod(rest: Rest, namespace: str, name: str, grace_seconds: int) -> None:
     """Delete a pod (its controller creates it again); already gone is fine."""
     with contextlib.suppress(NotFound):
-        api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
+        rest.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}",
                     body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": grace_seconds})
 
 
-def read_configmap(api: Rest, namespace: str, name: str) -> dict[str, Any] | None:
+def read_configmap(rest: Rest, namespace: str, name: str) -> dict[str, Any] | None:
     """The ConfigMap as a dict, None if it does not exist."""
     try:
-        return api.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+        return rest.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
     except NotFound:
         return None
 
 
-def pod_log_tail(api: Rest, namespace: str, pod: str, container: str | None, tail: int,
+def pod_log_tail(rest: Rest, namespace: str, pod: str, container: str | None, tail: int,
                  limit_bytes: int) -> list[str]:
     """The last `tail` lines (at most `limit_bytes`) of a pod's log: never the whole log, never a stream; a
     kubelet that does not answer within the client's kubelet_timeout is a Timeout."""
     query = {"container": container, "tailLines": tail, "limitBytes": limit_bytes}
-    response = api.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", query,
-                           read_timeout=api.kubelet_timeout)
+    response = rest.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", query,
+                           read_timeout=rest.kubelet_timeout)
     return response.data.decode("utf-8", "replace").splitlines()
 
 
-def create_event(api: Rest, namespace: str, body: dict[str, Any]) -> str | None:
+def create_event(rest: Rest, namespace: str, body: dict[str, Any]) -> str | None:
     """POST a core/v1 Event; None when done, else the API's reason (an Event is never worth a failure)."""
     try:
-        api.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
+        rest.request("POST", f"/api/v1/namespaces/{namespace}/events", body=body)
     except ApiError as exc:
         return str(exc.reason)
     return None
@@ -135,8 +135,8 @@ class EventRecorder:
     an Event's round trip. The same Event (object, type, reason, message) recorded again while it still
     waits is sent once with its count raised (aggregation); at most MAX_PENDING wait."""
 
-    def __init__(self, api: Rest, senders: int = SENDERS) -> None:
-        self.api = api
+    def __init__(self, rest: Rest, senders: int = SENDERS) -> None:
+        self.rest = rest
         self.sent = self.dropped = 0
         self._pending: OrderedDict[tuple[str, ...], tuple[dict[str, Any], int]] = OrderedDict()
         self._cond = threading.Condition()
@@ -180,7 +180,7 @@ class EventRecorder:
 
     def _send(self, body: dict[str, Any]) -> None:
         try:
-            failure = create_event(self.api, body["metadata"]["namespace"], body)
+            failure = create_event(self.rest, body["metadata"]["namespace"], body)
         except Exception as exc:  # unreachable API server: an Event is worth a log line, never a crash
             failure = f"{type(exc).__name__}: {exc}"
         if failure:

@@ -23,9 +23,9 @@ Key = tuple[str, str]
 CHILD_KINDS = {t.kind for t in targets.TARGETS.values()}
 
 
-def served_version(api: Rest) -> str | None:
+def served_version(rest: Rest) -> str | None:
     """The Kueue version whose Workloads the cluster serves (None: no Kueue)."""
-    return next((v for v in queues.VERSIONS if targets.serves(api, queues.GROUP, v, PLURAL)), None)
+    return next((v for v in queues.VERSIONS if targets.serves(rest, queues.GROUP, v, PLURAL)), None)
 
 
 def owner_key(wl: dict[str, Any]) -> Key | None:

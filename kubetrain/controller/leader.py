@@ -27,11 +27,11 @@ def micro_time(when: dt.datetime | None = None) -> str:
 
 
 class LeaseElector:
-    def __init__(self, api: Rest, namespace: str, name: str, identity: str, duration: float = 15,
+    def __init__(self, rest: Rest, namespace: str, name: str, identity: str, duration: float = 15,
                  renew_deadline: float = 10, retry: float = 2) -> None:
-        self.api, self.namespace, self.name, self.identity = api, namespace, name, identity
+        self.rest, self.namespace, self.name, self.identity = rest, namespace, name, identity
         self.duration, self.renew_deadline, self.retry = duration, renew_deadline, retry
-        self._leases = Leases(api, namespace, name)
+        self._leases = Leases(rest, namespace, name)
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
 

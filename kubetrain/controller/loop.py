@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from kubetrain.controller import hangs, kube, kueue, mirror, nodeloss, progress
+from kubetrain.controller import hangs, kube, kueue, mirror, nodeloss, statusprogress
 from kubetrain.controller.crd import GROUP, PLURAL, VERSION
 from kubetrain.controller.faults import ErrorCounter, Fanout
 from kubetrain.controller.informer import Informer, Key, wait_synced
@@ -58,21 +58,21 @@ class Settings:
 
 @dataclass
 class Controller:
-    api: Rest
+    rest: Rest
     settings: Settings
     stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.queue = WorkQueue()
         # Workers, informers, Event senders and the progress reader each hold at most one connection.
-        self.counter = kube.RequestCounter(self.api)
-        self.events = kube.EventRecorder(self.api)
+        self.counter = kube.RequestCounter(self.rest)
+        self.events = kube.EventRecorder(self.rest)
         self.desired = DesiredCache()
-        self.served = [t.name for t in targets.installed(self.api)]
+        self.served = [t.name for t in targets.installed(self.rest)]
         self.jobs = self._informer(GROUP, VERSION, PLURAL, self._on_job)
         self.children = {t.kind: self._informer(t.group, t.version, t.plural, self._on_child, label_selector=MANAGED)
                          for t in targets.TARGETS.values() if t.name in self.served}
-        kueue_version = kueue.served_version(self.api)  # Kueue installed later: restart the controller
+        kueue_version = kueue.served_version(self.rest)  # Kueue installed later: restart the controller
         self.workloads = (self._informer(queues.GROUP, kueue_version, kueue.PLURAL, self._on_workload)
                           if kueue_version else None)
         self.configmaps: dict[Key, dict[str, Any]] = {}
@@ -87,11 +87,11 @@ class Controller:
         self.progress_seconds = 0.0
         self.progress: Fanout[bool] = Fanout("progress", self.errors, self.settings.parallel_reads)
         self.threads: list[threading.Thread] = []
-        self.hangs = hangs.HangWatch(self.api, self.jobs, self._spec_of, self.events.record, self.queue.add,
+        self.hangs = hangs.ClusterHangWatch(self.rest, self.jobs, self._spec_of, self.events.record, self.queue.add,
                                      errors=self.errors, parallel=self.settings.parallel_reads)
 
     def _informer(self, group: str, version: str, plural: str, handler: Any, **kwargs: Any) -> Informer:
-        list_fn = kube.custom_list_fn(self.api, group, version, plural, self.settings.namespace)
+        list_fn = kube.custom_list_fn(self.rest, group, version, plural, self.settings.namespace)
         return Informer(plural, list_fn, handler, **kwargs)
 
     # ------------------------------------------------------------------ running
@@ -123,7 +123,7 @@ class Controller:
         """One progress round (every job's log tail, concurrently); a failure is counted, never raised."""
         began = time.monotonic()
         try:
-            progress.poll_once(self.api, self.jobs, self.settings.progress_tail, self.progress)
+            statusprogress.poll_once(self.rest, self.jobs, self.settings.progress_tail, self.progress)
         except Exception as exc:
             self.errors.record("progress", ("*", "round"), exc)
         self.progress_rounds += 1
@@ -216,11 +216,12 @@ class Controller:
         """The last metrics line of the finished run (the periodic reads stop at Running: without this, a
         Succeeded job would show its last sample, e.g. 680/720)."""
         try:
-            lines = progress.read_tail(self.api, targets.TARGETS[target], key[0], key[1], self.settings.progress_tail)
+            lines = statusprogress.read_tail(self.rest, targets.TARGETS[target], key[0], key[1],
+                                             self.settings.progress_tail)
         except Exception as exc:  # pods gone (cleanPodPolicy) or unreadable: keep what was read before
             log.info("final progress of %s/%s: %s", key[0], key[1], exc)
             return status
-        final = progress.progress_of(lines)
+        final = statusprogress.progress_of(lines)
         if not final:
             return status
         removed = {k: None for k in status.get("progress") or {} if k not in final}  # e.g. the ETA
@@ -248,7 +249,7 @@ class Controller:
 
     def _apply(self, key: Key, target: Target, child: dict[str, Any], obj: dict[str, Any], created: bool
                ) -> dict[str, Any]:
-        result = apply.apply_object(self.api, target, child, force=True)
+        result = apply.apply_object(self.rest, target, child, force=True)
         self.applied[key] = result
         if created:
             self.events.record(obj, "Normal", "Created", f"created {target.kind} {key[1]}")
@@ -260,7 +261,7 @@ class Controller:
         old, new = apply.spec_hash(child), want.spec_hash
         if policy in ("recreate", "continue"):
             start = self._record_checkpoint_dir(obj, want, policy)
-            kube.delete_child(self.api, child, target.plural)
+            kube.delete_child(self.rest, child, target.plural)
             self.applied.pop(key_of(obj), None)
             self.events.record(obj, "Normal", "Recreating", f"spec changed ({old} → {new}): deleting "
                               f"{target.kind} {child['metadata']['name']} to recreate it (update policy {policy}"
@@ -285,7 +286,7 @@ class Controller:
             return ""
         if target_dir != current:
             meta = obj["metadata"]
-            version = kube.patch_status(self.api, meta["namespace"], meta["name"], {"checkpointDir": target_dir})
+            version = kube.patch_status(self.rest, meta["namespace"], meta["name"], {"checkpointDir": target_dir})
             before = self.written.get(meta["uid"]) or {k: v for k, v in status_of(obj).items() if k != "progress"}
             self.written.wrote(meta["uid"], {**before, "checkpointDir": target_dir}, version)
         verb = "continues from the checkpoints in" if policy == "continue" else "starts fresh, checkpointing to"
@@ -295,7 +296,7 @@ class Controller:
         """A code ConfigMap, cached: its name is its content's digest, so it never changes under a name."""
         key = (namespace, name)
         if key not in self.configmaps:
-            found = kube.read_configmap(self.api, namespace, name)
+            found = kube.read_configmap(self.rest, namespace, name)
             if found is None:
                 return None
             if len(self.configmaps) >= CONFIGMAP_CACHE:
@@ -319,7 +320,8 @@ class Controller:
         mine = {k: v for k, v in status.items() if k not in READER_KEYS}
         if status in (old, previous) or mine == self.written.get(meta["uid"]):
             return
-        version = kube.patch_status(self.api, meta["namespace"], meta["name"], _with_nulls({**old, **previous}, status))
+        version = kube.patch_status(self.rest, meta["namespace"], meta["name"],
+                                    _with_nulls({**old, **previous}, status))
         self.written.wrote(meta["uid"], mine, version)
         for kind, reason, message in mirror.transitions(previous, status):
             self.events.record(obj, kind, reason, message)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubetrain import jobs
 from kubetrain.controller.reconcile import Desired, now
-from kubetrain.jobs import crud as jobs
 from kubetrain.kube.objects import final_condition, meta_of, status_of
 
 # TrainJob jobsStatus and PyTorchJob replicaStatuses both use these counters.

@@ -59,14 +59,14 @@ def carried(old: dict[str, Any], latest: list[dict[str, Any]] | None) -> list[di
 class NodeWatch:
     """`conditions[key]` is what the reconcile writes (see Controller.reconcile)."""
 
-    api: Rest
+    rest: Rest
     record: Callable[[dict[str, Any], str, str, str], None]  # an Event
     enqueue: Callable[[Key], None]
     conditions: dict[Key, list[dict[str, Any]]] = field(default_factory=dict)
 
     def check(self, obj: dict[str, Any], replicas: list[Replica]) -> None:
         key = watch.key(obj)
-        latest = lost_conditions(replicas, down_nodes(self.api, replicas))
+        latest = lost_conditions(replicas, down_nodes(self.rest, replicas))
         before = self.conditions.get(key)
         if before is None:
             before = carried(obj.get("status") or {}, None)

@@ -34,7 +34,7 @@ def identity() -> str:
     return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def run(api: Rest, settings: Settings, election: Election, probe_port: int,
+def run(rest: Rest, settings: Settings, election: Election, probe_port: int,
         probe_address: str = "127.0.0.1") -> int:
     """Until SIGTERM/SIGINT (exit 0) or a lost Lease (exit 1, so the Deployment restarts us)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -46,7 +46,7 @@ def run(api: Rest, settings: Settings, election: Election, probe_port: int,
     server = health.serve(probe_port, ready=lambda: True, metrics=lambda: _metrics(state, started),
                           address=probe_address)
     log.info("controller: probes and /metrics on %s:%d", probe_address, server.server_port)
-    elector = LeaseElector(api, election.namespace, election.name, election.identity or identity(),
+    elector = LeaseElector(rest, election.namespace, election.name, election.identity or identity(),
                            duration=election.duration, renew_deadline=election.duration * 2 / 3)
     if election.enabled:
         if not elector.acquire(stop):
@@ -56,7 +56,7 @@ def run(api: Rest, settings: Settings, election: Election, probe_port: int,
             stop.set()
 
         threading.Thread(target=elector.hold, args=(stop, on_lost), name="lease", daemon=True).start()
-    controller = Controller(api, settings, stop)
+    controller = Controller(rest, settings, stop)
     state["controller"] = controller
     controller.start()
     interval = settings.progress_interval

@@ -19,8 +19,8 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubetrain import jobs
 from kubetrain.errors import ClusterError
-from kubetrain.jobs import crud as jobs
 from kubetrain.jobs.targets import Target
 from kubetrain.kube import watch
 from kubetrain.kube.errors import NotFound, cluster_errors
@@ -56,34 +56,34 @@ def spec_hash(obj: dict[str, Any]) -> str | None:
     return (meta_of(obj).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
 
 
-def submit(api: Rest, target: Target, objects: list[dict[str, Any]], *, dry_run: str | None = None,
+def submit(rest: Rest, target: Target, objects: list[dict[str, Any]], *, dry_run: str | None = None,
            replace: bool = False, timeout: float | None = 300) -> ApplyResult:
     """Create the job (and its ConfigMaps), or do nothing if this spec is already there, or replace it."""
     job = objects[-1]
     first = [o for o in objects[:-1] if o["kind"] in BEFORE_THE_JOB]
     configmaps = [o for o in objects[:-1] if o["kind"] not in BEFORE_THE_JOB]
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
-    existing = jobs.get(api, target, namespace, name)
+    existing = jobs.get(rest, target, namespace, name)
     if existing is not None and not replace:
         if spec_hash(existing) == spec_hash(job) and spec_hash(job):
-            applied = [existing] if dry_run else [existing, *_ensure_configmaps(api, existing, [*first, *configmaps])]
+            applied = [existing] if dry_run else [existing, *_ensure_configmaps(rest, existing, [*first, *configmaps])]
             return ApplyResult(UNCHANGED, applied, dry_run)
         raise ClusterError(_changed_message(target, existing, job))
     action = CREATED
     if existing is not None:
         action = REPLACED
         if not dry_run:
-            jobs.delete(api, target, namespace, name, propagation="Foreground")
-            jobs.wait_gone(api, target, namespace, name, timeout)
+            jobs.delete(rest, target, namespace, name, propagation="Foreground")
+            jobs.wait_gone(rest, target, namespace, name, timeout)
     if dry_run == "client":
         return ApplyResult(action, objects, dry_run)
     # A server dry run of a replace validates the new object as an update of the old one (hence force).
     server_dry = dry_run == "server"
     for companion in first:  # without an owner until the job exists
-        apply_configmap(api, companion, dry_run is not None)
-    created = apply_object(api, target, job, dry_run=server_dry, force=server_dry and existing is not None)
+        apply_configmap(rest, companion, dry_run is not None)
+    created = apply_object(rest, target, job, dry_run=server_dry, force=server_dry and existing is not None)
     owned = [with_owner(cm, created) for cm in [*first, *configmaps]]
-    return ApplyResult(action, [*[apply_configmap(api, cm, dry_run is not None) for cm in owned], created], dry_run)
+    return ApplyResult(action, [*[apply_configmap(rest, cm, dry_run is not None) for cm in owned], created], dry_run)
 
 
 def _changed_message(target: Target, existing: dict[str, Any], job: dict[str, Any]) -> str:
@@ -94,18 +94,18 @@ def _changed_message(target: Target, existing: dict[str, Any], job: dict[str, An
             f"and recreate it (stops its pods), or change metadata.name")
 
 
-def apply_object(api: Rest, target: Target, job: dict[str, Any], dry_run: bool = False,
+def apply_object(rest: Rest, target: Target, job: dict[str, Any], dry_run: bool = False,
                  force: bool = False) -> dict[str, Any]:
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     with cluster_errors(f"apply {target.resource} {name} in namespace {namespace}"):
-        return _apply(api, path_of(target.group, target.version, target.plural, namespace, name), job, dry_run,
+        return _apply(rest, path_of(target.group, target.version, target.plural, namespace, name), job, dry_run,
                       force)
 
 
-def _apply(api: Rest, path: str, body: dict[str, Any], dry_run: bool, force: bool = False) -> dict[str, Any]:
+def _apply(rest: Rest, path: str, body: dict[str, Any], dry_run: bool, force: bool = False) -> dict[str, Any]:
     """Server-side apply (a JSON body is valid YAML): 201 when it creates, 200 when it updates."""
     query = {"fieldManager": FIELD_MANAGER, "force": force or None, "dryRun": "All" if dry_run else None}
-    return api.json("PATCH", path, query, body, content_type=APPLY_PATCH)
+    return rest.json("PATCH", path, query, body, content_type=APPLY_PATCH)
 
 
 def with_owner(configmap: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
@@ -118,16 +118,16 @@ def with_owner(configmap: dict[str, Any], owner: dict[str, Any]) -> dict[str, An
     return {**configmap, "metadata": {**configmap["metadata"], "ownerReferences": [ref]}}
 
 
-def apply_configmap(api: Rest, configmap: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+def apply_configmap(rest: Rest, configmap: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     """A job's companion object: its code ConfigMap, a ResourceClaimTemplate, a TrainingRuntime, its
     TensorBoard pod."""
     name, namespace, kind = configmap["metadata"]["name"], configmap["metadata"]["namespace"], configmap["kind"]
     group, version, plural = COMPANIONS[kind]
     with cluster_errors(f"apply {plural} {name} in namespace {namespace}"):
-        return _apply(api, path_of(group, version, plural, namespace, name), configmap, dry_run)
+        return _apply(rest, path_of(group, version, plural, namespace, name), configmap, dry_run)
 
 
-def _ensure_configmaps(api: Rest, job: dict[str, Any], configmaps: list[dict[str, Any]]
+def _ensure_configmaps(rest: Rest, job: dict[str, Any], configmaps: list[dict[str, Any]]
                        ) -> list[dict[str, Any]]:
     """An unchanged job's ConfigMaps exist (they may not, if a submit died between its two writes)."""
     out = []
@@ -136,20 +136,20 @@ def _ensure_configmaps(api: Rest, job: dict[str, Any], configmaps: list[dict[str
         group, version, plural = COMPANIONS[cm["kind"]]
         with cluster_errors(f"get {plural} {name} in namespace {namespace}"):
             try:
-                out.append(api.get(path_of(group, version, plural, namespace, name)))
+                out.append(rest.get(path_of(group, version, plural, namespace, name)))
                 continue
             except NotFound:
                 pass
-        out.append(apply_configmap(api, with_owner(cm, job)))
+        out.append(apply_configmap(rest, with_owner(cm, job)))
     return out
 
 
-def delete_configmaps(api: Rest, namespace: str, job_name: str, label: str) -> int:
+def delete_configmaps(rest: Rest, namespace: str, job_name: str, label: str) -> int:
     """Delete the job's ConfigMaps by label (normally the garbage collector does it via the owner)."""
     configmaps = path_of("", "v1", "configmaps", namespace)
     with cluster_errors(f"delete configmaps of {job_name} in namespace {namespace}"):
-        items, _ = watch.list_objects(watch.rest_list(api, configmaps), label_selector=f"{label}={job_name}")
+        items, _ = watch.list_objects(watch.rest_list(rest, configmaps), label_selector=f"{label}={job_name}")
         for cm in items:
             with contextlib.suppress(NotFound):
-                api.request("DELETE", f"{configmaps}/{cm['metadata']['name']}")
+                rest.request("DELETE", f"{configmaps}/{cm['metadata']['name']}")
     return len(items)

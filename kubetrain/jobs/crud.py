@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.errors import ClusterError
-from kubetrain.jobs.targets import AUTO_ORDER, NOT_INSTALLED, Target, controlling_trainingjob
+from kubetrain.jobs.targets import AUTO_ORDER, NOT_INSTALLED, TARGETS, Target, controlling_trainingjob
 from kubetrain.kube import watch
 from kubetrain.kube.errors import Unreachable, as_dict, cluster_errors, is_not_found, status_body
 from kubetrain.kube.objects import GPU_RESOURCE as GPU
@@ -116,9 +116,9 @@ def path_of_job(target: Target, namespace: str | None, name: str | None = None) 
     return _path(target, namespace, name)
 
 
-def get(api: Rest, target: Target, namespace: str, name: str) -> dict[str, Any] | None:
+def get(rest: Rest, target: Target, namespace: str, name: str) -> dict[str, Any] | None:
     """The job, or None if there is none of that name (a missing CRD or namespace is a ClusterError)."""
-    found = _get(api, target, namespace, name, probe=False)
+    found = _get(rest, target, namespace, name, probe=False)
     return None if isinstance(found, _NotServed) else found
 
 
@@ -127,10 +127,10 @@ class _NotServed:
     found", not with the Status that a missing object gets (which names the object)."""
 
 
-def _get(api: Rest, target: Target, namespace: str, name: str, probe: bool) -> dict[str, Any] | _NotServed | None:
+def _get(rest: Rest, target: Target, namespace: str, name: str, probe: bool) -> dict[str, Any] | _NotServed | None:
     with cluster_errors(f"get {target.resource} {name} in namespace {namespace}"):
         try:
-            return as_dict(api.get(_path(target, namespace, name)))
+            return as_dict(rest.get(_path(target, namespace, name)))
         except Exception as exc:
             if is_not_found(exc) and _object_missing(exc, name):
                 return None
@@ -148,21 +148,30 @@ def _object_missing(exc: Any, name: str) -> bool:
     return bool(details.get("name") == name and details.get("kind") != "namespaces")
 
 
-def find(api: Rest, targets: list[Target] | None, namespace: str, name: str) -> tuple[Target, dict[str, Any]]:
+def find(rest: Rest, targets: list[Target] | None, namespace: str, name: str) -> tuple[Target, dict[str, Any]]:
     """The job called `name` among `targets`, or (None) among the kinds the cluster serves, which the GETs
     themselves tell (no discovery round trip first); a one-line error when there is none."""
     served = []
     for target in AUTO_ORDER if targets is None else targets:
-        obj = _get(api, target, namespace, name, probe=targets is None)
+        obj = _get(rest, target, namespace, name, probe=targets is None)
         if isinstance(obj, dict):
             return target, obj
         if obj is None:
             served.append(target)
     if not served:
-        raise not_installed(api)
-    check_namespace(api, namespace)  # the same message for every command when -n names no namespace
+        raise not_installed(rest)
+    check_namespace(rest, namespace)  # the same message for every command when -n names no namespace
     kinds = " or ".join(t.kind for t in served)
     raise ClusterError(f"no {kinds} named {name} in namespace {namespace} (list them: kubetrain list -n {namespace})")
+
+
+def find_job(rest: Rest, namespace: str, name: str,
+             target: str | Target | None) -> tuple[Target, dict[str, Any]]:
+    """The job and its kind; `target` None or "auto" looks among the installed kinds. The one job lookup of
+    every command (status, events, logs, gpu, delete) and of kubetrain.api."""
+    if isinstance(target, Target):
+        return find(rest, [target], namespace, name)
+    return find(rest, [TARGETS[target]] if target and target != "auto" else None, namespace, name)
 
 
 def not_installed(rest: Rest) -> ClusterError:
@@ -177,10 +186,10 @@ def not_installed(rest: Rest) -> ClusterError:
     return ClusterError(NOT_INSTALLED)
 
 
-def check_namespace(api: Rest, namespace: str) -> None:
+def check_namespace(rest: Rest, namespace: str) -> None:
     """A ClusterError naming the fix if `namespace` does not exist (silent when we may not read namespaces)."""
     try:
-        api.get(f"/api/v1/namespaces/{namespace}")
+        rest.get(f"/api/v1/namespaces/{namespace}")
     except Exception as exc:
         if is_not_found(exc):
             raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
@@ -188,14 +197,14 @@ def check_namespace(api: Rest, namespace: str) -> None:
                                ) from None
 
 
-def list_objects(api: Rest, target: Target, namespace: str | None) -> list[dict[str, Any]]:
+def list_objects(rest: Rest, target: Target, namespace: str | None) -> list[dict[str, Any]]:
     """The objects of one kind, in one namespace or (None) all of them."""
     where = f"namespace {namespace}" if namespace else "all namespaces"
     with cluster_errors(f"list {target.resource} in {where}"):
-        return list(as_dict(api.get(_path(target, namespace))).get("items") or [])
+        return list(as_dict(rest.get(_path(target, namespace))).get("items") or [])
 
 
-def list_jobs(api: Rest, targets: list[Target] | None, namespace: str | None) -> list[JobSummary]:
+def list_jobs(rest: Rest, targets: list[Target] | None, namespace: str | None) -> list[JobSummary]:
     """Jobs of every given kind (None: of every kind the cluster serves, which the lists themselves tell), in
     one namespace or (None) all of them, oldest first."""
     out: list[JobSummary] = []
@@ -204,7 +213,7 @@ def list_jobs(api: Rest, targets: list[Target] | None, namespace: str | None) ->
         where = f"namespace {namespace}" if namespace else "all namespaces"
         with cluster_errors(f"list {target.resource} in {where}"):
             try:
-                body = api.get(_path(target, namespace))
+                body = rest.get(_path(target, namespace))
             except Exception as exc:
                 if targets is None and _not_served(exc):
                     continue
@@ -212,15 +221,15 @@ def list_jobs(api: Rest, targets: list[Target] | None, namespace: str | None) ->
         served += 1
         out += [summary(item, target) for item in as_dict(body).get("items") or []]
     if not served:
-        raise not_installed(api)
+        raise not_installed(rest)
     return sorted(out, key=lambda s: (s.created, s.namespace, s.name))
 
 
-def delete(api: Rest, target: Target, namespace: str, name: str, propagation: str = "Background") -> bool:
+def delete(rest: Rest, target: Target, namespace: str, name: str, propagation: str = "Background") -> bool:
     """Delete the job; False if it was already gone."""
     with cluster_errors(f"delete {target.resource} {name} in namespace {namespace}"):
         try:
-            api.json("DELETE", _path(target, namespace, name),
+            rest.json("DELETE", _path(target, namespace, name),
                               body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
         except Exception as exc:
             if is_not_found(exc) and _object_missing(exc, name):
@@ -229,17 +238,17 @@ def delete(api: Rest, target: Target, namespace: str, name: str, propagation: st
     return True
 
 
-def _list_fn(api: Rest, target: Target, namespace: str) -> Any:
-    return watch.rest_list(api, _path(target, namespace))
+def _list_fn(rest: Rest, target: Target, namespace: str) -> Any:
+    return watch.rest_list(rest, _path(target, namespace))
 
 
-def wait_gone(api: Rest, target: Target, namespace: str, name: str, timeout: float | None) -> None:
+def wait_gone(rest: Rest, target: Target, namespace: str, name: str, timeout: float | None) -> None:
     with cluster_errors(f"watch {target.resource} in namespace {namespace}"):
-        watch.wait_for(_list_fn(api, target, namespace), lambda cache: not cache, timeout=timeout,
+        watch.wait_for(_list_fn(rest, target, namespace), lambda cache: not cache, timeout=timeout,
                        what=f"{target.kind} {name} to be deleted", field_selector=f"metadata.name={name}")
 
 
-def wait_finished(api: Rest, target: Target, namespace: str, name: str, timeout: float | None,
+def wait_finished(rest: Rest, target: Target, namespace: str, name: str, timeout: float | None,
                   on_retry: Callable[[str], None] | None = None) -> str:
     """Block until the job is Succeeded or Failed; return which. A deleted job is an error."""
     def check(cache: dict[tuple[str, str], dict[str, Any]]) -> str | None:
@@ -250,5 +259,5 @@ def wait_finished(api: Rest, target: Target, namespace: str, name: str, timeout:
         return current if current in TERMINAL else None
 
     with cluster_errors(f"watch {target.resource} in namespace {namespace}"):
-        return watch.wait_for(_list_fn(api, target, namespace), check, timeout=timeout, on_retry=on_retry,
+        return watch.wait_for(_list_fn(rest, target, namespace), check, timeout=timeout, on_retry=on_retry,
                               what=f"{target.kind} {name} to finish", field_selector=f"metadata.name={name}")

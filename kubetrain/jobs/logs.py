@@ -28,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kubetrain import jobs
 from kubetrain.errors import ClusterError, UsageError
-from kubetrain.jobs import crud as jobs
 from kubetrain.jobs import nodes, targets
 from kubetrain.jobs.logmerge import LineAssembler, Prefixer, merge
 from kubetrain.jobs.logstream import PodFollower
@@ -89,15 +89,6 @@ class FollowResult:
         return self.state == "Succeeded"
 
 
-def find_job(api: Rest, namespace: str, name: str,
-             target: str | Target | None) -> tuple[Target, dict[str, Any]]:
-    """The job and its kind; `target` None or "auto" looks among the installed kinds. The one job lookup of
-    every command (status, events, logs, gpu, delete) and of kubetrain.api."""
-    if isinstance(target, Target):
-        return jobs.find(api, [target], namespace, name)
-    return jobs.find(api, [targets.TARGETS[target]] if target and target != "auto" else None, namespace, name)
-
-
 class _Output:
     """Formats and writes lines from many threads, one whole line at a time."""
 
@@ -137,7 +128,7 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
     archive (`archive`, else its annotation); with no job, `archive` if given."""
     wanted = check_replica_filter(options.replica)
     try:
-        found, obj = find_job(conn.rest, namespace, name, target)
+        found, obj = jobs.find_job(conn.rest, namespace, name, target)
     except ClusterError as exc:
         if archive is None:
             if type(exc) is ClusterError:  # not a lost API server (Unreachable): the job may be gone
@@ -204,10 +195,10 @@ def print_archive(url: str, name: str, options: LogOptions, sink: Sink, notice: 
     return written
 
 
-def _replicas(api: Rest, found: Target, namespace: str, name: str) -> list[Replica]:
+def _replicas(rest: Rest, found: Target, namespace: str, name: str) -> list[Replica]:
     from kubetrain.jobs.pods import job_replicas
 
-    return job_replicas(api, found, namespace, name)
+    return job_replicas(rest, found, namespace, name)
 
 
 def _readable(replica: Replica, previous: bool, notice: Notice) -> bool:
@@ -233,15 +224,15 @@ def _on_down_node(replica: Replica, down: dict[str, nodes.NodeHealth], notice: N
     return health is not None
 
 
-def _open(api: Rest, namespace: str, replica: Replica, options: LogOptions, notice: Notice,
+def _open(rest: Rest, namespace: str, replica: Replica, options: LogOptions, notice: Notice,
           unreachable: list[str]) -> Any:
     previous = options.previous and replica.restarts > 0
     with cluster_errors(f"read the logs of pod {replica.pod} in namespace {namespace}"):
         try:
-            return open_log(api, namespace, replica.pod, replica.container, previous=previous,
+            return open_log(rest, namespace, replica.pod, replica.container, previous=previous,
                             since_seconds=options.since_seconds, tail_lines=options.tail)
         except TimedOut:
-            silent = nodes.silent_kubelet(api, replica, api.kubelet_timeout, "logs")
+            silent = nodes.silent_kubelet(rest, replica, rest.kubelet_timeout, "logs")
             notice(f"[{replica.label}] {replica.pod}: {silent}")
             unreachable.append(replica.label)  # from a pool thread: list.append is atomic
             return None
@@ -268,7 +259,7 @@ def _lines(response: Any) -> Iterator[str]:
 class _Feed:
     """The job and its pods, kept current by two list+watch threads (re-listing after 410 Gone)."""
 
-    def __init__(self, api: Rest, found: Target, namespace: str, name: str, timeout: float | None,
+    def __init__(self, rest: Rest, found: Target, namespace: str, name: str, timeout: float | None,
                  notice: Notice, owner_uid: str = "") -> None:
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
         self.pods: dict[str, dict[str, Any]] = {}
@@ -279,12 +270,12 @@ class _Feed:
         self.stopped = threading.Event()
         self.synced: set[str] = set()  # "job", "pods": their first list has arrived
         self.timeout, self.notice = timeout, notice
-        job_list = watch.rest_list(api, jobs.path_of_job(found, namespace))
+        job_list = watch.rest_list(rest, jobs.path_of_job(found, namespace))
         self._start("job", job_list, field_selector=f"metadata.name={name}")
         # Only the job's watch reports a lost API server: both watches lose it at once.
-        self._start("pods", pods_list_fn(api, namespace), label_selector=found.pod_selector(name))
+        self._start("pods", pods_list_fn(rest, namespace), label_selector=found.pod_selector(name))
         if owner_uid:  # the controlling TrainingJob's Events: Hung, HangRestart, Straggler, Progressing...
-            events = watch.rest_list(api, path_of("", "v1", "events", namespace))
+            events = watch.rest_list(rest, path_of("", "v1", "events", namespace))
             self._start("owner", events, field_selector=uid_selector(owner_uid))
 
     def _start(self, kind: str, list_fn: Callable[..., Any], **kwargs: Any) -> None:
@@ -355,7 +346,7 @@ def follow_job_logs(conn: Connection, namespace: str, name: str, target: str | T
     if options.previous:
         raise UsageError("--previous reads a finished container; it cannot be combined with -f")
     wanted = check_replica_filter(options.replica)
-    found, obj = find_job(conn.rest, namespace, name, target)
+    found, obj = jobs.find_job(conn.rest, namespace, name, target)
     archived = _finished_from_archive(conn.rest, found, obj, namespace, name, options, sink, notice)
     if archived is not None:
         return archived
@@ -375,14 +366,14 @@ def follow_job_logs(conn: Connection, namespace: str, name: str, target: str | T
         output.close()
 
 
-def _finished_from_archive(api: Rest, found: Target, job: dict[str, Any], namespace: str, name: str,
+def _finished_from_archive(rest: Rest, found: Target, job: dict[str, Any], namespace: str, name: str,
                            options: LogOptions, sink: Sink, notice: Notice) -> FollowResult | None:
     """`logs -f` of a job that already ended and whose pods are gone: its archive, as `logs` without -f
     reads it (None when the job still runs, still has pods, or has no archive)."""
     state, url = jobs.state(job), archive_of(job)
     if url is None or state not in jobs.TERMINAL:
         return None
-    if select(_replicas(api, found, namespace, name), check_replica_filter(options.replica)):
+    if select(_replicas(rest, found, namespace, name), check_replica_filter(options.replica)):
         return None
     why = f"{found.kind} {name} has no pods left (state: {state})"
     lines = print_archive(url, name, options, sink, notice, why)
@@ -390,18 +381,18 @@ def _finished_from_archive(api: Rest, found: Target, job: dict[str, Any], namesp
 
 
 class _Follow:
-    def __init__(self, api: Rest, found: Target, namespace: str, name: str, wanted: str,
+    def __init__(self, rest: Rest, found: Target, namespace: str, name: str, wanted: str,
                  options: LogOptions, output: _Output, notice: Notice) -> None:
-        self.api, self.found, self.namespace, self.name, self.wanted = api, found, namespace, name, wanted
+        self.rest, self.found, self.namespace, self.name, self.wanted = rest, found, namespace, name, wanted
         self.options, self.output, self.notice = options, output, notice
         self.followers: dict[str, PodFollower] = {}
         self.retired: list[PodFollower] = []  # followers of pods re-created since: they drain, then end
         self.reported: set[str] = set()  # uids of re-created pods already reported
-        self.pending = PendingReporter(api, namespace, found.kind, name, notice)
+        self.pending = PendingReporter(rest, namespace, found.kind, name, notice)
         self.owner: dict[str, Any] | None = None  # the controlling TrainingJob's ownerReference
 
     def run(self, poll: float, timeout: float | None = None) -> FollowResult:
-        feed = _Feed(self.api, self.found, self.namespace, self.name, timeout, self.notice,
+        feed = _Feed(self.rest, self.found, self.namespace, self.name, timeout, self.notice,
                      str((self.owner or {}).get("uid") or ""))
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
@@ -476,13 +467,13 @@ class _Follow:
         if not self.owner:
             return None
         try:
-            return jobs.get(self.api, targets.TRAININGJOB, self.namespace, str(self.owner.get("name")))
+            return jobs.get(self.rest, targets.TRAININGJOB, self.namespace, str(self.owner.get("name")))
         except Exception:  # not readable (RBAC) or gone: the reason is then what the pod says
             return None
 
     def _start_follower(self, replica: Replica) -> PodFollower:
         since, tail = self.options.since_seconds, self.options.tail
-        opener = functools.partial(open_log, self.api, self.namespace)
+        opener = functools.partial(open_log, self.rest, self.namespace)
         follower = PodFollower(opener, self.namespace, replica, self.output.emit, self.notice, since, tail)
         self.followers[replica.pod] = follower
         follower.start()

@@ -72,25 +72,25 @@ def health_of(node: dict[str, Any] | None, lease: dict[str, Any] | None, name: s
                       max(known) if known else None)
 
 
-def node_health(api: Rest, names: list[str]) -> dict[str, NodeHealth]:
+def node_health(rest: Rest, names: list[str]) -> dict[str, NodeHealth]:
     """Every named node's health, read in parallel (two GETs each); a node that cannot be read is left out."""
     wanted = sorted(set(filter(None, names)))
     if not wanted:
         return {}
     with ThreadPoolExecutor(min(8, len(wanted))) as pool:
-        found = list(pool.map(lambda name: _read(api, name), wanted))
+        found = list(pool.map(lambda name: _read(rest, name), wanted))
     return {h.name: h for h in found if h is not None}
 
 
-def _read(api: Rest, name: str) -> NodeHealth | None:
-    node = _get(api, path_of("", "v1", "nodes", name=name))
-    lease = _get(api, path_of("coordination.k8s.io", "v1", "leases", LEASE_NAMESPACE, name))
+def _read(rest: Rest, name: str) -> NodeHealth | None:
+    node = _get(rest, path_of("", "v1", "nodes", name=name))
+    lease = _get(rest, path_of("coordination.k8s.io", "v1", "leases", LEASE_NAMESPACE, name))
     return health_of(node, lease, name) if node or lease else None
 
 
-def _get(api: Rest, path: str) -> dict[str, Any] | None:
+def _get(rest: Rest, path: str) -> dict[str, Any] | None:
     with contextlib.suppress(ApiError, ClusterError):  # Forbidden, NotFound, an API server too slow
-        return api.get(path)
+        return rest.get(path)
     return None
 
 
@@ -99,16 +99,16 @@ def pod_ready(replica: Replica) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def down_nodes(api: Rest, replicas: list[Replica]) -> dict[str, NodeHealth]:
+def down_nodes(rest: Rest, replicas: list[Replica]) -> dict[str, NodeHealth]:
     """The nodes that are down among those of the running replicas whose pod is not Ready (the node
     controller marks a down node's pods not Ready; a Ready pod's node is not asked about)."""
     suspects = [r.node for r in replicas if r.node and r.phase == "Running" and not pod_ready(r)]
-    return {name: h for name, h in node_health(api, [n for n in suspects if n]).items() if h.down}
+    return {name: h for name, h in node_health(rest, [n for n in suspects if n]).items() if h.down}
 
 
-def silent_kubelet(api: Rest, replica: Replica, seconds: float, what: str) -> str:
+def silent_kubelet(rest: Rest, replica: Replica, seconds: float, what: str) -> str:
     """The line for a read that timed out: which node's kubelet did not answer, and its state."""
-    health = node_health(api, [replica.node or ""]).get(replica.node or "")
+    health = node_health(rest, [replica.node or ""]).get(replica.node or "")
     where = f"the kubelet of node {replica.node}" if replica.node else "its kubelet"
     detail = ""
     if health is not None:

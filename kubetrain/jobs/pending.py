@@ -19,9 +19,9 @@ EVENTS_EVERY = 2.0  # seconds between event lists while something is pending
 class PendingReporter:
     """Tells `notice` about pending replicas: their state when it changes, and each new event about them."""
 
-    def __init__(self, api: Rest, namespace: str, kind: str, job: str,
+    def __init__(self, rest: Rest, namespace: str, kind: str, job: str,
                  notice: Callable[[str], None], every: float = EVENTS_EVERY) -> None:
-        self.api, self.namespace, self.kind, self.job, self.notice = api, namespace, kind, job, notice
+        self.rest, self.namespace, self.kind, self.job, self.notice = rest, namespace, kind, job, notice
         self.every = every
         self._states: dict[str, str] = {}
         self._seen: set[tuple[str, str]] = set()
@@ -45,7 +45,7 @@ class PendingReporter:
         """Only this job's and its pending pods' Events (by UID: not a namespace-wide read, and not the
         events of an earlier job of the same name)."""
         try:
-            items = list_events(self.api, self.namespace, [job_uid, *labels])
+            items = list_events(self.rest, self.namespace, [job_uid, *labels])
         except Exception as exc:  # events are a courtesy while waiting: never stop following over them
             key = ("error", type(exc).__name__)
             if key not in self._seen:

@@ -1,7 +1,7 @@
 """Each pod template of a manifest, created as a Pod with `dryRun=All` on the cluster: the exact verdict of
 what the operator, the Job controller or JobSet will create (pod validation, PodSecurity admission, pod
 webhooks), which a dry run of the PyTorchJob or TrainJob itself does not give. Used by
-`validate --from-cluster` and by submit's preflight."""
+`validate --from-cluster`, kubetrain.api.validate with a connection, and submit's preflight."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kubetrain.errors import SpecError
-from kubetrain.kube.errors import api_message, is_api_error
+from kubetrain.kube.connection import Connection
+from kubetrain.kube.errors import api_message, is_api_error, network_error_types, translate
 from kubetrain.validate.engine import Issue
 from kubetrain.validate.k8s.templates import pod_templates
 from kubetrain.yamlsrc import PathKey, join_path, line_for, parse_documents
@@ -70,3 +71,17 @@ def source_issues(post: Post, sources: list[tuple[str, str]], default_namespace:
                 issues.append(Issue("error", source, index, str(obj.get("kind")), str(obj["metadata"].get("name")),
                                     join_path(path), message, line_for(path, doc.lines)))
     return issues
+
+
+def cluster_pod_issues(connection: Connection, sources: list[tuple[str, str]]) -> list[Issue]:
+    """source_issues with each pod dry-run created on `connection`'s cluster; an unreachable cluster or a
+    refused request is one ClusterError."""
+    def post(namespace: str, pod: dict[str, Any]) -> Any:
+        return connection.rest.json("POST", f"/api/v1/namespaces/{namespace}/pods", {"dryRun": "All"}, pod)
+
+    try:
+        return source_issues(post, sources, connection.namespace())
+    except Exception as exc:
+        if not is_api_error(exc) and not isinstance(exc, network_error_types()):
+            raise  # a ClusterError already says what happened
+        raise translate(exc, "dry-run create pods", connection.server) from None

@@ -139,20 +139,20 @@ def replicas_of(pods: list[dict[str, Any]], target: Target | None = None, job: s
     return sorted((replica_of(p, target, job) for p in pods), key=sort_key)
 
 
-def list_pods(api: Rest, target: Target, namespace: str, job: str) -> list[dict[str, Any]]:
+def list_pods(rest: Rest, target: Target, namespace: str, job: str) -> list[dict[str, Any]]:
     """The job's pods as dicts (all replica types; TrainJob initializers included)."""
     with cluster_errors(f"list pods in namespace {namespace}"):
-        items, _ = watch.list_objects(pods_list_fn(api, namespace), label_selector=target.pod_selector(job))
+        items, _ = watch.list_objects(pods_list_fn(rest, namespace), label_selector=target.pod_selector(job))
     return items
 
 
-def pods_list_fn(api: Rest, namespace: str) -> watch.ListFn:
-    return watch.rest_list(api, path_of("", "v1", "pods", namespace))
+def pods_list_fn(rest: Rest, namespace: str) -> watch.ListFn:
+    return watch.rest_list(rest, path_of("", "v1", "pods", namespace))
 
 
-def job_replicas(api: Rest, target: Target, namespace: str, job: str) -> list[Replica]:
+def job_replicas(rest: Rest, target: Target, namespace: str, job: str) -> list[Replica]:
     """Every pod of the job, master first, then by role and index."""
-    return replicas_of(list_pods(api, target, namespace, job), target, job)
+    return replicas_of(list_pods(rest, target, namespace, job), target, job)
 
 
 def check_replica_filter(wanted: str) -> str:
@@ -176,12 +176,12 @@ def select(replicas: list[Replica], wanted: str) -> list[Replica]:
     return chosen
 
 
-def open_log(api: Rest, namespace: str, pod: str, container: str | None, *, follow: bool = False,
+def open_log(rest: Rest, namespace: str, pod: str, container: str | None, *, follow: bool = False,
              previous: bool = False, since_seconds: int | None = None, tail_lines: int | None = None) -> Any:
     """The pod's log as a streamed kubetrain.kube.transport response (always with timestamps). A followed log
     may be quiet for hours, so it has no read timeout; a plain read waits for the kubelet at most the
     client's kubelet_timeout (--request-timeout, else its own default): TimedOut."""
     query = {"container": container, "follow": follow or None, "previous": previous or None, "timestamps": True,
              "sinceSeconds": since_seconds, "tailLines": tail_lines}
-    return api.request("GET", path_of("", "v1", "pods", namespace, pod, "log"), query, stream=True,
-                       read_timeout=None if follow else api.kubelet_timeout)
+    return rest.request("GET", path_of("", "v1", "pods", namespace, pod, "log"), query, stream=True,
+                       read_timeout=None if follow else rest.kubelet_timeout)

@@ -13,8 +13,8 @@ if TYPE_CHECKING:
 def delete_job(connection: Connection, target: Target, job: dict[str, Any], namespace: str, wait: bool,
                timeout: float | None, said: Any = None) -> list[str]:
     """Delete; returns one line per thing deleted (`said`, if given, gets each line as it happens)."""
+    from kubetrain import jobs
     from kubetrain.jobs import apply
-    from kubetrain.jobs import crud as jobs
     from kubetrain.jobs.targets import TRAININGJOB, controlling_trainingjob
     from kubetrain.kube.objects import JOB_LABEL
 

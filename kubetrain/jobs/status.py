@@ -7,8 +7,8 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from kubetrain import jobs
 from kubetrain.errors import ClusterError
-from kubetrain.jobs import crud as jobs
 from kubetrain.jobs import devices, hints, nodes, pods
 from kubetrain.jobs.targets import PYTORCHJOB, TRAININGJOB, Target, controlling_trainingjob, trainingjob_ref
 from kubetrain.jobspec.trackingenv import TRACKING_ENV
@@ -81,13 +81,13 @@ class ControllerView:
     tracking: dict[str, Any] | None = None
 
 
-def controller_view(api: Rest, namespace: str, obj: dict[str, Any]) -> ControllerView:
+def controller_view(rest: Rest, namespace: str, obj: dict[str, Any]) -> ControllerView:
     """The controller's view of this job; empty for a job without a TrainingJob, or one we may not read."""
     owner = controlling_trainingjob(obj)
     if owner is None:
         return ControllerView()
     try:
-        found = jobs.get(api, TRAININGJOB, namespace, owner)
+        found = jobs.get(rest, TRAININGJOB, namespace, owner)
     except ClusterError:  # no RBAC on TrainingJobs, or the CRD is gone: the child's status still stands
         return ControllerView()
     status = status_of(found or {})
@@ -96,11 +96,11 @@ def controller_view(api: Rest, namespace: str, obj: dict[str, Any]) -> Controlle
                           status.get("tracking") or None)
 
 
-def run_links(api: Rest, namespace: str | None) -> dict[tuple[str, str], str]:
+def run_links(rest: Rest, namespace: str | None) -> dict[tuple[str, str], str]:
     """Each TrainingJob's tracked run page (status.tracking.runURL) by (namespace, name); {} when TrainingJobs
     cannot be listed (no CRD, no RBAC)."""
     try:
-        found = jobs.list_objects(api, TRAININGJOB, namespace)
+        found = jobs.list_objects(rest, TRAININGJOB, namespace)
     except ClusterError:
         return {}
     return {(meta_of(obj).get("namespace", ""), meta_of(obj).get("name", "")): str(url) for obj in found
@@ -201,14 +201,14 @@ def _healthy(replica: pods.Replica) -> bool:
                                              and not replica.restarts and not replica.deleting)
 
 
-def job_event_dicts(api: Rest, target: Target, namespace: str, obj: dict[str, Any],
+def job_event_dicts(rest: Rest, target: Target, namespace: str, obj: dict[str, Any],
                     pod_list: list[dict[str, Any]], subjects: EventSubjects | None = None,
                     listed: dict[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """Events of this incarnation of the job: by UID for the job and its current pods; by name (and not older
     than the job) for pods already deleted and a TrainJob's JobSet. Oldest first. All pods' unless
     `subjects` (event_subjects) says whose; `listed`: lists already read (read_in_parallel)."""
     chosen = subjects or event_subjects(obj, target, pod_list)
-    items = list_events(api, namespace, chosen.uids, chosen.named, listed)
+    items = list_events(rest, namespace, chosen.uids, chosen.named, listed)
     return own_events(items, chosen.uids, str(meta_of(obj).get("creationTimestamp") or ""))
 
 
@@ -229,10 +229,10 @@ def recreations(events: list[dict[str, Any]]) -> dict[str, int]:
     return {pod: count - 1 for pod, count in created.items() if count > 1}
 
 
-def job_events(api: Rest, target: Target, namespace: str, obj: dict[str, Any],
+def job_events(rest: Rest, target: Target, namespace: str, obj: dict[str, Any],
                pod_list: list[dict[str, Any]]) -> list[EventRow]:
     """The job's Events, oldest first."""
-    return event_rows(job_event_dicts(api, target, namespace, obj, pod_list))
+    return event_rows(job_event_dicts(rest, target, namespace, obj, pod_list))
 
 
 def event_rows(mine: list[dict[str, Any]]) -> list[EventRow]:
@@ -252,23 +252,23 @@ def event_rows(mine: list[dict[str, Any]]) -> list[EventRow]:
     return list(rows.values())
 
 
-def job_status(api: Rest, targets: list[Target] | None, namespace: str, name: str,
+def job_status(rest: Rest, targets: list[Target] | None, namespace: str, name: str,
                recent: int = 10, timeline: bool = False) -> JobStatus:
     """`targets`: the kinds the job may be (None: whichever the cluster serves)."""
-    target, obj = jobs.find(api, targets, namespace, name)
+    target, obj = jobs.find(rest, targets, namespace, name)
     fabric = requested_fabric(obj)
-    pod_list, listed, head, unread = read_in_parallel(api, target, namespace, obj,
+    pod_list, listed, head, unread = read_in_parallel(rest, target, namespace, obj,
                                                       head=timeline or bool(fabric) or tracks(obj))
     subjects = event_subjects(obj, target, pod_list, STATUS_POD_EVENT_LISTS, STATUS_HEALTHY_POD_EVENT_LISTS)
-    event_dicts = job_event_dicts(api, target, namespace, obj, pod_list, subjects, listed)
+    event_dicts = job_event_dicts(rest, target, namespace, obj, pod_list, subjects, listed)
     again = recreations(event_dicts)
-    down = nodes.down_nodes(api, pods.replicas_of(pod_list, target, name))
+    down = nodes.down_nodes(rest, pods.replicas_of(pod_list, target, name))
     rows = [replace(r, recreated=again.get(r.name, 0), node_state=_node_state(down.get(r.node)))
             for r in pod_rows(pod_list, target, name)]
     events = event_rows(event_dicts)[-recent:] if recent else []
     recreated = [f"pod {r.name} was re-created {r.recreated} time(s) by the operator (its restart count "
                  f"starts again each time): see why with `kubetrain events {name}`" for r in rows if r.recreated]
-    queued = [_no_pods(line, pod_list)] if (line := queues.job_hint(api, obj)) else []  # Kueue: one line
+    queued = [_no_pods(line, pod_list)] if (line := queues.job_hint(rest, obj)) else []  # Kueue: one line
     queued += [line] if (line := operator_hint(obj, target)) else []
     queued += [_down_hint(health, rows) for health in down.values()] + ([unread] if unread else [])
     if subjects.omitted:
@@ -276,7 +276,7 @@ def job_status(api: Rest, targets: list[Target] | None, namespace: str, name: st
                       f"{STATUS_POD_EVENT_LISTS} pods' Events): `kubetrain events {name}`")
     if fallback := socket_fallback(fabric, transports(head)):
         queued.append(fallback)
-    queued += devices.pending_claim_hints(api, namespace, f"{JOB_LABEL}={name}", pod_list)
+    queued += devices.pending_claim_hints(rest, namespace, f"{JOB_LABEL}={name}", pod_list)
     all_hints = hints.unique(queued + recreated + [h for r in rows for h in r.hints] +
                              [h for e in events if e.type == "Warning" for h in e.hints])
     when = ""
@@ -284,7 +284,7 @@ def job_status(api: Rest, targets: list[Target] | None, namespace: str, name: st
         from kubetrain.jobs.timing import timeline_of  # reuses the job, pods, Events and log head read above
 
         when = timeline_of(obj, pod_list, event_dicts, head)
-    view = controller_view(api, namespace, obj)
+    view = controller_view(rest, namespace, obj)
     tracking = view.tracking or (tracked_runs(head) if tracks(obj) else None)
     return JobStatus(jobs.summary(obj, target), [*jobs.conditions(obj), *view.conditions], rows, events, all_hints,
                      when, view.progress, tracking)
@@ -315,7 +315,7 @@ def _down_hint(health: nodes.NodeHealth, rows: list[PodRow]) -> str:
 Reads = tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]], list[str], str]
 
 
-def read_in_parallel(api: Rest, target: Target, namespace: str, obj: dict[str, Any], head: bool = False) -> Reads:
+def read_in_parallel(rest: Rest, target: Target, namespace: str, obj: dict[str, Any], head: bool = False) -> Reads:
     """(the job's pods, Events lists by field selector, rank 0's log head if `head` and why it could not be
     read), read side by side rather
     than one after the other. The Events lists are those status reads whatever the pods are: the job's own, a
@@ -329,12 +329,12 @@ def read_in_parallel(api: Rest, target: Target, namespace: str, obj: dict[str, A
     early = selectors([str(meta.get("uid") or ""), _owner_uid(obj)],
                       master if target is PYTORCHJOB else [("JobSet", name)])
     with ThreadPoolExecutor(2) as pool:
-        reading = pool.submit(list_selected, api, namespace, early)
-        pod_list = pods.list_pods(api, target, namespace, name)
+        reading = pool.submit(list_selected, rest, namespace, early)
+        pod_list = pods.list_pods(rest, target, namespace, name)
         if head:
             from kubetrain.jobs.timing import rank0_head
 
-            heading = pool.submit(rank0_head, api, target, namespace, name, pod_list)
+            heading = pool.submit(rank0_head, rest, target, namespace, name, pod_list)
         listed = reading.result()
         lines, unread = heading.result() if head else ([], "")
     uids = {str(meta_of(p).get("name")): str(meta_of(p).get("uid") or "")

@@ -56,15 +56,15 @@ AUTO_ORDER = (PYTORCHJOB, TRAINJOB)
 NOT_INSTALLED = f"neither PyTorchJob nor TrainJob is installed in this cluster: {CRD_HINT}"
 
 
-def served(api: Rest, target: Target) -> bool:
+def served(rest: Rest, target: Target) -> bool:
     """Does the API server serve the target's resource? Uses discovery, which every user may read."""
-    return serves(api, target.group, target.version, target.plural)
+    return serves(rest, target.group, target.version, target.plural)
 
 
-def serves(api: Rest, group: str, version: str, plural: str) -> bool:
+def serves(rest: Rest, group: str, version: str, plural: str) -> bool:
     """Is group/version/plural served (discovery; a 404 means the group/version is not)?"""
     try:
-        resources = api.get(f"/apis/{group}/{version}")
+        resources = rest.get(f"/apis/{group}/{version}")
     except Exception as exc:
         if is_not_found(exc):
             return False
@@ -72,16 +72,16 @@ def serves(api: Rest, group: str, version: str, plural: str) -> bool:
     return any(r.get("name") == plural for r in resources.get("resources") or [])
 
 
-def installed(api: Rest) -> list[Target]:
+def installed(rest: Rest) -> list[Target]:
     with cluster_errors("discover the training APIs"):
-        return [t for t in AUTO_ORDER if served(api, t)]
+        return [t for t in AUTO_ORDER if served(rest, t)]
 
 
-def resolve(api: Rest, wanted: str) -> Target:
+def resolve(rest: Rest, wanted: str) -> Target:
     """The Target for spec.target (auto: the first installed of PyTorchJob, TrainJob); errors say what to install."""
     if wanted != "auto":
         return TARGETS[wanted]
-    found = installed(api)
+    found = installed(rest)
     if not found:
         raise ClusterError(f"target: auto: neither PyTorchJob (kubeflow.org/v1) nor TrainJob "
                            f"(trainer.kubeflow.org/v1alpha1) is installed: {CRD_HINT}")

@@ -89,22 +89,22 @@ def _read_only_root(container: dict[str, Any]) -> bool:
     return bool((container.get("securityContext") or {}).get("readOnlyRootFilesystem"))
 
 
-def start_tensorboard(api: Rest, target: Target, job: dict[str, Any]) -> dict[str, Any]:
+def start_tensorboard(rest: Rest, target: Target, job: dict[str, Any]) -> dict[str, Any]:
     """Apply the job's TensorBoard pod (server-side apply: running it again changes nothing)."""
     namespace, name = meta_of(job).get("namespace", ""), meta_of(job).get("name", "")
-    started = [r for r in pods.job_replicas(api, target, str(namespace), str(name)) if r.node]
+    started = [r for r in pods.job_replicas(rest, target, str(namespace), str(name)) if r.node]
     if not started:
         raise ClusterError(f"{name} has no scheduled pod yet: start its TensorBoard once it runs")
-    return apply_configmap(api, tensorboard_pod(job, started[0].obj, started[0].container))
+    return apply_configmap(rest, tensorboard_pod(job, started[0].obj, started[0].container))
 
 
-def wait_running(api: Rest, namespace: str, name: str, timeout: float, every: float = 1.0) -> None:
+def wait_running(rest: Rest, namespace: str, name: str, timeout: float, every: float = 1.0) -> None:
     """Until the pod runs (kubectl port-forward needs a running pod); a WaitTimeout naming its phase."""
     deadline = time.monotonic() + timeout
     phase = ""
     while time.monotonic() < deadline:
         with cluster_errors(f"get pod {name} in namespace {namespace}"):
-            phase = str(status_of(api.get(path_of("", "v1", "pods", namespace, name))).get("phase") or "")
+            phase = str(status_of(rest.get(path_of("", "v1", "pods", namespace, name))).get("phase") or "")
         if phase == "Running":
             return
         if phase in ("Failed", "Succeeded"):

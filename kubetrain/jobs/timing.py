@@ -29,7 +29,7 @@ def timeline_of(obj: dict[str, Any], pod_list: list[dict[str, Any]], events: lis
     return format_timeline(cluster_moments(obj, pod_list, events, tracker))
 
 
-def rank0_head(api: Rest, target: Target, namespace: str, name: str, pod_list: list[dict[str, Any]]
+def rank0_head(rest: Rest, target: Target, namespace: str, name: str, pod_list: list[dict[str, Any]]
                ) -> tuple[list[str], str]:
     """The first lines (at most HEAD_BYTES) of the first started replica's log ([] if it cannot be read), and
     "" or the line saying why not when that is its node: down, or its kubelet did not answer in time."""
@@ -37,11 +37,11 @@ def rank0_head(api: Rest, target: Target, namespace: str, name: str, pod_list: l
     if not started:
         return [], ""
     first = started[0]
-    if (health := nodes.down_nodes(api, [first]).get(first.node or "")) is not None:
+    if (health := nodes.down_nodes(rest, [first]).get(first.node or "")) is not None:
         return [], f"{first.label}'s log not read: {health.describe()}"
     lines: list[str] = []
     try:
-        response = pods.open_log(api, namespace, first.pod, first.container)
+        response = pods.open_log(rest, namespace, first.pod, first.container)
         assembler, read = LineAssembler(), 0
         try:
             while read < HEAD_BYTES and (chunk := response.read1(65536)):
@@ -50,7 +50,7 @@ def rank0_head(api: Rest, target: Target, namespace: str, name: str, pod_list: l
         finally:
             response.release_conn()
     except (TimedOut, TimeoutError):
-        return lines, f"{first.label}'s log: {nodes.silent_kubelet(api, first, api.kubelet_timeout, 'answer')}"
+        return lines, f"{first.label}'s log: {nodes.silent_kubelet(rest, first, rest.kubelet_timeout, 'answer')}"
     except Exception:  # a pod gone since the list: the timeline shows the rest
         pass
     return lines, ""

@@ -1,6 +1,6 @@
 """What spec.hang means for a training process: the progress directory, torch's flight recorder and the
 process-group timeout. Shared by render (the pods' env), `kubetrain run` and the runtime that writes the
-records (kubetrain.runtime.progress), and by their readers (kubetrain.observe.hang), none of which may import
+records (kubetrain.runtime.heartbeat), and by their readers (kubetrain.observe.hang), none of which may import
 each other.
 """
 

@@ -20,14 +20,14 @@ from kubetrain.kube.rest import Rest, path_of
 PARALLEL = 8
 
 
-def list_events(api: Rest, namespace: str, uids: Iterable[str] = (), named: Iterable[tuple[str, str]] = (),
+def list_events(rest: Rest, namespace: str, uids: Iterable[str] = (), named: Iterable[tuple[str, str]] = (),
                 listed: Mapping[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """Events of the objects with these UIDs, and of these (kind, name)s (for objects already deleted,
     whose UIDs we no longer know; callers filter those by time). `listed`: selectors already listed (by
     `list_selected`), not asked for again."""
     done = dict(listed or {})
     wanted = selectors(uids, named)
-    done.update(list_selected(api, namespace, [s for s in wanted if s not in done]))
+    done.update(list_selected(rest, namespace, [s for s in wanted if s not in done]))
     seen: dict[str, dict[str, Any]] = {}
     for event in (e for selector in wanted for e in done[selector]):
         seen.setdefault(str(meta_of(event).get("uid") or id(event)), event)
@@ -44,11 +44,11 @@ def uid_selector(uid: str) -> str:
     return f"involvedObject.uid={uid}"
 
 
-def list_selected(api: Rest, namespace: str, wanted: list[str]) -> dict[str, list[dict[str, Any]]]:
+def list_selected(rest: Rest, namespace: str, wanted: list[str]) -> dict[str, list[dict[str, Any]]]:
     """Each field selector's Events, the lists run in parallel."""
     if not wanted:
         return {}
-    list_fn = watch.rest_list(api, path_of("", "v1", "events", namespace))
+    list_fn = watch.rest_list(rest, path_of("", "v1", "events", namespace))
 
     def one(selector: str) -> list[dict[str, Any]]:
         return watch.list_objects(list_fn, field_selector=selector)[0]

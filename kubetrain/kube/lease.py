@@ -19,8 +19,8 @@ class LeaseError(Exception):
 
 
 class Leases:
-    def __init__(self, api: Rest, namespace: str, name: str) -> None:
-        self._rest = api
+    def __init__(self, rest: Rest, namespace: str, name: str) -> None:
+        self._rest = rest
         self.namespace, self.name = namespace, name
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 

@@ -1,11 +1,11 @@
 """A small REST client for the hot paths (status, list, logs, watches): http.client with kubectl's manners.
 
 Why not the kubernetes package's ApiClient: importing it costs 0.6–1.5 s (every generated model is
-loaded), which alone is 3–5× the budget of a `kubetrain status`. Why not urllib3 either (which this
-client used until issue 16): its import is ~95 ms of the 300 ms budget, while the standard library's
+loaded), which alone is 3–5× the budget of a `kubetrain status`. Why not urllib3 either (which an
+earlier client used): its import is ~95 ms of the 300 ms budget, while the standard library's
 http.client and ssl are loaded anyway. kubetrain.kube.transport keeps connections alive (a thread-safe
 pool), does TLS with client certificates and tls-server-name, and streams chunked responses. Every call of
-the CLI, the Python API and the controller goes through it (issue 28), and exec into a pod over WebSocket
+the CLI, the Python API and the controller goes through it, and exec into a pod over WebSocket
 rides a socket of its pool (kubetrain.kube.podexec). The kubernetes package stays, imported lazily, only for
 the legacy auth-provider plugins (kubetrain.kube.auth).
 

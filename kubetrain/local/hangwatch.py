@@ -1,7 +1,7 @@
 """`kubetrain run`'s hang watch: read every rank's progress record, declare a hang, show every rank's stack,
 and act on spec.hang.policy (observe, fail, restart from the last checkpoint). See docs/hangs.md.
 
-The ranks write their records into a per-run directory (KUBETRAIN_PROGRESS_DIR, kubetrain.runtime.progress);
+The ranks write their records into a per-run directory (KUBETRAIN_PROGRESS_DIR, kubetrain.runtime.heartbeat);
 reading it costs one small file per rank per CHECK_SECONDS. On a hang the watch sends SIGUSR2 to every rank
 (faulthandler appends the stacks to the rank's stacks file), asks the ranks' writer threads for torch's flight
 recorder, and reads /proc/PID/stat of the ranks that cannot answer.
@@ -42,7 +42,7 @@ from kubetrain.observe.stacks import (
     verdict,
 )
 
-STACK_SIGNAL = signal.SIGUSR2  # kubetrain.runtime.progress registers faulthandler on it
+STACK_SIGNAL = signal.SIGUSR2  # kubetrain.runtime.heartbeat registers faulthandler on it
 CHECK_SECONDS = 1.0
 ANSWER_SECONDS = 3.0  # ranks' time to write stacks and flight records (their writer runs every 2 s)
 HANG_EXIT_CODE = 1
@@ -79,7 +79,7 @@ def with_fresh_endpoint(plan: RunPlan) -> RunPlan:
     return dataclasses.replace(plan, nodes=nodes, store_argv=[*plan.store_argv[:-1], str(port)])
 
 
-class HangWatch:
+class LocalHangWatch:
     """Called by the Supervisor's wait loop; `check()` is True when the job must be stopped (policy fail
     or restart), after the report has been printed."""
 
@@ -188,7 +188,7 @@ class HangWatch:
 def supervise(plan: RunPlan, hang: Any, out: TextIO, err: TextIO,
               divergence: Callable[[], str | None] | None = None
               ) -> tuple[int, list[str], RankFailure | None]:
-    """Run the plan under a HangWatch (and the Supervisor's `divergence` check); with policy restart, start it
+    """Run the plan under a LocalHangWatch (and the Supervisor's `divergence` check); with policy restart, start it
     again (resuming from the last checkpoint) up to hang.maxRestarts times; returns the exit status, the
     last attempt's failed ranks (one line each) and its first failed rank with its last log lines. The
     progress directory is removed unless it holds a hang report or a dump of torch's flight recorder (written
@@ -200,7 +200,7 @@ def supervise(plan: RunPlan, hang: Any, out: TextIO, err: TextIO,
     try:
         attempt = with_progress(plan, directory)
         while True:
-            watch = HangWatch(attempt, directory, thresholds, hang.policy, err)
+            watch = LocalHangWatch(attempt, directory, thresholds, hang.policy, err)
             supervisor = Supervisor(attempt, out=out, err=err, watch=watch, divergence=divergence)
             code = supervisor.run()
             reported = reported or watch.hangs > 0

@@ -16,9 +16,11 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from kubetrain.checks import FAIL, WARN, Check
 from kubetrain.errors import Problem, SpecError, UsageError
 from kubetrain.local.plan import RunPlan
 
+DEV = Path("/dev")  # where the NVIDIA device nodes are
 _FIND = """
 import importlib.util, json, os, sys
 sys.path.insert(0, os.getcwd())  # python -m puts the working directory first
@@ -87,38 +89,47 @@ def _gpu_devices(dev: Path) -> list[Path]:
     return [d for d in dev.glob("nvidia*") if d.name.removeprefix("nvidia").isdigit()]
 
 
-def check_gpu_count(plan: RunPlan, gpus_per_node: int | None, dev: Path = Path("/dev"),
-                    environ: Mapping[str, str] = os.environ) -> None:
+def machine_checks(plan: RunPlan, gpus_per_node: int | None, dev: Path | None = None,
+                   environ: Mapping[str, str] = os.environ, cores: int | None = None) -> list[Check]:
+    """What this machine can give the plan: its GPUs (too few is a failure, none a warning) and its CPU cores."""
+    dev = dev or DEV
+    found = (gpu_count_check(plan, gpus_per_node, dev, environ), gpu_check(gpus_per_node, dev), cpu_check(plan, cores))
+    return [check for check in found if check is not None]
+
+
+def gpu_count_check(plan: RunPlan, gpus_per_node: int | None, dev: Path, environ: Mapping[str, str]) -> Check | None:
     """Each local node gets its own GPUs (CUDA_VISIBLE_DEVICES): a machine with fewer than nodes × gpusPerNode
     would leave later nodes' ranks on indices that do not exist, so they see no GPU, pick gloo while rank 0
-    picks nccl, and the process group never forms. Machines without GPUs are gpu_warning's."""
+    picks nccl, and the process group never forms. Machines without GPUs are gpu_check's."""
     found = _gpu_devices(dev)
     wanted = len(plan.nodes) * (gpus_per_node or 0)
-    if found and wanted > len(found) and "CUDA_VISIBLE_DEVICES" not in environ:
-        raise UsageError(f"spec.gpusPerNode: {len(plan.nodes)} node(s) x {gpus_per_node} GPU(s) need {wanted} GPUs "
-                         f"on this machine, which has {len(found)} ({dev}/nvidia*): run with --nodes "
-                         f"{max(1, len(found) // (gpus_per_node or 1))}, or set CUDA_VISIBLE_DEVICES yourself")
+    if not found or wanted <= len(found) or "CUDA_VISIBLE_DEVICES" in environ:
+        return None
+    return Check("gpus", FAIL, f"spec.gpusPerNode: {len(plan.nodes)} node(s) x {gpus_per_node} GPU(s) need {wanted} "
+                 f"GPUs on this machine, which has {len(found)} ({dev}/nvidia*): run with --nodes "
+                 f"{max(1, len(found) // (gpus_per_node or 1))}, or set CUDA_VISIBLE_DEVICES yourself")
 
 
-def gpu_warning(gpus_per_node: int | None, dev: Path = Path("/dev")) -> str | None:
+def gpu_check(gpus_per_node: int | None, dev: Path) -> Check | None:
     """gpusPerNode asks for GPUs this machine does not have (no NVIDIA device node): the run goes on, on the
     CPU, which is worth a line rather than a surprise."""
     if not gpus_per_node or _gpu_devices(dev):
         return None
-    return (f"spec.gpusPerNode: {gpus_per_node} GPU(s) per node requested, but this machine has no NVIDIA GPU "
-            f"({dev}/nvidia* absent): the local run uses the CPU; each pod in the cluster gets its GPUs")
+    return Check("gpus", WARN, f"spec.gpusPerNode: {gpus_per_node} GPU(s) per node requested, but this machine has "
+                 f"no NVIDIA GPU ({dev}/nvidia* absent): the local run uses the CPU; each pod in the cluster gets its "
+                 "GPUs")
 
 
-def cpu_warning(plan: RunPlan, cores: int | None = None) -> str | None:
+def cpu_check(plan: RunPlan, cores: int | None = None) -> Check | None:
     """More training processes than CPU cores this process may use: they time-share the cores (and each one's
     intra-op threads), so the run is slower than with fewer processes; worth a line, not a refusal."""
     cores = cores or _usable_cores()
     total = len(plan.nodes) * plan.procs_per_node
     if total <= cores:
         return None
-    return (f"{len(plan.nodes)} node(s) x {plan.procs_per_node} process(es) = {total} training processes on {cores} "
-            "CPU core(s): they share the cores and run slower than fewer would; lower --procs-per-node or --nodes "
-            "(spec.procsPerNode, spec.nodes)")
+    return Check("cpus", WARN, f"{len(plan.nodes)} node(s) x {plan.procs_per_node} process(es) = {total} training "
+                 f"processes on {cores} CPU core(s): they share the cores and run slower than fewer would; lower "
+                 "--procs-per-node or --nodes (spec.procsPerNode, spec.nodes)")
 
 
 def _usable_cores() -> int:

@@ -1,4 +1,4 @@
-"""Hang and straggler detection from the ranks' progress records (kubetrain.runtime.progress): pure functions.
+"""Hang and straggler detection from the ranks' progress records (kubetrain.runtime.heartbeat): pure functions.
 
 A job is hung when no rank has made progress (finished a step, or changed phase) for longer than its
 threshold:

@@ -1,6 +1,6 @@
 """Every rank's Python stack, grouped, and the one-line verdict on a hung job.
 
-Input: faulthandler dumps (`kill -USR2` on a rank of kubetrain.runtime, see kubetrain.runtime.progress) and,
+Input: faulthandler dumps (`kill -USR2` on a rank of kubetrain.runtime, see kubetrain.runtime.heartbeat) and,
 for a process that could not answer, its state from /proc/PID/stat (T stopped, D uninterruptible, Z zombie).
 Ranks with the same training-thread stack are printed once; a stack that only a minority of ranks share is
 an outlier and is printed first.

@@ -99,18 +99,18 @@ def flavor_room(cq: dict[str, Any], others: list[dict[str, Any]], flavor: str,
     return nominal + borrow_cap, free_now, how
 
 
-def _cohort_members(api: Rest, cq: dict[str, Any]) -> list[dict[str, Any]]:
+def _cohort_members(rest: Rest, cq: dict[str, Any]) -> list[dict[str, Any]]:
     cohort = cohort_of(cq)
     if not cohort:
         return []
-    items = (kueue_get(api, "clusterqueues") or {}).get("items") or []
+    items = (kueue_get(rest, "clusterqueues") or {}).get("items") or []
     name = meta_of(cq).get("name")
     return [o for o in items if cohort_of(o) == cohort and meta_of(o).get("name") != name]
 
 
-def quota_verdict(api: Rest, namespace: str, queue: str, demand: Decimal | int, resource: str = GPU) -> QuotaVerdict:
+def quota_verdict(rest: Rest, namespace: str, queue: str, demand: Decimal | int, resource: str = GPU) -> QuotaVerdict:
     """Where a job needing `demand` of `resource` stands with LocalQueue `queue`. 2–3 requests."""
-    lq = kueue_get(api, "localqueues", namespace, queue)
+    lq = kueue_get(rest, "localqueues", namespace, queue)
     if lq is None:
         return QuotaVerdict(UNKNOWN, f"LocalQueue {queue} not found in namespace {namespace} (or Kueue is not "
                             "installed)", f"kubectl get localqueues -n {namespace}; fix spec.scheduling.queue",
@@ -118,11 +118,11 @@ def quota_verdict(api: Rest, namespace: str, queue: str, demand: Decimal | int, 
     cq_name = str((lq.get("spec") or {}).get("clusterQueue") or "")
     where = f"LocalQueue {queue} → ClusterQueue {cq_name}"
     try:
-        cq = kueue_get(api, "clusterqueues", name=cq_name)
+        cq = kueue_get(rest, "clusterqueues", name=cq_name)
         if cq is None:
             return QuotaVerdict(UNKNOWN, f"{where}, which does not exist", "ask the cluster admin",
                                 cq_name, missing=True)
-        others = _cohort_members(api, cq)
+        others = _cohort_members(rest, cq)
     except ApiError as exc:
         if exc.status == 403:
             return QuotaVerdict(UNKNOWN, f"{where} (not allowed to read its quota)", cluster_queue=cq_name)

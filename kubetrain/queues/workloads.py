@@ -45,9 +45,9 @@ def kueue_get(rest: Rest, plural: str, namespace: str | None = None, name: str |
     return None
 
 
-def _served(api: Rest, version: str, plural: str) -> bool:
+def _served(rest: Rest, version: str, plural: str) -> bool:
     try:
-        api.get(path_of(GROUP, version, plural), limit=1)
+        rest.get(path_of(GROUP, version, plural), limit=1)
     except ApiError:
         return False
     return True
@@ -101,9 +101,9 @@ def workload_state(wl: dict[str, Any]) -> WorkloadState:
     return WorkloadState("pending", str(pending.get("reason", "")), str(pending.get("message", "")))
 
 
-def workloads(api: Rest, namespace: str | None) -> list[dict[str, Any]]:
+def workloads(rest: Rest, namespace: str | None) -> list[dict[str, Any]]:
     """The Workloads of a namespace (every namespace: None); [] without Kueue. One request."""
-    found = kueue_get(api, "workloads", namespace)
+    found = kueue_get(rest, "workloads", namespace)
     return list((found or {}).get("items") or [])
 
 
@@ -160,17 +160,17 @@ def _requeued(wl: dict[str, Any]) -> str:
     return f", after {count} eviction(s)" + (f" ({reasons[0]})" if reasons and reasons[0] else "")
 
 
-def job_hint(api: Rest, obj: dict[str, Any]) -> str | None:
+def job_hint(rest: Rest, obj: dict[str, Any]) -> str | None:
     """`hint` for one job: one request (its namespace's Workloads), none without a queue label."""
     if not queue_of(obj):
         return None
     namespace = str(meta_of(obj).get("namespace") or "")
-    return hint(obj, workloads(api, namespace))
+    return hint(obj, workloads(rest, namespace))
 
 
-def states(api: Rest, namespace: str | None) -> dict[str, str]:
+def states(rest: Rest, namespace: str | None) -> dict[str, str]:
     """job UID -> short Workload state ("pending #2", "admitted", "requeued (PodsReadyTimeout)"): one request."""
-    found = workloads(api, namespace)
+    found = workloads(rest, namespace)
     out = {}
     for wl in found:
         uid = (meta_of(wl).get("labels") or {}).get(JOB_UID_LABEL)
@@ -180,9 +180,9 @@ def states(api: Rest, namespace: str | None) -> dict[str, str]:
     return out
 
 
-def annotate(api: Rest, found: list[JobSummary], namespace: str | None) -> list[JobSummary]:
+def annotate(rest: Rest, found: list[JobSummary], namespace: str | None) -> list[JobSummary]:
     """`list`: each queued job's Workload state (one request, and none when no job has a queue label)."""
     if not any(s.queue for s in found):
         return found
-    known = states(api, namespace)
+    known = states(rest, namespace)
     return [replace(s, kueue=known.get(s.uid, "no workload")) if s.queue else s for s in found]

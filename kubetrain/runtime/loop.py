@@ -20,8 +20,8 @@ from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.data import ResumableSampler, batch_size_of, to_device
 from kubetrain.runtime.distributed import DistEnv
 from kubetrain.runtime.divergence import NONFINITE_VALUES, Guard, TrainingDiverged, nonfinite_kind, state_is_finite
+from kubetrain.runtime.heartbeat import Heartbeat
 from kubetrain.runtime.profile import StepProfiler
-from kubetrain.runtime.progress import Progress
 from kubetrain.runtime.report import Reporter, Window, gpu_memory_mb
 from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import (
@@ -106,7 +106,7 @@ class Loop:
     autocast: Callable[[], contextlib.AbstractContextManager[Any]]
     sharded: ShardedCheckpoints | None = None  # strategy fsdp: DCP directories instead of files
     profiler: StepProfiler | None = None  # train.profile, on the ranks that profile
-    progress: Progress = field(default_factory=lambda: Progress(0, 1, None))  # hang detection's signal
+    heartbeat: Heartbeat = field(default_factory=lambda: Heartbeat(0, 1, None))  # hang detection's signal
     divergence: Divergence = field(default_factory=Divergence)  # what a NaN or inf loss does
     step: int = 0
     epoch: int = 0
@@ -166,11 +166,11 @@ class Loop:
         """The epoch's micro-batches (phase data while waiting for one)."""
         iterator = iter(self.loader)
         while True:
-            self.progress.phase("data")
+            self.heartbeat.phase("data")
             batch = next(iterator, _END)
             if batch is _END:
                 return
-            self.progress.phase("train")
+            self.heartbeat.phase("train")
             yield batch
 
     def _batch_samples(self, index: int) -> int:
@@ -205,7 +205,7 @@ class Loop:
             scaled = loss / divisor if divisor is not None else loss
             started = time.perf_counter()
             (self.scaler.scale(scaled) if self.scaler else scaled).backward()  # type: ignore[no-untyped-call]
-            self.progress.collective(time.perf_counter() - started)  # DDP waits for the all-reduce in backward
+            self.heartbeat.collective(time.perf_counter() - started)  # DDP waits for the all-reduce in backward
         self.window.add(loss, batch_size_of(inputs))
         if last:
             self._end_step()
@@ -255,7 +255,7 @@ class Loop:
 
     def _after_step(self, consumed: int) -> None:
         self.batch_in_epoch = consumed
-        self.progress.step(self.step)
+        self.heartbeat.step(self.step)
         if self.profiler is not None:
             self.profiler.step()
         if self.step % self.train.logEvery == 0:
@@ -286,12 +286,12 @@ class Loop:
     def _evaluate(self) -> None:
         """Loss (and accuracy, for class logits) over the held-out set, each rank a disjoint shard."""
         assert self.eval_loader is not None
-        previous = self.progress.current
-        self.progress.phase("eval")
+        previous = self.heartbeat.current
+        self.heartbeat.phase("eval")
         try:
             self._evaluate_all()
         finally:
-            self.progress.phase(previous)
+            self.heartbeat.phase(previous)
 
     def _evaluate_all(self) -> None:
         assert self.eval_loader is not None
@@ -357,12 +357,12 @@ class Loop:
         """A checkpoint at the current step (a collective: every rank calls it at the same step)."""
         if self.store is None:
             return
-        previous = self.progress.current
-        self.progress.phase("checkpoint")
+        previous = self.heartbeat.current
+        self.heartbeat.phase("checkpoint")
         try:
             self._save_now(reason)
         finally:
-            self.progress.phase(previous)
+            self.heartbeat.phase(previous)
 
     def _save_now(self, reason: str) -> None:
         assert self.store is not None

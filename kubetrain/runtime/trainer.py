@@ -28,10 +28,10 @@ from kubetrain.runtime.config import RuntimeConfigError, resolve_ref
 from kubetrain.runtime.data import ResumableSampler, ShardSampler, make_loader, split_datasets
 from kubetrain.runtime.distributed import DistEnv, distributed
 from kubetrain.runtime.divergence import TrainingDiverged
+from kubetrain.runtime.heartbeat import Heartbeat
 from kubetrain.runtime.loop import FitResult, Loop
 from kubetrain.runtime.objstore import open_store
 from kubetrain.runtime.profile import make_profiler
-from kubetrain.runtime.progress import Progress
 from kubetrain.runtime.report import Reporter
 from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import seed_everything
@@ -123,11 +123,11 @@ class Trainer:
                 loop = self._setup(env)
                 stop = loop.stop
                 stop.install()
-                loop.progress.start()
+                loop.heartbeat.start()
                 try:
                     return loop.run()
                 finally:
-                    loop.progress.stop()
+                    loop.heartbeat.stop()
                     if loop.reporter.tracker is not None:
                         loop.reporter.tracker.close()
                     stop.uninstall()
@@ -170,7 +170,7 @@ class Trainer:
             stop=StopSignal(env, self.checkpoint.sigtermTimeoutSeconds, checkpointing=store is not None),
             reporter=reporter, autocast=lambda: autocast(train, env.device), sharded=sharded,
             profiler=make_profiler(train.profile, env, reporter),
-            progress=Progress.from_env(env.rank, env.world_size), divergence=self.divergence,
+            heartbeat=Heartbeat.from_env(env.rank, env.world_size), divergence=self.divergence,
         )
 
     def _tracker(self, env: DistEnv) -> Tracker | None:

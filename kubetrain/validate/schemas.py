@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,22 @@ def load_crd_source(location: str) -> list[tuple[dict[str, Any], str]]:
         raise SchemaError(f"--schema {location}: no such file, directory or URL")
     return [(doc, str(f)) for f in files for doc in _parsed_file(f)
             if doc.get("kind") == "CustomResourceDefinition"]
+
+
+CrdSource = tuple[dict[str, Any], str]  # a CRD and where it came from
+
+
+def schema_store(cluster: Callable[[], list[CrdSource]] | None = None, schemas: Iterable[str] = (),
+                 kubernetes_version: str = DEFAULT_KUBERNETES_VERSION) -> SchemaStore:
+    """The schemas every check uses (validate, submit, kubetrain.api), in the one order of precedence: the
+    cluster's own CRDs (`cluster` reads them, once the version is known to be covered), then `schemas` (files,
+    directories, URLs), then the cache of `kubetrain schemas fetch`. The first CRD of a kind and version wins."""
+    store = SchemaStore(kubernetes_version=kubernetes_version)
+    store.rules  # noqa: B018 - refuses an unsupported version before anything is read
+    found = [*(cluster() if cluster else []), *(crd for location in schemas for crd in load_crd_source(location))]
+    for crd, source in [*found, *cached_crds()]:
+        store.add_crd(crd, source)
+    return store
 
 
 def cached_crds() -> list[tuple[dict[str, Any], str]]:

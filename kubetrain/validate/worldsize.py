@@ -146,7 +146,7 @@ def _runtime(obj: dict[str, Any]) -> Iterator[Finding]:
     procs = get(obj, "spec", "mlPolicy", "torch", "numProcPerNode")
     jobs = get(obj, "spec", "template", "spec", "replicatedJobs")
     if not _numeric(procs) or not isinstance(jobs, list):
-        return  # Trainer resolves auto/cpu/gpu itself from the resources (capped to the CPU limit, #2492)
+        return  # Trainer resolves auto/cpu/gpu from the resources (capped to the CPU limit, kubeflow/trainer#2492)
     for job in jobs:
         containers = get(job, "template", "spec", "template", "spec", "containers")
         names = [c.get("name") for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []

@@ -8,10 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import click
@@ -25,6 +22,7 @@ from kubetrain.cli.main import COMMANDS, cli
 from kubetrain.validate.fetch import PINNED
 from tests.cli.imports import run_fresh
 from tests.testenv import reference
+from tests.testenv.fakeapi import FakeApi, files_under
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = REPO / "tests" / "render" / "specs"
@@ -197,27 +195,16 @@ def test_init_writes_a_valid_starter(tmp_path: Path, reference_dir: Path) -> Non
 
 
 @pytest.fixture()
-def upstream_mirror(tmp_path: Path, reference_dir: Path) -> Iterator[tuple[str, Path]]:
-    """A loopback HTTP server laid out like the upstream repository, serving the reference CRDs."""
+def upstream_mirror(tmp_path: Path, reference_dir: Path, fake_api: FakeApi) -> tuple[str, Path]:
+    """The fake API laid out like the upstream repository, serving the reference CRDs."""
     root = tmp_path / "mirror"
     files = {Path(path).name: path for path in reference.pinned_files(reference_dir)}
     for pinned in PINNED:
         target = root / pinned.ref / pinned.path
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(files[Path(pinned.path).name], target)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", root
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-class _QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+    fake_api.otherwise(files_under(root))
+    return fake_api.url, root
 
 
 def test_schemas_fetch_verifies_and_caches(upstream_mirror: tuple[str, Path], tmp_path: Path,

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from kubetrain.cli.main import cli
 from kubetrain.kube import watch
-from tests.client.specs import watch_until, write_spec
+from tests.testenv.specs import watch_until, write_spec
 
 pytestmark = pytest.mark.controlplane
 

@@ -17,8 +17,8 @@ from kubetrain.cli.logs_cmd import parse_duration
 from kubetrain.cli.main import cli
 from kubetrain.errors import UsageError
 from tests.cli.imports import run_fresh
-from tests.client.logfixtures import cri, now_stamp, serve_logs
 from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
+from tests.testenv.logfixtures import cri, now_stamp, serve_logs
 
 
 def run(*argv: str) -> Any:

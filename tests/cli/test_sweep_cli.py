@@ -15,7 +15,7 @@ from kubetrain.jobspec.load import load_spec
 from kubetrain.sweeps.engine import Engine
 from kubetrain.sweeps.state import SweepState
 from kubetrain.sweeps.table import format_table
-from tests.spec.test_sweep_spec import TRAINER
+from tests.jobspec.test_sweep_spec import TRAINER
 
 SPEC = TRAINER.split("sweep:")[0] + textwrap.dedent("""\
     sweep:

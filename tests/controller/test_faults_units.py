@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.controller import progress
+from kubetrain.controller import statusprogress
 from kubetrain.controller.faults import ErrorCounter, Fanout, kind_of
 from kubetrain.controller.written import WrittenStatus
 from kubetrain.errors import ClusterError
@@ -54,7 +54,7 @@ class _Jobs:
 def test_a_job_deleted_before_its_progress_patch_is_counted_and_the_others_are_written(
         monkeypatch: pytest.MonkeyPatch) -> None:
     lines = [format_metrics("train", rank=0, step=5, total_steps=10, loss=0.5, time=1.0)]
-    monkeypatch.setattr(progress, "read_tail", lambda *args: lines)
+    monkeypatch.setattr(statusprogress, "read_tail", lambda *args: lines)
     patched: list[str] = []
 
     def patch_status(api: Any, namespace: str, name: str, status: dict[str, Any]) -> None:
@@ -62,10 +62,10 @@ def test_a_job_deleted_before_its_progress_patch_is_counted_and_the_others_are_w
             raise ApiError.of(404, "Not Found", '{"kind":"Status","reason":"NotFound"}')
         patched.append(name)
 
-    monkeypatch.setattr(progress.kube, "patch_status", patch_status)
+    monkeypatch.setattr(statusprogress.kube, "patch_status", patch_status)
     errors = ErrorCounter()
     fanout: Fanout[bool] = Fanout("progress", errors)
-    read = progress.poll_once(None, _Jobs([_running("a"), _running("deleted"), _running("b")]), 200,  # type: ignore[arg-type]
+    read = statusprogress.poll_once(None, _Jobs([_running("a"), _running("deleted"), _running("b")]), 200,  # type: ignore[arg-type]
                               fanout)
     fanout.close()
     assert read == 2 and sorted(patched) == ["a", "b"]

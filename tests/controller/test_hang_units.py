@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.controller.hangs import HangWatch, Verdict, carried, transitions, verdict_of
+from kubetrain.controller.hangs import ClusterHangWatch, Verdict, carried, transitions, verdict_of
 from kubetrain.controller.mirror import condition
 from kubetrain.jobs.pods import Replica
 from kubetrain.jobs.stacks import PodAnswer, combine
@@ -78,8 +78,8 @@ class _Jobs:
         return self.objs
 
 
-def _watch(objs: list[dict[str, Any]], said: list[tuple[str, str, str]]) -> HangWatch:
-    return HangWatch(api=None, jobs=_Jobs(objs), spec_of=lambda o: None,  # type: ignore[arg-type]
+def _watch(objs: list[dict[str, Any]], said: list[tuple[str, str, str]]) -> ClusterHangWatch:
+    return ClusterHangWatch(rest=None, jobs=_Jobs(objs), spec_of=lambda o: None,  # type: ignore[arg-type]
                      record=lambda o, kind, reason, message: said.append((kind, reason, message)),
                      enqueue=lambda key: None)
 

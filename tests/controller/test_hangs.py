@@ -39,12 +39,12 @@ RANK = textwrap.dedent("""
     import datetime, sys, time
     import torch
     import torch.distributed as dist
-    from kubetrain.runtime.progress import Progress
+    from kubetrain.runtime.heartbeat import Heartbeat
 
     rank, slow, store = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=600))
-    progress = Progress.from_env(rank, 2)
+    progress = Heartbeat.from_env(rank, 2)
     progress.start()
     progress.phase("train")
     tensor = torch.ones(1000)

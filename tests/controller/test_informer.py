@@ -1,16 +1,11 @@
 """The controller's informer has one backoff around its watch (watch.stream's): its requests are not retried
-underneath by the client, and a refused list is waited out and listed again. A real HTTP server plays the
+underneath by the client, and a refused list is waited out and listed again. The scripted fake API plays the
 API server (the real one cannot answer 503 on demand)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import ClassVar
 
 import pytest
 
@@ -19,47 +14,32 @@ from kubetrain.controller.crd import GROUP, PLURAL, VERSION
 from kubetrain.controller.informer import Informer
 from kubetrain.kube.kubeconfig import Endpoint
 from kubetrain.kube.rest import Rest
+from tests.testenv.fakeapi import Answer, FakeApi, Seen, status_answer
 
 JOB = {"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "5"}}
 
 
-class Server(BaseHTTPRequestHandler):
-    """Lists answer from `lists` (a status, or 200 with JOB); watches end empty after a moment."""
-
-    lists: ClassVar[list[int]] = []
-    seen: ClassVar[list[str]] = []
-
-    def do_GET(self) -> None:
-        watching = "watch=true" in self.path
-        status = 200 if watching or not self.lists else self.lists.pop(0)
-        self.seen.append(f"{'watch' if watching else 'list'} {status}")
-        if watching:
-            time.sleep(0.05)
-        body = b"" if watching else json.dumps(
-            {"metadata": {"resourceVersion": "5"}, "items": [JOB]} if status == 200 else
-            {"kind": "Status", "code": status, "reason": "ServiceUnavailable"}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+def lists_and_watches(request: Seen) -> Answer:
+    """Lists answer with JOB; watches end empty after a moment."""
+    if "watch=true" in request.path:
+        return Answer(200, b"", delay=0.05)
+    return Answer(200, {"metadata": {"resourceVersion": "5"}, "items": [JOB]})
 
 
 @pytest.fixture
-def rest() -> Iterator[Rest]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Server)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    Server.lists, Server.seen = [], []
-    yield Rest(Endpoint(server=f"http://127.0.0.1:{httpd.server_address[1]}", context=None, namespace=None))
-    httpd.shutdown()
-    httpd.server_close()
+def rest(fake_api: FakeApi) -> Rest:
+    fake_api.otherwise(lists_and_watches)
+    return Rest(Endpoint(server=fake_api.url, context=None, namespace=None))
 
 
-def test_a_refused_list_is_backed_off_by_the_informer_alone(rest: Rest, caplog: pytest.LogCaptureFixture) -> None:
-    Server.lists = [503, 503]
+def answered(fake_api: FakeApi) -> list[str]:
+    return [f"{'watch' if 'watch=true' in seen.path else 'list'} {status}"
+            for seen, status in zip(fake_api.seen, fake_api.statuses, strict=False)]
+
+
+def test_a_refused_list_is_backed_off_by_the_informer_alone(rest: Rest, fake_api: FakeApi,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    fake_api.script(status_answer(503, reason="ServiceUnavailable"), status_answer(503, reason="ServiceUnavailable"))
     informer = Informer(PLURAL, kube.custom_list_fn(rest, GROUP, VERSION, PLURAL, "ns"), lambda _obj: None)
     stop = threading.Event()
     thread = threading.Thread(target=informer.run, args=(stop,), daemon=True)
@@ -67,7 +47,7 @@ def test_a_refused_list_is_backed_off_by_the_informer_alone(rest: Rest, caplog: 
         thread.start()
         assert informer.synced.wait(10)
         stop.set()  # the thread ends at its next wait (the server is gone after the test)
-    assert Server.seen[:3] == ["list 503", "list 503", "list 200"] and informer.items() == [JOB]
+    assert answered(fake_api)[:3] == ["list 503", "list 503", "list 200"] and informer.items() == [JOB]
     # The client did not retry the 503s by itself: the informer's stream heard of the first one, and of its end.
     assert [r.getMessage() for r in caplog.records][:2] == [
         f"{PLURAL}: 503 Service Unavailable; retrying", f"{PLURAL}: reconnected to the API server"]

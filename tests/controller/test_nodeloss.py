@@ -54,7 +54,7 @@ def test_a_down_node_is_named_with_its_replicas_and_its_kubelets_last_post() -> 
 def test_one_event_per_loss_and_one_when_the_node_is_back_however_often_the_kubelet_posts() -> None:
     said: list[tuple[str, str]] = []
     queued: list[tuple[str, str]] = []
-    watch = NodeWatch(api=None, record=lambda _, kind, reason, message: said.append((kind, reason)),  # type: ignore[arg-type]
+    watch = NodeWatch(rest=None, record=lambda _, kind, reason, message: said.append((kind, reason)),  # type: ignore[arg-type]
                       enqueue=queued.append)
     obj = {"metadata": {"namespace": "ns", "name": "j"}, "status": {}}
     replicas = [_replica("master-0", "gpu-1")]

@@ -15,7 +15,9 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+import kubetrain.api as kt
 from kubetrain.controller.statusmodel import TrainingJobStatus
+from kubetrain.errors import UsageError
 from kubetrain.metrics import format_metrics
 from tests.controller.operator_env import (
     GROUP,
@@ -394,6 +396,21 @@ def test_submit_hands_over_and_the_cluster_verbs_work_on_the_child(controlplane,
     wait_for(lambda: tj(k8s, namespace, "handed") is None, "TrainingJob deleted", 30)
     time.sleep(3)  # the controller would have re-created the child by now if it still owned one
     assert pytorchjob(k8s, namespace, "handed") is None
+
+
+def test_the_python_api_hands_over_to_the_controller_as_submit_does(controlplane, k8s, namespace, start, tmp_path):
+    start()
+    spec = tmp_path / "kubetrain.yaml"
+    spec.write_text(yaml.safe_dump(training_job("from-python", namespace, nodes=1)))
+    kubeconfig = str(controlplane.kubeconfig)
+    with pytest.raises(UsageError, match="dry_run must be"):
+        kt.submit_to_controller(spec, namespace=namespace, kubeconfig=kubeconfig, dry_run="maybe")
+    handed = kt.submit_to_controller(spec, namespace=namespace, kubeconfig=kubeconfig, image="example.com/t:2")
+    assert (handed.namespace, handed.name) == (namespace, "from-python") and handed.object["metadata"]["uid"]
+    assert tj(k8s, namespace, "from-python")["spec"]["image"] == "example.com/t:2"
+    child = wait_for(lambda: pytorchjob(k8s, namespace, "from-python"), "child from the controller", 60)
+    master = child["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert master["image"] == "example.com/t:2"
 
 
 def _invoke_in_background(runner: Any, argv: list[str]) -> Any:

@@ -13,7 +13,6 @@ from typing import Any
 import kubernetes
 import pytest
 
-from tests.client.specs import H100
 from tests.controller.operator_env import (
     GROUP,
     PLURAL,
@@ -28,6 +27,7 @@ from tests.controller.operator_env import (
     training_job,
 )
 from tests.harness.helpers import wait_for
+from tests.testenv.specs import H100
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 

@@ -11,10 +11,10 @@ import pytest
 from kubetrain.cli.common import render_loaded
 from kubetrain.controller import mirror
 from kubetrain.controller.handoff import code_volume, training_job
-from kubetrain.controller.progress import progress_of
 from kubetrain.controller.queue import WorkQueue
 from kubetrain.controller.reconcile import CODE_ANNOTATION, checkpoint_dir_of, desired, owner_name, spec_data
 from kubetrain.controller.statusmodel import TrainingJobStatus
+from kubetrain.controller.statusprogress import progress_of
 from kubetrain.errors import SpecError
 from kubetrain.jobspec.load import load_spec, parse_spec
 from kubetrain.metrics import format_metrics

@@ -1,4 +1,4 @@
-"""The controller deployed the documented way, on the real node (issue 27, item 7).
+"""The controller deployed the documented way,, on the real node.
 
 Its image is built from images/Dockerfile.controller with `BASE_IMAGE` set to the suite's local Debian python
 image (no registry is reachable here; pip reaches PyPI through the host's trust store, mounted into the build)

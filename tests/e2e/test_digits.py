@@ -1,4 +1,4 @@
-"""Scenarios on the real node, driven through the CLI: the digits example as a PyTorchJob (issue 9 a, e)."""
+"""Scenarios on the real node, driven through the CLI: the digits example as a PyTorchJob."""
 
 from __future__ import annotations
 

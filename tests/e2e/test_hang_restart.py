@@ -25,7 +25,7 @@ from .test_stacks import STOP
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 # phaseTimeoutSeconds: the worker is stopped right after the first checkpoint appears, when rank 0 may still be in
 # its checkpoint phase (waiting for rank 1 in the barrier after the save): that phase's limit then applies, and
-# at 300 s it outlasted the wait below (CI, stop 23). Startup and a digits checkpoint take seconds.
+# at 300 s it outlasted the wait below in CI. Startup and a digits checkpoint take seconds.
 HANG = {"timeoutSeconds": 20, "stepFactor": 10, "phaseTimeoutSeconds": 60, "policy": "restart", "maxRestarts": 1}
 
 

@@ -1,4 +1,4 @@
-"""The real node leaves nothing behind: mounts, network namespaces, the bridge, shims, cgroups (issue 9)."""
+"""The real node leaves nothing behind: mounts, network namespaces, the bridge, shims, cgroups."""
 
 from __future__ import annotations
 

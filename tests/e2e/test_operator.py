@@ -1,4 +1,4 @@
-"""The kubetrain controller on the real node (issue 11, item 5, last bullet).
+"""The kubetrain controller on the real node.
 
 The controller runs as its own process under its ServiceAccount's token and exactly the manifests' RBAC
 (tests/controller/operator_env.py). A TrainingJob created with the raw client (what `kubectl apply` does)
@@ -105,7 +105,7 @@ def _patch(k8s: Any, namespace: str, name: str, epochs: int, policy: str) -> Non
 
 def test_recreated_job_starts_fresh_and_continue_resumes_on_the_real_node(
         k8s: Any, cli: Cli, image: str, project: Path, namespace: str, claim: Path, operator: Operator) -> None:
-    # Item 5 of issue 27: a changed spec under `recreate` trains from step 0 (before, the new child resumed
+    # A changed spec under `recreate` trains from step 0 (before, the new child resumed
     # the old run's last checkpoint and only ran the steps beyond it); under `continue` it resumes.
     job = _training_job(project, image, namespace)
     job["spec"]["train"]["epochs"] = 1

@@ -1,7 +1,7 @@
 """Scenario b on the real node: the digits job as a Kubeflow Trainer v2 TrainJob, through the real Trainer
 controller and JobSet (the `trainer` fixture), driven through the CLI. The job also sets `spec.archive` (a
-directory on its claim) and its logs and metrics are read back from there after its pods are gone (issue 13,
-item 3): folded into this job, which runs anyway.
+directory on its claim) and its logs and metrics are read back from there after its pods are gone:
+folded into this job, which runs anyway.
 """
 
 from __future__ import annotations

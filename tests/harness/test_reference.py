@@ -1,4 +1,4 @@
-"""The upstream CRDs come from the pinned Go modules and match kubetrain's sha256 pins (issue 15, part 1)."""
+"""The upstream CRDs come from the pinned Go modules and match kubetrain's sha256 pins."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def create(*args: str) -> Result:
 
 
 def test_gpu_create_runs_every_step_in_order(fakebin: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KUBECONFIG", "/tmp/kubeconfig-test")
+    monkeypatch.setenv("KUBECONFIG", "kubeconfig-test")
     healthy_gpu_host(fakebin)
     nothing_installed_yet(fakebin)
     result = create()
@@ -73,7 +73,7 @@ def test_gpu_create_runs_every_step_in_order(fakebin: Any, monkeypatch: pytest.M
     calls = fakebin.calls()
     assert calls[4]["stdin"] == render_config("kubetrain", None)
     assert yaml.safe_load(calls[-9]["stdin"]) == yaml.safe_load(RUNTIME_CLASS)
-    assert all(c["env"].get("KUBECONFIG") == "/tmp/kubeconfig-test" for c in calls)  # kubectl conventions
+    assert all(c["env"].get("KUBECONFIG") == "kubeconfig-test" for c in calls)  # kubectl conventions
     assert result.stdout.splitlines()[0] == ("kind cluster 'kubetrain' is ready: kubectl context "
                                              "kind-kubetrain, "
                                              "2 x nvidia.com/gpu allocatable")

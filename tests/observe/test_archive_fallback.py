@@ -19,8 +19,8 @@ from click.testing import CliRunner, Result
 from kubetrain.cli.main import cli
 from kubetrain.metrics import format_metrics
 from kubetrain.render.context import ARCHIVE_ANNOTATION
-from tests.client.specs import write_spec
 from tests.harness.helpers import get_job, wait_for
+from tests.testenv.specs import write_spec
 
 pytestmark = pytest.mark.controlplane
 

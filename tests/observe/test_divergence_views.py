@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
 from kubetrain.controller import mirror
-from kubetrain.controller.progress import progress_of
 from kubetrain.controller.reconcile import desired
 from kubetrain.controller.statusmodel import TrainingJobStatus
+from kubetrain.controller.statusprogress import progress_of
 from kubetrain.metrics import format_metrics
 from kubetrain.observe.history import from_lines, table_text
 from kubetrain.observe.render import Renderer

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
 from kubetrain.metrics import format_metrics
-from tests.client.logfixtures import cri, now_stamp, serve_logs
 from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
+from tests.testenv.logfixtures import cri, now_stamp, serve_logs
 
 pytestmark = pytest.mark.controlplane
 

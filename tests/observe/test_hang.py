@@ -1,4 +1,4 @@
-"""Hang and straggler detection (kubetrain.observe.hang) on the records kubetrain.runtime.progress writes."""
+"""Hang and straggler detection (kubetrain.observe.hang) on the records kubetrain.runtime.heartbeat writes."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubetrain.observe.hang import STALE_AFTER_SECONDS, RankView, Thresholds, assess, limit_for, stragglers
-from kubetrain.runtime import progress as progress_module
-from kubetrain.runtime.progress import WRITE_SECONDS, Progress
+from kubetrain.runtime import heartbeat as heartbeat_module
+from kubetrain.runtime.heartbeat import WRITE_SECONDS, Heartbeat
 
 T = Thresholds(timeout=5.0, step_factor=10.0, phase_timeout=60.0, straggler_factor=2.0)
 
@@ -31,18 +31,18 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(progress_module, "time", fake)
+    monkeypatch.setattr(heartbeat_module, "time", fake)
     return fake
 
 
-def view(p: Progress, written_at: float | None = None) -> RankView:
+def view(p: Heartbeat, written_at: float | None = None) -> RankView:
     record: dict[str, Any] = p.record()
     if written_at is not None:
         record["written_at"] = written_at
     return RankView.parse(record)
 
 
-def train(ranks: list[Progress], clock: Clock, steps: int, seconds: float, own: dict[int, float] | None = None
+def train(ranks: list[Heartbeat], clock: Clock, steps: int, seconds: float, own: dict[int, float] | None = None
           ) -> None:
     """`steps` steps of `seconds` each; `own`: a rank's own seconds per step (outside the collective: it
     waits in the collective for the rest of the step), else all of it."""
@@ -57,7 +57,7 @@ def train(ranks: list[Progress], clock: Clock, steps: int, seconds: float, own: 
 
 
 def test_no_progress_past_the_floor_is_a_hang_and_progress_clears_it(clock: Clock) -> None:
-    ranks = [Progress(r, 2, None) for r in range(2)]
+    ranks = [Heartbeat(r, 2, None) for r in range(2)]
     train(ranks, clock, 20, 0.05)
     last = clock.now
     clock.now += 4.9
@@ -70,7 +70,7 @@ def test_no_progress_past_the_floor_is_a_hang_and_progress_clears_it(clock: Cloc
 
 
 def test_the_threshold_adapts_to_slow_steps(clock: Clock) -> None:
-    ranks = [Progress(0, 1, None)]
+    ranks = [Heartbeat(0, 1, None)]
     train(ranks, clock, 20, 2.0)  # 10 x p99 = 20 s > the 5 s floor
     assert limit_for([view(ranks[0])], T) == (pytest.approx(20.0), "train")
     clock.now += 19
@@ -80,7 +80,7 @@ def test_the_threshold_adapts_to_slow_steps(clock: Clock) -> None:
 
 
 def test_checkpoint_and_eval_get_the_phase_threshold_then_k_times_their_longest_run(clock: Clock) -> None:
-    rank = Progress(0, 1, None)
+    rank = Heartbeat(0, 1, None)
     train([rank], clock, 10, 0.1)
     rank.phase("checkpoint")
     clock.now += 50  # a first checkpoint: 10 x 0.1 s steps would say hung, the phase floor (60 s) does not
@@ -96,7 +96,7 @@ def test_checkpoint_and_eval_get_the_phase_threshold_then_k_times_their_longest_
 
 
 def test_the_first_step_counts_as_start_up(clock: Clock) -> None:
-    rank = Progress(0, 1, None)
+    rank = Heartbeat(0, 1, None)
     rank.phase("data")
     clock.now += 40  # a slow first batch / compilation: below phaseTimeoutSeconds
     assert not assess([view(rank)], 1, T, clock.now).hung
@@ -108,7 +108,7 @@ def test_the_first_step_counts_as_start_up(clock: Clock) -> None:
 
 
 def test_a_stopped_rank_is_stale_and_its_old_phase_does_not_pick_the_threshold(clock: Clock) -> None:
-    ranks = [Progress(r, 2, None) for r in range(2)]
+    ranks = [Heartbeat(r, 2, None) for r in range(2)]
     stopped = view(ranks[1])  # written at start-up, then SIGSTOPped: still says "start"
     train(ranks[:1], clock, 20, 0.5)
     clock.now += 5.5
@@ -120,7 +120,7 @@ def test_a_stopped_rank_is_stale_and_its_old_phase_does_not_pick_the_threshold(c
 
 def test_missing_ranks_get_the_start_up_threshold_from_the_job_start(clock: Clock) -> None:
     started = clock.now
-    present = Progress(0, 2, None)
+    present = Heartbeat(0, 2, None)
     clock.now += 59
     assert not assess([view(present, clock.now)], 2, T, clock.now, started).hung
     clock.now += 2
@@ -136,7 +136,7 @@ def test_a_job_without_any_record_is_never_judged(clock: Clock) -> None:
 
 
 def test_a_finished_job_is_never_hung(clock: Clock) -> None:
-    rank = Progress(0, 1, None)
+    rank = Heartbeat(0, 1, None)
     train([rank], clock, 3, 0.1)
     rank.phase("done")
     clock.now += 10_000
@@ -144,7 +144,7 @@ def test_a_finished_job_is_never_hung(clock: Clock) -> None:
 
 
 def test_a_rank_with_slow_data_is_a_straggler_named_with_its_node(clock: Clock) -> None:
-    ranks = [Progress(r, 4, None) for r in range(4)]
+    ranks = [Heartbeat(r, 4, None) for r in range(4)]
     train(ranks, clock, 30, 0.1, own={0: 0.010, 1: 0.010, 2: 0.080, 3: 0.010})
     found = stragglers([view(p) for p in ranks], 2.0)
     assert [s.rank.rank for s in found] == [2]
@@ -152,19 +152,19 @@ def test_a_rank_with_slow_data_is_a_straggler_named_with_its_node(clock: Clock) 
 
 
 def test_even_ranks_and_few_samples_are_no_stragglers(clock: Clock) -> None:
-    ranks = [Progress(r, 2, None) for r in range(2)]
+    ranks = [Heartbeat(r, 2, None) for r in range(2)]
     train(ranks, clock, 30, 0.1, own={0: 0.010, 1: 0.014})  # within the factor
     assert stragglers([view(p) for p in ranks], T.straggler_factor) == ()
-    few = [Progress(r, 2, None) for r in range(2)]
+    few = [Heartbeat(r, 2, None) for r in range(2)]
     train(few, clock, 5, 1.0, own={0: 0.01, 1: 1.0})
     assert stragglers([view(p) for p in few], T.straggler_factor) == ()
 
 
-def throttled(clock: Clock, steps: int) -> list[Progress]:
+def throttled(clock: Clock, steps: int) -> list[Heartbeat]:
     """Three ranks, rank 1 stopped 100 ms of every 200 ms (a SIGSTOP/SIGCONT loop): it runs its 18 ms of
     its own per step at the others' pace, except that every sixth step takes the 100 ms it was stopped;
     the others wait for it in the collective."""
-    ranks = [Progress(r, 3, None) for r in range(3)]
+    ranks = [Heartbeat(r, 3, None) for r in range(3)]
     for n in range(steps):
         stopped = 0.100 if n % 6 == 5 else 0.0
         train(ranks, clock, 1, 0.020 + stopped, own={0: 0.018, 1: 0.018 + stopped, 2: 0.018})
@@ -181,7 +181,7 @@ def test_a_throttled_rank_is_named_by_the_time_it_loses_anywhere(clock: Clock) -
 
 def test_a_recovered_stall_does_not_make_a_rank_a_straggler(clock: Clock) -> None:
     """Rank 1 SIGSTOPped for 74 s (a hang, judged as one) then resumed: its step is a stall, left out."""
-    ranks = [Progress(r, 2, None) for r in range(2)]
+    ranks = [Heartbeat(r, 2, None) for r in range(2)]
     train(ranks, clock, 50, 0.05)
     train(ranks, clock, 1, 74.0, own={0: 0.01, 1: 74.0})
     train(ranks, clock, 30, 0.05)
@@ -189,7 +189,7 @@ def test_a_recovered_stall_does_not_make_a_rank_a_straggler(clock: Clock) -> Non
 
 
 def test_eval_and_checkpoint_time_is_left_out_of_the_step_and_own_times(clock: Clock) -> None:
-    rank = Progress(0, 1, None)
+    rank = Heartbeat(0, 1, None)
     train([rank], clock, 2, 0.1)
     rank.phase("checkpoint")
     clock.now += 30
@@ -206,7 +206,7 @@ def test_a_recovered_stall_leaves_the_training_threshold_where_it_was(clock: Clo
     """The drill: steps of 0.5 s, threshold 20 s; one 74 s stall. Before, the threshold became 10 x a p99
     that held the stall (741 s): a second hang was found 12 minutes late."""
     limits = Thresholds(timeout=20)
-    ranks = [Progress(r, 2, None) for r in range(2)]
+    ranks = [Heartbeat(r, 2, None) for r in range(2)]
     train(ranks, clock, 60, 0.5)
     before = limit_for([view(p) for p in ranks], limits)
     train(ranks, clock, 1, 74.1)  # stopped, then SIGCONT
@@ -220,7 +220,7 @@ def test_a_recovered_stall_leaves_the_training_threshold_where_it_was(clock: Clo
 
 def test_a_lasting_slowdown_is_not_a_stall(clock: Clock) -> None:
     """Steps that become 2x slower for good (within stepFactor of the median) raise the threshold."""
-    ranks = [Progress(0, 1, None)]
+    ranks = [Heartbeat(0, 1, None)]
     train(ranks, clock, 100, 1.0)
     train(ranks, clock, 100, 2.0)
     assert limit_for([view(ranks[0])], T) == (pytest.approx(20.0), "train")
@@ -229,7 +229,7 @@ def test_a_lasting_slowdown_is_not_a_stall(clock: Clock) -> None:
 def test_a_rank_stopped_during_an_eval_is_judged_by_the_earlier_evals(clock: Clock) -> None:
     """Evals of 30 s: the next one may take 10 x 30 s, not the 1,800 s default for a phase never seen."""
     limits = Thresholds()
-    rank = Progress(0, 1, None)
+    rank = Heartbeat(0, 1, None)
     train([rank], clock, 10, 0.1)
     rank.phase("eval")
     assert limit_for([view(rank)], limits) == (1800.0, "eval")
@@ -241,7 +241,7 @@ def test_a_rank_stopped_during_an_eval_is_judged_by_the_earlier_evals(clock: Clo
 
 
 def test_a_stalled_checkpoint_does_not_raise_the_next_ones_threshold(clock: Clock) -> None:
-    rank = Progress(0, 1, None)
+    rank = Heartbeat(0, 1, None)
     for seconds in (3.0, 3.5, 600.0, 3.2):  # the third stalled (a hang), then recovered
         train([rank], clock, 5, 0.1)
         rank.phase("checkpoint")
@@ -253,7 +253,7 @@ def test_a_stalled_checkpoint_does_not_raise_the_next_ones_threshold(clock: Cloc
 
 def test_records_of_an_older_runtime_are_judged_by_their_summaries(clock: Clock) -> None:
     """A record without the histories (an image with an older kubetrain): its p99, longest phase, median."""
-    rank = Progress(0, 1, None)
+    rank = Heartbeat(0, 1, None)
     train([rank], clock, 20, 2.0)
     rank.phase("checkpoint")
     clock.now += 10
@@ -302,10 +302,10 @@ def test_normal_runs_with_checkpoints_and_evals_are_never_hung(
     whose first eval/checkpoint fits phaseTimeoutSeconds and whose later ones are at most 5x the longest
     earlier one, and whose steps vary at most 3x (the first two within phaseTimeoutSeconds), is not hung."""
     clock = Clock()
-    saved = progress_module.time
-    progress_module.time = clock  # type: ignore[assignment]
+    saved = heartbeat_module.time
+    heartbeat_module.time = clock  # type: ignore[assignment]
     try:
-        rank = Progress(0, 1, None)
+        rank = Heartbeat(0, 1, None)
         evals = [first_eval] + [first_eval * g for g in growth]
         ckpts = [first_ckpt] + [first_ckpt * g for g in growth]
         for segment in timeline(step, jitter, epochs, steps_per_epoch, evals, ckpts, ckpt_every):
@@ -320,7 +320,7 @@ def test_normal_runs_with_checkpoints_and_evals_are_never_hung(
             if segment.steps:
                 rank.step(rank.step_no + 1)
     finally:
-        progress_module.time = saved  # type: ignore[assignment]
+        heartbeat_module.time = saved  # type: ignore[assignment]
 
 
 @settings(max_examples=150, deadline=None)
@@ -333,16 +333,16 @@ def test_recovered_stalls_raise_no_false_positive_and_a_second_hang_is_found_on_
     then recovered) is not hung at the worst instant of any normal step, its threshold is the one of the
     same run without the stalls, and a hang after it is found within that threshold + 30 s."""
     clock = Clock()
-    saved = progress_module.time
-    progress_module.time = clock  # type: ignore[assignment]
+    saved = heartbeat_module.time
+    heartbeat_module.time = clock  # type: ignore[assignment]
     try:
         durations = [step * f for f, _ in zip(itertools.cycle(jitter), range(steps), strict=False)]
-        twin = Progress(0, 1, None)
+        twin = Heartbeat(0, 1, None)
         twin.step(1)
         for seconds in durations:
             train([twin], clock, 1, seconds)
         normal = limit_for([view(twin)], T)[0]
-        ranks = [Progress(r, world, None) for r in range(world)]
+        ranks = [Heartbeat(r, world, None) for r in range(world)]
         train(ranks, clock, 1, 3.0)  # start-up
         for index, seconds in enumerate(durations):
             if index in stalls:
@@ -358,4 +358,4 @@ def test_recovered_stalls_raise_no_false_positive_and_a_second_hang_is_found_on_
         verdict = assess([view(p, clock.now - 1) for p in ranks], world, T, clock.now)
         assert verdict.hung and verdict.since == pytest.approx(last), verdict
     finally:
-        progress_module.time = saved  # type: ignore[assignment]
+        heartbeat_module.time = saved  # type: ignore[assignment]

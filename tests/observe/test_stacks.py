@@ -1,4 +1,4 @@
-"""Stacks on SIGUSR2 from a real process (kubetrain.runtime.progress), /proc states, grouping and the verdict."""
+"""Stacks on SIGUSR2 from a real process (kubetrain.runtime.heartbeat), /proc states, grouping and the verdict."""
 
 from __future__ import annotations
 
@@ -26,14 +26,14 @@ from tests.testenv.polling import wait_for
 
 WORKER = textwrap.dedent("""
     import sys, time
-    from kubetrain.runtime.progress import Progress
+    from kubetrain.runtime.heartbeat import Heartbeat
 
     def waiting_in_a_collective():
         print("ready", flush=True)
         while True:
             time.sleep(0.05)
 
-    progress = Progress(3, 4, sys.argv[1])
+    progress = Heartbeat(3, 4, sys.argv[1])
     progress.start()
     progress.step(1)
     waiting_in_a_collective()

@@ -16,8 +16,8 @@ from typing import Any, ClassVar, TypeVar
 
 import kubernetes
 
-from tests.client.logfixtures import cri, now_stamp, serve_logs
 from tests.harness.helpers import wait_for
+from tests.testenv.logfixtures import cri, now_stamp, serve_logs
 
 T = TypeVar("T")
 

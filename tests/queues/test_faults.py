@@ -11,9 +11,9 @@ from typing import Any
 import kubernetes
 import pytest
 
-from tests.client.specs import write_spec
 from tests.harness.helpers import wait_for
 from tests.queues.drills import Proc, running_pods
+from tests.testenv.specs import write_spec
 
 pytestmark = pytest.mark.controlplane
 
@@ -55,7 +55,7 @@ def test_a_stopped_training_operator_is_named_by_status(controlplane: Any, names
     from kubetrain.jobs.status import UNRECONCILED_AFTER
 
     # Stopped, with its validating webhook gone too (else the create itself fails, naming the webhook:
-    # tests/client/test_faults.py): the operator is installed but not reconciling (scaled to 0, or stuck
+    # tests/cli/test_faults.py): the operator is installed but not reconciling (scaled to 0, or stuck
     # without its leader Lease), and jobs get created but never a status.
     from tests.testenv import operator
 

@@ -19,9 +19,9 @@ from click.testing import CliRunner, Result
 
 from kubetrain.cli.main import cli
 from kubetrain.kube.connection import connect
-from tests.client.specs import watch_until, write_spec
 from tests.testenv import kueue as harness
 from tests.testenv.dradriver import FAKE_DRIVER, fake_devices
+from tests.testenv.specs import watch_until, write_spec
 
 pytestmark = pytest.mark.controlplane
 KUEUE = (harness.GROUP, harness.VERSION)

@@ -16,7 +16,6 @@ from typing import Any
 import kubernetes
 import pytest
 
-from tests.client.specs import write_spec
 from tests.controller.operator_env import create, pytorchjob, training_job
 from tests.queues.drills import (
     PodLogs,
@@ -28,6 +27,7 @@ from tests.queues.drills import (
     start_controller,
     until,
 )
+from tests.testenv.specs import write_spec
 
 pytestmark = pytest.mark.controlplane
 LINES = 40  # per pod, before and after the crash

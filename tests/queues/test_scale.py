@@ -10,15 +10,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from kubetrain.checks import FAIL
 from kubetrain.cli.main import cli
 from kubetrain.cluster import preflight
 from kubetrain.jobs import apply, status
 from kubetrain.jobs.targets import PYTORCHJOB
 from kubetrain.kube import watch
 from kubetrain.kube.connection import connect
-from tests.client.specs import render, write_spec
 from tests.queues.counting import counting
 from tests.testenv import kwok
+from tests.testenv.specs import render, write_spec
 
 
 def test_scale_profile_has_four_gpu_types_tainted_like_gke() -> None:
@@ -91,7 +92,7 @@ def test_requests_do_not_grow_with_jobs_or_replicas(controlplane: Any, namespace
     job = render(write_spec(tmp_path, "fits", nodes=6, gpus=1), namespace)[-1]
     with counting() as seen:
         verdict = preflight.check_fit(conn.rest, job, PYTORCHJOB, namespace, "fits")
-    assert sorted(seen) == ["GET /api/v1/nodes", "GET /api/v1/pods"] and verdict.status != preflight.FAIL, verdict
+    assert sorted(seen) == ["GET /api/v1/nodes", "GET /api/v1/pods"] and verdict.status != FAIL, verdict
 
 
 def not_events(seen: list[str]) -> list[str]:

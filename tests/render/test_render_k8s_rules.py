@@ -1,4 +1,4 @@
-"""render never prints what Kubernetes rejects: the spec-level rules of issue 22 are spec errors with field
+"""render never prints what Kubernetes rejects: Kubernetes' spec-level rules are spec errors with field
 and line (or a warning), and a property test renders generated valid specs and checks the output with
 Kubernetes' own pod and object rules (kubetrain/validate/k8s) and the operators' webhook rules."""
 

@@ -5,18 +5,20 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from kubetrain.checks import FAIL, WARN, Check
 from kubetrain.errors import UsageError
 from kubetrain.jobspec.load import load_spec
 from kubetrain.local.envfile import parse_env_text
 from kubetrain.local.paths import PathMap
 from kubetrain.local.plan import RUN_ID_ENV, RunOptions, build_plan
-from kubetrain.local.preflight import check_gpu_count, gpu_warning
+from kubetrain.local.preflight import gpu_check, gpu_count_check
 from kubetrain.local.supervisor import format_line
 from tests.runtime.helpers import EXAMPLE, REPO, write_spec
 
@@ -109,7 +111,7 @@ def test_volume_override_and_unknown_volume(tmp_path: Path) -> None:
     assert dict(plan.path_map.mounts)["/ckpt"] == str(tmp_path / "elsewhere")
     assert (tmp_path / "elsewhere").is_dir()
     with pytest.raises(UsageError, match="no volume named 'data'"):
-        _plan(tmp_path, volumes=["data=/tmp/x"])
+        _plan(tmp_path, volumes=["data=elsewhere"])
 
 
 def test_gpu_nodes_get_disjoint_devices(tmp_path: Path) -> None:
@@ -211,12 +213,12 @@ def test_more_processes_than_cpu_cores_are_a_warning(tmp_path: Path) -> None:
 
 
 def test_gpus_requested_on_a_machine_without_any_are_a_warning(tmp_path: Path) -> None:
-    assert gpu_warning(1, dev=tmp_path) == (
+    assert gpu_check(1, dev=tmp_path) == Check("gpus", WARN, (
         f"spec.gpusPerNode: 1 GPU(s) per node requested, but this machine has no NVIDIA GPU ({tmp_path}/nvidia* "
-        "absent): the local run uses the CPU; each pod in the cluster gets its GPUs")
-    assert gpu_warning(0, dev=tmp_path) is None
+        "absent): the local run uses the CPU; each pod in the cluster gets its GPUs"))
+    assert gpu_check(0, dev=tmp_path) is None
     (tmp_path / "nvidia0").touch()
-    assert gpu_warning(1, dev=tmp_path) is None
+    assert gpu_check(1, dev=tmp_path) is None
 
 
 def test_a_restart_moves_the_store_and_every_agent_to_the_same_new_port(tmp_path: Path) -> None:
@@ -241,10 +243,11 @@ def test_more_gpus_than_the_machine_has_are_refused_before_starting(tmp_path: Pa
     for name in ("nvidia0", "nvidiactl", "nvidia-uvm"):
         (dev / name).touch()
     plan = _plan(tmp_path, extra="  gpusPerNode: 1\n")
-    with pytest.raises(UsageError, match=r"^spec\.gpusPerNode: 2 node\(s\) x 1 GPU\(s\) need 2 GPUs on this machine, "
-                                         r"which has 1 \(.*/dev/nvidia\*\): run with --nodes 1"):
-        check_gpu_count(plan, 1, dev=dev, environ={})
-    check_gpu_count(plan, 1, dev=dev, environ={"CUDA_VISIBLE_DEVICES": "0,0"})  # the user's choice
-    check_gpu_count(plan, 1, dev=tmp_path / "none", environ={})  # no GPU at all: gpu_warning's case
+    refused = gpu_count_check(plan, 1, dev=dev, environ={})
+    assert refused is not None and refused.status == FAIL
+    assert re.match(r"^spec\.gpusPerNode: 2 node\(s\) x 1 GPU\(s\) need 2 GPUs on this machine, which has 1 "
+                    r"\(.*/dev/nvidia\*\): run with --nodes 1", refused.message), refused.message
+    assert gpu_count_check(plan, 1, dev=dev, environ={"CUDA_VISIBLE_DEVICES": "0,0"}) is None  # the user's choice
+    assert gpu_count_check(plan, 1, dev=tmp_path / "none", environ={}) is None  # no GPU at all: gpu_check's case
     (dev / "nvidia1").touch()
-    check_gpu_count(plan, 1, dev=dev, environ={})
+    assert gpu_count_check(plan, 1, dev=dev, environ={}) is None

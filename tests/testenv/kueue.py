@@ -50,7 +50,7 @@ WEBHOOK_RESOURCES = {
 CONVERTED = {"clusterqueues", "cohorts", "localqueues", "multikueueclusters", "resourceflavors", "workloads"}
 PODS_READY_TIMEOUT_S = 8  # waitForPodsReady: how long admitted pods may take to be Ready before eviction
 DRA_RESOURCE = "dra.kubetrain.test/gpu"  # Kueue's logical resource for the test DeviceClasses' devices
-DRA_DEVICE_CLASSES = ("gpu.kubetrain.test", "gpu.example.com")  # tests/client, tests/testenv/dradriver.py
+DRA_DEVICE_CLASSES = ("gpu.kubetrain.test", "gpu.example.com")  # tests/jobs, tests/testenv/dradriver.py
 
 
 def manifests_dir() -> Path:

@@ -62,7 +62,7 @@ ORDER=(etcd kwok training-operator kubernetes trainer)
 [[ "${KUBETRAIN_TESTENV_KUEUE:-1}" == 0 ]] || ORDER+=(kueue)
 # Set KUBETRAIN_TESTENV_NODE=0 to skip the real node (kubelet, CoreDNS, containerd, images).
 [[ "${KUBETRAIN_TESTENV_NODE:-1}" == 0 ]] || ORDER+=(kubelet coredns containerd)
-# Set KUBETRAIN_TESTENV_DRA=0 to skip the DRA example driver (tests/client/test_dra_cluster.py).
+# Set KUBETRAIN_TESTENV_DRA=0 to skip the DRA example driver (tests/jobs/test_dra_cluster.py).
 [[ "${KUBETRAIN_TESTENV_DRA:-1}" == 0 ]] || ORDER+=(draexample)
 MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/manifests"
 

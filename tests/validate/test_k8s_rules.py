@@ -1,4 +1,4 @@
-"""Kubernetes' own pod and object rules, offline (kubetrain/validate/k8s): each case of issue 22 is reported
+"""Kubernetes' own pod and object rules, offline (kubetrain/validate/k8s): each case is reported
 at its field, and the valid bases pass. The server's verdict on the same kinds of mutation is checked in
 test_oracle.py."""
 

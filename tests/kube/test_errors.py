@@ -1,4 +1,4 @@
-"""API and network failures → one-line ClusterErrors with the fix (the real-server cases are in test_cluster)."""
+"""API and network failures → one-line ClusterErrors with the fix (real-server cases: tests/jobs/test_apply.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import json
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
-from kubetrain.kube.errors import translate
+from kubetrain.kube.errors import ApiError, Conflict, Gone, NotFound, translate
+from kubetrain.kube.kubeconfig import Endpoint
+from kubetrain.kube.rest import Rest
+from tests.testenv.fakeapi import FakeApi, status_answer
 
 
 def api_error(status: int, body: dict[str, object] | str) -> ApiException:
@@ -38,41 +41,17 @@ def test_each_failure_says_how_to_fix_it() -> None:
     assert all("\n" not in str(translate(e, "x")) for e in (api_error(500, "oops\ntrace"), refused))
 
 
-def test_an_error_status_is_a_typed_error_with_the_servers_status() -> None:
+def test_an_error_status_is_a_typed_error_with_the_servers_status(fake_api: FakeApi) -> None:
     """The REST client raises NotFound / Conflict / Gone ... (one class per status), the server's Status parsed."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-    from threading import Thread
-
-    from kubetrain.kube.errors import ApiError, Conflict, Gone, NotFound
-    from kubetrain.kube.kubeconfig import Endpoint
-    from kubetrain.kube.rest import Rest
-
-    class Answer(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            code = int(self.path.rsplit("/", 1)[-1])
-            body = json.dumps({"kind": "Status", "code": code, "reason": "R", "message": f"m{code}",
-                               "details": {"name": "j"}}).encode()
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        rest = Rest(Endpoint(server=f"http://127.0.0.1:{server.server_address[1]}", context=None, namespace=None,
-                             token="t"))
-        for code, kind in ((404, NotFound), (409, Conflict), (410, Gone), (418, ApiError)):
-            try:
-                rest.get(f"/x/{code}")
-            except ApiError as exc:
-                assert type(exc) is kind and exc.status == code
-                assert exc.status_object["message"] == f"m{code}" and exc.status_object["details"] == {"name": "j"}
-            else:
-                raise AssertionError(f"no error for {code}")
-    finally:
-        server.shutdown()
-        server.server_close()
+    fake_api.otherwise(lambda request: status_answer(int(request.path.rsplit("/", 1)[-1]), reason="R",
+                                                     message=f"m{request.path.rsplit('/', 1)[-1]}",
+                                                     details={"name": "j"}))
+    rest = Rest(Endpoint(server=fake_api.url, context=None, namespace=None, token="t"))
+    for code, kind in ((404, NotFound), (409, Conflict), (410, Gone), (418, ApiError)):
+        try:
+            rest.get(f"/x/{code}")
+        except ApiError as exc:
+            assert type(exc) is kind and exc.status == code
+            assert exc.status_object["message"] == f"m{code}" and exc.status_object["details"] == {"name": "j"}
+        else:
+            raise AssertionError(f"no error for {code}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.cluster.doctor import OK, WARN, mechanism_check
+from kubetrain.checks import OK, WARN
+from kubetrain.cluster.doctor import mechanism_check
 from kubetrain.cluster.preflight import dra_demand
 from kubetrain.jobs import devices
 from kubetrain.jobs.devices import Request

@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
-from tests.client.specs import write_spec
 from tests.harness.helpers import wait_for
+from tests.testenv.specs import write_spec
 
 pytestmark = pytest.mark.controlplane
 

@@ -23,7 +23,8 @@ from click.testing import CliRunner
 from kubetrain.cli.main import cli
 from kubetrain.kube.connection import connect
 from kubetrain.kube.errors import AuthPluginError
-from tests.client.test_connection import Recorder, recorder, write_kubeconfig  # noqa: F401 (fixture)
+from tests.kube.test_connection import recorder, write_kubeconfig  # noqa: F401 (fixture)
+from tests.testenv.fakeapi import FakeApi
 
 V1 = "client.authentication.k8s.io/v1"
 V1BETA1 = "client.authentication.k8s.io/v1beta1"
@@ -48,7 +49,8 @@ def runs(plugin: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def test_args_env_and_cluster_info_reach_the_plugin(tmp_path: Path, recorder: str) -> None:  # noqa: F811
+def test_args_env_and_cluster_info_reach_the_plugin(tmp_path: Path, recorder: str,  # noqa: F811
+                                                     fake_api: FakeApi) -> None:
     plugin = python_plugin(tmp_path / "get-token", f"""
 record(argv=sys.argv[1:], region=os.environ.get('AWS_REGION'), info=json.loads(os.environ['KUBERNETES_EXEC_INFO']),
        cwd=os.getcwd())
@@ -64,7 +66,7 @@ emit({V1BETA1!r}, token='tok-' + sys.argv[2])
     config.write_text(yaml.safe_dump(data))
     connection = connect(kubeconfig=str(config))
     connection.rest.get("/api")
-    assert Recorder.seen[-1]["authorization"] == "Bearer tok-prod"
+    assert fake_api.seen[-1].headers["authorization"] == "Bearer tok-prod"
     [run] = runs(plugin)
     assert run["argv"] == ["--cluster", "prod"] and run["region"] == "eu-west-1"
     assert run["cwd"] == str(tmp_path)  # the relative command ran from the kubeconfig's directory

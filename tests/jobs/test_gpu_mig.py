@@ -1,6 +1,6 @@
 """kubetrain gpu on what only real GPUs print: MIG mode ([N/A] utilization, slices listed by `nvidia-smi -L` under
 their parent) and boards that report [N/A] / [Not Supported]. The exec is the boundary faked here; its output is
-in NVIDIA's documented format (tests/client/fixtures/nvidia-smi/, each file names its source)."""
+in NVIDIA's documented format (tests/jobs/fixtures/nvidia-smi/, each file names its source)."""
 
 from __future__ import annotations
 

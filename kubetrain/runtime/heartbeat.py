@@ -1,4 +1,5 @@
-"""A progress signal per rank, and stacks on demand, for hang and straggler detection (docs/hangs.md).
+"""Each rank's heartbeat (its step and phase, written to a record file), and stacks on demand, for hang and
+straggler detection (docs/hangs.md). The training progress users see is kubetrain.observe.progress.
 
 With KUBETRAIN_PROGRESS_DIR set (by `kubetrain run`), every rank of the Trainer API:
 
@@ -80,7 +81,7 @@ def _node() -> int:
         return 0
 
 
-class Progress:
+class Heartbeat:
     """This rank's progress; `step()`, `phase()` and `own_time()` are called by the training loop."""
 
     def __init__(self, rank: int, world_size: int, directory: str | None) -> None:
@@ -104,7 +105,7 @@ class Progress:
         self._fr_handled = time.time()
 
     @classmethod
-    def from_env(cls, rank: int, world_size: int) -> Progress:
+    def from_env(cls, rank: int, world_size: int) -> Heartbeat:
         return cls(rank, world_size, os.environ.get(PROGRESS_DIR_ENV) or None)
 
     # --- the training thread ----------------------------------------------------------------------------

@@ -11,9 +11,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+import kubetrain.api as kt
 from kubetrain.cli.main import cli
-from tests.client.specs import render, write_spec
-from tests.client.test_connection import write_kubeconfig
+from tests.kube.test_connection import write_kubeconfig
+from tests.testenv.specs import render, write_spec
 
 pytestmark = pytest.mark.controlplane
 
@@ -91,3 +92,14 @@ def test_pod_templates_are_dry_run_as_pods(controlplane: Any, namespace: str, tm
     assert f"error: {path}:{line}: doc 1 PyTorchJob/psa: spec.pytorchReplicaSpecs.Master.template: the API server " \
         "rejects this pod template as a Pod" in result.stdout, result.stdout
     assert "violates PodSecurity" in result.stdout
+
+
+def test_the_python_api_dry_runs_the_pod_templates_as_validate_from_cluster_does(controlplane: Any, namespace: str,
+                                                                                 tmp_path: Path,
+                                                                                 no_schema_cache: None) -> None:
+    _restricted(controlplane, namespace)
+    objects = render(write_spec(tmp_path, "psa", nodes=2, gpus=0), namespace)
+    report = kt.validate(objects[-1:], connection=kt.connect(kubeconfig=str(controlplane.kubeconfig)))
+    assert report.failed(), [i.text() for i in report.issues]
+    refused = {i.path for i in report.issues if i.severity == "error" and "violates PodSecurity" in i.message}
+    assert refused == {"spec.pytorchReplicaSpecs.Master.template", "spec.pytorchReplicaSpecs.Worker.template"}

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
+from kubetrain import jobs
 from kubetrain.errors import ClusterError
-from kubetrain.jobs import apply
-from kubetrain.jobs import crud as jobs
+from kubetrain.jobs import apply, crud
 from kubetrain.jobs.targets import NOT_INSTALLED, PYTORCHJOB, Target
 from kubetrain.kube.connection import Connection, connect
-from tests.client.specs import render, write_spec
 from tests.queues.counting import counting
+from tests.testenv.specs import render, write_spec
 
 pytestmark = pytest.mark.controlplane
 
@@ -30,7 +30,7 @@ def conn(controlplane: Any) -> Connection:
 def test_find_probes_kinds_with_the_get_itself(conn: Connection, namespace: str, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     apply.submit(conn.rest, PYTORCHJOB, render(write_spec(tmp_path, "probed", nodes=1), namespace))
-    monkeypatch.setattr(jobs, "AUTO_ORDER", (UNSERVED, PYTORCHJOB))
+    monkeypatch.setattr(crud, "AUTO_ORDER", (UNSERVED, PYTORCHJOB))
     with counting() as seen:
         target, obj = jobs.find(conn.rest, None, namespace, "probed")
     assert target is PYTORCHJOB and obj["metadata"]["name"] == "probed"
@@ -41,7 +41,7 @@ def test_find_probes_kinds_with_the_get_itself(conn: Connection, namespace: str,
 
 def test_find_names_only_the_served_kinds_when_the_job_is_missing(conn: Connection, namespace: str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jobs, "AUTO_ORDER", (UNSERVED, PYTORCHJOB))
+    monkeypatch.setattr(crud, "AUTO_ORDER", (UNSERVED, PYTORCHJOB))
     with pytest.raises(ClusterError) as missing:
         jobs.find(conn.rest, None, namespace, "nope")
     assert str(missing.value) == (f"no PyTorchJob named nope in namespace {namespace} "
@@ -52,7 +52,7 @@ def test_find_names_only_the_served_kinds_when_the_job_is_missing(conn: Connecti
 
 def test_find_says_what_to_install_when_no_kind_is_served(conn: Connection, namespace: str,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jobs, "AUTO_ORDER", (UNSERVED,))
+    monkeypatch.setattr(crud, "AUTO_ORDER", (UNSERVED,))
     with pytest.raises(ClusterError) as none:
         jobs.find(conn.rest, None, namespace, "nope")
     assert str(none.value) == NOT_INSTALLED
@@ -64,13 +64,13 @@ def test_find_says_what_to_install_when_no_kind_is_served(conn: Connection, name
 def test_list_asks_each_kind_and_skips_the_ones_not_served(conn: Connection, namespace: str, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     apply.submit(conn.rest, PYTORCHJOB, render(write_spec(tmp_path, "listed", nodes=1), namespace))
-    monkeypatch.setattr(jobs, "AUTO_ORDER", (UNSERVED, PYTORCHJOB))
+    monkeypatch.setattr(crud, "AUTO_ORDER", (UNSERVED, PYTORCHJOB))
     with counting() as seen:
         found = jobs.list_jobs(conn.rest, None, namespace)
     assert [(j.name, j.target) for j in found] == [("listed", "pytorchjob")]
     assert seen == [f"GET /apis/widgets.example.com/v1/namespaces/{namespace}/widgetjobs",
                     f"GET /apis/kubeflow.org/v1/namespaces/{namespace}/pytorchjobs"]
-    monkeypatch.setattr(jobs, "AUTO_ORDER", (UNSERVED,))
+    monkeypatch.setattr(crud, "AUTO_ORDER", (UNSERVED,))
     with pytest.raises(ClusterError) as none:
         jobs.list_jobs(conn.rest, None, namespace)
     assert str(none.value) == NOT_INSTALLED

@@ -13,7 +13,7 @@ import pytest
 
 from kubetrain.errors import SpecError
 from kubetrain.jobspec.load import load_spec, parse_spec
-from tests.spec.test_load import VALID
+from tests.jobspec.test_load import VALID
 from tests.validate.test_rules import _bomb
 
 

@@ -27,14 +27,14 @@ from tests.testenv.polling import wait_for
 
 RANK = textwrap.dedent("""
     import os, sys, time
-    from kubetrain.runtime.progress import Progress
+    from kubetrain.runtime.heartbeat import Heartbeat
 
     def waiting_in_all_reduce():
         print("ready", flush=True)
         while True:
             time.sleep(0.05)
 
-    progress = Progress.from_env(int(sys.argv[1]), 2)
+    progress = Heartbeat.from_env(int(sys.argv[1]), 2)
     progress.start()
     progress.step(1)
     waiting_in_all_reduce()

@@ -15,8 +15,8 @@ from kubetrain.jobs.logs import FollowResult, LogOptions, follow_job_logs, print
 from kubetrain.jobs.pods import job_replicas
 from kubetrain.jobs.targets import PYTORCHJOB, TRAINJOB
 from kubetrain.kube.connection import Connection, connect
-from tests.client.logfixtures import cri, finish_pod, now_stamp, restart_container, serve_logs, stamp
 from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
+from tests.testenv.logfixtures import cri, finish_pod, now_stamp, restart_container, serve_logs, stamp
 
 pytestmark = pytest.mark.controlplane
 

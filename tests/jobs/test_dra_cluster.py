@@ -12,16 +12,17 @@ from typing import Any
 import pytest
 import yaml
 
+from kubetrain.checks import FAIL, OK
 from kubetrain.cluster import doctor, preflight
 from kubetrain.jobs import apply, devices, gpu, pods, status
 from kubetrain.jobs.targets import PYTORCHJOB
 from kubetrain.kube.connection import Connection, connect
-from tests.client.specs import render, write_spec
 from tests.testenv.binaries import MissingBinaries
 from tests.testenv.dradriver import DRIVER as EXAMPLE_DRIVER
 from tests.testenv.dradriver import FAKE_DRIVER, DraDriver, fake_devices
 from tests.testenv.plugin import unavailable
 from tests.testenv.polling import wait_for
+from tests.testenv.specs import render, write_spec
 
 pytestmark = pytest.mark.controlplane
 
@@ -90,7 +91,7 @@ def test_a_dra_job_gets_its_claims_allocated_on_the_nodes_that_have_the_devices(
     _devices_free(conn)
     objects = render(_spec(tmp_path, "dra-fits", 3), namespace)
     fit = preflight.fit_check(conn.rest, PYTORCHJOB, objects, namespace)
-    assert fit.status == preflight.OK, fit.line()
+    assert fit.status == OK, fit.line()
     assert fit.message == f"2 pod(s) × 3 {DRIVER}: 8 of 8 matching device(s) free"
     apply.submit(conn.rest, PYTORCHJOB, objects)
     running = _pods(conn, namespace, "dra-fits", ["Running", "Running"])
@@ -113,7 +114,7 @@ def test_a_request_beyond_the_slices_stays_pending_and_status_names_the_claim(co
     _devices_free(conn)
     objects = render(_spec(tmp_path, "dra-big", 4, big), namespace)
     fit = preflight.fit_check(conn.rest, PYTORCHJOB, objects, namespace)
-    assert fit.status == preflight.FAIL and "enough for 1 pod(s)" in fit.message, fit.line()
+    assert fit.status == FAIL and "enough for 1 pod(s)" in fit.message, fit.line()
     apply.submit(conn.rest, PYTORCHJOB, objects)
     _pods(conn, namespace, "dra-big", ["Pending", "Running"])
 
@@ -131,7 +132,7 @@ def test_preflight_names_a_selector_that_matches_no_device(conn: Connection, nam
     objects = render(_spec(tmp_path, "dra-none", 1, 'device.attributes["gpu.kubetrain.test"].model == "B200"'),
                      namespace)
     fit = preflight.fit_check(conn.rest, PYTORCHJOB, objects, namespace)
-    assert fit.status == preflight.FAIL, fit.line()
+    assert fit.status == FAIL, fit.line()
     assert 'selector `device.attributes["gpu.kubetrain.test"].model == "B200"` matches none of the 8 device(s)' \
         in fit.message
 

@@ -13,14 +13,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from kubetrain import jobs
+from kubetrain.checks import OK
 from kubetrain.cli.main import cli
 from kubetrain.cluster import preflight
 from kubetrain.jobs import apply, status, targets
-from kubetrain.jobs import crud as jobs
 from kubetrain.jobs.targets import PYTORCHJOB, TRAINJOB
 from kubetrain.kube.connection import Connection, connect
-from tests.client.specs import render, typed, write_spec
 from tests.harness.helpers import wait_for
+from tests.testenv.specs import render, typed, write_spec
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.slow]
 
@@ -48,7 +49,7 @@ def test_trainjob_submit_status_logs_gpu_list_delete(controlplane: Any, conn: Co
     objects = render(write_spec(tmp_path, "tj", nodes=2, gpus=8, code=True), namespace, target="trainjob")
     assert [o["kind"] for o in objects] == ["ConfigMap", "TrainJob"]
     checks = {r.name: r for r in preflight.run(conn.rest, TRAINJOB, objects, namespace)}
-    assert checks["CRD"].status == preflight.OK and checks["fit"].status == preflight.OK
+    assert checks["CRD"].status == OK and checks["fit"].status == OK
     assert checks["fit"].message.startswith("2 pod(s) × 8 nvidia.com/gpu fit")
     assert apply.submit(conn.rest, TRAINJOB, objects).action == apply.CREATED
     assert apply.submit(conn.rest, TRAINJOB, objects).action == apply.UNCHANGED

@@ -1,22 +1,20 @@
 """Connecting without the kubernetes package: kubeconfig merging, credentials, timeouts, auth plugins.
 
-Real sockets and real processes: a server that accepts and never answers (the issue's hung `status`),
-a small HTTP server that records what it is sent, and exec auth plugins that are shell scripts — the
+Real sockets and real processes: a server that accepts and never answers (a hung API server's `status`),
+the scripted fake API recording what it is sent, and exec auth plugins that are shell scripts — the
 legitimate fake for gke-gcloud-auth-plugin / aws / kubelogin, which cannot run here.
 """
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import yaml
@@ -27,6 +25,7 @@ from kubetrain.errors import ClusterError
 from kubetrain.kube import kubeconfig
 from kubetrain.kube.connection import connect
 from kubetrain.kube.errors import AuthPluginError, Unreachable
+from tests.testenv.fakeapi import Answer, FakeApi
 
 
 def write_kubeconfig(path: Path, server: str, user: dict[str, Any], context: str = "test",
@@ -42,7 +41,7 @@ def write_kubeconfig(path: Path, server: str, user: dict[str, Any], context: str
 
 @pytest.fixture
 def silent_server() -> Iterator[str]:
-    """Accepts connections and never answers (what the issue's hung API server did)."""
+    """Accepts connections and never answers (what a hung API server does)."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
@@ -65,32 +64,14 @@ def silent_server() -> Iterator[str]:
     sock.close()
 
 
-class Recorder(BaseHTTPRequestHandler):
-    seen: ClassVar[list[dict[str, str]]] = []
-
-    def do_GET(self) -> None:
-        Recorder.seen.append({"path": self.path, "authorization": self.headers.get("Authorization", ""),
-                              "user-agent": self.headers.get("User-Agent", "")})
-        body = json.dumps({"kind": "APIResourceList", "resources": []}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+API_RESOURCES = Answer(200, {"kind": "APIResourceList", "resources": []})
 
 
 @pytest.fixture
-def recorder() -> Iterator[str]:
-    Recorder.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def recorder(fake_api: FakeApi) -> str:
+    """The fake API answering every request with an empty resource list; fake_api.seen has the requests."""
+    fake_api.otherwise(API_RESOURCES)
+    return fake_api.url
 
 
 def plugin(tmp_path: Path, name: str, script: str) -> Path:
@@ -143,7 +124,8 @@ def test_a_refused_connection_is_exit_3_not_1(tmp_path: Path) -> None:
 
 
 # ---- exec auth plugins ---------------------------------------------------------------------------------
-def test_a_failing_login_plugin_is_named_with_its_first_line(tmp_path: Path, recorder: str) -> None:
+def test_a_failing_login_plugin_is_named_with_its_first_line(tmp_path: Path, recorder: str,
+                                                             fake_api: FakeApi) -> None:
     command = plugin(tmp_path, "gke-gcloud-auth-plugin", GCLOUD_NOT_LOGGED_IN)
     config = write_kubeconfig(tmp_path / "kc", recorder, {"exec": {
         "apiVersion": "client.authentication.k8s.io/v1beta1", "command": str(command),
@@ -155,7 +137,7 @@ def test_a_failing_login_plugin_is_named_with_its_first_line(tmp_path: Path, rec
     assert lines[0].startswith(f"error: kubeconfig user u: auth plugin {command} failed: process returned 1: "
                                "ERROR: gcloud crashed (RefreshError): Reauthentication failed.")
     assert "RBAC" not in lines[0] and "anonymous" not in lines[0]
-    assert Recorder.seen == []  # no anonymous request was made
+    assert fake_api.seen == []  # no anonymous request was made
 
 
 def test_a_missing_login_plugin_says_how_to_install_it(tmp_path: Path) -> None:
@@ -168,14 +150,14 @@ def test_a_missing_login_plugin_says_how_to_install_it(tmp_path: Path) -> None:
                                  "PATH): Install kubelogin: https://azure.github.io/kubelogin")
 
 
-def test_a_working_plugin_token_is_sent_as_bearer(tmp_path: Path, recorder: str) -> None:
+def test_a_working_plugin_token_is_sent_as_bearer(tmp_path: Path, recorder: str, fake_api: FakeApi) -> None:
     command = plugin(tmp_path, "aws-token", EXEC_TOKEN)
     config = write_kubeconfig(tmp_path / "kc", recorder, {"exec": {
         "apiVersion": "client.authentication.k8s.io/v1", "command": str(command)}})
     result = CliRunner().invoke(cli, ["list", "--kubeconfig", str(config)])
     assert result.exit_code == 0, result.stderr  # the recorder answers every GET with an empty list
-    assert Recorder.seen and all(s["authorization"] == "Bearer from-plugin" for s in Recorder.seen)
-    assert Recorder.seen[0]["user-agent"].startswith("kubetrain/")
+    assert fake_api.seen and all(s.headers["authorization"] == "Bearer from-plugin" for s in fake_api.seen)
+    assert fake_api.seen[0].headers["user-agent"].startswith("kubetrain/")
 
 
 # ---- kubeconfig ----------------------------------------------------------------------------------------
@@ -206,33 +188,13 @@ def test_status_list_and_logs_do_not_import_the_kubernetes_package_nor_urllib3()
 
 
 # ---- a URL that is no Kubernetes API server -------------------------------------------------------------
-class NotFoundEverywhere(BaseHTTPRequestHandler):
-    """What a wrong server URL or a proxy path answers: Go's plain-text 404 for every path."""
-
-    def do_GET(self) -> None:
-        body = b"404 page not found\n"
-        self.send_response(404)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.mark.parametrize("command", [["status", "x"], ["list"], ["logs", "x"]])
-def test_a_server_that_answers_404_everywhere_is_not_called_a_missing_crd(tmp_path: Path,
+def test_a_server_that_answers_404_everywhere_is_not_called_a_missing_crd(tmp_path: Path, fake_api: FakeApi,
                                                                             command: list[str]) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), NotFoundEverywhere)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        config = write_kubeconfig(tmp_path / "kc", url, {"token": "t"})
-        result = CliRunner().invoke(cli, [*command, "--kubeconfig", str(config)])
-    finally:
-        server.shutdown()
-        server.server_close()
+    fake_api.otherwise(Answer(404, "404 page not found\n"))  # a wrong URL or a proxy path: Go's plain-text 404
+    url = fake_api.url
+    config = write_kubeconfig(tmp_path / "kc", url, {"token": "t"})
+    result = CliRunner().invoke(cli, [*command, "--kubeconfig", str(config)])
     assert result.exit_code == 3, result.output
     assert f"error: {url} is not a Kubernetes API server (it answers GET /version with 404)" in result.stderr
     assert "is installed" not in result.stderr

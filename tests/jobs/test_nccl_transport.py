@@ -13,9 +13,9 @@ import pytest
 from kubetrain.jobs.logs import LogOptions, print_logs
 from kubetrain.jobs.status import job_status
 from kubetrain.kube.connection import Connection
-from tests.client.logfixtures import stamp
-from tests.client.test_logs import _follow_in_thread, _running, _serve, _served, conn  # noqa: F401 (a fixture)
 from tests.harness.helpers import pytorchjob, server_side_apply, wait_for
+from tests.jobs.test_logs import _follow_in_thread, _running, _serve, _served, conn  # noqa: F401 (a fixture)
+from tests.testenv.logfixtures import stamp
 
 pytestmark = pytest.mark.controlplane
 FIXTURES = Path(__file__).parents[1] / "observe" / "fixtures" / "nccl"

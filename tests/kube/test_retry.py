@@ -1,12 +1,6 @@
-"""Backoff on 429/5xx/connection resets, Retry-After honoured; a real HTTP server plays the flaky API server."""
+"""Backoff on 429/5xx/connection resets, Retry-After honoured; the scripted fake API plays the flaky API server."""
 
 from __future__ import annotations
-
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import ClassVar
 
 import pytest
 
@@ -15,47 +9,10 @@ from kubetrain.kube.errors import ApiError
 from kubetrain.kube.kubeconfig import Endpoint
 from kubetrain.kube.rest import Rest
 from kubetrain.kube.retry import RetryPolicy, backoff, delay_for, retry_after
+from tests.testenv.fakeapi import RESET, Answer, FakeApi, status_answer
 
 NAMESPACES = {"apiVersion": "v1", "kind": "NamespaceList", "metadata": {"resourceVersion": "7"},
               "items": [{"metadata": {"name": "default"}}]}
-
-
-class Flaky(BaseHTTPRequestHandler):
-    """Serves a script of answers: an HTTP status (with Retry-After), 'reset' (close without answering), 200."""
-
-    script: ClassVar[list[str]] = []
-    seen: ClassVar[list[str]] = []
-
-    def do_GET(self) -> None:
-        step = self.script.pop(0) if self.script else "200"
-        self.seen.append(step)
-        if step == "reset":
-            self.close_connection = True
-            self.connection.close()
-            return
-        status = int(step.split(":")[0])
-        body = json.dumps(NAMESPACES if status == 200 else {"kind": "Status", "code": status}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        if ":" in step:
-            self.send_header("Retry-After", step.split(":")[1])
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    Flaky.script, Flaky.seen = [], []
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
 
 
 def api_for(host: str, sleeps: list[float], attempts: int = 5) -> Rest:
@@ -67,35 +24,42 @@ def namespaces(rest: Rest) -> list[str]:
     return [n["metadata"]["name"] for n in rest.get("/api/v1/namespaces")["items"]]
 
 
-def test_429_and_5xx_are_retried_honouring_retry_after(server: str) -> None:
-    Flaky.script = ["429:3", "503", "500"]
+def serving_namespaces(fake_api: FakeApi, *first: Answer) -> str:
+    fake_api.script(*first)
+    fake_api.otherwise(Answer(200, NAMESPACES))
+    return fake_api.url
+
+
+def test_429_and_5xx_are_retried_honouring_retry_after(fake_api: FakeApi) -> None:
+    server = serving_namespaces(fake_api, status_answer(429, headers={"Retry-After": "3"}), status_answer(503),
+                                status_answer(500))
     sleeps: list[float] = []
     assert namespaces(api_for(server, sleeps)) == ["default"]
-    assert Flaky.seen == ["429:3", "503", "500", "200"]
+    assert len(fake_api.seen) == 4
     assert sleeps[0] == 3.0  # Retry-After wins over the 10 ms backoff
     assert all(s < 1 for s in sleeps[1:])
 
 
-def test_connection_reset_is_retried(server: str) -> None:
-    Flaky.script = ["reset"] * 2
+def test_connection_reset_is_retried(fake_api: FakeApi) -> None:
+    server = serving_namespaces(fake_api, RESET, RESET)
     sleeps: list[float] = []
     assert namespaces(api_for(server, sleeps))
-    assert Flaky.seen == ["reset", "reset", "200"] and len(sleeps) == 2
+    assert len(fake_api.seen) == 3 and len(sleeps) == 2
 
 
-def test_gives_up_after_the_attempts_with_the_last_error(server: str) -> None:
-    Flaky.script = ["503"] * 10
+def test_gives_up_after_the_attempts_with_the_last_error(fake_api: FakeApi) -> None:
+    server = serving_namespaces(fake_api, *[status_answer(503)] * 10)
     sleeps: list[float] = []
     with pytest.raises(ApiError) as caught:
         namespaces(api_for(server, sleeps, attempts=3))
-    assert caught.value.status == 503 and len(Flaky.seen) == 3 and len(sleeps) == 2
+    assert caught.value.status == 503 and len(fake_api.seen) == 3 and len(sleeps) == 2
 
 
-def test_client_errors_are_not_retried(server: str) -> None:
-    Flaky.script = ["403", "404"]
+def test_client_errors_are_not_retried(fake_api: FakeApi) -> None:
+    server = serving_namespaces(fake_api, status_answer(403), status_answer(404))
     with pytest.raises(ApiError) as caught:
         namespaces(api_for(server, []))
-    assert caught.value.status == 403 and Flaky.seen == ["403"]
+    assert caught.value.status == 403 and len(fake_api.seen) == 1
 
 
 def test_connection_refused_is_one_clusterError_naming_the_server() -> None:

@@ -11,8 +11,9 @@ from typing import Any
 import kubernetes
 import pytest
 
+from kubetrain.checks import FAIL, OK, WARN
 from kubetrain.cluster.cloud import detect_cloud, gpu_groups
-from kubetrain.cluster.doctor import FAIL, OK, WARN, Forbidden, device_plugin_checks, gpu_checks, run_doctor
+from kubetrain.cluster.doctor import Unreadable, device_plugin_checks, gpu_checks, run_doctor
 from kubetrain.cluster.webhooks import recent_failures
 from kubetrain.kube.connection import connect
 from tests.harness.helpers import wait_for
@@ -68,8 +69,8 @@ def test_gpu_checks_flag_zero_allocatable_and_foreign_taints():
 def test_no_gpus_and_forbidden_lists():
     labelled = [node("g", {"nvidia.com/gpu.present": "true"})]
     assert [c.status for c in gpu_checks(labelled, [])] == [FAIL, FAIL, FAIL]
-    assert gpu_checks(Forbidden("nodes is forbidden"), [])[0].status == WARN
-    assert device_plugin_checks(labelled, Forbidden("x"))[0].status == WARN
+    assert gpu_checks(Unreadable("nodes is forbidden"), [])[0].status == WARN
+    assert device_plugin_checks(labelled, Unreadable("x"))[0].status == WARN
 
 
 @pytest.fixture
@@ -109,7 +110,7 @@ def _operator(namespace: str) -> dict[str, Any]:
 @pytest.mark.controlplane
 def test_report_on_a_healthy_cluster(controlplane, namespace):
     report = run_doctor(connect(None, str(controlplane.kubeconfig)), namespace)
-    by_topic = {(c.topic, c.status) for c in report.checks}
+    by_topic = {(c.name, c.status) for c in report.checks}
     assert report.ok and report.cloud == "gke"
     assert ("server", OK) in by_topic and ("rbac", OK) in by_topic and ("queue", OK) in by_topic
     messages = [c.message for c in report.checks]
@@ -152,14 +153,14 @@ def test_report_flags_a_gpu_node_without_gpus_and_an_unready_device_plugin(contr
 def test_report_for_a_user_without_rights(controlplane, namespace):
     kubeconfig = controlplane.write_kubeconfig("nobody-in-particular")
     report = run_doctor(connect(None, str(kubeconfig)), namespace)
-    rbac = [c for c in report.checks if c.topic == "rbac"]
+    rbac = [c for c in report.checks if c.name == "rbac"]
     assert rbac[0].status == FAIL
     assert rbac[0].message.startswith(f"in namespace {namespace} you cannot: get pytorchjobs.kubeflow.org, "
                                       "list pytorchjobs.kubeflow.org")
     assert "get pods/log" in rbac[0].message and "create configmaps" in rbac[0].message
     assert rbac[1].message == ("optional permissions missing: create pods/exec (for kubetrain gpu); "
                                "list nodes (for doctor, cloud: auto)")
-    gpu = [c for c in report.checks if c.topic == "gpu"]
+    gpu = [c for c in report.checks if c.name == "gpu"]
     assert gpu[0].status == WARN and gpu[0].message.startswith("cannot list nodes (")
 
 
@@ -177,7 +178,7 @@ def test_training_checks_without_the_cluster():
     assert checks[1].message.endswith("not ready: Deployment kubeflow-system/kubeflow-trainer-controller-manager "
                                       "0/1 ready")
     assert checks[2].message == "TrainJob is installed but JobSet (jobset.x-k8s.io) is not"
-    assert training_checks([PYTORCHJOB], False, lambda _t: Forbidden("no"))[0].status == WARN
+    assert training_checks([PYTORCHJOB], False, lambda _t: Unreadable("no"))[0].status == WARN
 
 
 def _warning(message: str, stamp: str, name: str = "job-1") -> dict[str, Any]:
@@ -204,7 +205,7 @@ def test_report_shows_recent_webhook_failures(controlplane, namespace):
         "message": message, "lastTimestamp": now, "firstTimestamp": now, "count": 1,
         "involvedObject": {"kind": "PyTorchJob", "name": "broken", "namespace": namespace}})
     report = run_doctor(connect(None, str(controlplane.kubeconfig)), namespace)
-    assert [(c.status, c.message) for c in report.checks if c.topic == "webhooks"] == [
+    assert [(c.status, c.message) for c in report.checks if c.name == "webhooks"] == [
         (WARN, f"1 webhook failure(s) in the last hour, latest on PyTorchJob/broken: FailedCreate: {message}")]
 
 
@@ -212,5 +213,5 @@ def test_cpu_check_needs_a_ready_node_and_no_gpu() -> None:
     from kubetrain.cluster.doctor import cpu_check
 
     ready = {"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-    assert [(c.status, c.topic) for c in cpu_check([ready])] == [(OK, "cpu")]
+    assert [(c.status, c.name) for c in cpu_check([ready])] == [(OK, "cpu")]
     assert cpu_check([{"metadata": {"name": "n"}, "status": {}}])[0].status == FAIL

@@ -69,31 +69,31 @@ def _progress(tracker: ProgressTracker) -> dict[str, Any] | None:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def read_tail(api: Rest, target: targets.Target, namespace: str, name: str, tail: int) -> list[str]:
+def read_tail(rest: Rest, target: targets.Target, namespace: str, name: str, tail: int) -> list[str]:
     """The last `tail` lines of the first replica's log (master-0 / node-0-0); [] before it started."""
-    replicas = [r for r in pods.job_replicas(api, target, namespace, name) if r.started]
+    replicas = [r for r in pods.job_replicas(rest, target, namespace, name) if r.started]
     if not replicas:
         return []
     first = replicas[0]
-    return kube.pod_log_tail(api, namespace, first.pod, first.container, tail, LIMIT_BYTES)
+    return kube.pod_log_tail(rest, namespace, first.pod, first.container, tail, LIMIT_BYTES)
 
 
-def poll_once(api: Rest, jobs: Informer, tail: int, fanout: Fanout[bool]) -> int:
+def poll_once(rest: Rest, jobs: Informer, tail: int, fanout: Fanout[bool]) -> int:
     """Update status.progress of every Running TrainingJob, concurrently; returns how many were read."""
     calls = []
     for obj in jobs.items():
         status = status_of(obj)
         if status.get("phase") in ("Running", "Restarting") and status.get("target") in targets.TARGETS:
             meta = obj["metadata"]
-            calls.append(((meta["namespace"], meta["name"]), functools.partial(poll_job, api, obj, tail)))
+            calls.append(((meta["namespace"], meta["name"]), functools.partial(poll_job, rest, obj, tail)))
     return sum(fanout.run(calls))
 
 
-def poll_job(api: Rest, obj: dict[str, Any], tail: int) -> bool:
+def poll_job(rest: Rest, obj: dict[str, Any], tail: int) -> bool:
     """One job's read (True) and, when its progress changed, its status patch. Raises on a failure (a pod
     gone since the list, the job deleted since the snapshot): the caller counts it."""
     status, meta = status_of(obj), obj["metadata"]
-    lines = read_tail(api, targets.TARGETS[status["target"]], meta["namespace"], meta["name"], tail)
+    lines = read_tail(rest, targets.TARGETS[status["target"]], meta["namespace"], meta["name"], tail)
     tracker = _fed(lines)
     progress = _progress(tracker)
     old = {k: v for k, v in (status.get("progress") or {}).items() if k != "updateTime"}
@@ -105,5 +105,5 @@ def poll_job(api: Rest, obj: dict[str, Any], tail: int) -> bool:
     if tracking is not None and tracking != status.get("tracking"):  # kept: the record leaves the tail
         patch["tracking"] = tracking
     if patch:
-        kube.patch_status(api, meta["namespace"], meta["name"], patch)
+        kube.patch_status(rest, meta["namespace"], meta["name"], patch)
     return True

@@ -9,7 +9,9 @@ import kubernetes
 import yaml
 
 from kubetrain.cli.common import render_loaded
+from kubetrain.jobs.targets import PYTORCHJOB
 from kubetrain.jobspec.load import load_spec
+from kubetrain.kube import watch
 from kubetrain.kube.connection import Connection
 from tests.testenv.polling import wait_for
 
@@ -44,3 +46,17 @@ def watch_until(fn: Any, timeout: float = 30) -> Any:
 def typed(conn: Connection) -> kubernetes.client.ApiClient:
     """The kubernetes package's client over the same kubeconfig, for the tests' own reads (kubetrain has none)."""
     return kubernetes.config.new_client_from_config(config_file=conn.rest.endpoint.kubeconfig, context=conn.context)
+
+
+def pods_by_phase(conn: Connection, namespace: str, job: str, count: int, phase: str = "Running",
+                  owner: str | None = None) -> list[dict[str, Any]]:
+    """Watch the job's pods until `count` of them are in `phase` (with `owner`: of the job with that uid)."""
+    def check(cache: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]] | None:
+        matching = [p for p in cache.values() if (p.get("status") or {}).get("phase") == phase
+                    and (owner is None or any(r.get("uid") == owner for r in p["metadata"].get("ownerReferences")
+                                              or []))]
+        return matching if len(matching) >= count else None
+
+    return watch.wait_for(kubernetes.client.CoreV1Api(typed(conn)).list_namespaced_pod, check, timeout=60,
+                          what=f"{count} {phase} pods of {job}", namespace=namespace,
+                          label_selector=PYTORCHJOB.pod_selector(job))

@@ -1,0 +1,1 @@
+"""kubetrain.cluster: preflight, doctor and fit, pure and against the real control plane."""
