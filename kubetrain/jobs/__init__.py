@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         get,
         gpus_of,
         list_jobs,
+        list_objects,
         not_installed,
         path_of_job,
         pod_specs,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = ["TERMINAL", "JobSummary", "check_namespace", "conditions", "delete", "find", "find_job", "get", "gpus_of",
-           "list_jobs", "not_installed", "path_of_job", "pod_specs", "shape", "state", "summary", "wait_finished",
+           "list_jobs", "list_objects", "not_installed", "path_of_job", "pod_specs", "shape", "state", "summary", "wait_finished",
            "wait_gone"]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.controller import kube, progress
+from kubetrain.controller import kube, statusprogress
 from kubetrain.controller.statusmodel import TrainingJobStatus
 from kubetrain.jobs.status import run_links, tracked_runs, tracks
 from kubetrain.metrics import format_metrics
@@ -24,9 +24,9 @@ def job(status: dict[str, Any]) -> dict[str, Any]:
 def polled(monkeypatch: pytest.MonkeyPatch, obj: dict[str, Any], lines: list[str]) -> list[dict[str, Any]]:
     """The status patches one poll of the job sends, given the tail of rank 0's log."""
     patches: list[dict[str, Any]] = []
-    monkeypatch.setattr(progress, "read_tail", lambda *_args: lines)
+    monkeypatch.setattr(statusprogress, "read_tail", lambda *_args: lines)
     monkeypatch.setattr(kube, "patch_status", lambda _api, _ns, _name, patch: patches.append(patch))
-    progress.poll_job(object(), obj, 200)  # type: ignore[arg-type]
+    statusprogress.poll_job(object(), obj, 200)  # type: ignore[arg-type]
     return patches
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.jobs import crud as jobs
+from kubetrain import jobs
 from kubetrain.jobs import devices
 from kubetrain.jobs.targets import PYTORCHJOB
 from kubetrain.kube.connection import connect
