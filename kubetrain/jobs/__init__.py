@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     )
 
 __all__ = ["TERMINAL", "JobSummary", "check_namespace", "conditions", "delete", "find", "find_job", "get", "gpus_of",
-           "list_jobs", "list_objects", "not_installed", "path_of_job", "pod_specs", "shape", "state", "summary", "wait_finished",
-           "wait_gone"]
+           "list_jobs", "list_objects", "not_installed", "path_of_job", "pod_specs", "shape", "state", "summary",
+           "wait_finished", "wait_gone"]
 
 
 def __getattr__(name: str) -> Any:
