@@ -12,12 +12,12 @@ from kubetrain.errors import ClusterError
 from kubetrain.jobs import devices
 from kubetrain.jobs.crud import pod_specs
 from kubetrain.jobs.targets import Target, served
-from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.kube.access import can_i
 from kubetrain.kube.errors import CRD_HINT, ApiError, api_message, is_not_found, translate
 from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.kube.rest import Rest, path_of
 from kubetrain.queues.workloads import queue_of
+from kubetrain.rules.quantity import parse_quantity
 from kubetrain.yamlsrc import join_path
 
 OK, FAIL, WARN = "ok", "fail", "warn"
@@ -278,7 +278,7 @@ def pvc_binding(api: Rest, claim: dict[str, Any]) -> CheckResult | None:
 
 
 def _matching_volume(api: Rest, claim: dict[str, Any], wanted: str) -> bool:
-    from kubetrain.jobspec.quantity import parse_quantity
+    from kubetrain.rules.quantity import parse_quantity
 
     size = parse_quantity(((claim.get("resources") or {}).get("requests") or {}).get("storage") or "0")
     modes = set(claim.get("accessModes") or [])

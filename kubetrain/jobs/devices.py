@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.kube import errors
 from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.kube.rest import Rest
+from kubetrain.rules.quantity import parse_quantity
 
 API = "/apis/resource.k8s.io/v1"
 ANY_NODE = ""  # a device not bound to one node (allNodes, or a node selector)

@@ -6,9 +6,9 @@ from collections import Counter
 
 from kubetrain.jobspec.gputypes import gpu_type_error
 from kubetrain.jobspec.model import TrainingJob
-from kubetrain.jobspec.names import TORCHRUN_RESERVED_ENV
 from kubetrain.jobspec.network import GPUDIRECT_VOLUMES
-from kubetrain.jobspec.worldsize import procs_gpus_problem
+from kubetrain.rules.names import TORCHRUN_RESERVED_ENV
+from kubetrain.rules.worldsize import procs_gpus_problem
 
 RESERVED_VOLUMES = {"dshm", "code", "tmp"}
 TORCH_RUNTIME = "torch-distributed"

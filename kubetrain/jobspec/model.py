@@ -5,7 +5,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
-from kubetrain.jobspec import names
 from kubetrain.jobspec.network import Network
 from kubetrain.jobspec.sections import (
     Build,
@@ -31,6 +30,7 @@ from kubetrain.jobspec.sections import (
     Volume,
     _check,
 )
+from kubetrain.rules import names
 
 Target = Literal["pytorchjob", "trainjob", "auto"]
 

@@ -9,9 +9,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from kubetrain.jobspec import names
-from kubetrain.jobspec.quantity import is_quantity, parse_quantity
 from kubetrain.objectstore import OBJECT_STORE_BACKENDS
+from kubetrain.rules import names
+from kubetrain.rules.quantity import is_quantity, parse_quantity
 
 INT32_MAX = 2**31 - 1  # Kubernetes' int32 fields (and the uid range IsValidUserID allows)
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.kube.errors import ApiError
 from kubetrain.kube.objects import GPU_RESOURCE as GPU
 from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.queues.workloads import kueue_get
+from kubetrain.rules.quantity import parse_quantity
 
 if TYPE_CHECKING:
     from kubetrain.kube.rest import Rest

@@ -16,7 +16,6 @@ import yaml
 
 from kubetrain.cachedir import cache_dir
 from kubetrain.errors import Problem, RejectedRender, RenderError, SpecError
-from kubetrain.jobspec import names
 from kubetrain.jobspec.checks import world_size_findings
 from kubetrain.jobspec.model import TrainingJob
 from kubetrain.render import dra
@@ -24,6 +23,7 @@ from kubetrain.render.code import configmap_payload
 from kubetrain.render.context import RenderOptions, code_configmap_name, labels, template_context
 from kubetrain.render.launch import launcher_problem, launcher_warnings
 from kubetrain.render.yamlout import flow, quote
+from kubetrain.rules import names
 from kubetrain.validate.k8s import k8s_findings
 from kubetrain.yamlsrc import MAX_OBJECT_BYTES, object_size_problem
 

@@ -11,7 +11,6 @@ from typing import Any
 from kubetrain.jobspec.hangenv import HANG_ENV, POD_PROGRESS_DIR, process_group_timeout, progress_env
 from kubetrain.jobspec.model import JobSpec, TrainingJob
 from kubetrain.jobspec.network import FABRICS
-from kubetrain.jobspec.quantity import format_bytes, parse_quantity
 from kubetrain.kube.objects import GPU_RESOURCE, JOB_LABEL, QUEUE_LABEL
 from kubetrain.render import dra
 from kubetrain.render.code import CodeBundle, configmap_payload
@@ -19,6 +18,7 @@ from kubetrain.render.gpudirect import gpudirect_annotations, gpudirect_env, gpu
 from kubetrain.render.launch import container_command, torchrun_args
 from kubetrain.render.placement import placement_for
 from kubetrain.render.tracking import RunIdentity, tracking_env, tracking_secret_env
+from kubetrain.rules.quantity import format_bytes, parse_quantity
 
 MASTER_PORT = 23456  # the operator's default, named pytorchjob-port
 MANAGED_BY = "kubetrain"

@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kubetrain.errors import SpecError
-from kubetrain.jobspec import names
 from kubetrain.kube.objects import meta_of
+from kubetrain.rules import names
 from kubetrain.validate.cel import cel_findings
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import dra, k8s_findings

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-from kubetrain.jobspec import names
-from kubetrain.jobspec.quantity import parse_quantity
+from kubetrain.rules import names
+from kubetrain.rules.quantity import parse_quantity
 from kubetrain.validate.findings import Finding, get
 from kubetrain.validate.runtimes import UNKNOWN, runtime_of
 from kubetrain.yamlsrc import PathKey

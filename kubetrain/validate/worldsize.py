@@ -1,5 +1,5 @@
 """World size against GPUs in manifests: every replica's nvidia.com/gpu limit against the process count that
-torchrun will start there (kubetrain.jobspec.worldsize has the rule itself).
+torchrun will start there (kubetrain.rules.worldsize has the rule itself).
 
 - PyTorchJob: `spec.nprocPerNode` (or `elasticPolicy.nProcPerNode`); unset, training-operator v1 defaults it
   to `auto` (pytorch_defaults.go). The GPUs are the `pytorch` container's limit in each replica.
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kubetrain.jobspec.quantity import parse_quantity
-from kubetrain.jobspec.worldsize import process_count, procs_gpus_problem
+from kubetrain.rules.quantity import parse_quantity
+from kubetrain.rules.worldsize import process_count, procs_gpus_problem
 from kubetrain.validate.findings import Finding, get
 from kubetrain.yamlsrc import PathKey
 

@@ -9,7 +9,7 @@ import binascii
 from collections.abc import Callable
 from typing import Any
 
-from kubetrain.jobspec.quantity import parse_quantity
+from kubetrain.rules.quantity import parse_quantity
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import dra, names, scheduling
 from kubetrain.validate.k8s.base import Findings, check, enum, items, mapping, named, range_check

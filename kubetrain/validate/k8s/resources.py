@@ -9,7 +9,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-from kubetrain.jobspec.quantity import is_quantity, parse_quantity
+from kubetrain.rules.quantity import is_quantity, parse_quantity
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import names
 from kubetrain.validate.k8s.base import Findings, mapping

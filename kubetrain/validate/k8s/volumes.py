@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.jobspec.quantity import parse_quantity
+from kubetrain.rules.quantity import parse_quantity
 from kubetrain.validate.findings import Finding
 from kubetrain.validate.k8s import names
 from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named
