@@ -97,7 +97,7 @@ def _adder(results: list[CheckResult], skip: Collection[str]) -> Callable[[str, 
 def check_pod_templates(api: Rest, job: dict[str, Any], namespace: str) -> CheckResult:
     """Each pod template, dry-run created as a Pod: what the operator will create, judged by the server."""
     from kubetrain.jobs.podcheck import pod_template_problems
-    from kubetrain.validate.k8s.templates import pod_templates
+    from kubetrain.rules.k8s.templates import pod_templates
 
     if not any(t.stage and not t.partial for t in pod_templates(job)):
         return CheckResult("pod-templates", OK, "none to dry-run (a TrainJob's runtime patches are merged into the "

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.jobs.podcheck import as_pod
+from kubetrain.rules.findings import Finding, get
+from kubetrain.rules.k8s.templates import pod_templates
 from kubetrain.validate import operators
-from kubetrain.validate.findings import Finding, get
-from kubetrain.validate.k8s.templates import pod_templates
 from kubetrain.validate.semantic import pytorchjob_operator_errors
 from kubetrain.yamlsrc import PathKey
 

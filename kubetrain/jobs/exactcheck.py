@@ -21,8 +21,8 @@ from typing import Any
 from kubetrain.jobs.derived import Derived, derived_objects, operator_rule_findings
 from kubetrain.kube.errors import ApiError, status_body
 from kubetrain.kube.rest import Rest
+from kubetrain.rules.findings import Finding
 from kubetrain.validate.engine import Issue, Report, documents, validate_document
-from kubetrain.validate.findings import Finding
 from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"

@@ -11,8 +11,8 @@ from typing import Any
 
 from kubetrain.errors import SpecError
 from kubetrain.kube.errors import api_message, is_api_error
+from kubetrain.rules.k8s.templates import pod_templates
 from kubetrain.validate.engine import Issue
-from kubetrain.validate.k8s.templates import pod_templates
 from kubetrain.yamlsrc import PathKey, join_path, line_for, parse_documents
 
 Post = Callable[[str, dict[str, Any]], Any]  # dry-run create (namespace, pod); raises the client's API error

@@ -31,6 +31,7 @@ from kubetrain.jobspec.sections import (
     _check,
 )
 from kubetrain.rules import names
+from kubetrain.rules.k8s.metadata import annotations_size
 
 Target = Literal["pytorchjob", "trainjob", "auto"]
 
@@ -68,8 +69,6 @@ class Metadata(Section):
     @field_validator("annotations")
     @classmethod
     def _annotations_size(cls, value: dict[str, str]) -> dict[str, str]:
-        from kubetrain.validate.k8s.metadata import annotations_size  # ValidateAnnotationsSize, ported
-
         for finding in annotations_size(value, ()):
             raise ValueError(finding.message)
         return value

@@ -11,6 +11,7 @@ from pydantic.alias_generators import to_camel
 
 from kubetrain.objectstore import OBJECT_STORE_BACKENDS
 from kubetrain.rules import names
+from kubetrain.rules.k8s.scheduling import tolerations
 from kubetrain.rules.quantity import is_quantity, parse_quantity
 
 INT32_MAX = 2**31 - 1  # Kubernetes' int32 fields (and the uid range IsValidUserID allows)
@@ -181,8 +182,6 @@ class Toleration(Section):
 
     @model_validator(mode="after")
     def _as_kubernetes_checks_it(self) -> "Toleration":
-        from kubetrain.validate.k8s.scheduling import tolerations  # Kubernetes' ValidateTolerations, ported
-
         problems = [f"{f.path[-1]}: {f.message}" for f in tolerations([self.model_dump(exclude_none=True)], ())]
         if problems:
             raise ValueError("; ".join(problems))

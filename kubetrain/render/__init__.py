@@ -24,7 +24,7 @@ from kubetrain.render.context import RenderOptions, code_configmap_name, labels,
 from kubetrain.render.launch import launcher_problem, launcher_warnings
 from kubetrain.render.yamlout import flow, quote
 from kubetrain.rules import names
-from kubetrain.validate.k8s import k8s_findings
+from kubetrain.rules.k8s import k8s_findings
 from kubetrain.yamlsrc import MAX_OBJECT_BYTES, object_size_problem
 
 __all__ = ["RenderOptions", "manifests_dir", "render_job", "render_warnings", "resolve_target"]
@@ -104,7 +104,7 @@ def render_job(job: TrainingJob, options: RenderOptions | None = None, target: s
 
 
 def _refuse_what_kubernetes_rejects(obj: dict[str, Any]) -> None:
-    """The last line of defence: Kubernetes' own object and pod rules (kubetrain/validate/k8s) on what was
+    """The last line of defence: Kubernetes' own object and pod rules (kubetrain/rules/k8s) on what was
     rendered. The spec's checks should have caught everything with its field and line; what they missed is
     raised with the refused values, which render_loaded traces back to the spec's field and line
     (kubetrain/render/origin.py). Never prints an object the cluster would refuse."""

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-from kubetrain.validate.findings import Finding
+from kubetrain.rules.findings import Finding
 from kubetrain.yamlsrc import PathKey
 
 RULES = "x-kubernetes-validations"

@@ -10,10 +10,10 @@ from typing import Any
 from kubetrain.errors import SpecError
 from kubetrain.kube.objects import meta_of
 from kubetrain.rules import names
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import dra, k8s_findings
+from kubetrain.rules.k8s.objects import BY_KIND
 from kubetrain.validate.cel import cel_findings
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import dra, k8s_findings
-from kubetrain.validate.k8s.objects import BY_KIND
 from kubetrain.validate.openapi import drop_null_fields, prune_nulls
 from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
 from kubetrain.validate.semantic import misplaced_run_policies, semantic_findings

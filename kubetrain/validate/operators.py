@@ -15,9 +15,9 @@ from decimal import Decimal
 from typing import Any
 
 from kubetrain.rules import names
+from kubetrain.rules.findings import Finding, get
 from kubetrain.rules.quantity import parse_quantity
-from kubetrain.validate.findings import Finding, get
-from kubetrain.validate.runtimes import UNKNOWN, runtime_of
+from kubetrain.rules.runtimes import UNKNOWN, runtime_of
 from kubetrain.yamlsrc import PathKey
 
 OPERATOR_PODS = "the operator's pod creation would fail"

@@ -19,8 +19,8 @@ import yaml
 
 from kubetrain.cachedir import cache_dir
 from kubetrain.errors import SchemaError
+from kubetrain.rules.k8s.versions import DEFAULT, Rules, rules_for
 from kubetrain.validate.fastcheck import Check, compile_check
-from kubetrain.validate.k8s.versions import DEFAULT, Rules, rules_for
 from kubetrain.validate.openapi import structural_json_schema
 
 DEFAULT_KUBERNETES_VERSION = DEFAULT

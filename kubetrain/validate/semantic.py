@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from kubetrain.kube.objects import GPU_RESOURCE as GPU
+from kubetrain.rules.findings import Finding, get
 from kubetrain.validate import operators
-from kubetrain.validate.findings import Finding, get
 from kubetrain.validate.worldsize import world_size_findings
 from kubetrain.yamlsrc import PathKey
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kubetrain.rules.findings import Finding, get
 from kubetrain.rules.quantity import parse_quantity
 from kubetrain.rules.worldsize import process_count, procs_gpus_problem
-from kubetrain.validate.findings import Finding, get
 from kubetrain.yamlsrc import PathKey
 
 GPU = "nvidia.com/gpu"

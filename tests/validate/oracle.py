@@ -27,9 +27,9 @@ import yaml
 
 from kubetrain.jobs.podcheck import as_pod
 from kubetrain.kube.errors import api_message, is_api_error
+from kubetrain.rules.k8s.templates import pod_templates
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_document
-from kubetrain.validate.k8s.templates import pod_templates
 from kubetrain.yamlsrc import ParsedDoc
 from tests.harness.helpers import rest_for
 from tests.validate.corpus import MANIFESTS

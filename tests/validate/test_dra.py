@@ -1,4 +1,4 @@
-"""Dynamic Resource Allocation objects offline (kubetrain/validate/k8s/dra.py), each case's verdict checked
+"""Dynamic Resource Allocation objects offline (kubetrain/rules/k8s/dra.py), each case's verdict checked
 against the suite's real kube-apiserver 1.36 too (dryRun=All), and which resource.k8s.io versions each
 Kubernetes version serves."""
 

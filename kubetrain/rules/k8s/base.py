@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, TypeGuard
 
-from kubetrain.validate.findings import Finding
+from kubetrain.rules.findings import Finding
 from kubetrain.yamlsrc import PathKey
 
 Findings = Iterator[Finding]

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import names
-from kubetrain.validate.k8s.base import Findings, check, enum, is_int, items, mapping, named, range_check
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import names
+from kubetrain.rules.k8s.base import Findings, check, enum, is_int, items, mapping, named, range_check
 from kubetrain.yamlsrc import PathKey
 
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")

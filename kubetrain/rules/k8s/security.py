@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s.base import Findings, enum, is_int, items, mapping
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s.base import Findings, enum, is_int, items, mapping
 from kubetrain.yamlsrc import PathKey
 
 ID_MAX = 2**31 - 1
