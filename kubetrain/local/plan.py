@@ -1,7 +1,7 @@
 """What `kubetrain run` starts: one torchrun agent per node, c10d rendezvous on localhost.
 
 Each agent runs exactly the program the manifests run: the command is parsed once
-(`kubetrain.render.command.parse_command`) for both. A torchrun command's own flags pass through, as in the
+(`kubetrain.rules.command.parse_command`) for both. A torchrun command's own flags pass through, as in the
 pod, except those that place the agent (rendezvous, node rank, node count, logging), which kubetrain sets
 for its local rendezvous as the operator does per pod; its --nproc-per-node sets the process count, as it
 does in the pod. The agents get the container's environment (`kubetrain.render.context.env`), paths
@@ -24,10 +24,10 @@ from kubetrain.errors import UsageError
 from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.jobspec.model import JobSpec
 from kubetrain.local.paths import PathMap, build_path_map
-from kubetrain.render.command import LaunchCommand, parse_command
 from kubetrain.render.context import RenderOptions, run_identity
 from kubetrain.render.context import env as container_env
 from kubetrain.render.tracking import RUN_KEY_ENV
+from kubetrain.rules.command import LaunchCommand, parse_command
 
 RUN_ID_ENV = "KUBETRAIN_RUN_ID"
 LOCAL_CLUSTER = "local"  # the cluster tag of a tracked run started by `kubetrain run`

@@ -15,7 +15,7 @@ from __future__ import annotations
 import posixpath
 
 from kubetrain.jobspec.model import JobSpec
-from kubetrain.render.command import PYTHONS, launcher, parse_command
+from kubetrain.rules.command import PYTHONS, launcher, parse_command
 
 _REFUSED = {
     "accelerate": "`accelerate launch` starts its own launcher, but kubetrain already runs torchrun on every pod; "
@@ -81,7 +81,7 @@ def torchrun_args(spec: JobSpec, workdir: str | None = None) -> list[str]:
 
     A torchrun command passes its own flags through; `python -m mod` becomes `-m mod`, `python script.py`
     becomes `script.py` (absolute under `workdir`, since a TrainJob cannot set the working directory),
-    anything else runs with `--no-python` (kubetrain.render.command).
+    anything else runs with `--no-python` (kubetrain.rules.command).
     """
     return parse_command(spec.command, spec.args).torchrun_args(workdir)
 
