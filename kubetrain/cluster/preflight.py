@@ -9,6 +9,7 @@ from typing import Any
 
 from kubetrain.cluster import fit as fitting
 from kubetrain.errors import ClusterError
+from kubetrain.fieldpath import join_path
 from kubetrain.jobs import devices
 from kubetrain.jobs.crud import pod_specs
 from kubetrain.jobs.targets import Target, served
@@ -18,7 +19,6 @@ from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.kube.rest import Rest, path_of
 from kubetrain.queues.workloads import queue_of
 from kubetrain.rules.quantity import parse_quantity
-from kubetrain.yamlsrc import join_path
 
 OK, FAIL, WARN = "ok", "fail", "warn"
 MARKS = {OK: "✓", FAIL: "✗", WARN: "!"}

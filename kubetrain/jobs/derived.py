@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kubetrain.fieldpath import PathKey
 from kubetrain.jobs.podcheck import as_pod
 from kubetrain.rules.findings import Finding, get
 from kubetrain.rules.k8s.templates import pod_templates
 from kubetrain.validate import operators
 from kubetrain.validate.semantic import pytorchjob_operator_errors
-from kubetrain.yamlsrc import PathKey
 
 OPERATOR_WEBHOOK = "the training-operator's webhook (kubetrain's port of its rules) refuses it"
 

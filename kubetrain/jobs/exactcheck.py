@@ -18,12 +18,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubetrain.fieldpath import PathKey, join_path
 from kubetrain.jobs.derived import Derived, derived_objects, operator_rule_findings
 from kubetrain.kube.errors import ApiError, status_body
 from kubetrain.kube.rest import Rest
 from kubetrain.rules.findings import Finding
 from kubetrain.validate.engine import Issue, Report, documents, validate_document
-from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for
+from kubetrain.yamlsrc import ParsedDoc, line_for
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 NOT_AN_OBJECT = "not a Kubernetes object: apiVersion and kind are required"

@@ -10,10 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 from kubetrain.errors import SpecError
+from kubetrain.fieldpath import PathKey, join_path
 from kubetrain.kube.errors import api_message, is_api_error
 from kubetrain.rules.k8s.templates import pod_templates
 from kubetrain.validate.engine import Issue
-from kubetrain.yamlsrc import PathKey, join_path, line_for, parse_documents
+from kubetrain.yamlsrc import line_for, parse_documents
 
 Post = Callable[[str, dict[str, Any]], Any]  # dry-run create (namespace, pod); raises the client's API error
 REJECTED = (400, 403, 422)

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
+from kubetrain.fieldpath import PathKey
 from kubetrain.rules.findings import Finding
-from kubetrain.yamlsrc import PathKey
 
 RULES = "x-kubernetes-validations"
 MAX_MESSAGE_BYTES = 5 * 1024  # celconfig.MaxEvaluatedMessageExpressionSizeBytes

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kubetrain.errors import SpecError
+from kubetrain.fieldpath import PathKey, join_path
 from kubetrain.kube.objects import meta_of
 from kubetrain.rules import names
 from kubetrain.rules.findings import Finding
@@ -19,9 +20,7 @@ from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
 from kubetrain.validate.semantic import misplaced_run_policies, semantic_findings
 from kubetrain.yamlsrc import (
     ParsedDoc,
-    PathKey,
     compact_json,
-    join_path,
     line_for,
     object_size_problem,
     parse_documents,

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kubetrain.fieldpath import PathKey
 from kubetrain.rules.command import torchrun_in
 from kubetrain.rules.findings import Finding, get
 from kubetrain.rules.quantity import parse_quantity
 from kubetrain.rules.worldsize import process_count, procs_gpus_problem
-from kubetrain.yamlsrc import PathKey
 
 GPU = "nvidia.com/gpu"
 RUNTIME_KINDS = {"ClusterTrainingRuntime", "TrainingRuntime"}

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
+from kubetrain.fieldpath import join_path
 from kubetrain.rules.k8s import k8s_findings
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_sources
-from kubetrain.yamlsrc import join_path
 from tests.validate import oracle
 
 Obj = dict[str, Any]

@@ -15,11 +15,11 @@ import yaml
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
+from kubetrain.fieldpath import join_path
 from kubetrain.rules.k8s import k8s_findings
 from kubetrain.rules.k8s.versions import DEFAULT, rules_for
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_objects
-from kubetrain.yamlsrc import join_path
 from tests.validate import oracle
 
 Obj = dict[str, Any]

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
+from kubetrain.fieldpath import join_path
 from kubetrain.rules.k8s import k8s_findings
 from kubetrain.rules.runtimes import RUNTIMES
 from kubetrain.validate.operators import trainjob_webhook
-from kubetrain.yamlsrc import join_path
 from tests.testenv.reference import trainer_dir
 from tests.validate import oracle
 

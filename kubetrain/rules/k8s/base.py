@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, TypeGuard
 
+from kubetrain.fieldpath import PathKey
 from kubetrain.rules.findings import Finding
-from kubetrain.yamlsrc import PathKey
 
 Findings = Iterator[Finding]
 

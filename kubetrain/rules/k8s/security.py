@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from kubetrain.fieldpath import PathKey
 from kubetrain.rules.findings import Finding
 from kubetrain.rules.k8s.base import Findings, enum, is_int, items, mapping
-from kubetrain.yamlsrc import PathKey
 
 ID_MAX = 2**31 - 1
 PROFILE_TYPES = ("RuntimeDefault", "Unconfined", "Localhost")
