@@ -21,14 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from kubetrain.jobspec.hangenv import (
-    FR_DUMP_FILE_ENV,
-    FR_DUMP_PREFIX,
-    FR_REQUEST,
-    NODE_ENV,
-    PROGRESS_DIR_ENV,
-    progress_env,
-)
 from kubetrain.local.endings import RankFailure
 from kubetrain.local.plan import NodeCommand, RunPlan, free_port
 from kubetrain.local.supervisor import Supervisor, processes_of_run
@@ -40,6 +32,14 @@ from kubetrain.observe.stacks import (
     process_state,
     render,
     verdict,
+)
+from kubetrain.podenv import (
+    FR_DUMP_FILE_ENV,
+    FR_DUMP_PREFIX,
+    FR_REQUEST,
+    NODE_ENV,
+    PROGRESS_DIR_ENV,
+    progress_env,
 )
 
 STACK_SIGNAL = signal.SIGUSR2  # kubetrain.runtime.progress registers faulthandler on it

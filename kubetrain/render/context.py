@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kubetrain.jobspec.hangenv import HANG_ENV, POD_PROGRESS_DIR, process_group_timeout, progress_env
 from kubetrain.jobspec.model import JobSpec, TrainingJob
 from kubetrain.jobspec.network import FABRICS
 from kubetrain.kube.objects import GPU_RESOURCE, JOB_LABEL, QUEUE_LABEL
+from kubetrain.podenv import HANG_ENV, POD_PROGRESS_DIR, process_group_timeout, progress_env
 from kubetrain.render import dra
 from kubetrain.render.code import CodeBundle, configmap_payload
 from kubetrain.render.gpudirect import gpudirect_annotations, gpudirect_env, gpudirect_sidecar, gpudirect_volumes
