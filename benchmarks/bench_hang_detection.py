@@ -54,7 +54,7 @@ def hung_false(custom: Any, namespace: str, count: int) -> bool:
 def last_step(paused_at: float) -> float:
     """The ranks' last step time (wall clock), from their own records once both were written after the pause."""
     from kubetrain import podenv
-    from kubetrain.observe.hang import record_path
+    from kubetrain.podenv import record_path
 
     def records() -> list[dict[str, Any]]:
         return [json.loads(record_path(podenv.POD_PROGRESS_DIR, rank).read_text()) for rank in (0, 1)]

@@ -1,15 +1,32 @@
-"""What spec.hang means for a training process: the progress directory, torch's flight recorder and the
-process-group timeout. Shared by render (the pods' env), `kubetrain run` and the runtime that writes the
-records (kubetrain.runtime.progress), and by their readers (kubetrain.observe.hang), none of which may import
-each other.
+"""The names that the pod, `kubetrain run` and their readers agree on, each defined once: environment
+variables, the progress directory's files and the launcher's failure line, and what spec.hang means for a
+training process (the flight recorder, the process-group timeout). The floor below the other modules (it
+imports none of them): render (the pods' env), `kubetrain run`, the pod's launcher, the runtime and the
+readers (kubetrain.observe, the controller's hang watch) all import it, and none of them may import each
+other. kubetrain.observe.probe repeats a few of these names: it runs from its source in images without
+kubetrain.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+CONFIG_ENV = "KUBETRAIN_CONFIG"  # JSON: spec.train, .checkpoint, .divergence for `python -m kubetrain.runtime`
+PATH_MAP_ENV = "KUBETRAIN_PATH_MAP"  # JSON: the spec's pod paths to this machine's (`kubetrain run` only)
+RUN_ID_ENV = "KUBETRAIN_RUN_ID"  # one `kubetrain run` in each of its processes' env (to find them again)
+JOB_NAME_ENV = "KUBETRAIN_JOB_NAME"
+TRACKING_ENV = "KUBETRAIN_TRACKING"  # JSON: the section, the run's name, tags and the spec (kubetrain.runtime)
+RUN_KEY_ENV = "KUBETRAIN_TRACKING_KEY"  # the job's run key (tag kubetrain.run-key; the W&B run ID)
+TENSORBOARD_ENV = "TENSORBOARD_LOGDIR"
+WANDB_KEY_ENV = "WANDB_API_KEY"
+# torchrun, run in-process by a wrapper that exits 128+signal when stopped and with the root-cause worker's
+# code on failure (torchrun itself exits 1 for both)
+LAUNCHER = "kubetrain.runtime.launch"
+FAILED_RANK = f"{LAUNCHER}: rank "  # starts the launcher's one line per failed rank (`kubetrain run` reads it)
+
 PROGRESS_DIR_ENV = "KUBETRAIN_PROGRESS_DIR"
-NODE_ENV = "KUBETRAIN_NODE"  # set per node by `kubetrain run` (1-based); pods use GROUP_RANK + 1
+NODE_ENV = "KUBETRAIN_NODE"  # set per agent by `kubetrain run` (1-based); pods use GROUP_RANK + 1
 FR_REQUEST = "flight-recorder.request"  # touched by the watch: every rank dumps its flight recorder
 HANG_ENV = "KUBETRAIN_HANG"  # spec.hang as JSON in rendered pods: the thresholds for readers in the cluster
 POD_PROGRESS_DIR = "/tmp/kubetrain-progress"  # in rendered pods: /tmp is writable (an emptyDir with a read-only root)
@@ -32,3 +49,15 @@ def process_group_timeout(hang: Any) -> int:
     declared (and every rank's stack taken) before torch's watchdog ends the collectives, and torch does
     not wait much longer than that (its default: 10 min for nccl, 30 min for gloo)."""
     return max(int(hang.timeoutSeconds), int(hang.phaseTimeoutSeconds)) + PG_TIMEOUT_MARGIN_SECONDS
+
+
+def record_path(directory: str | Path, rank: int) -> Path:
+    return Path(directory) / f"rank-{rank}.json"
+
+
+def stacks_path(directory: str | Path, rank: int) -> Path:
+    return Path(directory) / f"stacks-rank-{rank}.txt"
+
+
+def flight_record_path(directory: str | Path, rank: int) -> Path:
+    return Path(directory) / f"flight-recorder-rank-{rank}.json"

@@ -31,11 +31,13 @@ def test_a_wrong_import_breaks_its_contract(tmp_path: Path) -> None:
     planted = tmp_path / "kubetrain" / "render" / "planted.py"
     planted.write_text("def f():\n    from kubernetes import client\n    from kubetrain.cli import main\n")
     (tmp_path / "kubetrain" / "rules" / "planted.py").write_text("from kubetrain.jobspec.model import JobSpec\n")
+    (tmp_path / "kubetrain" / "runtime" / "planted.py").write_text("import jinja2\n")
     done = lint_imports(tmp_path)
     assert done.returncode == 1
     assert "kubetrain.render.planted -> kubernetes" in done.stdout
     assert "kubetrain.render.planted -> kubetrain.cli" in done.stdout
     assert "kubetrain.rules.planted -> kubetrain.jobspec.model" in done.stdout  # an arrow back up
+    assert "kubetrain.runtime.planted -> jinja2" in done.stdout  # not what a pod needs
 
 
 def test_the_layers_carry_no_known_debt() -> None:

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from kubetrain.local.endings import RankFailure
 from kubetrain.local.plan import NodeCommand, RunPlan, free_port
 from kubetrain.local.supervisor import Supervisor, processes_of_run
-from kubetrain.observe.hang import Assessment, RankView, Thresholds, assess, flight_record_path, stacks_path
+from kubetrain.observe.hang import Assessment, RankView, Thresholds, assess
 from kubetrain.observe.stacks import (
     UNRESPONSIVE,
     collect,
@@ -37,9 +37,10 @@ from kubetrain.podenv import (
     FR_DUMP_FILE_ENV,
     FR_DUMP_PREFIX,
     FR_REQUEST,
-    NODE_ENV,
     PROGRESS_DIR_ENV,
+    flight_record_path,
     progress_env,
+    stacks_path,
 )
 
 STACK_SIGNAL = signal.SIGUSR2  # kubetrain.runtime.progress registers faulthandler on it
@@ -62,7 +63,7 @@ def with_progress(plan: RunPlan, directory: Path) -> RunPlan:
     (values the user set in spec.env win)."""
     ours = progress_env(str(directory))
     here = {key: ours[key] for key in (PROGRESS_DIR_ENV, FR_DUMP_FILE_ENV)}  # not the pod's paths
-    nodes = [NodeCommand(node.index, node.argv, {**ours, **node.env, **here, NODE_ENV: str(node.index)})
+    nodes = [NodeCommand(node.index, node.argv, {**ours, **node.env, **here})
              for node in plan.nodes]
     return dataclasses.replace(plan, nodes=nodes)
 

@@ -24,26 +24,19 @@ from kubetrain.errors import UsageError
 from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.jobspec.model import JobSpec
 from kubetrain.local.paths import PathMap, build_path_map
+from kubetrain.podenv import LAUNCHER, NODE_ENV, PATH_MAP_ENV, RUN_ID_ENV, RUN_KEY_ENV
 from kubetrain.render.context import RenderOptions, run_identity
 from kubetrain.render.context import env as container_env
-from kubetrain.render.tracking import RUN_KEY_ENV
 from kubetrain.rules.command import LaunchCommand, parse_command
 
-RUN_ID_ENV = "KUBETRAIN_RUN_ID"
 LOCAL_CLUSTER = "local"  # the cluster tag of a tracked run started by `kubetrain run`
-PATH_MAP_ENV = "KUBETRAIN_PATH_MAP"
 RANK_PREFIX = "[rank-${rank}]:"
 # Variables of an enclosing launcher that must not leak into the agents (they set their own).
 LAUNCHER_ENV_PREFIXES = ("PET_", "TORCHELASTIC_")
 LAUNCHER_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
                 "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_WORLD_SIZE", "ROLE_NAME"}
 REDACTED = "<redacted>"
-# torchrun, run in-process by a wrapper that exits 128+signal when stopped and with the root-cause worker's
-# code on failure (torchrun itself exits 1 for both): kubetrain.runtime.launch
-LAUNCHER = "kubetrain.runtime.launch"
-FAILED_RANK = f"{LAUNCHER}: rank "  # starts the launcher's one line per failed rank
 STORE = "kubetrain.runtime.store"  # hosts the rendezvous store until every agent has exited
-NODE_ENV = "KUBETRAIN_LOCAL_NODE"  # the agent's node index (1-based), to tell agents apart
 # torchrun flags of a command that kubetrain sets itself for the local agents (the operator's PET_*
 # variables do it in a pod; the render warns about those a command pins).
 LOCAL_FLAGS = frozenset({"--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id",

@@ -11,7 +11,7 @@ from typing import Any
 from kubetrain.jobspec.model import JobSpec, TrainingJob
 from kubetrain.jobspec.network import FABRICS
 from kubetrain.kube.objects import GPU_RESOURCE, JOB_LABEL, QUEUE_LABEL
-from kubetrain.podenv import HANG_ENV, POD_PROGRESS_DIR, process_group_timeout, progress_env
+from kubetrain.podenv import CONFIG_ENV, HANG_ENV, JOB_NAME_ENV, POD_PROGRESS_DIR, process_group_timeout, progress_env
 from kubetrain.render import dra
 from kubetrain.render.code import CodeBundle, configmap_payload
 from kubetrain.render.gpudirect import gpudirect_annotations, gpudirect_env, gpudirect_sidecar, gpudirect_volumes
@@ -123,7 +123,7 @@ def env(job: TrainingJob, options: RenderOptions | None = None) -> list[dict[str
     options = options or RenderOptions()
     checkpoint_dir = options.checkpoint_dir
     spec = job.spec
-    values = {"PYTHONUNBUFFERED": "1", "KUBETRAIN_JOB_NAME": job.metadata.name}
+    values = {"PYTHONUNBUFFERED": "1", JOB_NAME_ENV: job.metadata.name}
     if spec.gpusPerNode:
         values.update(GPU_ENV)
     else:
@@ -143,7 +143,7 @@ def env(job: TrainingJob, options: RenderOptions | None = None) -> list[dict[str
     values[HANG_ENV] = spec.hang.model_dump_json(by_alias=True)  # read back by `kubetrain stacks` and status
     runtime_config = _runtime_config(spec, checkpoint_dir)
     if runtime_config:
-        values["KUBETRAIN_CONFIG"] = runtime_config
+        values[CONFIG_ENV] = runtime_config
     if spec.tracking:
         values.update(tracking_env(job, run_identity(job, options), tracking_tags(job, options)))
     values.update(spec.env)

@@ -13,9 +13,7 @@ from pydantic import ValidationError
 
 from kubetrain.errors import KubetrainError
 from kubetrain.jobspec.sections import Checkpoint, Divergence, Train
-
-CONFIG_ENV = "KUBETRAIN_CONFIG"
-PATH_MAP_ENV = "KUBETRAIN_PATH_MAP"
+from kubetrain.podenv import CONFIG_ENV, PATH_MAP_ENV
 
 
 class RuntimeConfigError(KubetrainError):

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from kubetrain.local.plan import FAILED_RANK
+from kubetrain.podenv import FAILED_RANK
 
 
 def worker_exit_code(exitcode: int) -> int:

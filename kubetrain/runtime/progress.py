@@ -28,8 +28,7 @@ from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
-from kubetrain.observe.hang import flight_record_path, record_path, stacks_path
-from kubetrain.podenv import FR_REQUEST, NODE_ENV, PROGRESS_DIR_ENV
+from kubetrain.podenv import FR_REQUEST, NODE_ENV, PROGRESS_DIR_ENV, flight_record_path, record_path, stacks_path
 
 STACK_SIGNAL = signal.SIGUSR2
 WRITE_SECONDS = 2.0

@@ -21,7 +21,7 @@ from kubetrain.jobs import stacks as job_stacks_module
 from kubetrain.jobs.gpu import ExecResult
 from kubetrain.jobs.pods import Replica
 from kubetrain.jobs.stacks import PodAnswer, ask_pod, combine, job_stacks, probe_command
-from kubetrain.observe import hang, probe
+from kubetrain.observe import probe
 from kubetrain.observe.stacks import process_state
 from tests.testenv.polling import wait_for
 
@@ -93,7 +93,7 @@ def test_status_reads_the_records_only_and_names_the_rank_that_cannot_run(
     assert report.hang_lines() == [f"job: not hung: step 1, phase start, threshold 1800 s; 1 rank(s) cannot run: "
                                    f"rank 1 (node 1, p on node-a) stopped (SIGSTOP?), pid {ranks[1].pid}, state T"]
     assert not (tmp_path / podenv.FR_REQUEST).exists()  # nothing was asked of the ranks
-    assert all(hang.stacks_path(tmp_path, n).read_text() == "" for n in (0, 1))
+    assert all(podenv.stacks_path(tmp_path, n).read_text() == "" for n in (0, 1))
 
 
 def test_a_pod_without_records_has_no_ranks_and_the_probe_touches_nothing(tmp_path: Path) -> None:
@@ -111,7 +111,8 @@ def test_a_probe_that_cannot_run_says_why() -> None:
 
 def test_the_probe_uses_the_same_file_names_as_the_runtime(tmp_path: Path) -> None:
     source = Path(probe.__file__).read_text()
-    for path in (hang.record_path(tmp_path, 7), hang.stacks_path(tmp_path, 7), hang.flight_record_path(tmp_path, 7)):
+    for named in (podenv.record_path, podenv.stacks_path, podenv.flight_record_path):
+        path = named(tmp_path, 7)
         assert path.name.replace("7", "") in source.replace("{record['rank']}", "").replace("{r['rank']}", "")
     assert f'"{podenv.FR_REQUEST}"' in source and f'"{podenv.POD_PROGRESS_DIR}"' in source
     assert f"{podenv.PROGRESS_DIR_ENV}=" in source and f'"{podenv.HANG_ENV}"' in source
