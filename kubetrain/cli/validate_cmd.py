@@ -144,15 +144,13 @@ def _server_pod_issues(sources: list[tuple[str, str]], context: str | None, kube
     """Every pod template of a CRD, dry-run created as a Pod on the cluster (kubetrain/jobs/podcheck.py)."""
     from kubetrain.jobs.podcheck import source_issues
     from kubetrain.kube.connection import connect
-    from kubetrain.kube.errors import is_api_error, network_error_types, translate
+    from kubetrain.kube.errors import NETWORK_ERRORS, ApiError, translate
 
     connection = connect(context, kubeconfig)
     try:
         return source_issues(lambda namespace, pod: connection.rest.json(
             "POST", f"/api/v1/namespaces/{namespace}/pods", {"dryRun": "All"}, pod), sources, connection.namespace())
-    except Exception as exc:
-        if not is_api_error(exc) and not isinstance(exc, network_error_types()):
-            raise  # a ClusterError already says what happened
+    except (ApiError, *NETWORK_ERRORS) as exc:  # a ClusterError already says what happened
         raise translate(exc, "dry-run create pods", connection.server) from None
 
 

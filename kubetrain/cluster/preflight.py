@@ -14,7 +14,7 @@ from kubetrain.jobs import devices
 from kubetrain.jobs.crud import pod_specs
 from kubetrain.jobs.targets import Target, served
 from kubetrain.kube.access import can_i
-from kubetrain.kube.errors import CRD_HINT, ApiError, api_message, is_not_found, translate
+from kubetrain.kube.errors import CRD_HINT, ApiError, NotFound, api_message, translate
 from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.kube.rest import Rest, path_of
 from kubetrain.queues.workloads import queue_of
@@ -176,10 +176,10 @@ def check_operator(api: Rest, target: Target) -> CheckResult:
 def check_namespace(api: Rest, namespace: str) -> CheckResult:
     try:
         api.get(f"/api/v1/namespaces/{namespace}")
+    except NotFound:
+        return CheckResult("namespace", FAIL, f"{namespace} does not exist",
+                           f"create it: kubectl create namespace {namespace}")
     except ApiError as exc:
-        if is_not_found(exc):
-            return CheckResult("namespace", FAIL, f"{namespace} does not exist",
-                               f"create it: kubectl create namespace {namespace}")
         return CheckResult("namespace", WARN, f"cannot check {namespace}: {api_message(exc)}")
     return CheckResult("namespace", OK, f"{namespace} exists")
 
@@ -236,13 +236,12 @@ def check_references(api: Rest, namespace: str, refs: list[Reference]) -> list[C
             present.append(f"{ref.kind} {ref.name}")
             if ref.kind == "PersistentVolumeClaim" and (unbound := pvc_binding(api, found)) is not None:
                 results.append(unbound)
+        except NotFound:
+            results.append(CheckResult("references", FAIL, f"{ref.kind} {ref.name} not found in namespace "
+                                       f"{namespace}", _missing_hint(ref, namespace)))
         except ApiError as exc:
-            if is_not_found(exc):
-                results.append(CheckResult("references", FAIL, f"{ref.kind} {ref.name} not found in namespace "
-                                           f"{namespace}", _missing_hint(ref, namespace)))
-            else:
-                results.append(CheckResult("references", WARN, f"cannot check {ref.kind} {ref.name}: "
-                                           f"{api_message(exc)}"))
+            results.append(CheckResult("references", WARN, f"cannot check {ref.kind} {ref.name}: "
+                                       f"{api_message(exc)}"))
     if present:
         results.insert(0, CheckResult("references", OK, ", ".join(present) + " exist"))
     return results

@@ -47,7 +47,7 @@ from kubetrain.jobs.recreation import recreation_reason
 from kubetrain.jobs.targets import Target
 from kubetrain.kube import watch
 from kubetrain.kube.connection import Connection
-from kubetrain.kube.errors import TimedOut, api_message, cluster_errors, is_api_error
+from kubetrain.kube.errors import BadRequest, NotFound, TimedOut, api_message, cluster_errors
 from kubetrain.kube.events import uid_selector
 from kubetrain.kube.objects import meta_of, parse_time
 from kubetrain.kube.rest import path_of
@@ -235,9 +235,7 @@ def _open(api: Rest, namespace: str, replica: Replica, options: LogOptions, noti
             silent = nodes.silent_kubelet(api, replica, api.kubelet_timeout, "logs")
             notice(f"[{replica.label}] {replica.pod}: {silent}")
             return None
-        except Exception as exc:
-            if not is_api_error(exc) or getattr(exc, "status", None) not in (400, 404):
-                raise
+        except (BadRequest, NotFound) as exc:  # the container has not started / the pod is gone
             notice(f"[{replica.label}] no logs: {api_message(exc)}")
             return None
 

@@ -11,13 +11,13 @@ from typing import Any
 
 from kubetrain.errors import SpecError
 from kubetrain.fieldpath import PathKey, join_path
-from kubetrain.kube.errors import api_message, is_api_error
+from kubetrain.kube.errors import BadRequest, Forbidden, Invalid, api_message
 from kubetrain.rules.k8s.templates import pod_templates
 from kubetrain.validate.engine import Issue
 from kubetrain.yamlsrc import line_for, parse_documents
 
 Post = Callable[[str, dict[str, Any]], Any]  # dry-run create (namespace, pod); raises the client's API error
-REJECTED = (400, 403, 422)
+REJECTED = (BadRequest, Forbidden, Invalid)
 
 
 def as_pod(obj: dict[str, Any], template: Any) -> dict[str, Any]:
@@ -41,11 +41,9 @@ def pod_template_problems(post: Post, obj: dict[str, Any], namespace: str) -> li
             continue
         try:
             post(namespace, as_pod(obj, template.template))
-        except Exception as exc:
-            if not is_api_error(exc) or getattr(exc, "status", None) not in REJECTED:
-                raise
+        except REJECTED as exc:
             message = api_message(exc)
-            if getattr(exc, "status", None) == 403 and "admission" not in message and "PodSecurity" not in message:
+            if isinstance(exc, Forbidden) and "admission" not in message and "PodSecurity" not in message:
                 continue  # RBAC: the user may not create pods, the operator may; nothing to say about the pod
             problems.append((template.path, f"the API server rejects this pod template as a Pod ({template.stage}): "
                              f"{message}"))
