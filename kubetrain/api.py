@@ -15,14 +15,35 @@ torch) are imported only by the functions that need them. See docs/api.md.
 from __future__ import annotations
 
 import logging
+import queue
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubetrain.errors import ClusterError, KubetrainError, SpecError, UsageError
-from kubetrain.jobspec.load import LoadedSpec
+from kubetrain.jobs.crud import list_jobs as list_all
+from kubetrain.jobs.crud import wait_finished
+from kubetrain.jobs.gpu import job_gpus
+from kubetrain.jobs.logs import LogOptions, find_job, follow_job_logs, print_logs
+from kubetrain.jobs.pods import check_replica_filter
+from kubetrain.jobs.removal import delete_job
+from kubetrain.jobs.stacks import job_stacks
+from kubetrain.jobs.status import job_status
+from kubetrain.jobspec.load import LoadedSpec, load_spec, read_text
+from kubetrain.kube.connection import connect as connect_cluster
+from kubetrain.kube.crds import training_crds
+from kubetrain.local import RunOptions, build_plan
+from kubetrain.local.hangwatch import supervise
+from kubetrain.local.preflight import check_program, check_refs, require_torch
+from kubetrain.render.loaded import render_loaded
+from kubetrain.submit import SubmitOptions
+from kubetrain.submit import submit as run_submit
+from kubetrain.validate import SchemaStore
+from kubetrain.validate.engine import validate_objects, validate_sources
+from kubetrain.validate.schemas import cached_crds, load_crd_source
 
 if TYPE_CHECKING:
     from kubetrain.cluster.preflight import CheckResult
@@ -43,8 +64,6 @@ Spec = str | Path | LoadedSpec
 
 def load(path: str | Path = "kubetrain.yaml") -> LoadedSpec:
     """Read, default and check a job spec ('-' is stdin); all problems at once in one SpecError."""
-    from kubetrain.jobspec.load import load_spec
-
     return load_spec(str(path))
 
 
@@ -55,8 +74,6 @@ def _loaded(spec: Spec) -> LoadedSpec:
 def render(spec: Spec, *, target: str | None = None, namespace: str | None = None, image: str | None = None,
            cloud: str | None = None) -> list[dict[str, Any]]:
     """The manifests `kubetrain render` prints: the code ConfigMap (if any), then the PyTorchJob or TrainJob."""
-    from kubetrain.render.loaded import render_loaded
-
     return render_loaded(_loaded(spec), target=target, namespace=namespace, image=image, cloud=cloud)
 
 
@@ -65,15 +82,9 @@ def validate(objects: list[dict[str, Any]] | str | Path, *, schemas: tuple[str, 
     """Check manifests (objects in memory, or a file) offline, as `kubetrain validate` does: against the
     cached and given CRDs (`schemas`: files, directories or URLs), and the cluster's CRDs with `connection`.
     Returns the Report; `report.failed()` says whether anything is invalid."""
-    from kubetrain.validate import SchemaStore
-    from kubetrain.validate.engine import validate_objects, validate_sources
-    from kubetrain.validate.schemas import cached_crds, load_crd_source
-
     store = SchemaStore()
     found: list[tuple[dict[str, Any], str]] = []
     if connection is not None:
-        from kubetrain.kube.crds import training_crds
-
         found += training_crds(connection)
     for location in schemas:
         found += load_crd_source(location)
@@ -81,7 +92,6 @@ def validate(objects: list[dict[str, Any]] | str | Path, *, schemas: tuple[str, 
         store.add_crd(crd, source)
     if isinstance(objects, list):
         return validate_objects(objects, store)
-    from kubetrain.jobspec.load import read_text
 
     return validate_sources([read_text(str(objects))], store)
 
@@ -89,8 +99,6 @@ def validate(objects: list[dict[str, Any]] | str | Path, *, schemas: tuple[str, 
 def connect(context: str | None = None, kubeconfig: str | None = None,
             request_timeout: float | None = None) -> Connection:
     """A connection configured as kubectl's would be ($KUBECONFIG, ~/.kube/config, then in-cluster)."""
-    from kubetrain.kube.connection import connect as connect_cluster
-
     return connect_cluster(context, kubeconfig, request_timeout)
 
 
@@ -123,9 +131,6 @@ def submit(spec: Spec, *, namespace: str | None = None, context: str | None = No
            skip_fit: bool = False, wait_for_capacity: bool = False, timeout: float | None = None) -> Submitted:
     """Render, validate (with the cluster's CRD), preflight and server-side apply, as `kubetrain submit`.
     dry_run: "none", "client" (check, write nothing) or "server" (the API server validates, dryRun=All)."""
-    from kubetrain.submit import SubmitOptions
-    from kubetrain.submit import submit as run_submit
-
     loaded = _loaded(spec)
     where = _where(namespace, context, kubeconfig, request_timeout, connection, loaded.job.metadata.namespace)
     options = SubmitOptions(target, image, dry_run, replace, preflight, skip_fit, wait_for_capacity, timeout)
@@ -136,8 +141,6 @@ def find(name: str, *, namespace: str | None = None, target: str | None = None, 
          kubeconfig: str | None = None, request_timeout: float | None = None,
          connection: Connection | None = None) -> tuple[Target, dict[str, Any]]:
     """The job called `name` and its kind (target None/"auto": among the installed kinds)."""
-    from kubetrain.jobs.logs import find_job
-
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     return find_job(where.connection.rest, where.namespace, name, target)
 
@@ -146,8 +149,6 @@ def status(name: str, *, namespace: str | None = None, recent: int = 10, context
            kubeconfig: str | None = None, request_timeout: float | None = None,
            connection: Connection | None = None) -> JobStatus:
     """What `kubetrain status` shows: state, conditions, pods, the job's own Events and hints."""
-    from kubetrain.jobs.status import job_status
-
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     return job_status(where.connection.rest, None, where.namespace, name, recent)
 
@@ -156,8 +157,6 @@ def list_jobs(*, namespace: str | None = None, all_namespaces: bool = False, con
               kubeconfig: str | None = None, request_timeout: float | None = None,
               connection: Connection | None = None) -> list[JobSummary]:
     """PyTorchJobs and TrainJobs in a namespace (or all), oldest first, as `kubetrain list`."""
-    from kubetrain.jobs.crud import list_jobs as list_all
-
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     return list_all(where.connection.rest, None, None if all_namespaces else where.namespace)
 
@@ -169,8 +168,6 @@ def logs(name: str, *, namespace: str | None = None, follow: bool = False, repli
          connection: Connection | None = None) -> Iterator[str]:
     """The job's merged log lines, each prefixed with its replica (`[worker-1] ...`). With follow, lines
     arrive as the pods write them, until the job ends (then a ClusterError if it failed)."""
-    from kubetrain.jobs.logs import LogOptions, follow_job_logs, print_logs
-
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     options = LogOptions(replica=replica, since_seconds=since_seconds, tail=tail, previous=previous)
     if not follow:
@@ -187,9 +184,6 @@ _DONE = object()
 
 def _followed(run: Any) -> Iterator[str]:
     """Lines from a follower that calls a sink from its threads, as an iterator (bounded buffering)."""
-    import queue
-    import threading
-
     lines: queue.Queue[Any] = queue.Queue(maxsize=10_000)
     outcome: list[Any] = []
 
@@ -213,9 +207,6 @@ def gpu(name: str, *, namespace: str | None = None, replica: str = "all", target
         context: str | None = None, kubeconfig: str | None = None, request_timeout: float | None = None,
         connection: Connection | None = None) -> list[PodGpus]:
     """nvidia-smi in every running pod of the job (pods/exec), as `kubetrain gpu`."""
-    from kubetrain.jobs.gpu import job_gpus
-    from kubetrain.jobs.pods import check_replica_filter
-
     wanted = check_replica_filter(replica)
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, _ = find(name, namespace=where.namespace, target=target, connection=where.connection)
@@ -227,9 +218,6 @@ def stacks(name: str, *, namespace: str | None = None, replica: str = "all", tar
            connection: Connection | None = None) -> JobStacks:
     """Every rank's Python stack and the hang verdict from the running pods (pods/exec), as `kubetrain
     stacks`; `.lines()` is the report, `.assessment` the judgement (docs/hangs.md)."""
-    from kubetrain.jobs.pods import check_replica_filter
-    from kubetrain.jobs.stacks import job_stacks
-
     wanted = check_replica_filter(replica)
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, _ = find(name, namespace=where.namespace, target=target, connection=where.connection)
@@ -240,8 +228,6 @@ def wait(name: str, *, namespace: str | None = None, timeout: float | None = Non
          context: str | None = None, kubeconfig: str | None = None, request_timeout: float | None = None,
          connection: Connection | None = None) -> str:
     """Wait until the job ends; returns "Succeeded" or "Failed" (WaitTimeout after `timeout` seconds)."""
-    from kubetrain.jobs.crud import wait_finished
-
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, _ = find(name, namespace=where.namespace, target=target, connection=where.connection)
     return wait_finished(where.connection.rest, found, where.namespace, name, timeout, on_retry=log.info)
@@ -252,8 +238,6 @@ def delete(name: str, *, namespace: str | None = None, wait: bool = False, timeo
            request_timeout: float | None = None, connection: Connection | None = None) -> list[str]:
     """Delete the job (and the TrainingJob controlling it, and its code ConfigMaps), as `kubetrain delete`;
     with wait, until the job and its pods are gone. Returns what was deleted, one line each."""
-    from kubetrain.jobs.removal import delete_job
-
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, obj = find(name, namespace=where.namespace, target=target, connection=where.connection)
     return delete_job(where.connection, found, obj, where.namespace, wait, timeout)
@@ -263,10 +247,6 @@ def run(spec: Spec, *, nodes: int | None = None, procs_per_node: int | None = No
         secrets: dict[str, str] | None = None, port: int = 29500, log_dir: Path | None = None) -> int:
     """Run the job on this machine with torchrun, as `kubetrain run`, with its hang watch (spec.hang, see
     docs/hangs.md: a hang is reported on stderr and acted on by its policy); returns its exit status."""
-    from kubetrain.local import RunOptions, build_plan
-    from kubetrain.local.hangwatch import supervise
-    from kubetrain.local.preflight import check_program, check_refs, require_torch
-
     loaded = _loaded(spec)
     plan = build_plan(loaded, RunOptions(secrets or {}, list(volumes), nodes, procs_per_node, port, log_dir))
     require_torch()

@@ -134,7 +134,7 @@ def _fast_loader() -> type | None:
     faster than the pure-Python scanner and parser. Not yaml.CSafeLoader: that one composes in C, where the
     limits cannot hook in (a nine-level alias bomb is fine to compose, but must not be walked or built)."""
     try:
-        from yaml._yaml import CParser
+        from yaml._yaml import CParser  # libyaml may be missing: the pure-Python parser then
     except ImportError:  # PyYAML built without libyaml
         return None
 

@@ -27,6 +27,7 @@ def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: s
     """kubetrain.render.loaded.render_loaded, imported (with jinja2) by the verbs that render, not by every verb
     that loads a spec; and not through kubetrain.api, whose logging import render does not need. `skip`:
     directories never shipped as code (render's --out)."""
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.render.loaded import render_loaded as render
 
     return render(loaded, target=target, namespace=namespace, image=image, cloud=cloud, skip=skip)
@@ -49,6 +50,7 @@ def load(filename: str) -> LoadedSpec:
 
 def warn_render(loaded: LoadedSpec, cloud: str | None = None) -> None:
     """Print what rendering does that the spec may not expect (stderr); shared by render, submit and run."""
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.cli.output import warn
     from kubetrain.render import RenderOptions, render_warnings
 
@@ -94,6 +96,7 @@ def read_job_logs(name: str, target: str | None, archive: str | None, options: L
                   sink: Callable[[str], None], cluster: tuple[str | None, str | None, str | None, float | None]) -> int:
     """The job's logs so far (`logs NAME`, `metrics NAME`), or its archive once its pods or the job are gone
     (kubetrain.jobs.logs). With --archive, a cluster that cannot be reached also falls back to it."""
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.errors import ClusterError
     from kubetrain.jobs import logs as client_logs
 
@@ -111,6 +114,7 @@ def read_job_logs(name: str, target: str | None, archive: str | None, options: L
 
 def follow_renderer(raw: bool = False) -> Renderer:
     """`logs -f` and `submit --follow`: the same view as `kubetrain run` (kubetrain.observe.render)."""
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.observe.render import Renderer
 
     return Renderer(sys.stdout, sys.stderr, raw=raw)

@@ -21,6 +21,7 @@ def format_check(check: Check, color: bool = False) -> list[str]:
     """'✓ message' plus an indented '→ hint' line; colour codes only when asked."""
     symbol, style = SYMBOLS[check.status]
     if color:
+        # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
         from rich.style import Style
 
         symbol = Style.parse(f"bold {style}").render(symbol)
@@ -52,6 +53,7 @@ def doctor(output: str, cpu: bool, context: str | None, kubeconfig: str | None, 
       kubetrain doctor --context kind-kubetrain --cpu   # a `cluster create --cpu-only` cluster
       kubetrain doctor -o json | jq '.checks[] | select(.status != "ok")'
     """
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.cluster.doctor import run_doctor
 
     connection = connect_from(context, kubeconfig, request_timeout)

@@ -12,7 +12,12 @@ import click
 
 from kubetrain.cli.output import emit, handle_errors, info
 from kubetrain.errors import SpecError, UsageError
+from kubetrain.jobs.exactcheck import ExactChecker
+from kubetrain.jobs.localapi import LocalApiServer, install_crds
+from kubetrain.jobs.podcheck import source_issues
 from kubetrain.jobspec.load import read_text
+from kubetrain.kube.connection import connect
+from kubetrain.kube.errors import NETWORK_ERRORS, ApiError, translate
 from kubetrain.validate import Report, SchemaStore, validate_sources
 from kubetrain.validate.schemas import DEFAULT_KUBERNETES_VERSION, cached_crds, load_crd_source
 
@@ -70,6 +75,7 @@ def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[
       kubetrain validate --exact deploy/
     """
     if stop_server:
+        # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
         from kubetrain.jobs.localapi import stop_all
 
         stopped = stop_all()
@@ -108,6 +114,7 @@ def build_store(schemas: tuple[str, ...], from_cluster: bool, context: str | Non
     store = SchemaStore(kubernetes_version=kubernetes_version)
     store.rules  # noqa: B018 - refuses an unsupported version before anything is read
     if from_cluster:
+        # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
         from kubetrain.kube.connection import connect
         from kubetrain.kube.crds import training_crds
 
@@ -125,9 +132,6 @@ def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: t
                   server_side: bool, binaries: str | None, skip_foreign: bool,
                   ignore_missing: bool) -> tuple[Report, str]:
     """Every document dry-run on the local kube-apiserver (kubetrain/jobs/exactcheck.py)."""
-    from kubetrain.jobs.exactcheck import ExactChecker
-    from kubetrain.jobs.localapi import LocalApiServer, install_crds
-
     crds = [crd for location in schemas for crd, _ in load_crd_source(location)]
     crds += [crd for crd, _ in cached_crds()]
     began = time.monotonic()
@@ -142,10 +146,6 @@ def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: t
 
 def _server_pod_issues(sources: list[tuple[str, str]], context: str | None, kubeconfig: str | None) -> list[Any]:
     """Every pod template of a CRD, dry-run created as a Pod on the cluster (kubetrain/jobs/podcheck.py)."""
-    from kubetrain.jobs.podcheck import source_issues
-    from kubetrain.kube.connection import connect
-    from kubetrain.kube.errors import NETWORK_ERRORS, ApiError, translate
-
     connection = connect(context, kubeconfig)
     try:
         return source_issues(lambda namespace, pod: connection.rest.json(

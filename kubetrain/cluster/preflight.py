@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from kubetrain.cluster import fit as fitting
+from kubetrain.cluster.doctor import Forbidden, deployment_health, find_operator
 from kubetrain.errors import ClusterError
 from kubetrain.fieldpath import join_path
 from kubetrain.jobs import devices
 from kubetrain.jobs.crud import pod_specs
+from kubetrain.jobs.podcheck import pod_template_problems
 from kubetrain.jobs.targets import Target, served
 from kubetrain.kube.access import can_i
 from kubetrain.kube.errors import CRD_HINT, ApiError, NotFound, api_message, translate
 from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.kube.rest import Rest, path_of
+from kubetrain.queues import quota
 from kubetrain.queues.workloads import queue_of
+from kubetrain.rules.k8s.templates import pod_templates
 from kubetrain.rules.quantity import parse_quantity
 
 OK, FAIL, WARN = "ok", "fail", "warn"
@@ -96,9 +101,6 @@ def _adder(results: list[CheckResult], skip: Collection[str]) -> Callable[[str, 
 
 def check_pod_templates(api: Rest, job: dict[str, Any], namespace: str) -> CheckResult:
     """Each pod template, dry-run created as a Pod: what the operator will create, judged by the server."""
-    from kubetrain.jobs.podcheck import pod_template_problems
-    from kubetrain.rules.k8s.templates import pod_templates
-
     if not any(t.stage and not t.partial for t in pod_templates(job)):
         return CheckResult("pod-templates", OK, "none to dry-run (a TrainJob's runtime patches are merged into the "
                            "runtime by the Trainer)")
@@ -156,8 +158,6 @@ def check_crd(api: Rest, target: Target) -> CheckResult:
 def check_operator(api: Rest, target: Target) -> CheckResult:
     """The operator's Deployment (the same lookup and verdict as `kubetrain doctor`); it may run elsewhere,
     or we may not read Deployments: then a note."""
-    from kubetrain.cluster.doctor import Forbidden, deployment_health, find_operator
-
     deployment = find_operator(api, target.operators)
     if isinstance(deployment, Forbidden):
         return CheckResult("operator", WARN, f"cannot check the {target.operator_name} Deployment: {deployment}")
@@ -277,8 +277,6 @@ def pvc_binding(api: Rest, claim: dict[str, Any]) -> CheckResult | None:
 
 
 def _matching_volume(api: Rest, claim: dict[str, Any], wanted: str) -> bool:
-    from kubetrain.rules.quantity import parse_quantity
-
     size = parse_quantity(((claim.get("resources") or {}).get("requests") or {}).get("storage") or "0")
     modes = set(claim.get("accessModes") or [])
     volumes: list[dict[str, Any]] = api.get("/api/v1/persistentvolumes").get("items") or []
@@ -392,8 +390,6 @@ def fit_inputs(rest: Rest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     answer from its watch cache instead of a quorum read from etcd (kubectl get does the same for
     informers; a preflight does not need the very latest write). The cache ignores `limit`, so this is
     one page, which is what the fit needs anyway (all nodes, all GPU-holding pods)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(1) as pool:
         nodes = pool.submit(rest.get, "/api/v1/nodes", resourceVersion="0")
         pods = rest.get("/api/v1/pods", fieldSelector=HOLDING, resourceVersion="0")
@@ -409,8 +405,6 @@ def check_queue(api: Rest, job: dict[str, Any], namespace: str, queue: str) -> C
     """Kueue: the LocalQueue exists, which ClusterQueue it feeds, and whether its quota can ever (or now) hold
     what the job asks for: its GPUs, or for a CPU job its CPUs. Never → refusal, not now → a warning (the
     job waits in the queue)."""
-    from kubetrain.queues import quota
-
     request = fit_request(job)
     resource, demand = request.resource, Decimal(request.pods * request.gpus_per_pod)
     if not demand:  # a CPU job: a ClusterQueue without GPU quota is fine; its CPU quota is what counts

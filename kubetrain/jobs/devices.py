@@ -76,6 +76,7 @@ def served(rest: Rest) -> bool:
 
 def read_inventory(rest: Rest) -> Inventory:
     """DeviceClasses, ResourceSlices and every ResourceClaim: three lists, from the watch cache."""
+    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(2) as pool:

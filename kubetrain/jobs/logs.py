@@ -164,12 +164,14 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
 # ---- the archive, once the pods (or the job) are gone ----------------------------------------------------
 def archive_of(job: dict[str, Any]) -> str | None:
     """The job's spec.archive, as `kubetrain render` records it on the job (kubetrain.dev/archive)."""
+    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
     from kubetrain.render.context import ARCHIVE_ANNOTATION
 
     return (meta_of(job).get("annotations") or {}).get(ARCHIVE_ANNOTATION) or None
 
 
 def _archived(url: str, name: str) -> bool:
+    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
     from kubetrain.observe.archive import archived_replicas
 
     return bool(archived_replicas(url, name))
@@ -178,6 +180,7 @@ def _archived(url: str, name: str) -> bool:
 def print_archive(url: str, name: str, options: LogOptions, sink: Sink, notice: Notice, why: str) -> int:
     """The job's archived logs, replica after replica (--replica and --tail apply; the archive has no
     timestamps), after one notice naming the archive. Returns lines written."""
+    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
     from kubetrain.observe.archive import archived_replicas
 
     wanted = check_replica_filter(options.replica)
@@ -197,6 +200,7 @@ def print_archive(url: str, name: str, options: LogOptions, sink: Sink, notice: 
 
 
 def _replicas(api: Rest, found: Target, namespace: str, name: str) -> list[Replica]:
+    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
     from kubetrain.jobs.pods import job_replicas
 
     return job_replicas(api, found, namespace, name)

@@ -277,6 +277,7 @@ def read_in_parallel(api: Rest, target: Target, namespace: str, obj: dict[str, A
     than one after the other. The Events lists are those status reads whatever the pods are: the job's own, a
     TrainJob's JobSet's, and a PyTorchJob's master pod's (by name; its UID comes with the pods, and its list
     then also serves as the list by that UID). The log head (the timeline's) is read once the pods are known."""
+    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
     from concurrent.futures import ThreadPoolExecutor
 
     meta = meta_of(obj)
@@ -288,6 +289,7 @@ def read_in_parallel(api: Rest, target: Target, namespace: str, obj: dict[str, A
         reading = pool.submit(list_selected, api, namespace, early)
         pod_list = pods.list_pods(api, target, namespace, name)
         if head:
+            # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
             from kubetrain.jobs.timing import rank0_head
 
             heading = pool.submit(rank0_head, api, target, namespace, name, pod_list)

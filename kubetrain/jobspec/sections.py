@@ -31,6 +31,7 @@ class Section(BaseModel):
 
     @classmethod
     def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        # field docs only when a schema is asked for (render's start-up)
         from kubetrain.jobspec.fielddocs import document
 
         document(cls)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import socket
 import sys
 import uuid
 from collections.abc import Mapping
@@ -220,8 +221,6 @@ def build_plan(loaded: LoadedSpec, options: RunOptions, environ: Mapping[str, st
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

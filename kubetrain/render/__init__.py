@@ -24,7 +24,7 @@ from kubetrain.render.context import RenderOptions, code_configmap_name, labels,
 from kubetrain.render.launch import launcher_problem, launcher_warnings
 from kubetrain.render.yamlout import flow, quote
 from kubetrain.rules import names
-from kubetrain.rules.k8s import k8s_findings
+from kubetrain.rules.k8s.check import k8s_findings
 from kubetrain.yamlsrc import MAX_OBJECT_BYTES, object_size_problem
 
 __all__ = ["RenderOptions", "manifests_dir", "render_job", "render_warnings", "resolve_target"]

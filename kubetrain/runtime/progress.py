@@ -41,6 +41,7 @@ def _flight_recorder() -> bytes | None:
     """torch's flight recorder as JSON (TORCH_FR_BUFFER_SIZE > 0; gloo and nccl), None when off or absent.
     Safe from another thread while the training thread waits in a collective."""
     try:
+        # torch's private c10d may be absent: the recorder is then off
         import torch.distributed as dist
         from torch._C import _distributed_c10d as c10d
 

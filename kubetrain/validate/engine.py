@@ -12,7 +12,8 @@ from kubetrain.fieldpath import PathKey, join_path
 from kubetrain.kube.objects import meta_of
 from kubetrain.rules import names
 from kubetrain.rules.findings import Finding
-from kubetrain.rules.k8s import dra, k8s_findings
+from kubetrain.rules.k8s import dra
+from kubetrain.rules.k8s.check import k8s_findings
 from kubetrain.rules.k8s.objects import BY_KIND
 from kubetrain.validate.cel import cel_findings
 from kubetrain.validate.openapi import drop_null_fields, prune_nulls

@@ -190,8 +190,10 @@ def core_validator(api_version: str, kind: str, kubernetes_version: str) -> tupl
     path = directory / name
     if not path.is_file():
         return None
+    # only when this kind of check runs (validate's start-up, docs/performance.md)
     from referencing import Registry, Resource
 
+    # only when this kind of check runs (validate's start-up, docs/performance.md)
     from kubetrain.validate.jsonschema_ext import CoreValidator
 
     schema = json.loads(path.read_text())

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubetrain.cli.main import cli
-from kubetrain.rules.k8s import k8s_findings
+from kubetrain.rules.k8s.check import k8s_findings
 from kubetrain.validate.operators import trainjob_webhook
 
 BASE: dict[str, Any] = {"image": "busybox:1.36", "command": ["python", "train.py"]}

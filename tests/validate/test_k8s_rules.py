@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from kubetrain.fieldpath import join_path
-from kubetrain.rules.k8s import k8s_findings
+from kubetrain.rules.k8s.check import k8s_findings
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_sources
 from tests.validate import oracle

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
 from kubetrain.fieldpath import join_path
-from kubetrain.rules.k8s import k8s_findings
+from kubetrain.rules.k8s.check import k8s_findings
 from kubetrain.rules.k8s.versions import DEFAULT, rules_for
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_objects

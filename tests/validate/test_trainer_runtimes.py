@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from kubetrain.fieldpath import join_path
-from kubetrain.rules.k8s import k8s_findings
+from kubetrain.rules.k8s.check import k8s_findings
 from kubetrain.rules.runtimes import RUNTIMES
 from kubetrain.validate.operators import trainjob_webhook
 from tests.testenv.reference import trainer_dir
