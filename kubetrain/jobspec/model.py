@@ -31,7 +31,7 @@ from kubetrain.jobspec.sections import (
     _check,
 )
 from kubetrain.rules import names
-from kubetrain.rules.k8s.metadata import annotations_size
+from kubetrain.rules.k8s.metadata import annotations_size  # ValidateAnnotationsSize, ported
 
 Target = Literal["pytorchjob", "trainjob", "auto"]
 

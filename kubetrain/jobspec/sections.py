@@ -11,7 +11,7 @@ from pydantic.alias_generators import to_camel
 
 from kubetrain.objectstore import OBJECT_STORE_BACKENDS
 from kubetrain.rules import names
-from kubetrain.rules.k8s.scheduling import tolerations
+from kubetrain.rules.k8s.scheduling import tolerations  # Kubernetes' ValidateTolerations, ported
 from kubetrain.rules.quantity import is_quantity, parse_quantity
 
 INT32_MAX = 2**31 - 1  # Kubernetes' int32 fields (and the uid range IsValidUserID allows)

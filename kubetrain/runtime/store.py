@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from torch.distributed import TCPStore
+from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
 
 def main(argv: list[str] | None = None) -> int:
