@@ -1,4 +1,4 @@
-"""The variables that carry `spec.tracking` from the render to the runtime (torch-free; both sides import it)."""
+"""What names a tracked job's run (its key reaches the pods as kubetrain.podenv.RUN_KEY_ENV)."""
 
 from __future__ import annotations
 

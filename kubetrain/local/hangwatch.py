@@ -59,8 +59,8 @@ def read_ranks(directory: Path) -> list[RankView]:
 
 
 def with_progress(plan: RunPlan, directory: Path) -> RunPlan:
-    """The plan with the progress directory, node numbers and torch's flight recorder in every agent's env
-    (values the user set in spec.env win)."""
+    """The plan with the progress directory and torch's flight recorder in every agent's env (values the user
+    set in spec.env win; the plan numbers the agents, kubetrain.podenv.NODE_ENV)."""
     ours = progress_env(str(directory))
     here = {key: ours[key] for key in (PROGRESS_DIR_ENV, FR_DUMP_FILE_ENV)}  # not the pod's paths
     nodes = [NodeCommand(node.index, node.argv, {**ours, **node.env, **here})
