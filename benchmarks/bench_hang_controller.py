@@ -37,11 +37,11 @@ def children_cpu(pid: int) -> float:
 def ranks(stop: threading.Event, paused: threading.Event | None = None) -> None:
     """Two ranks' records, stepping every 50 ms (the writer threads replace them every 2 s); while `paused`
     is set they take no step (ranks stuck in a collective: their records go on, their step does not)."""
-    from kubetrain.jobspec import hangenv
+    from kubetrain import podenv
     from kubetrain.runtime.heartbeat import Heartbeat
 
-    shutil.rmtree(hangenv.POD_PROGRESS_DIR, ignore_errors=True)
-    progress = [Heartbeat(rank, 2, hangenv.POD_PROGRESS_DIR) for rank in (0, 1)]
+    shutil.rmtree(podenv.POD_PROGRESS_DIR, ignore_errors=True)
+    progress = [Heartbeat(rank, 2, podenv.POD_PROGRESS_DIR) for rank in (0, 1)]
     for p in progress:
         p.start()
         p.phase("train")

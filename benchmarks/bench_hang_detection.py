@@ -53,11 +53,11 @@ def hung_false(custom: Any, namespace: str, count: int) -> bool:
 
 def last_step(paused_at: float) -> float:
     """The ranks' last step time (wall clock), from their own records once both were written after the pause."""
-    from kubetrain.jobspec import hangenv
-    from kubetrain.observe.hang import record_path
+    from kubetrain import podenv
+    from kubetrain.podenv import record_path
 
     def records() -> list[dict[str, Any]]:
-        return [json.loads(record_path(hangenv.POD_PROGRESS_DIR, rank).read_text()) for rank in (0, 1)]
+        return [json.loads(record_path(podenv.POD_PROGRESS_DIR, rank).read_text()) for rank in (0, 1)]
 
     wait(lambda: all(r["written_at"] > paused_at + 0.1 for r in records()), "the ranks' records", 30, 0.1)
     return max(r["step_at"] for r in records())

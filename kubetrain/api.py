@@ -15,14 +15,37 @@ torch) are imported only by the functions that need them. See docs/api.md.
 from __future__ import annotations
 
 import logging
+import queue
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubetrain.errors import ClusterError, KubetrainError, SpecError, UsageError
-from kubetrain.jobspec.load import LoadedSpec
+from kubetrain.jobs.crud import find_job, wait_finished
+from kubetrain.jobs.crud import list_jobs as list_all
+from kubetrain.jobs.gpu import job_gpus
+from kubetrain.jobs.logs import LogOptions, follow_job_logs, print_logs
+from kubetrain.jobs.podcheck import cluster_pod_issues
+from kubetrain.jobs.pods import check_replica_filter
+from kubetrain.jobs.removal import delete_job
+from kubetrain.jobs.stacks import job_stacks
+from kubetrain.jobs.status import job_status
+from kubetrain.jobspec.load import LoadedSpec, load_spec, read_text
+from kubetrain.kube.connection import connect as connect_cluster
+from kubetrain.kube.crds import training_crds
+from kubetrain.local import RunOptions
+from kubetrain.local.hangwatch import supervise
+from kubetrain.local.preflight import require_torch
+from kubetrain.local.prepare import prepare_run
+from kubetrain.render.loaded import render_loaded
+from kubetrain.render.yamlout import dump_yaml
+from kubetrain.submit import SubmitOptions
+from kubetrain.submit import submit as run_submit
+from kubetrain.validate.engine import validate_objects, validate_sources
+from kubetrain.validate.schemas import schema_store
 
 if TYPE_CHECKING:
     from kubetrain.checks import Check
@@ -47,8 +70,6 @@ Spec = str | Path | LoadedSpec
 
 def load(path: str | Path = "kubetrain.yaml") -> LoadedSpec:
     """Read, default and check a job spec ('-' is stdin); all problems at once in one SpecError."""
-    from kubetrain.jobspec.load import load_spec
-
     return load_spec(str(path))
 
 
@@ -59,8 +80,6 @@ def _loaded(spec: Spec) -> LoadedSpec:
 def render(spec: Spec, *, target: str | None = None, namespace: str | None = None, image: str | None = None,
            cloud: str | None = None) -> list[dict[str, Any]]:
     """The manifests `kubetrain render` prints: the code ConfigMap (if any), then the PyTorchJob or TrainJob."""
-    from kubetrain.render.loaded import render_loaded
-
     return render_loaded(_loaded(spec), target=target, namespace=namespace, image=image, cloud=cloud)
 
 
@@ -70,13 +89,6 @@ def validate(objects: list[dict[str, Any]] | str | Path, *, schemas: tuple[str, 
     CRDs (`schemas`: files, directories or URLs). With `connection`, as `validate --from-cluster`: the cluster's
     CRDs first, and each pod template dry-run created as a Pod there. Returns the Report; `report.failed()`
     says whether anything is invalid."""
-    from kubetrain.jobs.podcheck import cluster_pod_issues
-    from kubetrain.jobspec.load import read_text
-    from kubetrain.kube.crds import training_crds
-    from kubetrain.render.yamlout import dump_yaml
-    from kubetrain.validate.engine import validate_objects, validate_sources
-    from kubetrain.validate.schemas import schema_store
-
     store = schema_store((lambda: training_crds(connection)) if connection is not None else None, schemas)
     if isinstance(objects, list):
         report = validate_objects(objects, store)
@@ -92,8 +104,6 @@ def validate(objects: list[dict[str, Any]] | str | Path, *, schemas: tuple[str, 
 def connect(context: str | None = None, kubeconfig: str | None = None,
             request_timeout: float | None = None) -> Connection:
     """A connection configured as kubectl's would be ($KUBECONFIG, ~/.kube/config, then in-cluster)."""
-    from kubetrain.kube.connection import connect as connect_cluster
-
     return connect_cluster(context, kubeconfig, request_timeout)
 
 
@@ -126,9 +136,6 @@ def submit(spec: Spec, *, namespace: str | None = None, context: str | None = No
            skip_fit: bool = False, wait_for_capacity: bool = False, timeout: float | None = None) -> Submitted:
     """Render, validate (with the cluster's CRD), preflight and server-side apply, as `kubetrain submit`.
     dry_run: "none", "client" (check, write nothing) or "server" (the API server validates, dryRun=All)."""
-    from kubetrain.submit import SubmitOptions
-    from kubetrain.submit import submit as run_submit
-
     loaded = _loaded(spec)
     where = _where(namespace, context, kubeconfig, request_timeout, connection, loaded.job.metadata.namespace)
     options = SubmitOptions(target, image, dry_run, replace, preflight, skip_fit, wait_for_capacity, timeout)
@@ -143,7 +150,7 @@ def submit_to_controller(spec: Spec, *, namespace: str | None = None, context: s
     spec is rendered here as the controller will render it (a bad image or target is refused here), its code
     ConfigMap uploaded, and the controller creates and watches the PyTorchJob or TrainJob (docs/operator.md).
     Follow it with status(name) and logs(name); dry_run: "none", "client" or "server"."""
-    from kubetrain.controller.handoff import submit_training_job
+    from kubetrain.controller.handoff import submit_training_job  # the controller's modules: only for a hand-off
 
     loaded = _loaded(spec)
     if dry_run not in ("none", "client", "server"):
@@ -159,8 +166,6 @@ def find(name: str, *, namespace: str | None = None, target: str | None = None, 
          kubeconfig: str | None = None, request_timeout: float | None = None,
          connection: Connection | None = None) -> tuple[Target, dict[str, Any]]:
     """The job called `name` and its kind (target None/"auto": among the installed kinds)."""
-    from kubetrain.jobs import find_job
-
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     return find_job(where.connection.rest, where.namespace, name, target)
 
@@ -169,8 +174,6 @@ def status(name: str, *, namespace: str | None = None, recent: int = 10, context
            kubeconfig: str | None = None, request_timeout: float | None = None,
            connection: Connection | None = None) -> JobStatus:
     """What `kubetrain status` shows: state, conditions, pods, the job's own Events and hints."""
-    from kubetrain.jobs.status import job_status
-
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     return job_status(where.connection.rest, None, where.namespace, name, recent)
 
@@ -179,8 +182,6 @@ def list_jobs(*, namespace: str | None = None, all_namespaces: bool = False, con
               kubeconfig: str | None = None, request_timeout: float | None = None,
               connection: Connection | None = None) -> list[JobSummary]:
     """PyTorchJobs and TrainJobs in a namespace (or all), oldest first, as `kubetrain list`."""
-    from kubetrain.jobs.crud import list_jobs as list_all
-
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     return list_all(where.connection.rest, None, None if all_namespaces else where.namespace)
 
@@ -192,8 +193,6 @@ def logs(name: str, *, namespace: str | None = None, follow: bool = False, repli
          connection: Connection | None = None) -> Iterator[str]:
     """The job's merged log lines, each prefixed with its replica (`[worker-1] ...`). With follow, lines
     arrive as the pods write them, until the job ends (then a ClusterError if it failed)."""
-    from kubetrain.jobs.logs import LogOptions, follow_job_logs, print_logs
-
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     options = LogOptions(replica=replica, since_seconds=since_seconds, tail=tail, previous=previous)
     if not follow:
@@ -210,9 +209,6 @@ _DONE = object()
 
 def _followed(run: Any) -> Iterator[str]:
     """Lines from a follower that calls a sink from its threads, as an iterator (bounded buffering)."""
-    import queue
-    import threading
-
     lines: queue.Queue[Any] = queue.Queue(maxsize=10_000)
     outcome: list[Any] = []
 
@@ -236,9 +232,6 @@ def gpu(name: str, *, namespace: str | None = None, replica: str = "all", target
         context: str | None = None, kubeconfig: str | None = None, request_timeout: float | None = None,
         connection: Connection | None = None) -> list[PodGpus]:
     """nvidia-smi in every running pod of the job (pods/exec), as `kubetrain gpu`."""
-    from kubetrain.jobs.gpu import job_gpus
-    from kubetrain.jobs.pods import check_replica_filter
-
     wanted = check_replica_filter(replica)
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, _ = find(name, namespace=where.namespace, target=target, connection=where.connection)
@@ -250,9 +243,6 @@ def stacks(name: str, *, namespace: str | None = None, replica: str = "all", tar
            connection: Connection | None = None) -> JobStacks:
     """Every rank's Python stack and the hang verdict from the running pods (pods/exec), as `kubetrain
     stacks`; `.lines()` is the report, `.assessment` the judgement (docs/hangs.md)."""
-    from kubetrain.jobs.pods import check_replica_filter
-    from kubetrain.jobs.stacks import job_stacks
-
     wanted = check_replica_filter(replica)
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, _ = find(name, namespace=where.namespace, target=target, connection=where.connection)
@@ -263,8 +253,6 @@ def wait(name: str, *, namespace: str | None = None, timeout: float | None = Non
          context: str | None = None, kubeconfig: str | None = None, request_timeout: float | None = None,
          connection: Connection | None = None) -> str:
     """Wait until the job ends; returns "Succeeded" or "Failed" (WaitTimeout after `timeout` seconds)."""
-    from kubetrain.jobs.crud import wait_finished
-
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, _ = find(name, namespace=where.namespace, target=target, connection=where.connection)
     return wait_finished(where.connection.rest, found, where.namespace, name, timeout, on_retry=log.info)
@@ -275,8 +263,6 @@ def delete(name: str, *, namespace: str | None = None, wait: bool = False, timeo
            request_timeout: float | None = None, connection: Connection | None = None) -> list[str]:
     """Delete the job (and the TrainingJob controlling it, and its code ConfigMaps), as `kubetrain delete`;
     with wait, until the job and its pods are gone. Returns what was deleted, one line each."""
-    from kubetrain.jobs.removal import delete_job
-
     where = _where(namespace, context, kubeconfig, request_timeout, connection)
     found, obj = find(name, namespace=where.namespace, target=target, connection=where.connection)
     return delete_job(where.connection, found, obj, where.namespace, wait, timeout)
@@ -288,10 +274,6 @@ def run(spec: Spec, *, nodes: int | None = None, procs_per_node: int | None = No
     docs/hangs.md: a hang is reported on stderr and acted on by its policy); returns its exit status. The
     same checks as `kubetrain run` come first (kubetrain.local.prepare): its warnings go to the "kubetrain"
     logger, its refusals are raised."""
-    from kubetrain.local import RunOptions
-    from kubetrain.local.hangwatch import supervise
-    from kubetrain.local.prepare import prepare_run
-
     loaded = _loaded(spec)
     options = RunOptions(secrets or {}, list(volumes), nodes, procs_per_node, port, log_dir)
     plan = prepare_run(loaded, options, log.warning)
@@ -302,8 +284,7 @@ def sweep_run(spec: Spec, *, on_change: Callable[[SweepState], None] | None = No
     """Run the spec's sweep on this machine, as `kubetrain sweep run` (each trial a `kubetrain run`,
     sweep.parallelism at a time); `on_change(state)` after every change. Returns the final state: its trials,
     their parameters, states and results (docs/sweeps.md)."""
-    from kubetrain.local.preflight import require_torch
-    from kubetrain.local.sweep import LocalSweep
+    from kubetrain.local.sweep import LocalSweep  # Optuna (the `sweeps` extra) loads only for a sweep
 
     loaded = _loaded(spec)
     if loaded.job.sweep is None:
@@ -314,6 +295,7 @@ def sweep_run(spec: Spec, *, on_change: Callable[[SweepState], None] | None = No
 
 def sweep_best(spec: Spec) -> Trial | None:
     """The best complete trial of the spec's last local sweep (None when no trial completed)."""
+    # Optuna (the `sweeps` extra) loads only for a sweep
     from kubetrain.local.sweep import read_state
     from kubetrain.sweeps.engine import Engine
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from kubetrain.fieldpath import join_path
+
 
 class KubetrainError(Exception):
     """Base of every error kubetrain reports to a user. ``str()`` is the human message."""
@@ -71,8 +73,6 @@ class RejectedRender(RenderError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        from kubetrain.yamlsrc import join_path
-
         return "; ".join(f"the rendered {self.where} would be rejected: {join_path(path)}: {message}"
                          for path, message, _ in self.rejected[:3])
 

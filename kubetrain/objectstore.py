@@ -18,6 +18,7 @@ def url_filesystem(url: str, field: str) -> tuple[Any, str]:
     """(fsspec filesystem, path without the scheme and trailing slash) for `url` (a local path works too)."""
     scheme = url.partition("://")[0]
     try:
+        # only for an archive or object-store checkpoint (render/validate import budget)
         from fsspec.core import url_to_fs
 
         fs, path = url_to_fs(url)
@@ -31,6 +32,7 @@ def url_filesystem(url: str, field: str) -> tuple[Any, str]:
 def backend_requirements(urls: list[str | None]) -> list[str]:
     """The pip requirements (as kubetrain's extras pin them) of the fsspec backends that `urls` need: what an
     image must contain for a job whose checkpoint.dir or archive is an object store."""
+    # only for an archive or object-store checkpoint (render/validate import budget)
     from importlib.metadata import PackageNotFoundError, requires
 
     schemes = {url.partition("://")[0] for url in urls if url and "://" in url}

@@ -10,8 +10,22 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kubetrain import jobs
 from kubetrain.checks import OK, Check, failed
+from kubetrain.cluster import preflight
+from kubetrain.cluster.cloud import detect_cloud
+from kubetrain.cluster.doctor import list_node_dicts
 from kubetrain.errors import ClusterError, Problem, SpecError
+from kubetrain.jobs import apply
+from kubetrain.jobs.targets import resolve
+from kubetrain.kube.crds import crd_if_readable
+from kubetrain.kube.errors import ApiError, NotFound
+from kubetrain.kube.watch import WaitTimeout
+from kubetrain.render import RenderOptions, render_warnings
+from kubetrain.render.loaded import render_loaded
+from kubetrain.validate.engine import validate_document
+from kubetrain.validate.schemas import schema_store
+from kubetrain.yamlsrc import ParsedDoc
 
 if TYPE_CHECKING:
     from kubetrain.jobs.apply import ApplyResult
@@ -67,10 +81,6 @@ class Submitted:
 
 def submit(connection: Connection, loaded: LoadedSpec, namespace: str, options: SubmitOptions,
            report: Reporter) -> Submitted:
-    from kubetrain.jobs.targets import resolve
-    from kubetrain.render import RenderOptions, render_warnings
-    from kubetrain.render.loaded import render_loaded
-
     if options.dry_run not in DRY_RUNS:
         raise ValueError(f"dry_run must be one of {DRY_RUNS}, not {options.dry_run!r}")
     target = resolve(connection.rest, options.target or loaded.job.spec.target)
@@ -92,9 +102,6 @@ def submit(connection: Connection, loaded: LoadedSpec, namespace: str, options: 
 
 def resolve_cloud(connection: Connection, report: Reporter) -> str:
     """`placement.cloud: auto`: the profile the cluster's (GPU) nodes look like, as `kubetrain doctor` shows."""
-    from kubetrain.cluster.cloud import detect_cloud
-    from kubetrain.cluster.doctor import list_node_dicts
-
     nodes = list_node_dicts(connection)
     if nodes is None:
         report.warn("placement.cloud auto: may not list nodes, using no cloud profile (set placement.cloud)")
@@ -106,8 +113,6 @@ def resolve_cloud(connection: Connection, report: Reporter) -> str:
 
 def resolve_gpu_via(connection: Connection, spec: JobSpec, report: Reporter) -> str:
     """`gpus.via: auto`: dra when the cluster has the DeviceClass (so a DRA driver is installed), else plugin."""
-    from kubetrain.kube.errors import ApiError, NotFound
-
     device_class = spec.gpus.deviceClass if spec.gpus else ""
     try:
         connection.rest.get(f"/apis/resource.k8s.io/v1/deviceclasses/{device_class}")
@@ -126,11 +131,6 @@ def resolve_gpu_via(connection: Connection, spec: JobSpec, report: Reporter) -> 
 def validate_rendered(connection: Connection, target: Target, objects: list[dict[str, Any]],
                       report: Reporter) -> None:
     """Offline schema + semantic checks, with the cluster's own CRD when we may read it."""
-    from kubetrain.kube.crds import crd_if_readable
-    from kubetrain.validate.engine import validate_document
-    from kubetrain.validate.schemas import schema_store
-    from kubetrain.yamlsrc import ParsedDoc
-
     store = schema_store(lambda: crd_if_readable(connection, target.resource))
     if store.validator(target.api_version, target.kind) is None:
         report.info(f"validate: no local schema for {target.kind}; the API server validates it on apply")
@@ -148,9 +148,6 @@ def validate_rendered(connection: Connection, target: Target, objects: list[dict
 def unchanged(connection: Connection, target: Target, objects: list[dict[str, Any]], report: Reporter) -> bool:
     """Is this very spec already submitted? Then there is nothing to check: re-submitting is a no-op even
     on a full cluster (its own pods hold the GPUs the fit check would miss)."""
-    from kubetrain import jobs
-    from kubetrain.jobs import apply
-
     job = objects[-1]
     try:
         existing = jobs.get(connection.rest, target, job["metadata"]["namespace"], job["metadata"]["name"])
@@ -164,8 +161,6 @@ def unchanged(connection: Connection, target: Target, objects: list[dict[str, An
 
 def run_preflight(connection: Connection, target: Target, objects: list[dict[str, Any]], namespace: str,
                   skip: frozenset[str], report: Reporter) -> list[Check]:
-    from kubetrain.cluster import preflight
-
     results = preflight.run(connection.rest, target, objects, namespace, connection.server, skip)
     for result in results:
         report.check(result)
@@ -182,9 +177,6 @@ def run_preflight(connection: Connection, target: Target, objects: list[dict[str
 def wait_for_capacity(connection: Connection, target: Target, objects: list[dict[str, Any]], namespace: str,
                       timeout: float | None, report: Reporter, every: float = 5.0) -> None:
     """Poll the fit check until the job fits the free GPUs (a never-fit job was refused before this)."""
-    from kubetrain.cluster import preflight
-    from kubetrain.kube.watch import WaitTimeout
-
     deadline = None if timeout is None else time.monotonic() + timeout
     said = False
     while (result := preflight.fit_check(connection.rest, target, objects, namespace)).status != OK:
@@ -200,8 +192,6 @@ def wait_for_capacity(connection: Connection, target: Target, objects: list[dict
 
 def apply_objects(connection: Connection, target: Target, objects: list[dict[str, Any]], options: SubmitOptions,
                   report: Reporter) -> ApplyResult:
-    from kubetrain.jobs import apply
-
     job = objects[-1]
     name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
     if options.replace and options.dry_run == "none":

@@ -18,9 +18,7 @@ from typing import Any, ClassVar
 import yaml
 
 from kubetrain.errors import Problem, SpecError
-
-PathKey = tuple[str | int, ...]
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+from kubetrain.fieldpath import PathKey, join_path
 
 MAX_INPUT_BYTES = 8 * 2**20  # one manifest file or stdin (a job spec: MAX_SPEC_BYTES in spec.load)
 MAX_DOCUMENT_BYTES = 3 * 2**20  # the apiserver's limit on a request body
@@ -136,7 +134,7 @@ def _fast_loader() -> type | None:
     faster than the pure-Python scanner and parser. Not yaml.CSafeLoader: that one composes in C, where the
     limits cannot hook in (a nine-level alias bomb is fine to compose, but must not be walked or built)."""
     try:
-        from yaml._yaml import CParser
+        from yaml._yaml import CParser  # libyaml may be missing: the pure-Python parser then
     except ImportError:  # PyYAML built without libyaml
         return None
 
@@ -272,21 +270,6 @@ def line_for(loc: PathKey, lines: dict[PathKey, int]) -> int | None:
         if loc[:end] in lines:
             return lines[loc[:end]]
     return None
-
-
-def join_path(loc: PathKey) -> str:
-    """("spec", "volumes", 0, "name") -> "spec.volumes[0].name"."""
-    text = ""
-    for part in loc:
-        if part == "[key]":  # pydantic's marker for an error in a mapping's key
-            continue
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif not _PLAIN_KEY.match(str(part)):
-            text += f'["{part}"]'  # label-style keys such as nvidia.com/gpu
-        else:
-            text += f".{part}" if text else str(part)
-    return text
 
 
 def split_path(field: str) -> PathKey:

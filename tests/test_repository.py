@@ -93,7 +93,7 @@ MACHINE_PATH = re.compile(r"(?<![\w$}/.-])/(" + "|".join(SCRATCH_ROOTS) + r")/[\
 # Paths under /tmp and /root that are not this machine's scratch: where kubetrain or a tool it drives puts
 # things, inside a pod, a container or a kind node.
 NOT_SCRATCH = (
-    "/tmp/kubetrain-progress",  # the pods' progress directory (kubetrain.jobspec.hangenv)
+    "/tmp/kubetrain-progress",  # the pods' progress directory (kubetrain.podenv)
     "/tmp/kubetrain-gpu-check-",  # `make gpu-check`'s own working directory, as its recorded results show
     "/tmp/k8s-webhook-server",  # the training-operator's hard-coded webhook certificate directory
     "/tmp/torch-packages.txt",  # inside the test image's build (tests/testenv/base/Containerfile)

@@ -63,6 +63,7 @@ def target_option(func: F) -> F:
 
 
 def connect_from(context: str | None, kubeconfig: str | None, request_timeout: float | None = None) -> Connection:
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.kube.connection import connect
 
     return connect(context, kubeconfig, request_timeout)
@@ -89,6 +90,7 @@ def age(created: str, now: dt.datetime | None = None) -> str:
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """A table on stdout: rich on a terminal, plain aligned columns otherwise (for grep/awk)."""
     if is_tty():
+        # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
         from rich.console import Console
         from rich.table import Table
 

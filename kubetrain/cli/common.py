@@ -21,6 +21,7 @@ def render_loaded(loaded: LoadedSpec, *, target: str | None = None, namespace: s
     """kubetrain.render.loaded.render_loaded, imported (with jinja2) by the verbs that render, not by every verb
     that loads a spec; and not through kubetrain.api, whose logging import render does not need. `skip`:
     directories never shipped as code (render's --out)."""
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.render.loaded import render_loaded as render
 
     return render(loaded, target=target, namespace=namespace, image=image, cloud=cloud, skip=skip)
@@ -42,6 +43,7 @@ def load(filename: str) -> LoadedSpec:
 
 def warn_render(loaded: LoadedSpec, cloud: str | None = None) -> None:
     """Print what rendering does that the spec may not expect (stderr); shared by render, submit and run."""
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.cli.output import warn
     from kubetrain.render import RenderOptions, render_warnings
 

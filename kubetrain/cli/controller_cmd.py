@@ -11,6 +11,11 @@ import click
 
 from kubetrain.cli.cluster_opts import connect_from
 from kubetrain.cli.output import emit_objects, handle_errors, info
+from kubetrain.controller.crd import crd as make_crd
+from kubetrain.controller.install import apply_all, delete_all, objects_for
+from kubetrain.controller.loop import Settings
+from kubetrain.controller.run import Election
+from kubetrain.controller.run import run as run_controller
 from kubetrain.render.yamlout import dump_json, dump_yaml
 
 if TYPE_CHECKING:
@@ -74,10 +79,6 @@ def run(context: str | None, kubeconfig: str | None, watch_namespace: str | None
       kubetrain controller run                       # in the cluster (the Deployment)
       kubetrain controller run --no-leader-elect --watch-namespace ml
     """
-    from kubetrain.controller.loop import Settings
-    from kubetrain.controller.run import Election
-    from kubetrain.controller.run import run as run_controller
-
     connection = connect_from(context, kubeconfig)
     settings = Settings(namespace=watch_namespace, workers=workers, update_policy=update_policy,
                         progress_interval=progress_interval, progress_tail=progress_tail, hang_interval=hang_interval)
@@ -105,8 +106,6 @@ def _install_options(func: click.decorators.FC) -> click.decorators.FC:
 
 
 def _objects(watch_namespace: str | None, image: str | None) -> list[dict[str, Any]]:
-    from kubetrain.controller.install import objects_for
-
     return objects_for("namespaced" if watch_namespace else "cluster", image, watch_namespace)
 
 
@@ -124,8 +123,6 @@ def install(context: str | None, kubeconfig: str | None, watch_namespace: str | 
       kubetrain controller install --namespaced team-a       # Role in team-a, no ClusterRole
       kubetrain controller install --dry-run=client -o yaml  # print, contact nothing
     """
-    from kubetrain.controller.install import apply_all
-
     _act(_objects(watch_namespace, image), apply_all, "installed", context, kubeconfig, dry_run, output)
 
 
@@ -153,8 +150,6 @@ def uninstall(context: str | None, kubeconfig: str | None, watch_namespace: str 
       kubetrain controller uninstall
       kubetrain controller uninstall --with-crd --dry-run=server
     """
-    from kubetrain.controller.install import delete_all
-
     objects = [o for o in _objects(watch_namespace, image)
                if with_crd or o["kind"] != "CustomResourceDefinition"]
     _act(objects, delete_all, "deleted", context, kubeconfig, dry_run, output)
@@ -171,8 +166,6 @@ def crd(output: str) -> None:
       kubetrain controller crd > trainingjobs.kubetrain.dev.yaml
       kubetrain controller crd -o json | jq '.items[0].spec.versions[0].additionalPrinterColumns'
     """
-    from kubetrain.controller.crd import crd as make_crd
-
     if output == "json":
         click.echo(dump_json([make_crd()]), nl=False)
     else:

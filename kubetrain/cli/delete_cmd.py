@@ -28,6 +28,7 @@ def delete(name: str, context: str | None, kubeconfig: str | None, namespace: st
       kubetrain delete llm-finetune
       kubetrain delete llm-finetune -n team-a --wait
     """
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.jobs import find_job
     from kubetrain.jobs.removal import delete_job
 

@@ -15,6 +15,7 @@ from kubetrain.cli.output import handle_errors
 if TYPE_CHECKING:
     from kubetrain.cluster.doctor import Report
 
+
 @click.command()
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="Output format.")
@@ -37,6 +38,7 @@ def doctor(output: str, cpu: bool, context: str | None, kubeconfig: str | None, 
       kubetrain doctor --context kind-kubetrain --cpu   # a `cluster create --cpu-only` cluster
       kubetrain doctor -o json | jq '.checks[] | select(.status != "ok")'
     """
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.cluster.doctor import run_doctor
 
     connection = connect_from(context, kubeconfig, request_timeout)

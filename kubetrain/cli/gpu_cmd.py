@@ -12,6 +12,11 @@ import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from, print_table, target_option
 from kubetrain.cli.output import handle_errors, info
+from kubetrain.jobs.crud import find_job
+from kubetrain.jobs.gpu import HEADERS, job_gpus, notes, table_rows
+from kubetrain.jobs.pods import check_replica_filter
+from kubetrain.kube.errors import Unreachable
+from kubetrain.kube.watch import RECONNECT_WINDOW
 
 if TYPE_CHECKING:
     from kubetrain.jobs.gpu import PodGpus
@@ -47,11 +52,6 @@ def gpu(name: str, replica: str, watch: bool, interval: float, count: int | None
       kubetrain gpu bert --watch --interval 5
       kubetrain gpu bert --replica worker -o json | jq '.pods[].gpus[].utilization'
     """
-    from kubetrain.jobs import find_job
-    from kubetrain.jobs.gpu import job_gpus
-    from kubetrain.jobs.pods import check_replica_filter
-    from kubetrain.kube.errors import Unreachable
-
     wanted = check_replica_filter(replica)
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)
@@ -81,8 +81,6 @@ class _Lost:
         self.since: float | None = None
 
     def wait(self, exc: Exception, interval: float) -> None:
-        from kubetrain.kube.watch import RECONNECT_WINDOW
-
         now = time.monotonic()
         if self.since is None:
             self.since = now
@@ -98,8 +96,6 @@ class _Lost:
 
 
 def _show(name: str, results: list[PodGpus], output: str, clear: bool) -> None:
-    from kubetrain.jobs.gpu import HEADERS, notes, table_rows
-
     if output == "json":
         click.echo(json.dumps({"job": name, "time": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                                "pods": [r.as_dict() for r in results]}))

@@ -71,6 +71,7 @@ def logs(name: str, replica: str, follow: bool, since: str | None, tail: int | N
       kubetrain logs bert --replica worker-2 --previous
       kubetrain logs bert --since 10m --tail 100 -n research
     """
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.jobs import logs as client_logs
     from kubetrain.jobs.pods import check_replica_filter
 

@@ -12,6 +12,9 @@ from kubetrain.cli.cluster_opts import cluster_options
 from kubetrain.cli.joblogs import archive_option, read_job_logs
 from kubetrain.cli.output import handle_errors, info
 from kubetrain.errors import UsageError
+from kubetrain.jobs.logs import LogOptions
+from kubetrain.observe import history as hist
+from kubetrain.observe.history import from_lines, to_csv
 
 if TYPE_CHECKING:
     from kubetrain.observe.history import History
@@ -52,6 +55,7 @@ def metrics(name: str | None, local: Path | None, output: str, compare: str | No
 
     def load(source: str | Path) -> History:
         if isinstance(source, Path) or Path(source).exists():
+            # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
             from kubetrain.observe.history import from_local
 
             return from_local(Path(source))
@@ -65,6 +69,7 @@ def metrics(name: str | None, local: Path | None, output: str, compare: str | No
             info(f"{history.name}: no metrics lines (KUBETRAIN_METRICS) found")
     _print(histories, output, no_plots)
     if html_path is not None:
+        # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
         from kubetrain.cli.common import write_atomically
         from kubetrain.observe.html import report_html
 
@@ -73,8 +78,6 @@ def metrics(name: str | None, local: Path | None, output: str, compare: str | No
 
 
 def _print(histories: list[History], output: str, no_plots: bool) -> None:
-    from kubetrain.observe import history as hist
-
     if output == "csv":
         sys.stdout.write("".join(_csv(h, len(histories) > 1, first=i == 0) for i, h in enumerate(histories)))
         return
@@ -87,14 +90,13 @@ def _print(histories: list[History], output: str, no_plots: bool) -> None:
             sys.stdout.write(f"== {history.name}\n")
         sys.stdout.write(hist.table_text(history))
     if not no_plots and any(h.records for h in histories):
+        # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
         from kubetrain.observe.plots import plot_text
 
         sys.stdout.write("\n" + plot_text(histories, color=sys.stdout.isatty()) + "\n")
 
 
 def _csv(history: History, with_run: bool, first: bool) -> str:
-    from kubetrain.observe.history import to_csv
-
     lines = to_csv(history).splitlines()
     if not first:
         lines = lines[1:]
@@ -107,9 +109,6 @@ def _from_job(name: str, target: str | None, archive: str | None,
               cluster: tuple[str | None, str | None, str | None, float | None]) -> History:
     """The job's logs, as `kubetrain logs NAME` reads them (every replica; rank 0 prints the metrics), or
     its archive when the job or its pods are gone."""
-    from kubetrain.jobs.logs import LogOptions
-    from kubetrain.observe.history import from_lines
-
     lines: list[str] = []
     read_job_logs(name, target, archive, LogOptions(), lines.append, cluster)
     return from_lines(name, lines)

@@ -98,6 +98,7 @@ def emit(text: str) -> None:
 
 def emit_objects(objects: list[dict[str, Any]], names: list[str], output: str | None) -> None:
     """-o yaml / json: the objects; else one name a line."""
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.render.yamlout import dump_json, dump_yaml
 
     if output == "yaml":

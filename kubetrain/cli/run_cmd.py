@@ -9,8 +9,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kubetrain.cli.common import load, spec_file_option
-from kubetrain.cli.output import handle_errors, info
+from kubetrain.cli.output import handle_errors, info, warn
+from kubetrain.local import RunOptions, parse_env_file
+from kubetrain.local.endings import oom_killed_since, oom_kills
+from kubetrain.local.hangwatch import supervise
+from kubetrain.local.prepare import prepare_run
 from kubetrain.metrics import EXIT_DIVERGED
+from kubetrain.observe.archive import NodeArchive
+from kubetrain.observe.render import LineStream, Renderer
 
 if TYPE_CHECKING:
     from kubetrain.local.endings import RankFailure
@@ -52,11 +58,6 @@ def run(*, filename: str, env_file: Path | None, volumes: tuple[str, ...], nodes
       kubetrain run --env-file .env --volume ckpt=./ckpt
       kubetrain run --nodes 1 --dry-run
     """
-    from kubetrain.cli.output import warn
-    from kubetrain.local import RunOptions, parse_env_file
-    from kubetrain.local.endings import oom_killed_since, oom_kills
-    from kubetrain.local.prepare import prepare_run
-
     loaded = load(filename)
     secrets = parse_env_file(env_file) if env_file else {}
     plan = prepare_run(loaded, RunOptions(secrets, list(volumes), nodes, procs_per_node, port, log_dir, dry_run), warn)
@@ -117,10 +118,6 @@ def _supervise(plan: Any, raw: bool, archive: str | None, hang: Any, stops: bool
     spec.archive, into the archive (one log per node, as a cluster keeps one per pod). `stops`: stop the job
     when its metrics show a non-finite loss. Returns the exit status, the failed ranks (one line each), the first
     failed rank and the divergence."""
-    from kubetrain.local.hangwatch import supervise
-    from kubetrain.observe.archive import NodeArchive
-    from kubetrain.observe.render import LineStream, Renderer
-
     renderer = Renderer(sys.stdout, sys.stderr, raw=raw)
     kept = NodeArchive(archive, plan.job_name, renderer.line) if archive else None
     out = LineStream(kept.line) if kept else renderer.stdout

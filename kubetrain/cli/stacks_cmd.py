@@ -6,6 +6,9 @@ import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from, target_option
 from kubetrain.cli.output import fail, handle_errors, info
+from kubetrain.jobs.crud import find_job
+from kubetrain.jobs.pods import check_replica_filter
+from kubetrain.jobs.stacks import job_stacks
 
 
 @click.command()
@@ -31,10 +34,6 @@ def stacks(name: str, replica: str, target: str | None, context: str | None, kub
       kubetrain stacks bert
       kubetrain stacks bert -n team-a --replica worker-3
     """
-    from kubetrain.jobs import find_job
-    from kubetrain.jobs.pods import check_replica_filter
-    from kubetrain.jobs.stacks import job_stacks
-
     wanted = check_replica_filter(replica)
     connection = connect_from(context, kubeconfig, request_timeout)
     ns = connection.namespace(namespace)

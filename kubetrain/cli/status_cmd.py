@@ -37,6 +37,7 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
       kubetrain status llm-finetune
       kubetrain status llm-finetune -n team-a -o json
     """
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.jobs.status import job_status
     from kubetrain.jobs.targets import TARGETS
 
@@ -62,6 +63,7 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
 
 def _hang_report(connection: Any, namespace: str, name: str, target: str | None) -> JobStacks:
     """The running pods' progress records (docs/hangs.md); nothing is signalled."""
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.jobs import find_job
     from kubetrain.jobs.stacks import exec_records, job_stacks
 
@@ -79,6 +81,7 @@ def _print_hang(report: JobStacks) -> None:
 
 
 def dump_yaml(items: list[dict[str, Any]]) -> str:
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.render.yamlout import dump_yaml as dump
 
     return dump(items)
@@ -111,6 +114,7 @@ def _print_status(result: JobStatus) -> None:
 
 
 def _print_events(events: list[EventRow], with_hints: bool = True) -> None:
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.jobs.hints import shorten
 
     rows = []
@@ -137,6 +141,7 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, re
       kubetrain list -o wide
       kubetrain list -A -o json
     """
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.jobs.crud import list_jobs
     from kubetrain.jobs.status import run_links
     from kubetrain.queues import workloads as queues
@@ -181,8 +186,10 @@ def events(name: str, context: str | None, kubeconfig: str | None, namespace: st
       kubetrain events llm-finetune
       kubetrain events llm-finetune -n team-a -o json
     """
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from dataclasses import asdict
 
+    # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.jobs import find_job, pods
     from kubetrain.jobs.status import job_events
 

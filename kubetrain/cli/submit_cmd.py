@@ -8,14 +8,22 @@ from typing import TYPE_CHECKING
 
 import click
 
+from kubetrain import jobs
 from kubetrain.checks import Check, check_lines
 from kubetrain.cli.cluster_opts import cluster_options, connect_from
 from kubetrain.cli.common import load, spec_file_option
+from kubetrain.cli.joblogs import follow_renderer, use_color
 from kubetrain.cli.output import emit_objects, handle_errors, info, warn
+from kubetrain.cluster.preflight import SKIPPABLE
+from kubetrain.controller.handoff import diverged_of, outcome, submit_training_job, wait_trainingjob
 from kubetrain.errors import UsageError
+from kubetrain.imagebuild import build_image
+from kubetrain.jobs import logs
 from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.metrics import EXIT_DIVERGED
 from kubetrain.render.yamlout import dump_json, dump_yaml
+from kubetrain.submit import SubmitOptions
+from kubetrain.submit import submit as run_submit
 
 if TYPE_CHECKING:
     from kubetrain.jobs.targets import Target
@@ -82,9 +90,6 @@ def submit(filename: str, context: str | None, kubeconfig: str | None, namespace
         _via_controller(connection, loaded, ns, dry_run, output, target=target, image=image, build=build_image,
                         replace=replace, wait_capacity=wait_capacity, wait=wait, follow=follow, timeout=timeout)
         return
-    from kubetrain.submit import SubmitOptions
-    from kubetrain.submit import submit as run_submit
-
     if build_image:
         image = _build(loaded)
     skipped = _skipped_checks(skip_preflight)
@@ -114,13 +119,13 @@ def _via_controller(connection: Connection, loaded: LoadedSpec, namespace: str, 
     name = submit_to_controller(connection, loaded, namespace, dry_run, output, overrides)
     if not (wait or follow):
         return
-    from kubetrain.controller.handoff import diverged_of, outcome, wait_trainingjob
 
     deadline = None if timeout is None else time.monotonic() + timeout
     if follow:
         handed = wait_trainingjob(connection.rest, namespace, name, timeout, "child", on_retry=info)
         child = (handed.get("status") or {}).get("target")
         if child and outcome(handed)[0] != "Invalid":
+            # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
             from kubetrain.jobs.targets import TARGETS
 
             _follow(connection, TARGETS[child], namespace, name, _left(deadline), exit_on_failure=False)
@@ -144,8 +149,6 @@ def _left(deadline: float | None) -> float | None:
 
 def _skipped_checks(values: tuple[str, ...]) -> frozenset[str]:
     """--skip-preflight (all), --skip-preflight=queue, --skip-preflight=fit,queue, repeated: the names."""
-    from kubetrain.cluster.preflight import SKIPPABLE
-
     names = frozenset(n.strip().lower() for value in values for n in value.split(",") if n.strip())
     unknown = sorted(names - {*SKIPPABLE, "all"})
     if unknown:
@@ -178,8 +181,6 @@ def _print_result(submitted: Submitted, output: str | None) -> None:
 
 
 def _build(loaded: LoadedSpec) -> str:
-    from kubetrain.imagebuild import build_image
-
     return build_image(loaded, push=True)
 
 
@@ -188,8 +189,6 @@ def _styled(result: Check) -> str:
 
 
 def _wait(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None) -> None:
-    from kubetrain import jobs
-
     info(f"waiting for {target.kind} {namespace}/{name} to finish")
     final = jobs.wait_finished(connection.rest, target, namespace, name, timeout, on_retry=info)
     info(f"{target.kind} {namespace}/{name} {final}")
@@ -200,9 +199,6 @@ def _wait(connection: Connection, target: Target, namespace: str, name: str, tim
 def _follow(connection: Connection, target: Target, namespace: str, name: str, timeout: float | None,
             exit_on_failure: bool = True) -> None:
     """`kubetrain logs -f` (merged logs, live progress line from the metrics); exit 1 if the job fails."""
-    from kubetrain.cli.joblogs import follow_renderer, use_color
-    from kubetrain.jobs import logs
-
     renderer = follow_renderer()
     options = logs.LogOptions(color=use_color("auto", sys.stdout))
     try:
@@ -218,8 +214,6 @@ def _follow(connection: Connection, target: Target, namespace: str, name: str, t
 def submit_to_controller(connection: Connection, loaded: LoadedSpec, namespace: str, dry_run: str,
                          output: str | None, overrides: dict[str, str] | None = None) -> str:
     """`kubetrain submit --controller`: apply the TrainingJob; the controller does the rest. Returns its name."""
-    from kubetrain.controller.handoff import submit_training_job
-
     handed = submit_training_job(connection, loaded, namespace, dry_run, overrides)
     name = handed.name
     suffix = f" ({dry_run} dry run)" if dry_run != "none" else ""

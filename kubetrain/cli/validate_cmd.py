@@ -13,7 +13,12 @@ import click
 
 from kubetrain.cli.output import emit, handle_errors, info
 from kubetrain.errors import SpecError, UsageError
+from kubetrain.jobs.exactcheck import ExactChecker
+from kubetrain.jobs.localapi import LocalApiServer, crd_installer
+from kubetrain.jobs.podcheck import cluster_pod_issues
 from kubetrain.jobspec.load import read_text
+from kubetrain.kube.connection import connect
+from kubetrain.kube.crds import training_crds
 from kubetrain.validate import Report, SchemaStore, validate_sources
 from kubetrain.validate.schemas import (
     DEFAULT_KUBERNETES_VERSION,
@@ -77,6 +82,7 @@ def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[
       kubetrain validate --exact deploy/
     """
     if stop_server:
+        # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
         from kubetrain.jobs.localapi import stop_all
 
         stopped = stop_all()
@@ -116,9 +122,6 @@ def build_store(schemas: tuple[str, ...], from_cluster: bool, context: str | Non
 
 
 def _cluster_crds(context: str | None, kubeconfig: str | None) -> Callable[[], list[CrdSource]]:
-    from kubetrain.kube.connection import connect  # only with --from-cluster: offline validate stays light
-    from kubetrain.kube.crds import training_crds
-
     return lambda: training_crds(connect(context, kubeconfig))
 
 
@@ -126,9 +129,6 @@ def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: t
                   server_side: bool, binaries: str | None, skip_foreign: bool,
                   ignore_missing: bool) -> tuple[Report, str]:
     """Every document dry-run on the local kube-apiserver (kubetrain/jobs/exactcheck.py)."""
-    from kubetrain.jobs.exactcheck import ExactChecker
-    from kubetrain.jobs.localapi import LocalApiServer, crd_installer
-
     crds = [crd for location in schemas for crd, _ in load_crd_source(location)]
     crds += [crd for crd, _ in cached_crds()]
     began = time.monotonic()
@@ -143,9 +143,6 @@ def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: t
 
 def _server_pod_issues(sources: list[tuple[str, str]], context: str | None, kubeconfig: str | None) -> list[Any]:
     """Every pod template of a CRD, dry-run created as a Pod on the cluster (kubetrain/jobs/podcheck.py)."""
-    from kubetrain.jobs.podcheck import cluster_pod_issues
-    from kubetrain.kube.connection import connect
-
     return cluster_pod_issues(connect(context, kubeconfig), sources)
 
 

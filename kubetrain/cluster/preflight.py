@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from kubetrain.checks import FAIL, OK, WARN, Check
 from kubetrain.cluster import fit as fitting
+from kubetrain.cluster.doctor import Unreadable, deployment_health, find_operator
 from kubetrain.errors import ClusterError
+from kubetrain.fieldpath import join_path
 from kubetrain.jobs import devices
 from kubetrain.jobs.crud import pod_specs
+from kubetrain.jobs.podcheck import pod_template_problems
 from kubetrain.jobs.targets import Target, served
-from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.kube.access import can_i
-from kubetrain.kube.errors import CRD_HINT, ApiError, api_message, is_not_found, translate
+from kubetrain.kube.errors import CRD_HINT, ApiError, NotFound, api_message, translate
 from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.kube.rest import Rest, path_of
+from kubetrain.queues import quota
 from kubetrain.queues.workloads import queue_of
-from kubetrain.yamlsrc import join_path
+from kubetrain.rules.k8s.templates import pod_templates
+from kubetrain.rules.quantity import parse_quantity
 
 # What `--skip-preflight=NAME` accepts (the API server's reachability is always checked), and "all".
 SKIPPABLE = ("permissions", "crd", "operator", "namespace", "references", "pod-templates", "fit", "queue")
@@ -79,12 +84,9 @@ def _adder(results: list[Check], skip: Collection[str]) -> Callable[[str, Callab
 
 def check_pod_templates(rest: Rest, job: dict[str, Any], namespace: str) -> Check:
     """Each pod template, dry-run created as a Pod: what the operator will create, judged by the server."""
-    from kubetrain.jobs.podcheck import pod_template_problems
-    from kubetrain.validate.k8s.templates import pod_templates
-
     if not any(t.stage and not t.partial for t in pod_templates(job)):
         return Check("pod-templates", OK, "none to dry-run (a TrainJob's runtime patches are merged into the "
-                           "runtime by the Trainer)")
+                     "runtime by the Trainer)")
     def post(where: str, pod: dict[str, Any]) -> None:  # raw: the typed client would vet the body itself
         rest.json("POST", f"/api/v1/namespaces/{where}/pods", {"dryRun": "All"}, pod)
 
@@ -139,8 +141,6 @@ def check_crd(rest: Rest, target: Target) -> Check:
 def check_operator(rest: Rest, target: Target) -> Check:
     """The operator's Deployment (the same lookup and verdict as `kubetrain doctor`); it may run elsewhere,
     or we may not read Deployments: then a note."""
-    from kubetrain.cluster.doctor import Unreadable, deployment_health, find_operator
-
     deployment = find_operator(rest, target.operators)
     if isinstance(deployment, Unreadable):
         return Check("operator", WARN, f"cannot check the {target.operator_name} Deployment: {deployment}")
@@ -159,10 +159,10 @@ def check_operator(rest: Rest, target: Target) -> Check:
 def check_namespace(rest: Rest, namespace: str) -> Check:
     try:
         rest.get(f"/api/v1/namespaces/{namespace}")
+    except NotFound:
+        return Check("namespace", FAIL, f"{namespace} does not exist",
+                     f"create it: kubectl create namespace {namespace}")
     except ApiError as exc:
-        if is_not_found(exc):
-            return Check("namespace", FAIL, f"{namespace} does not exist",
-                               f"create it: kubectl create namespace {namespace}")
         return Check("namespace", WARN, f"cannot check {namespace}: {api_message(exc)}")
     return Check("namespace", OK, f"{namespace} exists")
 
@@ -219,13 +219,12 @@ def check_references(rest: Rest, namespace: str, refs: list[Reference]) -> list[
             present.append(f"{ref.kind} {ref.name}")
             if ref.kind == "PersistentVolumeClaim" and (unbound := pvc_binding(rest, found)) is not None:
                 results.append(unbound)
+        except NotFound:
+            results.append(Check("references", FAIL, f"{ref.kind} {ref.name} not found in namespace "
+                                 f"{namespace}", _missing_hint(ref, namespace)))
         except ApiError as exc:
-            if is_not_found(exc):
-                results.append(Check("references", FAIL, f"{ref.kind} {ref.name} not found in namespace "
-                                           f"{namespace}", _missing_hint(ref, namespace)))
-            else:
-                results.append(Check("references", WARN, f"cannot check {ref.kind} {ref.name}: "
-                                           f"{api_message(exc)}"))
+            results.append(Check("references", WARN, f"cannot check {ref.kind} {ref.name}: "
+                                 f"{api_message(exc)}"))
     if present:
         results.insert(0, Check("references", OK, ", ".join(present) + " exist"))
     return results
@@ -261,8 +260,6 @@ def pvc_binding(rest: Rest, claim: dict[str, Any]) -> Check | None:
 
 
 def _matching_volume(rest: Rest, claim: dict[str, Any], wanted: str) -> bool:
-    from kubetrain.jobspec.quantity import parse_quantity
-
     size = parse_quantity(((claim.get("resources") or {}).get("requests") or {}).get("storage") or "0")
     modes = set(claim.get("accessModes") or [])
     volumes: list[dict[str, Any]] = rest.get("/api/v1/persistentvolumes").get("items") or []
@@ -376,8 +373,6 @@ def fit_inputs(rest: Rest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     answer from its watch cache instead of a quorum read from etcd (kubectl get does the same for
     informers; a preflight does not need the very latest write). The cache ignores `limit`, so this is
     one page, which is what the fit needs anyway (all nodes, all GPU-holding pods)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(1) as pool:
         nodes = pool.submit(rest.get, "/api/v1/nodes", resourceVersion="0")
         pods = rest.get("/api/v1/pods", fieldSelector=HOLDING, resourceVersion="0")
@@ -405,8 +400,6 @@ def check_queue(rest: Rest, objects: list[dict[str, Any]], namespace: str, queue
 
 
 def queue_result(rest: Rest, namespace: str, queue: str, demand: Decimal, resource: str) -> Check:
-    from kubetrain.queues import quota
-
     try:
         verdict = quota.quota_verdict(rest, namespace, queue, demand, resource)
     except (ClusterError, ApiError) as exc:

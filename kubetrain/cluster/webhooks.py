@@ -21,7 +21,7 @@ from typing import Any
 
 from kubetrain.checks import FAIL, OK, WARN, Check
 from kubetrain.jobs.targets import PYTORCHJOB, Target
-from kubetrain.kube.errors import api_message, is_api_error
+from kubetrain.kube.errors import ApiError, Forbidden, InternalError, NotFound, api_message
 from kubetrain.kube.objects import meta_of, parse_time
 from kubetrain.kube.rest import Rest
 
@@ -44,10 +44,8 @@ def training_webhooks(rest: Rest) -> list[tuple[str, dict[str, Any]]]:
     for kind in KINDS:
         try:
             items = rest.get(f"/apis/admissionregistration.k8s.io/v1/{kind}").get("items") or []
-        except Exception as exc:
-            if is_api_error(exc) and getattr(exc, "status", None) in (403, 404):
-                continue
-            raise
+        except (Forbidden, NotFound):
+            continue
         found += [(kind, hook) for item in items for hook in item.get("webhooks") or [] if covers_training(hook)]
     return found
 
@@ -57,10 +55,8 @@ def ready_endpoints(rest: Rest, namespace: str, service: str) -> int | None:
     try:
         body = rest.get(f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
                         labelSelector=f"kubernetes.io/service-name={service}")
-    except Exception as exc:
-        if is_api_error(exc) and getattr(exc, "status", None) in (403, 404):
-            return None
-        raise
+    except (Forbidden, NotFound):
+        return None
     return sum(1 for s in body.get("items") or [] for e in s.get("endpoints") or []
                if (e.get("conditions") or {}).get("ready", True))
 
@@ -90,13 +86,13 @@ def probe(rest: Rest, namespace: str, target: Target = PYTORCHJOB) -> Check | No
     path = f"/apis/{target.group}/{target.version}/namespaces/{namespace}/{target.plural}"
     try:
         rest.json("POST", path, {"dryRun": "All"}, body)
-    except Exception as exc:
-        if not is_api_error(exc):
-            raise
+    except InternalError as exc:
         message = api_message(exc)
-        if getattr(exc, "status", None) == 500 and "failed calling webhook" in message:
+        if "failed calling webhook" in message:
             return Check(TOPIC, FAIL, f"creating a {target.kind} fails: {message}",
                                 "the webhook's backend is down or broken: check the operator's pods and logs")
+    except ApiError:
+        return None  # any other refusal: the webhooks answered
     return None
 
 
@@ -126,10 +122,8 @@ def recent_failures(events: list[dict[str, Any]], now: dt.datetime) -> Check | N
 def recent_failure_check(rest: Rest, namespace: str) -> Check | None:
     try:
         body = rest.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector="type=Warning")
-    except Exception as exc:
-        if is_api_error(exc) and getattr(exc, "status", None) in (403, 404):
-            return None
-        raise
+    except (Forbidden, NotFound):
+        return None
     return recent_failures(body.get("items") or [], dt.datetime.now(dt.UTC))
 
 

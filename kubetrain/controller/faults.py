@@ -18,13 +18,11 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Generic, TypeVar
 
-from kubetrain.kube.errors import ApiError, TimedOut, Unreachable
+from kubetrain.kube.errors import ApiError, ServerError, TimedOut, Unreachable
 
 log = logging.getLogger("kubetrain.controller")
 T = TypeVar("T")
 Key = tuple[str, str]
-KIND_OF_STATUS = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict", 410: "Gone",
-                  422: "Invalid", 429: "TooManyRequests"}
 ROUTINE = {"NotFound", "Conflict"}  # races with a delete or another writer: retried, logged at INFO
 
 
@@ -42,9 +40,10 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 def kind_of(exc: BaseException) -> str:
     """NotFound, Conflict, Forbidden, Timeout, Unreachable, ServerError... or the exception's type name."""
     for error in _chain(exc):
+        if isinstance(error, ServerError):
+            return "ServerError"
         if isinstance(error, ApiError):
-            status = int(error.status or 0)
-            return KIND_OF_STATUS.get(status, "ServerError" if status >= 500 else f"HTTP{status}")
+            return f"HTTP{error.status}" if type(error) is ApiError else type(error).__name__
         if isinstance(error, TimedOut | TimeoutError):
             return "Timeout"
         if isinstance(error, Unreachable):

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from kubetrain.errors import UsageError
+from kubetrain.kube.manifests import apply_all as apply_objects
+from kubetrain.kube.manifests import delete_all as delete_objects
 from kubetrain.render import manifests_dir
 
 if TYPE_CHECKING:
@@ -87,13 +89,9 @@ def _set_watched_namespace(obj: dict[str, Any], namespace: str) -> None:
 
 def apply_all(rest: Rest, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
     """Server-side apply each object; returns `kind/name` lines."""
-    from kubetrain.kube.manifests import apply_all as apply_objects
-
     return apply_objects(rest, objects, FIELD_MANAGER, dry_run)
 
 
 def delete_all(rest: Rest, objects: list[dict[str, Any]], dry_run: bool = False) -> list[str]:
     """Delete in reverse order; missing objects are fine (uninstall twice is a no-op)."""
-    from kubetrain.kube.manifests import delete_all as delete_objects
-
     return delete_objects(rest, objects, dry_run)

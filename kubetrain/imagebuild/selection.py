@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pathspec
+
 from kubetrain.errors import BuildError, SecretRefused
 from kubetrain.imagebuild.context import STATE_DIR, Entry
 from kubetrain.imagebuild.dockerignore import PatternMatcher, parse_ignore_lines
@@ -92,8 +94,6 @@ class _Layer:
 
 
 def _git_layer(name: str, lines: list[str]) -> _Layer:
-    import pathspec
-
     spec = pathspec.GitIgnoreSpec.from_lines(lines)
 
     def decide(rel: str, is_dir: bool) -> bool | None:

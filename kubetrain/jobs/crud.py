@@ -9,7 +9,7 @@ from typing import Any
 from kubetrain.errors import ClusterError
 from kubetrain.jobs.targets import AUTO_ORDER, NOT_INSTALLED, TARGETS, Target, controlling_trainingjob
 from kubetrain.kube import watch
-from kubetrain.kube.errors import Unreachable, as_dict, cluster_errors, is_not_found, status_body
+from kubetrain.kube.errors import NotFound, Unreachable, as_dict, cluster_errors, status_body
 from kubetrain.kube.objects import GPU_RESOURCE as GPU
 from kubetrain.kube.objects import conditions_of, meta_of, status_of
 from kubetrain.kube.rest import Rest, path_of
@@ -131,19 +131,20 @@ def _get(rest: Rest, target: Target, namespace: str, name: str, probe: bool) -> 
     with cluster_errors(f"get {target.resource} {name} in namespace {namespace}"):
         try:
             return as_dict(rest.get(_path(target, namespace, name)))
-        except Exception as exc:
-            if is_not_found(exc) and _object_missing(exc, name):
+        except NotFound as exc:
+            if _object_missing(exc, name):
                 return None
             if probe and _not_served(exc):
                 return _NotServed()
             raise
 
 
-def _not_served(exc: Exception) -> bool:
-    return is_not_found(exc) and not status_body(exc)
+def _not_served(exc: NotFound) -> bool:
+    """No Status naming an object: the resource itself is not served (its CRD is not installed)."""
+    return not status_body(exc)
 
 
-def _object_missing(exc: Any, name: str) -> bool:
+def _object_missing(exc: NotFound, name: str) -> bool:
     details = status_body(exc).get("details") or {}
     return bool(details.get("name") == name and details.get("kind") != "namespaces")
 
@@ -179,10 +180,11 @@ def not_installed(rest: Rest) -> ClusterError:
     path answers every path with 404, /version too. One more request, on this error path only."""
     try:
         rest.get("/version")
-    except Exception as exc:
-        if is_not_found(exc):
-            return Unreachable(f"{rest.server} is not a Kubernetes API server (it answers GET /version with 404): "
-                               "check the server URL of your kubeconfig's cluster (kubectl config view --minify)")
+    except NotFound:
+        return Unreachable(f"{rest.server} is not a Kubernetes API server (it answers GET /version with 404): "
+                           "check the server URL of your kubeconfig's cluster (kubectl config view --minify)")
+    except Exception:  # any other failure: the job kinds are what is missing
+        pass
     return ClusterError(NOT_INSTALLED)
 
 
@@ -190,11 +192,11 @@ def check_namespace(rest: Rest, namespace: str) -> None:
     """A ClusterError naming the fix if `namespace` does not exist (silent when we may not read namespaces)."""
     try:
         rest.get(f"/api/v1/namespaces/{namespace}")
-    except Exception as exc:
-        if is_not_found(exc):
-            raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
-                               f"(kubectl get namespaces) or create it: kubectl create namespace {namespace}"
-                               ) from None
+    except NotFound:
+        raise ClusterError(f"namespace {namespace} does not exist: pass the right -n/--namespace "
+                           f"(kubectl get namespaces) or create it: kubectl create namespace {namespace}") from None
+    except Exception:  # we may not read namespaces: the request that follows says what is wrong
+        pass
 
 
 def list_objects(rest: Rest, target: Target, namespace: str | None) -> list[dict[str, Any]]:
@@ -214,7 +216,7 @@ def list_jobs(rest: Rest, targets: list[Target] | None, namespace: str | None) -
         with cluster_errors(f"list {target.resource} in {where}"):
             try:
                 body = rest.get(_path(target, namespace))
-            except Exception as exc:
+            except NotFound as exc:
                 if targets is None and _not_served(exc):
                     continue
                 raise
@@ -231,8 +233,8 @@ def delete(rest: Rest, target: Target, namespace: str, name: str, propagation: s
         try:
             rest.json("DELETE", _path(target, namespace, name),
                               body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation})
-        except Exception as exc:
-            if is_not_found(exc) and _object_missing(exc, name):
+        except NotFound as exc:
+            if _object_missing(exc, name):
                 return False
             raise
     return True

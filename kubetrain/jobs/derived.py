@@ -20,13 +20,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kubetrain.fieldpath import PathKey
 from kubetrain.jobs.podcheck import as_pod
 from kubetrain.jobs.trainjobset import jobset_jobs, trainjob_jobset
+from kubetrain.rules.findings import Finding, get
+from kubetrain.rules.k8s.templates import pod_templates
 from kubetrain.validate import operators
-from kubetrain.validate.findings import Finding, get
-from kubetrain.validate.k8s.templates import pod_templates
 from kubetrain.validate.semantic import pytorchjob_operator_errors
-from kubetrain.yamlsrc import PathKey
 
 OPERATOR_WEBHOOK = "the training-operator's webhook (kubetrain's port of its rules) refuses it"
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from kubetrain.jobspec.quantity import parse_quantity
 from kubetrain.kube import errors
 from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.kube.rest import Rest
+from kubetrain.rules.quantity import parse_quantity
 
 API = "/apis/resource.k8s.io/v1"
 ANY_NODE = ""  # a device not bound to one node (allNodes, or a node selector)
@@ -76,6 +76,7 @@ def served(rest: Rest) -> bool:
 
 def read_inventory(rest: Rest) -> Inventory:
     """DeviceClasses, ResourceSlices and every ResourceClaim: three lists, from the watch cache."""
+    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(2) as pool:

@@ -20,13 +20,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubetrain.fieldpath import PathKey, join_path
 from kubetrain.jobs.derived import Derived, derived_objects, operator_rule_findings
 from kubetrain.jobs.trainjobset import runtime_for
-from kubetrain.kube.errors import ApiError, status_body
+from kubetrain.kube.errors import ApiError, Conflict, Invalid, NotFound, api_message, status_body
 from kubetrain.kube.rest import Rest
+from kubetrain.rules.findings import Finding
 from kubetrain.validate.engine import Issue, Report, documents, validate_document
-from kubetrain.validate.findings import Finding
-from kubetrain.yamlsrc import ParsedDoc, PathKey, join_path, line_for
+from kubetrain.yamlsrc import ParsedDoc, line_for
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 NOT_AN_OBJECT = "not a Kubernetes object: apiVersion and kind are required"
@@ -61,10 +62,8 @@ class Discovery:
             return None
         try:
             listing = self.rest.get(path)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         return {r["kind"]: (r["name"], bool(r.get("namespaced"))) for r in listing.get("resources", [])
                 if isinstance(r, dict) and "/" not in str(r.get("name"))}
 
@@ -169,9 +168,10 @@ class ExactChecker:
         try:
             self.rest.json("POST", "/api/v1/namespaces", None, {"apiVersion": "v1", "kind": "Namespace",
                                                                 "metadata": {"name": namespace}})
+        except Conflict:
+            return None  # it exists
         except ApiError as exc:
-            if exc.status != 409:
-                return _message(exc)
+            return api_message(exc)
         return None
 
     def dry_run(self, obj: dict[str, Any], plural: str, namespace: str | None, base: PathKey,
@@ -242,10 +242,10 @@ def _find(value: Any, names: list[str], types: tuple[type, ...], path: PathKey) 
 
 def _refusal(exc: ApiError, base: PathKey, derived: Derived | None, obj: Any = None) -> Iterator[Finding]:
     body = status_body(exc)
-    message = _message(exc)
+    message = api_message(exc)
     severity = "warning" if any(s in message for s in CLUSTER_STATE) else "error"
     causes = [c for c in (body.get("details") or {}).get("causes") or [] if isinstance(c, dict) and c.get("field")]
-    if exc.status == 422 and causes:
+    if isinstance(exc, Invalid) and causes:
         for cause in causes:
             text = str(cause.get("message") or message)
             if derived is not None and not derived.mirrors:  # the field is the derived object's, not the file's
@@ -269,9 +269,7 @@ def _prefix(derived: Derived | None) -> str:
     return f"{derived.stage}: " if derived is not None else ""
 
 
-def _message(exc: ApiError) -> str:
-    body = status_body(exc)
-    return str(body.get("message") or exc.reason or f"HTTP {exc.status}")
+
 
 
 def _warnings(headers: Any) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 from kubetrain.jobs import devices
 from kubetrain.jobs.pods import Replica, job_replicas, select
 from kubetrain.jobs.targets import Target
-from kubetrain.kube.errors import ApiError, TimedOut, cluster_errors, translate
+from kubetrain.kube.errors import ApiError, Forbidden, TimedOut, Unauthorized, cluster_errors, translate
 from kubetrain.kube.objects import JOB_LABEL
 from kubetrain.kube.podexec import exec_in_pod
 from kubetrain.kube.rest import Rest
@@ -221,9 +221,9 @@ def exec_replica(rest: Rest, namespace: str, replica: Replica, run: Exec,
         if command is not None:
             return run(rest, namespace, replica.pod, replica.container, command)
         return run(rest, namespace, replica.pod, replica.container)
+    except (Unauthorized, Forbidden) as exc:
+        raise translate(exc, f"exec into pod {replica.pod} in namespace {namespace} (pods/exec)") from None
     except ApiError as exc:
-        if exc.status in (401, 403):
-            raise translate(exc, f"exec into pod {replica.pod} in namespace {namespace} (pods/exec)") from None
         return ExecResult("", "", None, f"{exc.status} {exc.reason}")
     except TimedOut as exc:
         return ExecResult("", "", None, str(exc), timed_out=True)

@@ -31,7 +31,7 @@ from typing import Any
 
 from kubetrain.cachedir import cache_dir
 from kubetrain.errors import ClusterError, UsageError
-from kubetrain.kube.errors import ApiError, Unreachable
+from kubetrain.kube.errors import ApiError, Conflict, Unreachable
 from kubetrain.kube.kubeconfig import Endpoint
 from kubetrain.kube.rest import Rest
 
@@ -255,12 +255,12 @@ def _put_crd(rest: Rest, name: str, crd: dict[str, Any]) -> None:
                         if k in ("name", "labels", "annotations")}
     try:
         rest.json("POST", path, None, body)
-    except ApiError as exc:
-        if exc.status != 409:
-            raise LocalServerError(f"the local API server refused the CRD {name}: {_status_message(exc)}") from None
+    except Conflict:
         current = rest.get(f"{path}/{name}")
         body["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
         rest.json("PUT", f"{path}/{name}", None, body)
+    except ApiError as exc:
+        raise LocalServerError(f"the local API server refused the CRD {name}: {_status_message(exc)}") from None
 
 
 def _wait_established(rest: Rest, name: str) -> None:

@@ -116,6 +116,7 @@ class Prefixer:
         if cached is None:
             cached = f"[{label}] "
             if self.color:
+                # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
                 from rich.style import Style
 
                 cached = Style.parse(style_for(label)).render(f"[{label}]") + " "

@@ -48,7 +48,7 @@ from kubetrain.jobs.recreation import recreation_reason
 from kubetrain.jobs.targets import Target
 from kubetrain.kube import watch
 from kubetrain.kube.connection import Connection
-from kubetrain.kube.errors import TimedOut, api_message, cluster_errors, is_api_error
+from kubetrain.kube.errors import BadRequest, NotFound, TimedOut, api_message, cluster_errors
 from kubetrain.kube.events import uid_selector
 from kubetrain.kube.objects import meta_of, parse_time
 from kubetrain.kube.rest import path_of
@@ -163,12 +163,14 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
 # ---- the archive, once the pods (or the job) are gone ----------------------------------------------------
 def archive_of(job: dict[str, Any]) -> str | None:
     """The job's spec.archive, as `kubetrain render` records it on the job (kubetrain.dev/archive)."""
+    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
     from kubetrain.render.context import ARCHIVE_ANNOTATION
 
     return (meta_of(job).get("annotations") or {}).get(ARCHIVE_ANNOTATION) or None
 
 
 def _archived(url: str, name: str) -> bool:
+    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
     from kubetrain.observe.archive import archived_replicas
 
     return bool(archived_replicas(url, name))
@@ -177,6 +179,7 @@ def _archived(url: str, name: str) -> bool:
 def print_archive(url: str, name: str, options: LogOptions, sink: Sink, notice: Notice, why: str) -> int:
     """The job's archived logs, replica after replica (--replica and --tail apply; the archive has no
     timestamps), after one notice naming the archive. Returns lines written."""
+    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
     from kubetrain.observe.archive import archived_replicas
 
     wanted = check_replica_filter(options.replica)
@@ -196,6 +199,7 @@ def print_archive(url: str, name: str, options: LogOptions, sink: Sink, notice: 
 
 
 def _replicas(rest: Rest, found: Target, namespace: str, name: str) -> list[Replica]:
+    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
     from kubetrain.jobs.pods import job_replicas
 
     return job_replicas(rest, found, namespace, name)
@@ -236,9 +240,7 @@ def _open(rest: Rest, namespace: str, replica: Replica, options: LogOptions, not
             notice(f"[{replica.label}] {replica.pod}: {silent}")
             unreachable.append(replica.label)  # from a pool thread: list.append is atomic
             return None
-        except Exception as exc:
-            if not is_api_error(exc) or getattr(exc, "status", None) not in (400, 404):
-                raise
+        except (BadRequest, NotFound) as exc:  # the container has not started / the pod is gone
             notice(f"[{replica.label}] no logs: {api_message(exc)}")
             return None
 

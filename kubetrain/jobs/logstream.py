@@ -24,7 +24,7 @@ from typing import Any
 
 from kubetrain.jobs.logmerge import NO_TIME, Dedup, LineAssembler, split_timestamp, text_lines
 from kubetrain.jobs.pods import Replica
-from kubetrain.kube.errors import ApiError, Unreachable, api_error_types, network_error_types
+from kubetrain.kube.errors import NETWORK_ERRORS, ApiError, BadRequest, NotFound, Unreachable
 from kubetrain.kube.retry import backoff
 
 Emit = Callable[[str, str, str], None]  # (label, timestamp text, line)
@@ -39,7 +39,7 @@ DRAIN_MAX = 3.0  # ...or this long after it stopped, even if data still flows (t
 def stream_errors() -> tuple[type[BaseException], ...]:
     """What opening or reading a log stream raises when it fails or is cut (network errors, a read after
     `shutdown()`); Unreachable: the API server went away (a restart), retried until the job's end is known."""
-    return (ApiError, Unreachable, ValueError, *network_error_types())
+    return (ApiError, Unreachable, ValueError, *NETWORK_ERRORS)
 
 
 class PodFollower(threading.Thread):
@@ -204,8 +204,8 @@ class PodFollower(threading.Thread):
             self.instance_done = True
 
     def _failed(self, exc: BaseException) -> None:
-        status = getattr(exc, "status", None)
-        if status in (400, 404) or self._stopping:  # container not started yet / pod gone: wait for news
+        # BadRequest: the container has not started yet; NotFound: the pod is gone. Wait for news.
+        if isinstance(exc, BadRequest | NotFound) or self._stopping:
             self._wait()
             return
         self.failures += 1
@@ -236,6 +236,6 @@ def _body(response: Any) -> str:
 
 
 def _short(exc: BaseException) -> str:
-    if isinstance(exc, api_error_types()):
-        return f"{getattr(exc, 'status', '?')} {getattr(exc, 'reason', '')}"
+    if isinstance(exc, ApiError):
+        return f"{exc.status} {exc.reason}"
     return (str(exc).splitlines() or [type(exc).__name__])[0][:160]

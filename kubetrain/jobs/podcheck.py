@@ -10,14 +10,15 @@ from collections.abc import Callable
 from typing import Any
 
 from kubetrain.errors import SpecError
+from kubetrain.fieldpath import PathKey, join_path
 from kubetrain.kube.connection import Connection
-from kubetrain.kube.errors import api_message, is_api_error, network_error_types, translate
+from kubetrain.kube.errors import NETWORK_ERRORS, ApiError, BadRequest, Forbidden, Invalid, api_message, translate
+from kubetrain.rules.k8s.templates import pod_templates
 from kubetrain.validate.engine import Issue
-from kubetrain.validate.k8s.templates import pod_templates
-from kubetrain.yamlsrc import PathKey, join_path, line_for, parse_documents
+from kubetrain.yamlsrc import line_for, parse_documents
 
 Post = Callable[[str, dict[str, Any]], Any]  # dry-run create (namespace, pod); raises the client's API error
-REJECTED = (400, 403, 422)
+REJECTED = (BadRequest, Forbidden, Invalid)
 
 
 def as_pod(obj: dict[str, Any], template: Any) -> dict[str, Any]:
@@ -41,11 +42,9 @@ def pod_template_problems(post: Post, obj: dict[str, Any], namespace: str) -> li
             continue
         try:
             post(namespace, as_pod(obj, template.template))
-        except Exception as exc:
-            if not is_api_error(exc) or getattr(exc, "status", None) not in REJECTED:
-                raise
+        except REJECTED as exc:
             message = api_message(exc)
-            if getattr(exc, "status", None) == 403 and "admission" not in message and "PodSecurity" not in message:
+            if isinstance(exc, Forbidden) and "admission" not in message and "PodSecurity" not in message:
                 continue  # RBAC: the user may not create pods, the operator may; nothing to say about the pod
             problems.append((template.path, f"the API server rejects this pod template as a Pod ({template.stage}): "
                              f"{message}"))
@@ -81,7 +80,5 @@ def cluster_pod_issues(connection: Connection, sources: list[tuple[str, str]]) -
 
     try:
         return source_issues(post, sources, connection.namespace())
-    except Exception as exc:
-        if not is_api_error(exc) and not isinstance(exc, network_error_types()):
-            raise  # a ClusterError already says what happened
+    except (ApiError, *NETWORK_ERRORS) as exc:  # a ClusterError already says what happened
         raise translate(exc, "dry-run create pods", connection.server) from None

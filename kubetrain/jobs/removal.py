@@ -5,6 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kubetrain.jobs import apply
+from kubetrain.jobs import crud as jobs
+from kubetrain.jobs.pods import pods_list_fn
+from kubetrain.jobs.targets import TRAININGJOB, controlling_trainingjob
+from kubetrain.kube import watch
+from kubetrain.kube.errors import cluster_errors
+from kubetrain.kube.objects import JOB_LABEL
+
 if TYPE_CHECKING:
     from kubetrain.jobs.targets import Target
     from kubetrain.kube.connection import Connection
@@ -13,11 +21,6 @@ if TYPE_CHECKING:
 def delete_job(connection: Connection, target: Target, job: dict[str, Any], namespace: str, wait: bool,
                timeout: float | None, said: Any = None) -> list[str]:
     """Delete; returns one line per thing deleted (`said`, if given, gets each line as it happens)."""
-    from kubetrain import jobs
-    from kubetrain.jobs import apply
-    from kubetrain.jobs.targets import TRAININGJOB, controlling_trainingjob
-    from kubetrain.kube.objects import JOB_LABEL
-
     name = job["metadata"]["name"]
     lines: list[str] = []
 
@@ -44,10 +47,6 @@ def delete_job(connection: Connection, target: Target, job: dict[str, Any], name
 
 def _wait_pods_gone(connection: Connection, target: Target, namespace: str, name: str,
                     timeout: float | None) -> None:
-    from kubetrain.jobs.pods import pods_list_fn
-    from kubetrain.kube import watch
-    from kubetrain.kube.errors import cluster_errors
-
     with cluster_errors(f"watch pods in namespace {namespace}"):
         watch.wait_for(pods_list_fn(connection.rest, namespace), lambda cache: not cache,
                        timeout=timeout, what=f"the pods of {name} to be deleted",

@@ -11,11 +11,11 @@ from kubetrain import jobs
 from kubetrain.errors import ClusterError
 from kubetrain.jobs import devices, hints, nodes, pods
 from kubetrain.jobs.targets import PYTORCHJOB, TRAININGJOB, Target, controlling_trainingjob, trainingjob_ref
-from kubetrain.jobspec.trackingenv import TRACKING_ENV
 from kubetrain.kube.events import list_events, list_selected, selectors, uid_selector
 from kubetrain.kube.objects import JOB_LABEL, meta_of, parse_time, status_of
 from kubetrain.observe.nccl import requested_fabric, socket_fallback, transports
 from kubetrain.observe.progress import ProgressTracker
+from kubetrain.podenv import TRACKING_ENV
 from kubetrain.queues import workloads as queues
 
 if TYPE_CHECKING:
@@ -321,6 +321,7 @@ def read_in_parallel(rest: Rest, target: Target, namespace: str, obj: dict[str, 
     than one after the other. The Events lists are those status reads whatever the pods are: the job's own, a
     TrainJob's JobSet's, and a PyTorchJob's master pod's (by name; its UID comes with the pods, and its list
     then also serves as the list by that UID). The log head (the timeline's) is read once the pods are known."""
+    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
     from concurrent.futures import ThreadPoolExecutor
 
     meta = meta_of(obj)
@@ -332,6 +333,7 @@ def read_in_parallel(rest: Rest, target: Target, namespace: str, obj: dict[str, 
         reading = pool.submit(list_selected, rest, namespace, early)
         pod_list = pods.list_pods(rest, target, namespace, name)
         if head:
+            # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
             from kubetrain.jobs.timing import rank0_head
 
             heading = pool.submit(rank0_head, rest, target, namespace, name, pod_list)

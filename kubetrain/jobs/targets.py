@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubetrain.errors import ClusterError
-from kubetrain.kube.errors import CRD_HINT, cluster_errors, is_not_found
+from kubetrain.kube.errors import CRD_HINT, NotFound, cluster_errors
 from kubetrain.kube.objects import meta_of
 from kubetrain.kube.rest import Rest
 
@@ -65,10 +65,8 @@ def serves(rest: Rest, group: str, version: str, plural: str) -> bool:
     """Is group/version/plural served (discovery; a 404 means the group/version is not)?"""
     try:
         resources = rest.get(f"/apis/{group}/{version}")
-    except Exception as exc:
-        if is_not_found(exc):
-            return False
-        raise
+    except NotFound:
+        return False
     return any(r.get("name") == plural for r in resources.get("resources") or [])
 
 

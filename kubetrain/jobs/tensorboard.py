@@ -16,11 +16,11 @@ from kubetrain.errors import ClusterError
 from kubetrain.jobs import pods
 from kubetrain.jobs.apply import apply_configmap, with_owner
 from kubetrain.jobs.targets import Target
-from kubetrain.jobspec.trackingenv import TENSORBOARD_ENV
 from kubetrain.kube.errors import cluster_errors
 from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.kube.rest import Rest, path_of
 from kubetrain.kube.watch import WaitTimeout
+from kubetrain.podenv import TENSORBOARD_ENV
 
 PORT = 6006
 CONTAINER = "tensorboard"

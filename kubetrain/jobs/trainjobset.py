@@ -26,8 +26,8 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from kubetrain.jobspec.quantity import parse_quantity
-from kubetrain.validate.findings import get
+from kubetrain.rules.findings import get
+from kubetrain.rules.quantity import parse_quantity
 
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"

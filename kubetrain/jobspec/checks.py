@@ -6,10 +6,11 @@ from collections import Counter
 
 from kubetrain.jobspec.gputypes import gpu_type_error
 from kubetrain.jobspec.model import TrainingJob
-from kubetrain.jobspec.names import TORCHRUN_RESERVED_ENV
 from kubetrain.jobspec.network import GPUDIRECT_VOLUMES
 from kubetrain.jobspec.sweep import sweep_problems
-from kubetrain.jobspec.worldsize import procs_gpus_problem
+from kubetrain.rules.command import no_program_python, nproc_flag
+from kubetrain.rules.names import TORCHRUN_RESERVED_ENV
+from kubetrain.rules.worldsize import procs_gpus_problem
 
 RESERVED_VOLUMES = {"dshm", "code", "tmp"}
 TORCH_RUNTIME = "torch-distributed"
@@ -56,8 +57,6 @@ def spec_problems(job: TrainingJob, target: str | None = None) -> list[tuple[str
 def world_size_findings(job: TrainingJob) -> list[tuple[str, str, str]]:
     """(field, severity, message) for process counts that do not match the pods' GPUs: spec.procsPerNode,
     and a torchrun command's --nproc-per-node (which overrides it)."""
-    from kubetrain.render.launch import nproc_flag
-
     spec = job.spec
     counts = [("spec.procsPerNode", spec.procsPerNode), ("spec.command", nproc_flag(spec.command))]
     findings: list[tuple[str, str, str]] = []
@@ -177,8 +176,6 @@ def _hides_the_image(path: str) -> bool:
 
 def _program_problems(job: TrainingJob) -> list[tuple[str, str]]:
     """A python with no script or module reads an empty stdin and exits 0: a "succeeded" job that ran nothing."""
-    from kubetrain.render.launch import no_program_python
-
     python = no_program_python(job.spec.command, job.spec.args)
     if python is None:
         return []

@@ -15,10 +15,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from kubetrain.errors import Problem, SpecError
+from kubetrain.fieldpath import PathKey, join_path
 from kubetrain.jobspec.checks import spec_problems
 from kubetrain.jobspec.fielddocs import models_in
 from kubetrain.jobspec.model import TrainingJob
-from kubetrain.yamlsrc import MAX_INPUT_BYTES, ParsedDoc, PathKey, join_path, line_for, parse_documents, split_path
+from kubetrain.yamlsrc import MAX_INPUT_BYTES, ParsedDoc, line_for, parse_documents, split_path
 
 DEFAULT_SPEC = "kubetrain.yaml"
 TEXT_FIELDS = {("spec", "command"), ("spec", "args"), ("spec", "env")}

@@ -5,7 +5,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 
-from kubetrain.jobspec import names
 from kubetrain.jobspec.network import Network
 from kubetrain.jobspec.sections import (
     Build,
@@ -32,6 +31,8 @@ from kubetrain.jobspec.sections import (
     _check,
 )
 from kubetrain.jobspec.sweep import Sweep
+from kubetrain.rules import names
+from kubetrain.rules.k8s.metadata import annotations_size  # ValidateAnnotationsSize, ported
 
 Target = Literal["pytorchjob", "trainjob", "auto"]
 
@@ -69,8 +70,6 @@ class Metadata(Section):
     @field_validator("annotations")
     @classmethod
     def _annotations_size(cls, value: dict[str, str]) -> dict[str, str]:
-        from kubetrain.validate.k8s.metadata import annotations_size  # ValidateAnnotationsSize, ported
-
         for finding in annotations_size(value, ()):
             raise ValueError(finding.message)
         return value

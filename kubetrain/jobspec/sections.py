@@ -9,9 +9,10 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from kubetrain.jobspec import names
-from kubetrain.jobspec.quantity import is_quantity, parse_quantity
 from kubetrain.objectstore import OBJECT_STORE_BACKENDS
+from kubetrain.rules import names
+from kubetrain.rules.k8s.scheduling import tolerations  # Kubernetes' ValidateTolerations, ported
+from kubetrain.rules.quantity import is_quantity, parse_quantity
 
 INT32_MAX = 2**31 - 1  # Kubernetes' int32 fields (and the uid range IsValidUserID allows)
 
@@ -30,6 +31,7 @@ class Section(BaseModel):
 
     @classmethod
     def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        # field docs only when a schema is asked for (render's start-up)
         from kubetrain.jobspec.fielddocs import document
 
         document(cls)
@@ -181,8 +183,6 @@ class Toleration(Section):
 
     @model_validator(mode="after")
     def _as_kubernetes_checks_it(self) -> "Toleration":
-        from kubetrain.validate.k8s.scheduling import tolerations  # Kubernetes' ValidateTolerations, ported
-
         problems = [f"{f.path[-1]}: {f.message}" for f in tolerations([self.model_dump(exclude_none=True)], ())]
         if problems:
             raise ValueError("; ".join(problems))

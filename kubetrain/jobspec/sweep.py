@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from kubetrain.jobspec.sections import EnvName, Section, Train
+from kubetrain.podenv import PARAMS_ENV
 
 if TYPE_CHECKING:
     from kubetrain.jobspec.model import JobSpec
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
 Scalar = str | int | float | bool
 PARAM_NAME = re.compile(r"^(train\.)?[A-Za-z_][A-Za-z0-9_]{0,62}$")
 TRAIN_PREFIX = "train."
-PARAMS_ENV = "KUBETRAIN_PARAMS"
 """The environment variable every trial's processes get: its parameters as one JSON object."""
 MAX_TRIALS = 10000
 

@@ -1,14 +1,9 @@
-"""The variables that carry `spec.tracking` from the render to the runtime (torch-free; both sides import it)."""
+"""What names a tracked job's run (its key reaches the pods as kubetrain.podenv.RUN_KEY_ENV)."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-
-TRACKING_ENV = "KUBETRAIN_TRACKING"  # JSON: the section, the run's name, tags and the spec (kubetrain.runtime)
-RUN_KEY_ENV = "KUBETRAIN_TRACKING_KEY"  # the job's run key (tag kubetrain.run-key; the W&B run ID)
-TENSORBOARD_ENV = "TENSORBOARD_LOGDIR"
-WANDB_KEY_ENV = "WANDB_API_KEY"
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ def _first_line(message: str) -> str:
 
 def _auth_provider(endpoint: Endpoint) -> Auth:
     """gcp / oidc auth-providers: the kubernetes loader fills a Configuration; use its Authorization."""
+    # the kubernetes package (~1 s) only for legacy auth-providers (.importlinter)
     from kubernetes import client, config
 
     configuration = client.Configuration()

@@ -54,6 +54,7 @@ def connect(context: str | None = None, kubeconfig: str | None = None,
                                   "--kubeconfig / --context")
     auth = None
     if endpoint.needs_plugin:
+        # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
         from kubetrain.kube.auth import plugin_credentials
 
         endpoint, auth = plugin_credentials(endpoint)

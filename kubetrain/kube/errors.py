@@ -1,21 +1,19 @@
-"""Turn API and network failures into one-line ClusterErrors that say how to fix them.
+"""The one client's error vocabulary, and one-line ClusterErrors that say how to fix them.
 
-Network failures come from two transports: the standard library's (kubetrain.kube.transport, the REST
-client of the hot paths) and urllib3 (inside the kubernetes package, for the typed calls). urllib3 is
-never imported here: its exceptions are checked only when it is loaded (nothing else can raise them), so
-`status`, `list` and `logs` do not pay its import.
+An HTTP error status from the API server is an ApiError subclass named for it (NotFound, Conflict,
+Forbidden...): callers catch the one they expect. A request that got no HTTP answer raises OSError or one of
+http.client's errors (kubetrain.kube.transport); `translate` and `cluster_errors` turn both into a line.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import ssl
-import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from types import ModuleType
 from typing import Any
 
 from kubetrain.errors import ClusterError
@@ -42,8 +40,8 @@ class AuthPluginError(ClusterError):
 
 
 class ApiError(Exception):
-    """An HTTP error status from the API server, with the same attributes as the kubernetes package's
-    ApiException (status, reason, body, headers), so the helpers below take either."""
+    """An HTTP error status from the API server: status, reason, body (the server's Status, as text),
+    headers. Raised as the subclass for its status (`ApiError.of`)."""
 
     def __init__(self, status: int, reason: str, body: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(f"{status} {reason}")
@@ -52,7 +50,8 @@ class ApiError(Exception):
     @classmethod
     def of(cls, status: int, reason: str, body: str, headers: Mapping[str, str] | None = None) -> ApiError:
         """The ApiError subclass for `status` (NotFound for 404, Conflict for 409...)."""
-        return BY_STATUS.get(status, ApiError)(status, reason, body, headers)
+        kind = BY_STATUS.get(status) or (ServerError if status >= 500 else ApiError)
+        return kind(status, reason, body, headers)
 
     @classmethod
     def from_response(cls, response: Any) -> ApiError:
@@ -64,6 +63,10 @@ class ApiError(Exception):
     def status_object(self) -> dict[str, Any]:
         """The server's Status object ({} when the body is not one): reason, message, details."""
         return status_body(self)
+
+
+class BadRequest(ApiError):
+    """400: a malformed request (for a pod's logs: the container has not started, or is not named)."""
 
 
 class Unauthorized(ApiError):
@@ -86,41 +89,29 @@ class Gone(ApiError):
     """410: a watch's resourceVersion is too old (Expired)."""
 
 
+class TooLarge(ApiError):
+    """413: the request body is larger than the server takes."""
+
+
 class Invalid(ApiError):
     """422: the server's validation rejected the object."""
 
 
-BY_STATUS: dict[int, type[ApiError]] = {401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
-                                         410: Gone, 422: Invalid}
+class TooManyRequests(ApiError):
+    """429: API priority and fairness (or a rate limit) turned the request away."""
 
 
-def api_status(exc: BaseException) -> int | None:
-    """The HTTP status of an API error from either client (ours or the kubernetes package's), else None."""
-    return int(getattr(exc, "status", 0) or 0) if is_api_error(exc) else None
+class ServerError(ApiError):
+    """5xx: the server (or a webhook it called) failed."""
 
 
-def is_not_found(exc: BaseException) -> bool:
-    return api_status(exc) == 404
+class InternalError(ServerError):
+    """500: e.g. a failing admission webhook, or a patch the server could not apply."""
 
 
-def is_conflict(exc: BaseException) -> bool:
-    return api_status(exc) == 409
-
-
-def api_error_types() -> tuple[type[Exception], ...]:
-    """ApiError, and the kubernetes package's ApiException when that package is loaded (if it is not,
-    nothing can have raised one: checking costs no import)."""
-    module = sys.modules.get("kubernetes.client.exceptions")
-    return (ApiError, module.ApiException) if module else (ApiError,)
-
-
-def _config_error_types() -> tuple[type[Exception], ...]:
-    module = sys.modules.get("kubernetes.config.config_exception")
-    return (module.ConfigException,) if module else ()
-
-
-def is_api_error(exc: BaseException) -> bool:
-    return isinstance(exc, api_error_types())
+BY_STATUS: dict[int, type[ApiError]] = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound,
+                                         409: Conflict, 410: Gone, 413: TooLarge, 422: Invalid,
+                                         429: TooManyRequests, 500: InternalError}
 
 
 def as_dict(value: object) -> dict[str, Any]:
@@ -130,7 +121,7 @@ def as_dict(value: object) -> dict[str, Any]:
     return value
 
 
-def status_body(exc: Any) -> dict[str, Any]:
+def status_body(exc: ApiError) -> dict[str, Any]:
     """The Kubernetes Status object of an API error ({} when the body is not one)."""
     try:
         body = json.loads(exc.body) if exc.body else {}
@@ -139,66 +130,40 @@ def status_body(exc: Any) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def api_message(exc: Any) -> str:
+def api_message(exc: ApiError) -> str:
     body = status_body(exc)
     return str(body.get("message") or exc.reason or f"HTTP {exc.status}")
 
 
 def translate(exc: BaseException, action: str, server: str | None = None) -> ClusterError:
     """`action` says what we were doing, e.g. "create pytorchjobs.kubeflow.org in namespace ml"."""
-    if is_api_error(exc) and not getattr(exc, "status", 0):  # the REST layer's wrapping of an SSLError
-        reason = " ".join(str(getattr(exc, "reason", "") or "").split())[:200]
-        return Unreachable(f"TLS error talking to {server or 'the API server'}: {reason} "
-                           "(check the kubeconfig's certificate-authority and server address)")
-    if is_api_error(exc):
+    if isinstance(exc, ApiError):
         return _from_api(exc, action)
-    if isinstance(exc, _config_error_types()):
-        return ClusterError(f"kubeconfig: {exc}; set KUBECONFIG, --kubeconfig or --context")
     return Unreachable(describe_network_error(exc, server))
 
 
-def urllib3_exceptions() -> ModuleType | None:
-    """urllib3's exceptions module if urllib3 is loaded (by the kubernetes package), else None."""
-    return sys.modules.get("urllib3.exceptions")
-
-
-def network_error_types() -> tuple[type[BaseException], ...]:
-    """What a request that got no HTTP answer raises: OSError and http.client's errors (the REST client),
-    plus urllib3's when it is loaded (the kubernetes package's client)."""
-    module = urllib3_exceptions()
-    return (OSError, http.client.HTTPException, *((module.HTTPError,) if module else ()))
-
-
-def unwrap(exc: BaseException) -> BaseException:
-    """The cause inside urllib3's MaxRetryError (the kubernetes client raises it after its own retries)."""
-    module = urllib3_exceptions()
-    if module and isinstance(exc, module.MaxRetryError) and isinstance(exc.reason, BaseException):
-        return exc.reason
-    return exc
+NETWORK_ERRORS = (OSError, http.client.HTTPException)  # what a request that got no HTTP answer raises
 
 
 def is_timeout(exc: BaseException) -> bool:
-    """A read that timed out (socket.timeout is TimeoutError), from either transport."""
-    module = urllib3_exceptions()
-    return isinstance(exc, TimeoutError) or bool(module and isinstance(exc, module.TimeoutError))
+    """A read that timed out (socket.timeout is TimeoutError)."""
+    return isinstance(exc, TimeoutError)
 
 
 def describe_network_error(exc: BaseException, server: str | None, read_timeout: float | None = None) -> str:
     """One line for a request that got no HTTP answer: refused, timed out, TLS, DNS, reset."""
-    exc = unwrap(exc)
     where = server or "the API server"
-    module = urllib3_exceptions()
-    if isinstance(exc, ssl.SSLError) or (module and isinstance(exc, module.SSLError)):
+    if isinstance(exc, ssl.SSLError):
         return (f"TLS error talking to {where}: {_short(exc)} "
                 "(check the kubeconfig's certificate-authority and server address)")
-    if isinstance(exc, socket.gaierror) or (module and isinstance(exc, module.NameResolutionError)):
+    if isinstance(exc, socket.gaierror):
         return f"cannot reach {where}: its host name does not resolve (check the kubeconfig's server address)"
-    # A connect timeout (transport.ConnectTimeout, urllib3's ConnectTimeoutError) means unreachable, not slow.
+    # A connect timeout (transport.ConnectTimeout) means unreachable, not slow.
     if is_timeout(exc) and "connect" not in str(exc).lower():
         after = f" within {read_timeout:g}s" if read_timeout else ""
         return (f"{where} did not answer{after}: the API server is overloaded or hung "
                 "(raise --request-timeout, or check it: kubectl get --raw /readyz)")
-    if isinstance(exc, ConnectionRefusedError) or (module and isinstance(exc, module.NewConnectionError)):
+    if isinstance(exc, ConnectionRefusedError):
         return f"cannot reach {where}: is the cluster running? (kubectl cluster-info)"
     return f"cannot reach {where} ({_short(exc)}): is the cluster running? (kubectl cluster-info)"
 
@@ -206,11 +171,11 @@ def describe_network_error(exc: BaseException, server: str | None, read_timeout:
 def network_error(exc: BaseException, server: str | None, read_timeout: float | None = None) -> Unreachable:
     """describe_network_error's line as the error to raise: TimedOut for an answer that did not come."""
     message = describe_network_error(exc, server, read_timeout)
-    timed_out = is_timeout(unwrap(exc)) and "connect" not in str(exc).lower()
+    timed_out = is_timeout(exc) and "connect" not in str(exc).lower()
     return TimedOut(message) if timed_out else Unreachable(message)
 
 
-def _from_api(exc: Any, action: str) -> ClusterError:
+def _from_api(exc: ApiError, action: str) -> ClusterError:
     status = exc.status or 0
     body = status_body(exc)
     message = api_message(exc)
@@ -248,8 +213,6 @@ def _from_api(exc: Any, action: str) -> ClusterError:
 def _failing_webhook(message: str) -> str | None:
     """The webhook's name from an apiserver 500 such as 'Internal error occurred: failed calling webhook
     "validate.pytorchjob.kubeflow.org": failed to call webhook: Post "https://...": ...'."""
-    import re
-
     found = re.search(r'failed calling webhook "([^"]+)"', message)
     return found.group(1) if found else None
 
@@ -291,6 +254,6 @@ def cluster_errors(action: str, server: str | None = None) -> Iterator[None]:
     except ClusterError:
         raise
     except Exception as exc:
-        if not isinstance(exc, (*api_error_types(), *_config_error_types(), *network_error_types())):
+        if not isinstance(exc, (ApiError, *NETWORK_ERRORS)):
             raise
         raise translate(exc, action, server) from None

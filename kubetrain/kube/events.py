@@ -56,6 +56,7 @@ def list_selected(rest: Rest, namespace: str, wanted: list[str]) -> dict[str, li
     with cluster_errors(f"list events in namespace {namespace}"):
         if len(wanted) == 1:
             return {wanted[0]: one(wanted[0])}
+        # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(min(PARALLEL, len(wanted))) as pool:

@@ -28,6 +28,7 @@ from typing import Any
 
 from kubetrain.kube.errors import AuthPluginError
 from kubetrain.kube.kubeconfig import Endpoint
+from kubetrain.kube.objects import parse_time
 
 API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
 LOGIN_HINT = "log in again with the cloud's CLI, e.g. `gcloud auth login`, `aws sso login`, `az login`"
@@ -152,6 +153,4 @@ class ExecPlugin:
 
 def parse_expiry(value: object) -> dt.datetime | None:
     """An RFC 3339 expirationTimestamp (None when absent or unreadable: then the credential does not expire)."""
-    from kubetrain.kube.objects import parse_time
-
     return parse_time(value)

@@ -13,6 +13,8 @@ paths are relative to the file that names them.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,7 +77,7 @@ def config_files(kubeconfig: str | None) -> list[Path]:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    import yaml
+    import yaml  # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
 
     try:
         # libyaml's loader when PyYAML has it: a kubeconfig with inline certificates is ~10 KB, which PyYAML's
@@ -142,9 +144,6 @@ def load(kubeconfig: str | None = None, context: str | None = None) -> Endpoint 
 
 
 def _b64(value: object) -> bytes | None:
-    import base64
-    import binascii
-
     if not value:
         return None
     try:

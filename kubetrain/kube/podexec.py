@@ -79,7 +79,7 @@ def _connect(rest: Rest, target: str, sleep: Callable[[float], None]) -> WebSock
 
 
 def _handshake(rest: Rest, target: str) -> WebSocket:
-    import websocket
+    import websocket  # websocket-client only when an exec runs (import budget)
 
     pool = rest.pool
     host = f"[{pool.host}]" if ":" in pool.host else pool.host
@@ -114,7 +114,7 @@ def _handshake(rest: Rest, target: str) -> WebSocket:
 
 def _read(ws: WebSocket, timeout: float) -> ExecOutput:
     """The channels until the server closes the stream (the command ended) or `timeout` passes."""
-    import websocket
+    import websocket  # websocket-client only when an exec runs (import budget)
 
     channels: dict[int, list[bytes]] = {STDOUT: [], STDERR: [], STATUS: []}
     deadline = time.monotonic() + timeout

@@ -17,8 +17,10 @@ or a server that does not answer in time is an `Unreachable` error at once (exit
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
+import os
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -158,8 +160,6 @@ def static_auth(endpoint: Endpoint) -> Auth:
         value = f"Bearer {endpoint.token}"
         return lambda: value
     if endpoint.username and endpoint.password is not None:
-        import base64
-
         basic = "Basic " + base64.b64encode(f"{endpoint.username}:{endpoint.password}".encode()).decode()
         return lambda: basic
     return lambda: None
@@ -191,8 +191,6 @@ def _load_client_cert(context: ssl.SSLContext, endpoint: Endpoint) -> None:
         return
     cert = endpoint.cert_data or _read_bytes(endpoint.cert_file)
     key = endpoint.key_data or _read_bytes(endpoint.key_file)
-    import os
-
     if hasattr(os, "memfd_create"):  # Linux: an anonymous in-memory file, so the key never touches a disk
         fd = os.memfd_create("kubetrain-client-cert", os.MFD_CLOEXEC)
         try:
@@ -202,7 +200,7 @@ def _load_client_cert(context: ssl.SSLContext, endpoint: Endpoint) -> None:
         finally:
             os.close(fd)
         return
-    import tempfile
+    import tempfile  # only without memfd_create; it loads random and shutil (`status` import budget)
 
     fd, name = tempfile.mkstemp(prefix="kubetrain-", suffix=".pem")  # mode 0600
     try:

@@ -1,8 +1,7 @@
 """Retry API calls with exponential backoff on 429, 5xx and dropped connections, honouring Retry-After.
 
 One rule (`delay_for`) for the one client: its requests (kubetrain.kube.rest) and its exec WebSocket
-handshakes (kubetrain.kube.podexec). urllib3's errors are still recognised when something loaded urllib3
-(only the legacy auth-provider plugins do), never imported here.
+handshakes (kubetrain.kube.podexec).
 
 Connection *refused* is not retried here (the cluster is down and a one-shot command should say so at
 once); followers (kubetrain.kube.watch) retry it until their own deadline. A reset or a response
@@ -17,8 +16,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-
-from kubetrain.kube.errors import unwrap, urllib3_exceptions
 
 NOT_RETRIED_5XX = {501, 505}  # Not Implemented / HTTP Version Not Supported never get better
 
@@ -40,13 +37,9 @@ def retryable_status(status: int | None) -> bool:
 
 
 def is_connection_reset(exc: BaseException) -> bool:
-    """A connection that dropped mid-request (reset, closed without a response, a body cut short), from
-    http.client or urllib3 (its ProtocolError wraps these; its MaxRetryError the last of its own retries)."""
-    exc = unwrap(exc)
-    module = urllib3_exceptions()
+    """A connection that dropped mid-request (reset, closed without a response, a body cut short)."""
     return isinstance(exc, ConnectionResetError | ConnectionAbortedError | BrokenPipeError |
-                      http.client.RemoteDisconnected | http.client.IncompleteRead) or bool(
-        module and isinstance(exc, module.ProtocolError))
+                      http.client.RemoteDisconnected | http.client.IncompleteRead)
 
 
 def retry_after(headers: Mapping[str, str] | None) -> float | None:

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import orjson
 
 from kubetrain.errors import ClusterError
-from kubetrain.kube.errors import ApiError, Unreachable, is_api_error, is_timeout
+from kubetrain.kube.errors import ApiError, Gone, NotFound, ServerError, TooManyRequests, Unreachable, is_timeout
 from kubetrain.kube.objects import meta_of
 from kubetrain.kube.rest import Rest
 from kubetrain.kube.retry import DEFAULT_POLICY, backoff, is_connection_reset
@@ -116,8 +116,7 @@ def stream(list_fn: ListFn, timeout: float | None = None, clock: Callable[[], fl
 def _restarting(exc: BaseException) -> bool:
     """What a restarting API server answers for a while after it listens again: 5xx/429 beyond the retries,
     and 404 for a custom resource until its CRD is loaded (only taken as such once the list has worked)."""
-    status = getattr(exc, "status", None) if is_api_error(exc) else None
-    return status is not None and (status in (404, 429) or status >= 500)
+    return isinstance(exc, NotFound | TooManyRequests | ServerError)
 
 
 class _Lost:
@@ -159,10 +158,8 @@ def _watch_once(list_fn: ListFn, version: str, seconds: int, kwargs: dict[str, A
         response = list_fn(watch=True, resource_version=version, timeout_seconds=seconds,
                            allow_watch_bookmarks=True, _preload_content=False,
                            _request_timeout=seconds + 15, **kwargs)
-    except Exception as exc:
-        if is_api_error(exc) and getattr(exc, "status", None) == GONE:
-            raise _Gone from None
-        raise
+    except Gone:
+        raise _Gone from None
     try:
         for line in iter_lines(response):
             if not line.strip():

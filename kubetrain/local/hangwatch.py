@@ -21,18 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from kubetrain.jobspec.hangenv import (
-    FR_DUMP_FILE_ENV,
-    FR_DUMP_PREFIX,
-    FR_REQUEST,
-    NODE_ENV,
-    PROGRESS_DIR_ENV,
-    progress_env,
-)
 from kubetrain.local.endings import RankFailure
 from kubetrain.local.plan import NodeCommand, RunPlan, free_port
 from kubetrain.local.supervisor import Supervisor, processes_of_run
-from kubetrain.observe.hang import Assessment, RankView, Thresholds, assess, flight_record_path, stacks_path
+from kubetrain.observe.hang import Assessment, RankView, Thresholds, assess
 from kubetrain.observe.stacks import (
     UNRESPONSIVE,
     collect,
@@ -40,6 +32,15 @@ from kubetrain.observe.stacks import (
     process_state,
     render,
     verdict,
+)
+from kubetrain.podenv import (
+    FR_DUMP_FILE_ENV,
+    FR_DUMP_PREFIX,
+    FR_REQUEST,
+    PROGRESS_DIR_ENV,
+    flight_record_path,
+    progress_env,
+    stacks_path,
 )
 
 STACK_SIGNAL = signal.SIGUSR2  # kubetrain.runtime.heartbeat registers faulthandler on it
@@ -58,11 +59,11 @@ def read_ranks(directory: Path) -> list[RankView]:
 
 
 def with_progress(plan: RunPlan, directory: Path) -> RunPlan:
-    """The plan with the progress directory, node numbers and torch's flight recorder in every agent's env
-    (values the user set in spec.env win)."""
+    """The plan with the progress directory and torch's flight recorder in every agent's env (values the user
+    set in spec.env win; the plan numbers the agents, kubetrain.podenv.NODE_ENV)."""
     ours = progress_env(str(directory))
     here = {key: ours[key] for key in (PROGRESS_DIR_ENV, FR_DUMP_FILE_ENV)}  # not the pod's paths
-    nodes = [NodeCommand(node.index, node.argv, {**ours, **node.env, **here, NODE_ENV: str(node.index)})
+    nodes = [NodeCommand(node.index, node.argv, {**ours, **node.env, **here})
              for node in plan.nodes]
     return dataclasses.replace(plan, nodes=nodes)
 

@@ -1,7 +1,7 @@
 """What `kubetrain run` starts: one torchrun agent per node, c10d rendezvous on localhost.
 
 Each agent runs exactly the program the manifests run: the command is parsed once
-(`kubetrain.render.command.parse_command`) for both. A torchrun command's own flags pass through, as in the
+(`kubetrain.rules.command.parse_command`) for both. A torchrun command's own flags pass through, as in the
 pod, except those that place the agent (rendezvous, node rank, node count, logging), which kubetrain sets
 for its local rendezvous as the operator does per pod; its --nproc-per-node sets the process count, as it
 does in the pod. The agents get the container's environment (`kubetrain.render.context.env`), paths
@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import socket
 import sys
 import uuid
 from collections.abc import Mapping
@@ -24,26 +25,19 @@ from kubetrain.errors import UsageError
 from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.jobspec.model import JobSpec
 from kubetrain.local.paths import PathMap, build_path_map
-from kubetrain.render.command import LaunchCommand, parse_command
+from kubetrain.podenv import LAUNCHER, NODE_ENV, PATH_MAP_ENV, RUN_ID_ENV, RUN_KEY_ENV
 from kubetrain.render.context import RenderOptions, run_identity
 from kubetrain.render.context import env as container_env
-from kubetrain.render.tracking import RUN_KEY_ENV
+from kubetrain.rules.command import LaunchCommand, parse_command
 
-RUN_ID_ENV = "KUBETRAIN_RUN_ID"
 LOCAL_CLUSTER = "local"  # the cluster tag of a tracked run started by `kubetrain run`
-PATH_MAP_ENV = "KUBETRAIN_PATH_MAP"
 RANK_PREFIX = "[rank-${rank}]:"
 # Variables of an enclosing launcher that must not leak into the agents (they set their own).
 LAUNCHER_ENV_PREFIXES = ("PET_", "TORCHELASTIC_")
 LAUNCHER_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
                 "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_WORLD_SIZE", "ROLE_NAME"}
 REDACTED = "<redacted>"
-# torchrun, run in-process by a wrapper that exits 128+signal when stopped and with the root-cause worker's
-# code on failure (torchrun itself exits 1 for both): kubetrain.runtime.launch
-LAUNCHER = "kubetrain.runtime.launch"
-FAILED_RANK = f"{LAUNCHER}: rank "  # starts the launcher's one line per failed rank
 STORE = "kubetrain.runtime.store"  # hosts the rendezvous store until every agent has exited
-NODE_ENV = "KUBETRAIN_LOCAL_NODE"  # the agent's node index (1-based), to tell agents apart
 # torchrun flags of a command that kubetrain sets itself for the local agents (the operator's PET_*
 # variables do it in a pod; the render warns about those a command pins).
 LOCAL_FLAGS = frozenset({"--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id",
@@ -227,8 +221,6 @@ def build_plan(loaded: LoadedSpec, options: RunOptions, environ: Mapping[str, st
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

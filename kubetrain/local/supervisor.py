@@ -33,8 +33,9 @@ from types import FrameType
 from typing import IO, Any, Protocol, TextIO
 
 from kubetrain.local.endings import RankTails
-from kubetrain.local.plan import FAILED_RANK, RUN_ID_ENV, NodeCommand, RunPlan
+from kubetrain.local.plan import NodeCommand, RunPlan
 from kubetrain.metrics import EXIT_DIVERGED
+from kubetrain.podenv import FAILED_RANK, RUN_ID_ENV
 
 _RANK_LINE = re.compile(r"^\[rank-(\d+)\]:(.*)$", re.DOTALL)
 FAILURE_GRACE_SECONDS = 15.0  # after one node fails (not elastic), how long the others get to notice

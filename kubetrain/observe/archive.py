@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from kubetrain.errors import UsageError
+from kubetrain.objectstore import BackendMissing, url_filesystem
 
 PART_BYTES = 1 << 20
 FLUSH_SECONDS = 10.0
@@ -44,8 +45,6 @@ MAX_BUFFER = 8 << 20
 
 def filesystem(url: str) -> tuple[Any, str]:
     """(fsspec filesystem, root path) of an archive location."""
-    from kubetrain.objectstore import BackendMissing, url_filesystem
-
     try:
         return url_filesystem(url, "archive")
     except BackendMissing as exc:

@@ -26,21 +26,7 @@ import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-
-def record_path(directory: str | Path, rank: int) -> Path:
-    return Path(directory) / f"rank-{rank}.json"
-
-
-def stacks_path(directory: str | Path, rank: int) -> Path:
-    return Path(directory) / f"stacks-rank-{rank}.txt"
-
-
-def flight_record_path(directory: str | Path, rank: int) -> Path:
-    return Path(directory) / f"flight-recorder-rank-{rank}.json"
-
 
 LONG_PHASES = ("start", "eval", "checkpoint")
 STALE_AFTER_SECONDS = 10.0  # a record older than this (5 writer periods) means the process does not run

@@ -15,7 +15,7 @@ MARKERS = ("•", "x")  # without colour, each compared run has its own glyph (s
 
 def plot_text(histories: list[History], width: int = WIDTH, height: int = HEIGHT, color: bool = False) -> str:
     """The charts as text (ANSI colours only with `color`); series no history has are left out."""
-    import plotext
+    import plotext  # plotext only when a plot is drawn
 
     figure = plotext.figure
     charts = []

@@ -156,9 +156,11 @@ class Renderer:
             self.err.flush()
 
     def _draw(self, text: str) -> None:
+        # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
         from rich.text import Text
 
         if self._view is None:
+            # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
             from rich.console import Console
             from rich.live import Live
 
@@ -184,6 +186,7 @@ class Renderer:
             self._summary()
 
     def _summary(self) -> None:
+        # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
         from rich.console import Console
         from rich.table import Table
 

@@ -7,6 +7,7 @@ rank 0's log. A phase nobody saw is left out; each shown phase carries the time 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from kubetrain.kube.objects import final_condition, meta_of, parse_time, status_of
@@ -110,8 +111,6 @@ def _first(values: Any) -> float | None:
 
 def _when(stamp: Any) -> float | None:
     """An RFC 3339 timestamp (as the API serves it, or a datetime from the kubernetes client) → Unix seconds."""
-    from datetime import datetime
-
     if isinstance(stamp, datetime):
         return stamp.timestamp()
     parsed = parse_time(stamp) if isinstance(stamp, str) else None

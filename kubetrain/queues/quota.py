@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from kubetrain.jobspec.quantity import parse_quantity
-from kubetrain.kube.errors import ApiError
+from kubetrain.kube.errors import Forbidden
 from kubetrain.kube.objects import GPU_RESOURCE as GPU
 from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.queues.workloads import kueue_get
+from kubetrain.rules.quantity import parse_quantity
 
 if TYPE_CHECKING:
     from kubetrain.kube.rest import Rest
@@ -123,10 +123,8 @@ def quota_verdict(rest: Rest, namespace: str, queue: str, demand: Decimal | int,
             return QuotaVerdict(UNKNOWN, f"{where}, which does not exist", "ask the cluster admin",
                                 cq_name, missing=True)
         others = _cohort_members(rest, cq)
-    except ApiError as exc:
-        if exc.status == 403:
-            return QuotaVerdict(UNKNOWN, f"{where} (not allowed to read its quota)", cluster_queue=cq_name)
-        raise
+    except Forbidden:
+        return QuotaVerdict(UNKNOWN, f"{where} (not allowed to read its quota)", cluster_queue=cq_name)
     return _judge(cq, others, where, demand, resource)
 
 

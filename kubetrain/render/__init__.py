@@ -16,7 +16,6 @@ import yaml
 
 from kubetrain.cachedir import cache_dir
 from kubetrain.errors import Problem, RejectedRender, RenderError, SpecError
-from kubetrain.jobspec import names
 from kubetrain.jobspec.checks import world_size_findings
 from kubetrain.jobspec.model import TrainingJob
 from kubetrain.render import dra
@@ -24,7 +23,8 @@ from kubetrain.render.code import configmap_payload
 from kubetrain.render.context import RenderOptions, code_configmap_name, labels, template_context
 from kubetrain.render.launch import launcher_problem, launcher_warnings
 from kubetrain.render.yamlout import flow, quote
-from kubetrain.validate.k8s import k8s_findings
+from kubetrain.rules import names
+from kubetrain.rules.k8s.check import k8s_findings
 from kubetrain.yamlsrc import MAX_OBJECT_BYTES, object_size_problem
 
 __all__ = ["RenderOptions", "manifests_dir", "render_job", "render_warnings", "resolve_target"]
@@ -104,7 +104,7 @@ def render_job(job: TrainingJob, options: RenderOptions | None = None, target: s
 
 
 def _refuse_what_kubernetes_rejects(obj: dict[str, Any]) -> None:
-    """The last line of defence: Kubernetes' own object and pod rules (kubetrain/validate/k8s) on what was
+    """The last line of defence: Kubernetes' own object and pod rules (kubetrain/rules/k8s) on what was
     rendered. The spec's checks should have caught everything with its field and line; what they missed is
     raised with the refused values, which render_loaded traces back to the spec's field and line
     (kubetrain/render/origin.py). Never prints an object the cluster would refuse."""

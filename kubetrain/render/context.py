@@ -8,17 +8,17 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from kubetrain.jobspec.hangenv import HANG_ENV, POD_PROGRESS_DIR, process_group_timeout, progress_env
 from kubetrain.jobspec.model import JobSpec, TrainingJob
 from kubetrain.jobspec.network import FABRICS
-from kubetrain.jobspec.quantity import format_bytes, parse_quantity
 from kubetrain.kube.objects import GPU_RESOURCE, JOB_LABEL, QUEUE_LABEL
+from kubetrain.podenv import CONFIG_ENV, HANG_ENV, JOB_NAME_ENV, POD_PROGRESS_DIR, process_group_timeout, progress_env
 from kubetrain.render import dra
 from kubetrain.render.code import CodeBundle, configmap_payload
 from kubetrain.render.gpudirect import gpudirect_annotations, gpudirect_env, gpudirect_sidecar, gpudirect_volumes
 from kubetrain.render.launch import container_command, torchrun_args
 from kubetrain.render.placement import placement_for
 from kubetrain.render.tracking import RunIdentity, tracking_env, tracking_secret_env
+from kubetrain.rules.quantity import format_bytes, parse_quantity
 
 MASTER_PORT = 23456  # the operator's default, named pytorchjob-port
 MANAGED_BY = "kubetrain"
@@ -123,7 +123,7 @@ def env(job: TrainingJob, options: RenderOptions | None = None) -> list[dict[str
     options = options or RenderOptions()
     checkpoint_dir = options.checkpoint_dir
     spec = job.spec
-    values = {"PYTHONUNBUFFERED": "1", "KUBETRAIN_JOB_NAME": job.metadata.name}
+    values = {"PYTHONUNBUFFERED": "1", JOB_NAME_ENV: job.metadata.name}
     if spec.gpusPerNode:
         values.update(GPU_ENV)
     else:
@@ -143,7 +143,7 @@ def env(job: TrainingJob, options: RenderOptions | None = None) -> list[dict[str
     values[HANG_ENV] = spec.hang.model_dump_json(by_alias=True)  # read back by `kubetrain stacks` and status
     runtime_config = _runtime_config(spec, checkpoint_dir)
     if runtime_config:
-        values["KUBETRAIN_CONFIG"] = runtime_config
+        values[CONFIG_ENV] = runtime_config
     if spec.tracking:
         values.update(tracking_env(job, run_identity(job, options), tracking_tags(job, options)))
     values.update(spec.env)

@@ -12,10 +12,8 @@ The container's main process is a POSIX-sh wrapper around torchrun (`container_c
 
 from __future__ import annotations
 
-import posixpath
-
 from kubetrain.jobspec.model import JobSpec
-from kubetrain.render.command import PYTHONS, launcher, parse_command
+from kubetrain.rules.command import launcher, parse_command
 
 _REFUSED = {
     "accelerate": "`accelerate launch` starts its own launcher, but kubetrain already runs torchrun on every pod; "
@@ -65,31 +63,14 @@ def launcher_problem(command: list[str] | None) -> str | None:
     return _REFUSED.get(found[0]) if found else None
 
 
-def no_program_python(command: list[str] | None, args: list[str] | None = None) -> str | None:
-    """The interpreter's name when the command is a python given only options (no script, -m or -c): it would
-    read an empty stdin and exit 0. None otherwise."""
-    if not command or posixpath.basename(command[0]) not in PYTHONS:
-        return None
-    words = [*command[1:], *(args or [])]
-    if any(not word.startswith("-") or word[:2] in ("-m", "-c") for word in words):
-        return None
-    return command[0]
-
-
 def torchrun_args(spec: JobSpec, workdir: str | None = None) -> list[str]:
     """Arguments to `torchrun` that run the spec's program (rendezvous settings come from PET_* env).
 
     A torchrun command passes its own flags through; `python -m mod` becomes `-m mod`, `python script.py`
     becomes `script.py` (absolute under `workdir`, since a TrainJob cannot set the working directory),
-    anything else runs with `--no-python` (kubetrain.render.command).
+    anything else runs with `--no-python` (kubetrain.rules.command).
     """
     return parse_command(spec.command, spec.args).torchrun_args(workdir)
-
-
-def nproc_flag(command: list[str] | None) -> str | None:
-    """The --nproc-per-node value of a torchrun command, or None."""
-    parsed = parse_command(command)
-    return parsed.flag("--nproc-per-node") if parsed.launcher == "torchrun" else None
 
 
 def launcher_warnings(spec: JobSpec) -> list[str]:

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from kubetrain.errors import Problem, RejectedRender
+from kubetrain.fieldpath import PathKey, join_path
 from kubetrain.jobspec.load import LoadedSpec
-from kubetrain.yamlsrc import PathKey, join_path
 
 
 def traced_problems(exc: RejectedRender, loaded: LoadedSpec) -> list[Problem]:

@@ -8,7 +8,8 @@ import json
 from typing import Any
 
 from kubetrain.jobspec.model import TrainingJob
-from kubetrain.jobspec.trackingenv import RUN_KEY_ENV, TENSORBOARD_ENV, TRACKING_ENV, WANDB_KEY_ENV, RunIdentity
+from kubetrain.jobspec.trackingenv import RunIdentity
+from kubetrain.podenv import RUN_KEY_ENV, TENSORBOARD_ENV, TRACKING_ENV, WANDB_KEY_ENV
 
 __all__ = ["RUN_KEY_ENV", "RunIdentity", "tracking_env", "tracking_secret_env"]
 

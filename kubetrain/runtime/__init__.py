@@ -9,18 +9,24 @@ Two ways to run user code, identically under `kubetrain run`, a PyTorchJob and a
 See docs/runtime.md.
 """
 
-from kubetrain.runtime.checkpoint import CheckpointStore
-from kubetrain.runtime.config import RuntimeConfigError, load_config, local_path, resolve_ref, trial_params
-from kubetrain.runtime.distributed import (
-    DistEnv,
-    distributed,
-    exit_process,
-    init_distributed,
-    shutdown_distributed,
-)
-from kubetrain.runtime.divergence import TrainingDiverged
-from kubetrain.runtime.stop import EXIT_STOP_TIMEOUT, TrainingStopped
-from kubetrain.runtime.trainer import Factories, FitResult, Trainer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kubetrain.runtime.checkpoint import CheckpointStore
+    from kubetrain.runtime.config import RuntimeConfigError, load_config, local_path, resolve_ref, trial_params
+    from kubetrain.runtime.distributed import (
+        DistEnv,
+        distributed,
+        exit_process,
+        init_distributed,
+        shutdown_distributed,
+    )
+    from kubetrain.runtime.divergence import TrainingDiverged
+    from kubetrain.runtime.stop import EXIT_STOP_TIMEOUT, TrainingStopped
+    from kubetrain.runtime.trainer import Factories, FitResult, Trainer
 
 __all__ = [
     "EXIT_STOP_TIMEOUT",
@@ -41,3 +47,19 @@ __all__ = [
     "shutdown_distributed",
     "trial_params",
 ]
+# The names load on first use: the pod's launcher (kubetrain.runtime.launch) is in this package, and loading
+# the Trainer here would give it torch's training stack and the spec's models (tests/runtime/test_launcher_imports.py).
+_HOME = {
+    "CheckpointStore": "checkpoint", "RuntimeConfigError": "config", "load_config": "config", "local_path": "config",
+    "resolve_ref": "config", "trial_params": "config", "DistEnv": "distributed", "distributed": "distributed",
+    "exit_process": "distributed",
+    "init_distributed": "distributed", "shutdown_distributed": "distributed", "TrainingDiverged": "divergence",
+    "EXIT_STOP_TIMEOUT": "stop", "TrainingStopped": "stop", "Factories": "trainer", "FitResult": "trainer",
+    "Trainer": "trainer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"kubetrain.runtime.{_HOME[name]}"), name)

@@ -13,10 +13,7 @@ from pydantic import ValidationError
 
 from kubetrain.errors import KubetrainError
 from kubetrain.jobspec.sections import Checkpoint, Divergence, Train
-from kubetrain.jobspec.sweep import PARAMS_ENV
-
-CONFIG_ENV = "KUBETRAIN_CONFIG"
-PATH_MAP_ENV = "KUBETRAIN_PATH_MAP"
+from kubetrain.podenv import CONFIG_ENV, PARAMS_ENV, PATH_MAP_ENV
 
 
 class RuntimeConfigError(KubetrainError):

@@ -29,8 +29,7 @@ from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
-from kubetrain.jobspec.hangenv import FR_REQUEST, NODE_ENV, PROGRESS_DIR_ENV
-from kubetrain.observe.hang import flight_record_path, record_path, stacks_path
+from kubetrain.podenv import FR_REQUEST, NODE_ENV, PROGRESS_DIR_ENV, flight_record_path, record_path, stacks_path
 
 STACK_SIGNAL = signal.SIGUSR2
 WRITE_SECONDS = 2.0
@@ -43,6 +42,7 @@ def _flight_recorder() -> bytes | None:
     """torch's flight recorder as JSON (TORCH_FR_BUFFER_SIZE > 0; gloo and nccl), None when off or absent.
     Safe from another thread while the training thread waits in a collective."""
     try:
+        # torch's private c10d may be absent: the recorder is then off
         import torch.distributed as dist
         from torch._C import _distributed_c10d as c10d
 

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from kubetrain.local.plan import FAILED_RANK
+from kubetrain.podenv import FAILED_RANK
 
 
 def worker_exit_code(exitcode: int) -> int:
@@ -80,6 +80,7 @@ def _options(parser: Any) -> dict[str, bool]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # torch only when torchrun runs (launcher import budget)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, parse_args

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader, FsspecWriter
 
 from kubetrain.objectstore import OBJECT_STORE_BACKENDS, BackendMissing, url_filesystem
 from kubetrain.runtime.checkpoint import FORMAT_VERSION, NAME_RE, SHARDED_META, CheckpointStore, StoreBase
@@ -113,13 +114,9 @@ class ObjectCheckpointStore(StoreBase):
         self.publish(final, sharded=True)
 
     def dcp_writer(self, url: str) -> Any:
-        from torch.distributed.checkpoint.fsspec_filesystem import FsspecWriter
-
         return FsspecWriter(url)
 
     def dcp_reader(self, url: str) -> Any:
-        from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader
-
         self.verify(url)
         return FsspecReader(url)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from torch.autograd.profiler_util import FunctionEventAvg
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
 from kubetrain.jobspec.sections import Profile
@@ -26,8 +27,6 @@ def sort_key(device_type: str) -> str:
     """The FunctionEventAvg attribute ranking ops by their own time. On GPUs it is self_device_time_total:
     key_averages()' events lost the self_cuda_time_total alias (torch 2.4+; only FunctionEvent keeps it), and
     the first profile on a real GPU crashed on it (H200, torch 2.11: docs/gpu.md)."""
-    from torch.autograd.profiler_util import FunctionEventAvg
-
     if device_type == "cpu":
         return "self_cpu_time_total"
     return next((k for k in ("self_device_time_total", "self_cuda_time_total") if hasattr(FunctionEventAvg(), k)),

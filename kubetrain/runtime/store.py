@@ -12,10 +12,10 @@ from __future__ import annotations
 import sys
 import time
 
+from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
 
 def main(argv: list[str] | None = None) -> int:
-    from torch.distributed import TCPStore  # type: ignore[attr-defined]
-
     port = int((sys.argv[1:] if argv is None else argv)[0])
     store = TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     while store:  # until `kubetrain run` stops this process (SIGTERM), or dies (PR_SET_PDEATHSIG)

@@ -41,6 +41,7 @@ class MLflowConnection(Connection):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
         try:
+            # a tracker's client only when spec.tracking sets it (.importlinter)
             from mlflow.tracking import MlflowClient
         except ImportError as exc:
             raise _missing("mlflow", "mlflow", exc) from None
@@ -64,6 +65,7 @@ class MLflowConnection(Connection):
                 for key in run.data.metrics}
 
     def _get(self, run_id: str | None) -> Any:
+        # a tracker's client only when spec.tracking sets it (.importlinter)
         from mlflow.exceptions import MlflowException
 
         if not run_id:
@@ -77,6 +79,7 @@ class MLflowConnection(Connection):
         return run if run.info.lifecycle_stage == "active" else None
 
     def _experiment_id(self) -> str:
+        # a tracker's client only when spec.tracking sets it (.importlinter)
         from mlflow.exceptions import MlflowException
 
         found = self.client.get_experiment_by_name(self.experiment)
@@ -98,7 +101,7 @@ class MLflowConnection(Connection):
         return runs[0] if runs else None
 
     def _create(self) -> Any:
-        from mlflow.entities import Param
+        from mlflow.entities import Param  # a tracker's client only when spec.tracking sets it (.importlinter)
 
         experiment = self._experiment_id()
         tags = self.config.tags
@@ -116,7 +119,7 @@ class MLflowConnection(Connection):
         return run
 
     def send(self, points: list[Point]) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # a tracker's client only when spec.tracking sets it (.importlinter)
 
         now = int(time.time() * 1000)
         metrics = [Metric(key, value, now, step) for step, values in points for key, value in values.items()]
@@ -198,6 +201,7 @@ class TensorBoardConnection(Connection):
 
     def __init__(self, config: TrackingConfig, run_file: RunFile, section: dict[str, Any]) -> None:
         try:
+            # a tracker's client only when spec.tracking sets it (.importlinter)
             from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubetrain.jobspec.trackingenv import RUN_KEY_ENV, TRACKING_ENV
+from kubetrain.podenv import RUN_KEY_ENV, TRACKING_ENV
 from kubetrain.runtime.config import json_object
 
 RUN_FILE = "tracking.json"

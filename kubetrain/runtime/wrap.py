@@ -85,7 +85,7 @@ def wrap_model(model: nn.Module, train: Train, env: DistEnv) -> Wrapped:
     if train.activationCheckpointing:
         apply_activation_checkpointing(model)
     if train.strategy == "fsdp":
-        from kubetrain.runtime.fsdp import shard_model
+        from kubetrain.runtime.fsdp import shard_model  # FSDP's torch modules only for strategy fsdp
 
         wrapped = shard_model(model, train, env)
     elif train.strategy == "dp":

@@ -12,7 +12,8 @@ from typing import Any
 
 from kubetrain.jobspec.load import validate_data
 from kubetrain.jobspec.model import TrainingJob
-from kubetrain.jobspec.sweep import PARAMS_ENV, Sweep
+from kubetrain.jobspec.sweep import Sweep
+from kubetrain.podenv import PARAMS_ENV
 
 PROMOTED = "promoted"
 

@@ -1,7 +1,7 @@
 """Offline validation of Kubernetes manifests against CRD and core schemas, plus semantic checks.
 
 The names below load on first use, so that `render` and the spec loader can use the rule modules
-(kubetrain.validate.k8s, kubetrain.validate.operators) without loading the schema machinery."""
+(kubetrain.rules.k8s, kubetrain.validate.operators) without loading the schema machinery."""
 
 from __future__ import annotations
 

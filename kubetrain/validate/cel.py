@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
 
 RULES = "x-kubernetes-validations"
 MAX_MESSAGE_BYTES = 5 * 1024  # celconfig.MaxEvaluatedMessageExpressionSizeBytes
@@ -136,7 +136,7 @@ def _environment() -> Any:
 
 @cache
 def _environment_types() -> Any:
-    from cel_expr_python import cel
+    from cel_expr_python import cel  # only when this kind of check runs (validate's start-up, docs/performance.md)
 
     return cel.Type
 

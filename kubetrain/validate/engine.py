@@ -8,20 +8,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kubetrain.errors import SpecError
-from kubetrain.jobspec import names
+from kubetrain.fieldpath import PathKey, join_path
 from kubetrain.kube.objects import meta_of
+from kubetrain.rules import names
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import dra
+from kubetrain.rules.k8s.check import k8s_findings
+from kubetrain.rules.k8s.objects import BY_KIND
 from kubetrain.validate.cel import cel_findings
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import dra, k8s_findings
-from kubetrain.validate.k8s.objects import BY_KIND
 from kubetrain.validate.openapi import drop_null_fields, prune_nulls
 from kubetrain.validate.schemas import MISSING_HINT, SchemaStore
 from kubetrain.validate.semantic import misplaced_run_policies, semantic_findings
 from kubetrain.yamlsrc import (
     ParsedDoc,
-    PathKey,
     compact_json,
-    join_path,
     line_for,
     object_size_problem,
     parse_documents,

@@ -42,7 +42,7 @@ def compile_check(schema: dict[str, Any]) -> Check | None:
     """A function that is True only for documents valid against the (draft 7) `schema`; None when the compiled
     validator is not available for it (jsonschema-rs missing, or a pattern Rust cannot compile)."""
     try:
-        import jsonschema_rs
+        import jsonschema_rs  # only when this kind of check runs (validate's start-up, docs/performance.md)
     except ImportError:  # a platform without a wheel: jsonschema alone, slower
         return None
     try:

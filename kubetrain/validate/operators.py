@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-from kubetrain.jobspec import names
-from kubetrain.jobspec.quantity import parse_quantity
-from kubetrain.validate.findings import Finding, get
-from kubetrain.validate.runtimes import UNKNOWN, runtime_of
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules import names
+from kubetrain.rules.findings import Finding, get
+from kubetrain.rules.quantity import parse_quantity
+from kubetrain.rules.runtimes import UNKNOWN, runtime_of
 
 OPERATOR_PODS = "the operator's pod creation would fail"
 OPERATOR_SERVICES = "the operator's Service creation would fail"

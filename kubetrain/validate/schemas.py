@@ -20,8 +20,8 @@ import yaml
 
 from kubetrain.cachedir import cache_dir
 from kubetrain.errors import SchemaError
+from kubetrain.rules.k8s.versions import DEFAULT, Rules, rules_for
 from kubetrain.validate.fastcheck import Check, compile_check
-from kubetrain.validate.k8s.versions import DEFAULT, Rules, rules_for
 from kubetrain.validate.openapi import structural_json_schema
 
 DEFAULT_KUBERNETES_VERSION = DEFAULT
@@ -207,8 +207,10 @@ def core_validator(api_version: str, kind: str, kubernetes_version: str) -> tupl
     path = directory / name
     if not path.is_file():
         return None
+    # only when this kind of check runs (validate's start-up, docs/performance.md)
     from referencing import Registry, Resource
 
+    # only when this kind of check runs (validate's start-up, docs/performance.md)
     from kubetrain.validate.jsonschema_ext import CoreValidator
 
     schema = json.loads(path.read_text())

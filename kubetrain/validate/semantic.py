@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kubetrain.fieldpath import PathKey
 from kubetrain.kube.objects import GPU_RESOURCE as GPU
+from kubetrain.rules.findings import Finding, get
 from kubetrain.validate import operators
-from kubetrain.validate.findings import Finding, get
 from kubetrain.validate.worldsize import world_size_findings
-from kubetrain.yamlsrc import PathKey
 
 OPERATOR_RESTART_POLICIES = {"Always", "OnFailure", "Never", "ExitCode"}
 PYTORCH_REPLICA_TYPES = {"Master", "Worker"}

@@ -1,5 +1,5 @@
 """World size against GPUs in manifests: every replica's nvidia.com/gpu limit against the process count that
-torchrun will start there (kubetrain.jobspec.worldsize has the rule itself).
+torchrun will start there (kubetrain.rules.worldsize has the rule itself).
 
 - PyTorchJob: `spec.nprocPerNode` (or `elasticPolicy.nProcPerNode`); unset, training-operator v1 defaults it
   to `auto` (pytorch_defaults.go). The GPUs are the `pytorch` container's limit in each replica.
@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kubetrain.jobspec.quantity import parse_quantity
-from kubetrain.jobspec.worldsize import process_count, procs_gpus_problem
-from kubetrain.validate.findings import Finding, get
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.command import torchrun_in
+from kubetrain.rules.findings import Finding, get
+from kubetrain.rules.quantity import parse_quantity
+from kubetrain.rules.worldsize import process_count, procs_gpus_problem
 
 GPU = "nvidia.com/gpu"
 RUNTIME_KINDS = {"ClusterTrainingRuntime", "TrainingRuntime"}
@@ -80,24 +81,15 @@ def _pytorchjob(obj: dict[str, Any]) -> Iterator[Finding]:
 def _replica_count(container: Any, procs: object, path: PathKey, container_path: PathKey
                    ) -> tuple[object, PathKey, str] | None:
     """(the count torchrun will use, where it is set, how to name it), or None where torchrun does not run."""
-    flag = _nproc_flag(container)
+    torchrun = torchrun_in(_words(container))
+    flag = torchrun.flag("--nproc-per-node") if torchrun else None
     if flag is not None:  # torchrun's own flag wins over PET_NPROC_PER_NODE
         return flag, container_path, f"--nproc-per-node {flag} in the command"
     if procs is not None:
         return procs, path, ""
-    if not _runs_torchrun(container):
+    if torchrun is None:
         return None  # PET_NPROC_PER_NODE only counts where torchrun reads it
     return "auto", container_path, "spec.nprocPerNode is unset (the operator's default: auto)"
-
-
-def _nproc_flag(container: Any) -> str | None:
-    """The value of --nproc-per-node/--nproc_per_node in a container's command and args, if any."""
-    words = _words(container)
-    for i, word in enumerate(words):
-        name, sep, value = word.partition("=")
-        if name in ("--nproc-per-node", "--nproc_per_node"):
-            return value if sep else (words[i + 1] if i + 1 < len(words) else None)
-    return None
 
 
 def _words(container: Any) -> list[str]:
@@ -108,10 +100,6 @@ def _words(container: Any) -> list[str]:
         value = container.get(key)
         words += [w for w in value if isinstance(w, str)] if isinstance(value, list) else []
     return words
-
-
-def _runs_torchrun(container: Any) -> bool:
-    return any("torchrun" in w or "torch.distributed.run" in w for w in _words(container))
 
 
 def _trainer_index(containers: list[Any], name: str) -> int:

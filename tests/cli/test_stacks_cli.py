@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.jobspec.hangenv import POD_PROGRESS_DIR
+from kubetrain.podenv import POD_PROGRESS_DIR
 from tests.cli.test_logs_gpu_doctor_cli import job, run
 
 __all__ = ["job"]  # the fixture: a running PyTorchJob `cli` on kwok's nodes

@@ -25,9 +25,9 @@ from typing import Any
 import kubernetes
 import pytest
 
+from kubetrain import podenv
 from kubetrain.controller.statusmodel import TrainingJobStatus
 from kubetrain.jobs.logs import LogOptions, follow_job_logs
-from kubetrain.jobspec import hangenv
 from kubetrain.kube.connection import connect
 from tests.controller.operator_env import cond, create, custom, tj, training_job
 from tests.controller.test_operator import pods
@@ -63,8 +63,8 @@ RANK = textwrap.dedent("""
 @pytest.fixture
 def ranks(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
     """Two ranks writing into the pods' progress directory on this machine (kwok's exec runs here)."""
-    shutil.rmtree(hangenv.POD_PROGRESS_DIR, ignore_errors=True)
-    env = {**os.environ, hangenv.PROGRESS_DIR_ENV: hangenv.POD_PROGRESS_DIR}
+    shutil.rmtree(podenv.POD_PROGRESS_DIR, ignore_errors=True)
+    env = {**os.environ, podenv.PROGRESS_DIR_ENV: podenv.POD_PROGRESS_DIR}
     procs = [subprocess.Popen([sys.executable, "-c", RANK, str(rank), slow, str(tmp_path / "store")],
                               stdout=subprocess.PIPE, text=True, env=env) for rank, slow in ((0, "0.001"), (1, "0.03"))]
     try:
@@ -75,7 +75,7 @@ def ranks(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
         for proc in procs:
             proc.kill()
             proc.wait()
-        shutil.rmtree(hangenv.POD_PROGRESS_DIR, ignore_errors=True)
+        shutil.rmtree(podenv.POD_PROGRESS_DIR, ignore_errors=True)
 
 
 def hang_job(name: str, namespace: str, checkpoint: Path | None = None, **hang: Any) -> dict[str, Any]:

@@ -121,7 +121,10 @@ def test_object_store_backends_go_into_the_image(fields: str, wanted: list[str],
     assert [line for line in staged[len(shipped):].splitlines() if not line.startswith("#")] == wanted
 
 
-RUNTIME_ENTRY_MODULES = ("kubetrain.runtime", "kubetrain.observe.archive")  # what a pod runs
+# What a pod runs: `python -m kubetrain.runtime` (its Trainer), the launcher and the archive wrapper. The
+# package's face loads its names on first use, so the scan starts from the modules themselves.
+RUNTIME_ENTRY_MODULES = ("kubetrain.runtime.__main__", "kubetrain.runtime.trainer", "kubetrain.runtime.launch",
+                         "kubetrain.observe.archive")
 
 
 def _module_level_imports(module: str) -> set[str]:

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kubetrain import podenv
 from kubetrain.jobs import stacks as job_stacks_module
 from kubetrain.jobs.gpu import ExecResult
 from kubetrain.jobs.pods import Replica
 from kubetrain.jobs.stacks import PodAnswer, ask_pod, combine, job_stacks, probe_command
-from kubetrain.jobspec import hangenv
-from kubetrain.observe import hang, probe
+from kubetrain.observe import probe
 from kubetrain.observe.stacks import process_state
 from tests.testenv.polling import wait_for
 
@@ -47,7 +47,7 @@ def replica(label: str, pod: str, phase: str = "Running", state: str = "running"
 
 @pytest.fixture
 def ranks(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
-    env = {**os.environ, hangenv.PROGRESS_DIR_ENV: str(tmp_path), hangenv.HANG_ENV: '{"timeoutSeconds": 60}'}
+    env = {**os.environ, podenv.PROGRESS_DIR_ENV: str(tmp_path), podenv.HANG_ENV: '{"timeoutSeconds": 60}'}
     procs = [subprocess.Popen([sys.executable, "-c", RANK, str(n)], stdout=subprocess.PIPE, text=True, env=env)
              for n in (0, 1)]
     try:
@@ -61,7 +61,7 @@ def ranks(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def run_probe(directory: Path, ask: bool = True) -> ExecResult:
-    env = {**os.environ, hangenv.PROGRESS_DIR_ENV: str(directory), hangenv.HANG_ENV: '{"timeoutSeconds": 60}'}
+    env = {**os.environ, podenv.PROGRESS_DIR_ENV: str(directory), podenv.HANG_ENV: '{"timeoutSeconds": 60}'}
     done = subprocess.run(probe_command(ask), capture_output=True, text=True, env=env, timeout=60, check=False)
     return ExecResult(done.stdout, done.stderr, done.returncode)
 
@@ -92,8 +92,8 @@ def test_status_reads_the_records_only_and_names_the_rank_that_cannot_run(
     assert report.has_ranks
     assert report.hang_lines() == [f"job: not hung: step 1, phase start, threshold 1800 s; 1 rank(s) cannot run: "
                                    f"rank 1 (node 1, p on node-a) stopped (SIGSTOP?), pid {ranks[1].pid}, state T"]
-    assert not (tmp_path / hangenv.FR_REQUEST).exists()  # nothing was asked of the ranks
-    assert all(hang.stacks_path(tmp_path, n).read_text() == "" for n in (0, 1))
+    assert not (tmp_path / podenv.FR_REQUEST).exists()  # nothing was asked of the ranks
+    assert all(podenv.stacks_path(tmp_path, n).read_text() == "" for n in (0, 1))
 
 
 def test_a_pod_without_records_has_no_ranks_and_the_probe_touches_nothing(tmp_path: Path) -> None:
@@ -111,14 +111,15 @@ def test_a_probe_that_cannot_run_says_why() -> None:
 
 def test_the_probe_uses_the_same_file_names_as_the_runtime(tmp_path: Path) -> None:
     source = Path(probe.__file__).read_text()
-    for path in (hang.record_path(tmp_path, 7), hang.stacks_path(tmp_path, 7), hang.flight_record_path(tmp_path, 7)):
+    for named in (podenv.record_path, podenv.stacks_path, podenv.flight_record_path):
+        path = named(tmp_path, 7)
         assert path.name.replace("7", "") in source.replace("{record['rank']}", "").replace("{r['rank']}", "")
-    assert f'"{hangenv.FR_REQUEST}"' in source and f'"{hangenv.POD_PROGRESS_DIR}"' in source
-    assert f"{hangenv.PROGRESS_DIR_ENV}=" in source and f'"{hangenv.HANG_ENV}"' in source
+    assert f'"{podenv.FR_REQUEST}"' in source and f'"{podenv.POD_PROGRESS_DIR}"' in source
+    assert f"{podenv.PROGRESS_DIR_ENV}=" in source and f'"{podenv.HANG_ENV}"' in source
 
 
 def test_the_probe_saves_the_evidence_or_says_why_not(tmp_path: Path, ranks: list[subprocess.Popen[str]]) -> None:
-    env = {**os.environ, hangenv.PROGRESS_DIR_ENV: str(tmp_path)}
+    env = {**os.environ, podenv.PROGRESS_DIR_ENV: str(tmp_path)}
     command = probe_command(save=str(tmp_path / "volume" / "hangs"))
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, check=True)
     saved = Path(json.loads(done.stdout)["saved"])

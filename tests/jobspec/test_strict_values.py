@@ -90,7 +90,7 @@ def test_stdin_closed_or_empty_is_a_one_line_usage_error(redirect: str) -> None:
 ])
 def test_a_trailing_newline_is_not_a_valid_name(checker: str, value: str) -> None:
     # Python's `$` also matches before a final newline: the patterns must match the whole value.
-    from kubetrain.jobspec import names
+    from kubetrain.rules import names
 
     assert getattr(names, checker)(value) is not None
     assert getattr(names, checker)(value.rstrip("\n")) is None

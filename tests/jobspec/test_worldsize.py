@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
-from kubetrain.jobspec.worldsize import procs_gpus_problem
+from kubetrain.rules.worldsize import procs_gpus_problem
 
 SPEC = """apiVersion: kubetrain.dev/v1alpha1
 kind: TrainingJob

@@ -4,19 +4,30 @@ from __future__ import annotations
 
 import json
 
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import MaxRetryError, NewConnectionError
+import pytest
 
-from kubetrain.kube.errors import ApiError, Conflict, Gone, NotFound, translate
+from kubetrain.kube.errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    Forbidden,
+    Gone,
+    InternalError,
+    Invalid,
+    NotFound,
+    ServerError,
+    TooLarge,
+    TooManyRequests,
+    Unauthorized,
+    translate,
+)
 from kubetrain.kube.kubeconfig import Endpoint
 from kubetrain.kube.rest import Rest
 from tests.testenv.fakeapi import FakeApi, status_answer
 
 
-def api_error(status: int, body: dict[str, object] | str) -> ApiException:
-    exc = ApiException(status=status, reason="x")
-    exc.body = body if isinstance(body, str) else json.dumps(body)
-    return exc
+def api_error(status: int, body: dict[str, object] | str) -> ApiError:
+    return ApiError.of(status, "x", body if isinstance(body, str) else json.dumps(body))
 
 
 def test_each_failure_says_how_to_fix_it() -> None:
@@ -35,10 +46,19 @@ def test_each_failure_says_how_to_fix_it() -> None:
     assert str(translate(api_error(422, invalid), "x")) == (
         "invalid: PyTorchJob 'j' rejected by the API server: spec.pytorchReplicaSpecs.Master.replicas: "
         'Invalid value: "string"')
-    refused = MaxRetryError(None, "/api", NewConnectionError(None, "Connection refused"))
+    refused = ConnectionRefusedError(111, "Connection refused")
     assert str(translate(refused, "x", "https://10.0.0.1:6443")) == (
         "cannot reach https://10.0.0.1:6443: is the cluster running? (kubectl cluster-info)")
     assert all("\n" not in str(translate(e, "x")) for e in (api_error(500, "oops\ntrace"), refused))
+
+
+@pytest.mark.parametrize(("status", "kind"), [
+    (400, BadRequest), (401, Unauthorized), (403, Forbidden), (413, TooLarge), (422, Invalid),
+    (429, TooManyRequests), (500, InternalError), (503, ServerError), (418, ApiError)])
+def test_callers_catch_the_class_named_for_a_status(status: int, kind: type[ApiError]) -> None:
+    """One error vocabulary: every status a caller handles has its own class (no `.status` checks by hand)."""
+    error = ApiError.of(status, "R", "{}")
+    assert type(error) is kind and error.status == status
 
 
 def test_an_error_status_is_a_typed_error_with_the_servers_status(fake_api: FakeApi) -> None:

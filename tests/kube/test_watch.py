@@ -3,13 +3,12 @@ resourceVersion on demand. (The real-server path is exercised by every --wait/de
 
 from __future__ import annotations
 
+import http.client
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import ProtocolError
 
 from kubetrain.kube import watch
 from kubetrain.kube.errors import ApiError, Unreachable
@@ -31,7 +30,7 @@ class Response:
         for line in self.lines:
             yield (json.dumps(line) + "\n").encode()
         if self.drop:
-            raise ProtocolError("Connection broken: IncompleteRead", ConnectionResetError())
+            raise http.client.IncompleteRead(b"")
 
     def close(self) -> None:
         self.closed = True
@@ -43,7 +42,7 @@ class Response:
 class FakeApi:
     """list_fn: answers lists and watches from scripts, recording the resourceVersion each watch asked for."""
 
-    def __init__(self, lists: list[list[dict[str, Any]]], watches: list[Response | ApiException]) -> None:
+    def __init__(self, lists: list[list[dict[str, Any]]], watches: list[Response | ApiError]) -> None:
         self.lists, self.watches = lists, watches
         self.calls: list[tuple[str, str | None]] = []
 
@@ -53,7 +52,7 @@ class FakeApi:
             self.calls.append(("watch", kwargs["resource_version"]))
             assert kwargs["allow_watch_bookmarks"] and kwargs["timeout_seconds"] >= 1
             answer = self.watches.pop(0) if self.watches else Response()
-            if isinstance(answer, ApiException):
+            if isinstance(answer, ApiError):
                 raise answer
             return answer
         items = self.lists.pop(0)
@@ -92,7 +91,7 @@ def test_410_gone_event_relists_and_syncs() -> None:
 
 
 def test_410_as_an_http_status_relists_too() -> None:
-    api = FakeApi([[obj("a", "5")], [obj("a", "30")]], [ApiException(status=410, reason="Gone")])
+    api = FakeApi([[obj("a", "5")], [obj("a", "30")]], [ApiError.of(410, "Gone", "")])
     events = watch.stream(api, timeout=30, namespace="ns")
     assert [next(events).type for _ in range(2)] == ["SYNC", "SYNC"]
     assert api.calls[:3] == [("list", "5"), ("watch", "5"), ("list", "30")]

@@ -11,7 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from kubetrain.observe.hang import Assessment, RankView, record_path, stacks_path
+from kubetrain.observe.hang import Assessment, RankView
 from kubetrain.observe.stacks import (
     RankStack,
     collect,
@@ -22,6 +22,7 @@ from kubetrain.observe.stacks import (
     render,
     verdict,
 )
+from kubetrain.podenv import record_path, stacks_path
 from tests.testenv.polling import wait_for
 
 WORKER = textwrap.dedent("""

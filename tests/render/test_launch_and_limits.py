@@ -9,8 +9,8 @@ import pytest
 from kubetrain.errors import RenderError, SecretRefused, SpecError
 from kubetrain.render import RenderOptions, render_job
 from kubetrain.render.code import collect_code
-from kubetrain.render.command import parse_command
 from kubetrain.render.launch import container_command, launcher_warnings
+from kubetrain.rules.command import parse_command
 from tests.render.test_rules import job, pod, pytorchjob
 
 

@@ -1,6 +1,6 @@
 """render never prints what Kubernetes rejects: Kubernetes' spec-level rules are spec errors with field
 and line (or a warning), and a property test renders generated valid specs and checks the output with
-Kubernetes' own pod and object rules (kubetrain/validate/k8s) and the operators' webhook rules."""
+Kubernetes' own pod and object rules (kubetrain/rules/k8s) and the operators' webhook rules."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubetrain.cli.main import cli
-from kubetrain.validate.k8s import k8s_findings
+from kubetrain.rules.k8s.check import k8s_findings
 from kubetrain.validate.operators import trainjob_webhook
 
 BASE: dict[str, Any] = {"image": "busybox:1.36", "command": ["python", "train.py"]}

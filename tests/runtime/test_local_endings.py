@@ -38,7 +38,7 @@ print("done", os.environ["RANK"], flush=True)
 # 1's agent, which exits as soon as the exit barrier is passed, node 2 then lost the store mid-shutdown.
 SLOW_NODE = """
 import os, time
-if os.environ.get("KUBETRAIN_LOCAL_NODE") == "2":
+if os.environ.get("KUBETRAIN_NODE") == "2":
     from torch.distributed.elastic.rendezvous import dynamic_rendezvous
     original = dynamic_rendezvous.DynamicRendezvousHandler.shutdown
     def shutdown(self):

@@ -17,9 +17,10 @@ from kubetrain.errors import UsageError
 from kubetrain.jobspec.load import load_spec
 from kubetrain.local.envfile import parse_env_text
 from kubetrain.local.paths import PathMap
-from kubetrain.local.plan import RUN_ID_ENV, RunOptions, build_plan
+from kubetrain.local.plan import RunOptions, build_plan
 from kubetrain.local.preflight import gpu_check, gpu_count_check
 from kubetrain.local.supervisor import format_line
+from kubetrain.podenv import RUN_ID_ENV
 from tests.runtime.helpers import EXAMPLE, REPO, write_spec
 
 

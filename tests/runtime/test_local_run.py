@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubetrain.local.plan import NODE_ENV, free_port
+from kubetrain.local.plan import free_port
+from kubetrain.podenv import NODE_ENV
 from tests.runtime.helpers import (
     EXAMPLE,
     JOBS,

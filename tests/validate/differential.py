@@ -35,7 +35,7 @@ import yaml
 from kubetrain.jobs.derived import replica_restart_policy
 from kubetrain.jobs.podcheck import as_pod
 from kubetrain.kube.errors import ApiError, status_body
-from kubetrain.validate.k8s.templates import pod_templates
+from kubetrain.rules.k8s.templates import pod_templates
 from kubetrain.validate.schemas import _core_schema_dir, _kv_schema_root
 from tests.validate.oracle import PLURALS, SERIAL, bases, trainer_errors
 

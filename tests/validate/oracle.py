@@ -26,10 +26,10 @@ from typing import Any
 import yaml
 
 from kubetrain.jobs.podcheck import as_pod
-from kubetrain.kube.errors import api_message, is_api_error
+from kubetrain.kube.errors import BadRequest, Forbidden, Invalid, NotFound, TooLarge, api_message
+from kubetrain.rules.k8s.templates import pod_templates
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_document
-from kubetrain.validate.k8s.templates import pod_templates
 from kubetrain.yamlsrc import ParsedDoc
 from tests.harness.helpers import rest_for
 from tests.validate.corpus import MANIFESTS
@@ -594,9 +594,8 @@ def _wait_for_jobset(rest: Any, namespace: str, name: str, trainjob: str) -> Obj
     while time.monotonic() < deadline:
         try:
             return rest.json("GET", JOBSETS.format(namespace=namespace, name=name))  # type: ignore[no-any-return]
-        except Exception as exc:
-            if not is_api_error(exc) or getattr(exc, "status", None) != 404:
-                raise
+        except NotFound:
+            pass
         conditions = rest.json("GET", trainjob).get("status", {}).get("conditions", [])
         failed = [c for c in conditions if c.get("type") == "Failed" and c.get("status") == "True"]
         if failed:
@@ -612,9 +611,7 @@ def _dry_run(client: Any, body: Obj, namespace: str) -> str:
     base = "/api/v1" if version == "v1" else f"/apis/{version}"
     try:
         rest_for(client).json("POST", f"{base}/namespaces/{namespace}/{PLURALS[body['kind']]}", DRY_RUN, body)
-    except Exception as exc:
-        if not is_api_error(exc) or getattr(exc, "status", None) not in (400, 403, 413, 422):
-            raise  # 403: a webhook's denial; 413: a body over the limit
+    except (BadRequest, Forbidden, TooLarge, Invalid) as exc:  # Forbidden: a webhook's denial
         return f"{body['kind']}: {api_message(exc)[:400]}"
     return ""
 

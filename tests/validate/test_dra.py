@@ -1,4 +1,4 @@
-"""Dynamic Resource Allocation objects offline (kubetrain/validate/k8s/dra.py), each case's verdict checked
+"""Dynamic Resource Allocation objects offline (kubetrain/rules/k8s/dra.py), each case's verdict checked
 against the suite's real kube-apiserver 1.36 too (dryRun=All), and which resource.k8s.io versions each
 Kubernetes version serves."""
 
@@ -11,7 +11,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from kubetrain.kube.errors import api_message, is_api_error
+from kubetrain.kube.errors import BadRequest, Invalid, NotFound, api_message
 from kubetrain.validate import SchemaStore, validate_objects
 from tests.harness.helpers import rest_for
 
@@ -113,10 +113,8 @@ def dry_run(client: Any, obj: Obj, namespace: str) -> str:
     try:
         rest_for(client).json("POST", f"/apis/{version}{where}/{PLURALS[kind]}",
                               {"dryRun": "All", "fieldValidation": "Strict"}, obj)
-    except Exception as exc:
-        if not is_api_error(exc) or getattr(exc, "status", None) not in (400, 404, 422):
-            raise
-        return api_message(exc) or f"HTTP {exc.status}"  # type: ignore[attr-defined]
+    except (BadRequest, NotFound, Invalid) as exc:
+        return api_message(exc)
     return ""
 
 

@@ -1,4 +1,4 @@
-"""Kubernetes' own pod and object rules, offline (kubetrain/validate/k8s): each case is reported
+"""Kubernetes' own pod and object rules, offline (kubetrain/rules/k8s): each case is reported
 at its field, and the valid bases pass. The server's verdict on the same kinds of mutation is checked in
 test_oracle.py."""
 
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
+from kubetrain.fieldpath import join_path
+from kubetrain.rules.k8s.check import k8s_findings
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_sources
-from kubetrain.validate.k8s import k8s_findings
-from kubetrain.yamlsrc import join_path
 from tests.validate import oracle
 
 Obj = dict[str, Any]
@@ -201,7 +201,7 @@ def test_trainjob_num_nodes_below_one(nodes: int) -> None:
 def test_env_from_names_are_subdomains_but_may_end_in_a_dash() -> None:
     """validateConfigMapEnvSource: ValidateConfigMapName(name, prefix=true), whose maskTrailingDash lets 'a-' pass;
     the oracle found both sides ('x y' accepted offline, 'cm-' refused offline)."""
-    from kubetrain.validate.k8s.containers import env_from
+    from kubetrain.rules.k8s.containers import env_from
 
     def problems(name: str) -> list[str]:
         return [f.message for f in env_from([{"configMapRef": {"name": name}}, {"secretRef": {"name": name}}],

@@ -1,4 +1,4 @@
-"""Pod rules that differ between Kubernetes minor versions (kubetrain/validate/k8s/versions.py): each case's
+"""Pod rules that differ between Kubernetes minor versions (kubetrain/rules/k8s/versions.py): each case's
 verdict under every supported `--kubernetes-version`, and the 1.36 verdicts (the default) against the suite's
 real kube-apiserver 1.36, the object and each pod template as a Pod."""
 
@@ -15,11 +15,11 @@ import yaml
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
+from kubetrain.fieldpath import join_path
+from kubetrain.rules.k8s.check import k8s_findings
+from kubetrain.rules.k8s.versions import DEFAULT, rules_for
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_objects
-from kubetrain.validate.k8s import k8s_findings
-from kubetrain.validate.k8s.versions import DEFAULT, rules_for
-from kubetrain.yamlsrc import join_path
 from tests.validate import oracle
 
 Obj = dict[str, Any]

@@ -1,4 +1,4 @@
-"""The runtimes the pinned Trainer v2.3.0 ships (kubetrain/validate/runtimes.py): a TrainJob's runtimePatches
+"""The runtimes the pinned Trainer v2.3.0 ships (kubetrain/rules/runtimes.py): a TrainJob's runtimePatches
 and trainer.env are checked against the runtime it names; the table matches the upstream runtime manifests
 where `make testenv` copies them (torch-distributed), and tests/validate/test_oracle.py checks the
 torch-distributed verdicts against the real Trainer."""
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from kubetrain.validate.k8s import k8s_findings
+from kubetrain.fieldpath import join_path
+from kubetrain.rules.k8s.check import k8s_findings
+from kubetrain.rules.runtimes import RUNTIMES
 from kubetrain.validate.operators import trainjob_webhook
-from kubetrain.validate.runtimes import RUNTIMES
-from kubetrain.yamlsrc import join_path
 from tests.testenv.reference import trainer_dir
 from tests.validate import oracle
 

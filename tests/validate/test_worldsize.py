@@ -87,6 +87,24 @@ def test_a_torchrun_flag_in_the_command_wins_over_nproc_per_node() -> None:
     assert message.startswith("--nproc-per-node 8 in the command for Master (4 GPU(s) per pod): 8 processes")
 
 
+def test_the_flag_is_read_as_torchrun_reads_it_the_same_parser_as_render() -> None:
+    """The manifest check and render parse a command with the one torchrun parser: a flag after the script
+    is the script's own argument, and kubetrain's rendered `sh -c WRAPPER torchrun ARGS` is read past the
+    wrapper. A word that merely contains "torchrun" starts no torchrun."""
+    script_flag = pytorchjob("4", 4)
+    script_flag["spec"]["pytorchReplicaSpecs"]["Master"] = _replica(4, ["torchrun", "train.py", "--nproc-per-node",
+                                                                        "8"])
+    assert _issues(script_flag) == []  # train.py's --nproc-per-node, not torchrun's: 4 processes on 4 GPUs
+    wrapped = pytorchjob("4", 4)
+    wrapped["spec"]["pytorchReplicaSpecs"]["Master"] = _replica(4, ["sh", "-c", "torchrun \"$@\"", "torchrun",
+                                                                    "--nproc_per_node=8", "train.py"])
+    assert [f[:2] for f in _issues(wrapped)] == [("error", "spec.pytorchReplicaSpecs.Master.template.spec."
+                                                            "containers[0]")]
+    named_like_it = pytorchjob(None, 0)
+    named_like_it["spec"]["pytorchReplicaSpecs"]["Master"] = _replica(0, ["python", "torchrun_notes.py"])
+    assert _issues(named_like_it) == []  # no torchrun runs, so PET_NPROC_PER_NODE is read by nobody
+
+
 def trainjob(procs: Any, resources: dict[str, Any] | None) -> dict[str, Any]:
     trainer: dict[str, Any] = {"image": "example.com/t:1", "numNodes": 2}
     if procs is not None:

@@ -9,11 +9,11 @@ import binascii
 from collections.abc import Callable
 from typing import Any
 
-from kubetrain.jobspec.quantity import parse_quantity
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import dra, names, scheduling
-from kubetrain.validate.k8s.base import Findings, check, enum, items, mapping, named, range_check
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import dra, names, scheduling
+from kubetrain.rules.k8s.base import Findings, check, enum, items, mapping, named, range_check
+from kubetrain.rules.quantity import parse_quantity
 
 SERVICE_TYPES = ("ClusterIP", "NodePort", "LoadBalancer", "ExternalName")
 ACCESS_MODES = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod")

@@ -9,11 +9,11 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-from kubetrain.jobspec.quantity import is_quantity, parse_quantity
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import names
-from kubetrain.validate.k8s.base import Findings, mapping
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import names
+from kubetrain.rules.k8s.base import Findings, mapping
+from kubetrain.rules.quantity import is_quantity, parse_quantity
 
 STANDARD = ("cpu", "memory", "ephemeral-storage")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s.base import Findings, items, mapping, named
-from kubetrain.validate.k8s.versions import Rules
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s.base import Findings, items, mapping, named
+from kubetrain.rules.k8s.versions import Rules
 
 POLICIES = ("Always", "Never", "OnFailure")
 OPERATORS = ("In", "NotIn")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import containers, dns, dra, metadata, names, resources, scheduling, security, volumes
-from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named
-from kubetrain.validate.k8s.versions import LATEST, Rules
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import containers, dns, dra, metadata, names, resources, scheduling, security, volumes
+from kubetrain.rules.k8s.base import Findings, check, enum, is_int, mapping, named
+from kubetrain.rules.k8s.versions import LATEST, Rules
 
 RESTART_POLICIES = ("Always", "OnFailure", "Never")
 DNS_POLICIES = ("ClusterFirstWithHostNet", "ClusterFirst", "Default", "None")

@@ -1,21 +1,20 @@
-"""Kubernetes' own object and pod validation, offline: one module per rule family, each function naming the
-upstream function it mirrors (k8s.io/kubernetes pkg/apis/core/validation, apps and batch validation,
-apimachinery's name checks). Applied to built-in objects and to every pod template in any kind kubetrain knows
-(Pod, Deployment, Job, CronJob, JobSet, PyTorchJob, TrainJob runtime patches, training runtimes)."""
+"""All of Kubernetes' rules that apply to one object: its metadata, its kind's own rules, and every pod
+template in it (the package's other modules are the rule families, each importable alone)."""
+
 
 from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import integers, metadata, objects, podspec, trainjob
-from kubetrain.validate.k8s.templates import pod_templates
-from kubetrain.validate.k8s.versions import LATEST, Rules
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import integers, metadata, objects, podspec, trainjob
+from kubetrain.rules.k8s.templates import pod_templates
+from kubetrain.rules.k8s.versions import LATEST, Rules
 
 
 def k8s_findings(obj: dict[str, Any], text: str | None = None, rules: Rules = LATEST) -> list[Finding]:
     """`text`: the object as compact JSON (kubetrain.yamlsrc.compact_json), when the caller has it; `rules`: the
-    Kubernetes version's (kubetrain/validate/k8s/versions.py)."""
+    Kubernetes version's (kubetrain/rules/k8s/versions.py)."""
     findings = list(metadata.object_metadata(obj.get("metadata")))
     findings += integers.overflow_findings(obj, text)
     kind_rules = objects.BY_KIND.get(str(obj.get("kind")))

@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import names
-from kubetrain.validate.k8s.base import is_int
-from kubetrain.yamlsrc import PathKey, compact_json
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import names
+from kubetrain.rules.k8s.base import is_int
+from kubetrain.yamlsrc import compact_json
 
 INT32_FIELDS = frozenset({
     "containerPort", "hostPort", "port", "targetPort", "nodePort", "initialDelaySeconds", "timeoutSeconds",

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import names
-from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named, one_of, range_check
-from kubetrain.validate.k8s.restart import container_restart
-from kubetrain.validate.k8s.versions import LATEST, Rules
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import names
+from kubetrain.rules.k8s.base import Findings, check, enum, is_int, mapping, named, one_of, range_check
+from kubetrain.rules.k8s.restart import container_restart
+from kubetrain.rules.k8s.versions import LATEST, Rules
 
 PULL_POLICIES = ("Always", "Never", "IfNotPresent")
 PROTOCOLS = ("TCP", "UDP", "SCTP")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, TypeGuard
 
-from kubetrain.validate.findings import Finding
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
 
 Findings = Iterator[Finding]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s.base import Findings, enum, is_int, items, mapping
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s.base import Findings, enum, is_int, items, mapping
 
 ID_MAX = 2**31 - 1
 PROFILE_TYPES = ("RuntimeDefault", "Unconfined", "Localhost")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import names
-from kubetrain.validate.k8s.base import Findings, check, mapping
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import names
+from kubetrain.rules.k8s.base import Findings, check, mapping
 
 ANNOTATIONS_LIMIT = 256 * 1024  # TotalAnnotationSizeLimitB
 

@@ -7,11 +7,11 @@ import ipaddress
 import re
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import names
-from kubetrain.validate.k8s.base import Findings, check, items, mapping, named
-from kubetrain.validate.k8s.versions import Rules
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import names
+from kubetrain.rules.k8s.base import Findings, check, items, mapping, named
+from kubetrain.rules.k8s.versions import Rules
 
 MAX_NAMESERVERS = 3
 MAX_SEARCHES = 32

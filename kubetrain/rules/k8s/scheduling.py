@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import names
-from kubetrain.validate.k8s.base import Findings, check, enum, is_int, items, mapping, named, range_check
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import names
+from kubetrain.rules.k8s.base import Findings, check, enum, is_int, items, mapping, named, range_check
 
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 NODE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.jobspec.quantity import parse_quantity
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import names
-from kubetrain.validate.k8s.base import Findings, check, enum, is_int, mapping, named
-from kubetrain.validate.k8s.containers import non_reserved_path_problem
-from kubetrain.validate.k8s.versions import LATEST, Rules
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import names
+from kubetrain.rules.k8s.base import Findings, check, enum, is_int, mapping, named
+from kubetrain.rules.k8s.containers import non_reserved_path_problem
+from kubetrain.rules.k8s.versions import LATEST, Rules
+from kubetrain.rules.quantity import parse_quantity
 
 SOURCES = ("hostPath", "emptyDir", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "secret", "nfs",
            "iscsi", "glusterfs", "persistentVolumeClaim", "rbd", "flexVolume", "cinder", "cephfs", "flocker",

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import containers, resources
-from kubetrain.validate.k8s.base import Findings, is_int, mapping
-from kubetrain.validate.k8s.versions import Rules
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import containers, resources
+from kubetrain.rules.k8s.base import Findings, is_int, mapping
+from kubetrain.rules.k8s.versions import Rules
 
 MAX_INDEXED_PARALLELISM = 100_000
 STAGE = "(the API server accepts the TrainJob, but the Trainer's JobSet would fail to create its pods)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from kubetrain.validate.findings import Finding
-from kubetrain.validate.k8s import names
-from kubetrain.validate.k8s.base import Findings, check, items, mapping, named
-from kubetrain.validate.k8s.versions import Rules
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.findings import Finding
+from kubetrain.rules.k8s import names
+from kubetrain.rules.k8s.base import Findings, check, items, mapping, named
+from kubetrain.rules.k8s.versions import Rules
 
 GROUP = "resource.k8s.io"
 KINDS = ("ResourceClaimTemplate", "ResourceClaim", "DeviceClass", "ResourceSlice")

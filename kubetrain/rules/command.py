@@ -104,6 +104,16 @@ def parse_command(command: list[str] | None, args: list[str] | None = None) -> L
     return LaunchCommand(found[0] if found else None, (), "executable", program, (*rest, *extra))
 
 
+def torchrun_in(words: list[str]) -> LaunchCommand | None:
+    """The torchrun that a container's command + args start, parsed, or None. The launcher need not come
+    first: kubetrain's own pods run `sh -c WRAPPER torchrun ARGS...`, where "torchrun" is the shell's $0."""
+    for start in range(len(words)):
+        found = launcher(words[start:])
+        if found and found[0] == "torchrun":
+            return parse_command(words[start:])
+    return None
+
+
 def parse_flags(words: list[str]) -> tuple[tuple[Flag, ...], list[str]]:
     """torchrun's own flags (up to the first word that is not one) and the rest."""
     flags: list[Flag] = []
@@ -122,3 +132,20 @@ def parse_flags(words: list[str]) -> tuple[tuple[Flag, ...], list[str]]:
     if index < len(words) and words[index] == "--":
         index += 1
     return tuple(flags), words[index:]
+
+
+def nproc_flag(command: list[str] | None) -> str | None:
+    """The --nproc-per-node value of a torchrun command, or None."""
+    parsed = parse_command(command)
+    return parsed.flag("--nproc-per-node") if parsed.launcher == "torchrun" else None
+
+
+def no_program_python(command: list[str] | None, args: list[str] | None = None) -> str | None:
+    """The interpreter's name when the command is a python given only options (no script, -m or -c): it would
+    read an empty stdin and exit 0. None otherwise."""
+    if not command or posixpath.basename(command[0]) not in PYTHONS:
+        return None
+    words = [*command[1:], *(args or [])]
+    if any(not word.startswith("-") or word[:2] in ("-m", "-c") for word in words):
+        return None
+    return command[0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kubetrain.jobspec.names import TORCHRUN_RESERVED_ENV
+from kubetrain.rules.names import TORCHRUN_RESERVED_ENV
 
 MPI_RESERVED_ENV = ("OMPI_MCA_orte_default_hostfile", "OMPI_MCA_plm_rsh_args", "OMPI_MCA_orte_keep_fqdn_hostnames",
                     "OMPI_MCA_orte_set_default_slots")

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kubetrain.validate.k8s.base import mapping, named
-from kubetrain.validate.runtimes import runtime_of
-from kubetrain.yamlsrc import PathKey
+from kubetrain.fieldpath import PathKey
+from kubetrain.rules.k8s.base import mapping, named
+from kubetrain.rules.runtimes import runtime_of
 
 WORKLOADS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "ReplicationController", "PodTemplate")
 
