@@ -221,17 +221,17 @@ def test_the_kubelets_error_is_one_line_and_the_connection_closes() -> None:
 def test_a_forbidden_user_is_told_before_anything_listens_for_them() -> None:
     status = {"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
               "message": 'pods "board" is forbidden: User "u" cannot create resource "pods/portforward"'}
-    with forwarding(echo_upper, refuse=(403, status)) as (_, forwarder, _reports):
-        with pytest.raises(ClusterError) as caught:
-            forwarder.check()
+    with forwarding(echo_upper, refuse=(403, status)) as (_, forwarder, _reports), \
+            pytest.raises(ClusterError) as caught:
+        forwarder.check()
     assert 'cannot create resource "pods/portforward"' in str(caught.value), str(caught.value)
     assert "\n" not in str(caught.value)
 
 
 def test_a_pod_that_is_not_running_is_one_line() -> None:
-    with forwarding(echo_upper, phase="Pending") as (_, forwarder, _reports):
-        with pytest.raises(ClusterError, match=r"^pod ml/board is not running \(phase Pending\)$"):
-            forwarder.check()
+    with forwarding(echo_upper, phase="Pending") as (_, forwarder, _reports), \
+            pytest.raises(ClusterError, match=r"^pod ml/board is not running \(phase Pending\)$"):
+        forwarder.check()
 
 
 def test_a_busy_local_port_is_one_line() -> None:
