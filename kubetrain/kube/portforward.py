@@ -159,7 +159,7 @@ class Forwarder:
 
 
 def _local_to_pod(client: socket.socket, ws: WebSocket) -> None:
-    """The client's bytes to the pod until it closes; then the WebSocket goes (HTTP clients do not half-close
+    """The client's bytes to the pod until it closes; then the WebSocket ends (HTTP clients do not half-close
     while they wait for an answer, and the protocol has no half-close to pass on)."""
     import websocket
 
@@ -174,15 +174,20 @@ def _local_to_pod(client: socket.socket, ws: WebSocket) -> None:
             ws.send(data_frame(data), opcode=websocket.ABNF.OPCODE_BINARY)
         except (websocket.WebSocketException, OSError):
             break
-    _drop(ws)
+    _wake(ws)
+
+
+def _wake(ws: WebSocket) -> None:
+    """Shuts the WebSocket's socket down, waking the thread blocked receiving on it (close() would not)."""
+    sock = ws.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):  # the other thread closed it first
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _drop(ws: WebSocket) -> None:
-    """Ends the WebSocket at once, waking a thread blocked receiving on it (close() alone would not)."""
-    sock = ws.sock
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
+    """Ends the WebSocket at once (no close handshake: the other side may be gone)."""
+    _wake(ws)
     ws.shutdown()
 
 
