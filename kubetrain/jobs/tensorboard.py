@@ -100,7 +100,7 @@ def start_tensorboard(api: Rest, target: Target, job: dict[str, Any]) -> dict[st
 
 
 def wait_running(api: Rest, namespace: str, name: str, timeout: float, every: float = 1.0) -> None:
-    """Until the pod runs (kubectl port-forward needs a running pod); a WaitTimeout naming its phase."""
+    """Until the pod runs (a port-forward needs a running pod); a WaitTimeout naming its phase."""
     deadline = time.monotonic() + timeout
     phase = ""
     while time.monotonic() < deadline:
