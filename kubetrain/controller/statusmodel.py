@@ -90,6 +90,19 @@ class HangRestarts(_Status):
     """The step the job was hung at then."""
 
 
+class TrialObjective(_Status):
+    """A sweep's trial: its objective metric as read from rank 0's metrics lines (docs/sweeps.md)."""
+
+    metric: str
+    """The sweep's objective.metric (the trial's kubetrain.dev/sweep-objective annotation)."""
+    step: int
+    """The step of the last value."""
+    value: float
+    """The last value: the trial's result once it ended."""
+    intermediate: list[list[float]] = Field(default_factory=list)
+    """[step, value] of every value read (the latest 500), for early stopping."""
+
+
 class TrainingJobStatus(_Status):
     """What the controller observed and did, mirrored from the child job."""
 
@@ -118,3 +131,5 @@ class TrainingJobStatus(_Status):
     """Live progress while running."""
     hang: HangRestarts | None = None
     """Restarts of a hung job by spec.hang.policy restart."""
+    objective: TrialObjective | None = None
+    """A sweep's trial only: its objective metric's values."""
