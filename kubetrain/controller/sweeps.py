@@ -87,11 +87,11 @@ class SweepReconciler:
     def _follow(self, engine: Engine, state: SweepState, trial: Trial, job: dict[str, Any], now: float) -> None:
         """A running trial's step and objective values from its TrainingJob's status; its end or its pruning."""
         status = status_of(job)
-        progress = status.get("progress") or {}
-        if isinstance(progress.get("step"), int):
-            trial.step, trial.total_steps = progress["step"], progress.get("totalSteps")
+        progress, objective = status.get("progress") or {}, status.get("objective") or {}
+        if isinstance(step := progress.get("step", objective.get("step")), int):
+            trial.step, trial.total_steps = step, progress.get("totalSteps")
         fresh = False
-        for step, value in (status.get("objective") or {}).get("intermediate") or []:
+        for step, value in objective.get("intermediate") or []:
             if int(step) not in trial.intermediate:
                 engine.report(state, trial.number, int(step), float(value))
                 fresh = True

@@ -48,8 +48,10 @@ def running_pod(k8s: Any, namespace: str, pod: str) -> bool:
 
 
 def metrics(values: dict[int, float]) -> list[str]:
-    return [format_metrics("eval", rank=0, step=step, total_steps=20, acc=value, time=1000.0 + step)
-            for step, value in values.items()]
+    """A training line and an eval line (the objective, acc) per step."""
+    return [line for step, value in values.items() for line in (
+        format_metrics("train", rank=0, step=step, total_steps=20, loss=1.0 / step, time=1000.0 + step),
+        format_metrics("eval", rank=0, step=step, acc=value, time=1000.5 + step))]
 
 
 def test_a_sweep_in_the_cluster_restarts_prunes_and_stops_clean(controlplane, k8s, namespace, start):
