@@ -98,6 +98,12 @@ def test_a_sweep_in_the_cluster_restarts_prunes_and_stops_clean(controlplane, k8
     rows = {line.split()[0]: line.split() for line in table.stdout.splitlines()[1:] if line[:1].isdigit()}
     assert rows["0"][2:5] == ["complete", "20/20", "0.9"] and rows["1"][2] == "pruned", table.stdout
 
+    listed = CliRunner(env={"KUBECONFIG": str(controlplane.kubeconfig)}).invoke(
+        cli, ["list", "-n", namespace], catch_exceptions=False)
+    assert listed.exit_code == 0, listed.output
+    assert [line.split()[0] for line in listed.stdout.splitlines()[1:]] == ["sweep/sw"], listed.stdout
+    assert "3 trials:" in listed.stdout, listed.stdout
+
     stopped = CliRunner(env={"KUBECONFIG": str(controlplane.kubeconfig)}).invoke(
         cli, ["sweep", "stop", "sw", "-n", namespace, "--timeout", "120"], catch_exceptions=False)
     assert stopped.exit_code == 0, stopped.output
