@@ -21,6 +21,7 @@ from kubetrain.controller import kube
 from kubetrain.controller.crd import PLURAL as TJ_PLURAL
 from kubetrain.controller.informer import Informer, Key
 from kubetrain.errors import SpecError
+from kubetrain.jobspec.model import TrainingJob
 from kubetrain.kube.errors import Conflict
 from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.kube.rest import Rest, path_of
@@ -127,7 +128,7 @@ class SweepReconciler:
         if status.get("phase") != previous.get("phase"):
             self.record(obj, "Normal", f"Sweep{status['phase']}", _phase_message(status))
 
-    def _act(self, obj: dict[str, Any], job: Any, state: SweepState, trials: dict[int, dict[str, Any]]) -> None:
+    def _act(self, obj: dict[str, Any], job: TrainingJob, state: SweepState, trials: dict[int, dict[str, Any]]) -> None:
         """What the written state decided: running trials' TrainingJobs exist, pruned and stopped ones' do not."""
         for trial in state.trials:
             existing = trials.get(trial.number)
