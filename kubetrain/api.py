@@ -62,8 +62,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ClusterError", "KubetrainError", "LoadedSpec", "SpecError", "UsageError", "connect", "delete", "gpu",
            "list_jobs", "load", "logs", "render", "run", "stacks", "status", "submit", "submit_to_controller",
-           "sweep_best", "sweep_run",
-           "validate", "wait"]
+           "sweep_best", "sweep_run", "sweep_status", "sweep_stop", "sweep_submit", "validate", "wait"]
 log = logging.getLogger("kubetrain")
 Spec = str | Path | LoadedSpec
 
@@ -303,3 +302,38 @@ def sweep_best(spec: Spec) -> Trial | None:
     if loaded.job.sweep is None:
         raise UsageError(f"{loaded.source}: no `sweep` section (docs/sweeps.md)")
     return Engine(loaded.job.sweep).best(read_state(loaded))
+
+
+def sweep_submit(spec: Spec, *, namespace: str | None = None, context: str | None = None,
+                 kubeconfig: str | None = None, request_timeout: float | None = None,
+                 connection: Connection | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """Create or update the spec's sweep as a Sweep resource (the controller runs it), as `kubetrain sweep
+    submit`; returns the Sweep object the API server answered."""
+    from kubetrain.jobs import sweeps
+
+    loaded = _loaded(spec)
+    if loaded.job.sweep is None:
+        raise UsageError(f"{loaded.source}: no `sweep` section (docs/sweeps.md)")
+    where = _where(namespace, context, kubeconfig, request_timeout, connection, loaded.job.metadata.namespace)
+    return sweeps.submit(where.connection.rest, loaded.job, where.namespace, dry_run)
+
+
+def sweep_status(name: str, *, namespace: str | None = None, context: str | None = None,
+                 kubeconfig: str | None = None, request_timeout: float | None = None,
+                 connection: Connection | None = None) -> SweepState:
+    """A Sweep's search state in the cluster: every trial, its parameters, state, step and objective."""
+    from kubetrain.jobs import sweeps
+
+    where = _where(namespace, context, kubeconfig, request_timeout, connection)
+    return sweeps.read(where.connection.rest, where.namespace, name)[1]
+
+
+def sweep_stop(name: str, *, namespace: str | None = None, timeout: float = 300.0, context: str | None = None,
+               kubeconfig: str | None = None, request_timeout: float | None = None,
+               connection: Connection | None = None) -> list[str]:
+    """Stop a Sweep and delete every trial (waits until they are gone), as `kubetrain sweep stop`; returns the
+    deleted trials' names."""
+    from kubetrain.jobs import sweeps
+
+    where = _where(namespace, context, kubeconfig, request_timeout, connection)
+    return sweeps.stop(where.connection.rest, where.namespace, name, timeout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from kubetrain.cli.cluster_opts import age, cluster_options, connect_from, print
 from kubetrain.cli.output import handle_errors, info
 
 if TYPE_CHECKING:
+    from kubetrain.jobs.crud import JobSummary
     from kubetrain.jobs.stacks import JobStacks
     from kubetrain.jobs.status import EventRow, JobStatus
 
@@ -157,14 +159,33 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, re
         info(f"no jobs in {'any namespace' if ns is None else 'namespace ' + ns}")
         return
     headers = (["NAMESPACE"] if ns is None else []) + ["NAME", "TARGET", "STATE", "NODES×GPUS", "AGE"]
-    rows = [([s.namespace] if ns is None else []) + [s.name, s.target, s.state + _kueue(s.kueue),
-                                                      f"{s.pods}×{s.gpus_per_pod}", age(s.created)] for s in found]
+    grouped = _grouped(found)
+    rows = [([s.namespace] if ns is None else []) + row for s, row in grouped]
     if output == "wide":
         links = run_links(connection.rest, ns)
         headers.append("RUN")
-        for row, job in zip(rows, found, strict=True):
+        for row, (job, _) in zip(rows, grouped, strict=True):
             row.append(links.get((job.namespace, job.trainingjob), "-"))
     print_table(headers, rows)
+
+
+def _grouped(found: list[JobSummary]) -> list[tuple[JobSummary, list[str]]]:
+    """One row per job, and one per sweep for all its trials (where its first trial would be)."""
+    trials: dict[tuple[str, str], list[JobSummary]] = {}
+    for job in found:
+        if job.sweep:
+            trials.setdefault((job.namespace, job.sweep), []).append(job)
+    rows: list[tuple[JobSummary, list[str]]] = []
+    for job in found:
+        if not job.sweep:
+            rows.append((job, [job.name, job.target, job.state + _kueue(job.kueue), f"{job.pods}×{job.gpus_per_pod}",
+                               age(job.created)]))
+        elif (group := trials.pop((job.namespace, job.sweep), None)) is not None:
+            states = Counter(t.state for t in group)
+            text = ", ".join(f"{count} {state}" for state, count in sorted(states.items()))
+            rows.append((job, [f"sweep/{job.sweep}", job.target, f"{len(group)} trials: {text}",
+                               f"{job.pods}×{job.gpus_per_pod}", age(job.created)]))
+    return rows
 
 
 def _kueue(state: str) -> str:

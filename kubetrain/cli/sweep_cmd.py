@@ -1,4 +1,4 @@
-"""kubetrain sweep run | best."""
+"""kubetrain sweep run | best (this machine) and submit | status | stop (a Sweep in the cluster)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
+from kubetrain.cli.cluster_opts import cluster_options, connect_from
 from kubetrain.cli.common import load, spec_file_option, write_atomically
 from kubetrain.cli.output import emit, handle_errors, info
 from kubetrain.errors import UsageError
 
 if TYPE_CHECKING:
     from kubetrain.jobspec.load import LoadedSpec
+    from kubetrain.jobspec.model import TrainingJob
     from kubetrain.jobspec.sweep import Sweep
     from kubetrain.sweeps.state import SweepState
 
@@ -31,6 +33,9 @@ def sweep() -> None:
     Examples:
       kubetrain sweep run -f examples/digits/kubetrain-sweep.yaml
       kubetrain sweep best --promote kubetrain-best.yaml
+      kubetrain sweep submit -f examples/digits/kubetrain-sweep.yaml    # a Sweep the controller runs
+      kubetrain sweep status digits --watch
+      kubetrain sweep stop digits
     """
 
 
@@ -46,12 +51,15 @@ class LiveTable:
         self.last = 0.0
 
     def changed(self, state: SweepState) -> None:
-        from kubetrain.sweeps.table import format_table
-
         now = time.time()
         if not self.tty or now - self.last < REFRESH_SECONDS:
             return
-        self.last = now
+        self.redraw(state)
+
+    def redraw(self, state: SweepState) -> None:
+        from kubetrain.sweeps.table import format_table
+
+        now = self.last = time.time()
         lines = format_table(self.sweep, state, now)
         self.stream.write(f"\x1b[{self.drawn}F\x1b[J" if self.drawn else "")
         self.stream.write("\n".join(lines) + "\n")
@@ -95,7 +103,7 @@ def run(*, filename: str, output: str) -> None:
         state = runner.run()
     except KeyboardInterrupt:
         sys.exit(130)
-    best = _print_results(loaded, state, output)
+    best = _print_results(loaded.job, state, output)
     if best is None:
         info("kubetrain sweep: no trial completed")
         sys.exit(1)
@@ -128,7 +136,7 @@ def best(*, filename: str, output: str, promote: str | None) -> None:
     if winner is None:
         raise UsageError(f"{loaded.job.metadata.name}: no trial of the last sweep completed")
     if promote is None:
-        _print_results(loaded, state, output, only_best=True)
+        _print_results(loaded.job, state, output, only_best=True)
         return
     text = _promoted_yaml(loaded, winner.number, winner.params, winner.value)
     if promote == "-":
@@ -145,13 +153,13 @@ def _sweep_spec(filename: str) -> LoadedSpec:
     return loaded
 
 
-def _print_results(loaded: LoadedSpec, state: SweepState, output: str, only_best: bool = False) -> Any:
+def _print_results(job: TrainingJob, state: SweepState, output: str, only_best: bool = False) -> Any:
     from kubetrain.render.yamlout import dump_json, dump_yaml
     from kubetrain.sweeps.engine import Engine
     from kubetrain.sweeps.state import SweepState
     from kubetrain.sweeps.table import format_table, results
 
-    sweep = loaded.job.sweep
+    sweep = job.sweep
     assert sweep is not None
     winner = Engine(sweep).best(state)
     shown = SweepState([winner], state.started) if only_best and winner else state
@@ -160,7 +168,7 @@ def _print_results(loaded: LoadedSpec, state: SweepState, output: str, only_best
         if winner is not None and not only_best:
             emit(f"best: trial {winner.number} {sweep.objective.metric}={winner.value:.6g} {winner.params}\n")
     else:
-        data = results(loaded.job.metadata.name, sweep, shown, winner)
+        data = results(job.metadata.name, sweep, shown, winner)
         emit(dump_json([data]) if output == "json" else dump_yaml([data]))
     return winner
 
@@ -175,3 +183,89 @@ def _promoted_yaml(loaded: LoadedSpec, number: int, params: dict[str, Any], valu
     header = (f"# The best trial ({number}) of the sweep in {Path(loaded.source).name}: {metric} {value}\n"
               f"# parameters: {params}\n")
     return header + yaml.safe_dump(trial_document(loaded.job, params, None), sort_keys=False)
+
+
+@sweep.command("submit")
+@spec_file_option
+@cluster_options
+@click.option("--dry-run", "dry_run", is_flag=True, help="Let the API server check the Sweep; create nothing.")
+@handle_errors
+def submit(*, filename: str, context: str | None, kubeconfig: str | None, namespace: str | None,
+           request_timeout: float | None, dry_run: bool) -> None:
+    """Create (or update) the spec's sweep as a Sweep resource: the controller runs its trials as TrainingJobs.
+
+    Needs `kubetrain controller install`. Prints the Sweep's name (sweep/NAME) on stdout.
+
+    \b
+    Examples:
+      kubetrain sweep submit -f examples/digits/kubetrain-sweep.yaml -n team-a
+    """
+    from kubetrain.jobs import sweeps as cluster_sweeps
+
+    loaded = _sweep_spec(filename)
+    connection = connect_from(context, kubeconfig, request_timeout)
+    ns = namespace or loaded.job.metadata.namespace or connection.namespace(None)
+    cluster_sweeps.submit(connection.rest, loaded.job, ns, dry_run)
+    emit(f"sweep/{loaded.job.metadata.name}\n")
+    info(f"kubetrain sweep: {loaded.job.metadata.name} {'checked (dry run)' if dry_run else 'submitted'} in "
+         f"namespace {ns}: kubetrain sweep status {loaded.job.metadata.name} -n {ns} --watch")
+
+
+@sweep.command("status")
+@click.argument("name")
+@cluster_options
+@output_option
+@click.option("-w", "--watch", is_flag=True, help="Redraw the table every --interval seconds until the sweep ends.")
+@click.option("--interval", type=click.FloatRange(min=1), default=5, show_default=True, metavar="SECONDS",
+              help="Seconds between two reads with --watch (one GET of the Sweep each).")
+@handle_errors
+def status(*, name: str, context: str | None, kubeconfig: str | None, namespace: str | None,
+           request_timeout: float | None, output: str, watch: bool, interval: float) -> None:
+    """A Sweep's trials in the cluster: the same table as `kubetrain sweep run`'s.
+
+    \b
+    Examples:
+      kubetrain sweep status digits
+      kubetrain sweep status digits -w
+      kubetrain sweep status digits -o json
+    """
+    from kubetrain.jobs import sweeps as cluster_sweeps
+
+    connection = connect_from(context, kubeconfig, request_timeout)
+    ns = connection.namespace(namespace)
+    job, state, obj = cluster_sweeps.read(connection.rest, ns, name)
+    while watch and sys.stdout.isatty() and _phase(obj) in ("", "Running", "Stopping"):
+        assert job.sweep is not None
+        LiveTable(job.sweep, sys.stdout).redraw(state)
+        time.sleep(interval)
+        job, state, obj = cluster_sweeps.read(connection.rest, ns, name)
+    _print_results(job, state, output)
+    info(f"sweep {name}: {_phase(obj) or 'Pending'}")
+
+
+def _phase(obj: dict[str, Any]) -> str:
+    return str((obj.get("status") or {}).get("phase") or "")
+
+
+@sweep.command("stop")
+@click.argument("name")
+@cluster_options
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300, show_default=True,
+              metavar="SECONDS", help="How long to wait for the trials (and their pods) to go.")
+@handle_errors
+def stop(*, name: str, context: str | None, kubeconfig: str | None, namespace: str | None,
+         request_timeout: float | None, timeout: float) -> None:
+    """Stop a Sweep: no more trials, every trial's TrainingJob deleted (with its pods, Services and ConfigMaps).
+
+    The Sweep itself stays, with its results (`kubetrain sweep status`); `kubectl delete sweep NAME` removes it.
+
+    \b
+    Examples:
+      kubetrain sweep stop digits -n team-a
+    """
+    from kubetrain.jobs import sweeps as cluster_sweeps
+
+    connection = connect_from(context, kubeconfig, request_timeout)
+    ns = connection.namespace(namespace)
+    deleted = cluster_sweeps.stop(connection.rest, ns, name, timeout)
+    info(f"kubetrain sweep: {name} stopped; {len(deleted)} trial(s) deleted")

@@ -1,6 +1,7 @@
 """The TrainingJob CRD, generated from the pydantic spec model (and the status model): one source of truth.
 
     python -m kubetrain.controller.crd > manifests/crd/trainingjobs.kubetrain.dev.yaml
+    python -m kubetrain.controller.crd sweeps > manifests/crd/sweeps.kubetrain.dev.yaml
 
 pydantic emits JSON Schema 2020-12; a CRD needs a *structural* OpenAPI v3 schema, so `structural()`
 inlines `$ref`s, turns `anyOf: [X, null]` into `nullable: true`, `const` into `enum`, numeric
@@ -12,11 +13,14 @@ unknown fields instead) and `patternProperties`.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from kubetrain.controller.statusmodel import TrainingJobStatus
 from kubetrain.jobspec.model import TrainingJob
+from kubetrain.jobspec.sweep import Sweep
 from kubetrain.render.yamlout import dump_yaml
+from kubetrain.sweeps import resource as sweep_resource
 
 GROUP, VERSION, KIND, PLURAL = "kubetrain.dev", "v1alpha1", "TrainingJob", "trainingjobs"
 NAME = f"{PLURAL}.{GROUP}"
@@ -94,34 +98,86 @@ def open_api_schema() -> dict[str, Any]:
     }
 
 
-def crd() -> dict[str, Any]:
-    """The CustomResourceDefinition object."""
+SWEEP_PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Running, Succeeded, Stopped..."},
+    {"name": "Complete", "type": "string", "jsonPath": ".status.completed", "description": "complete/trials"},
+    {"name": "Running", "type": "integer", "jsonPath": ".status.trials.running", "description": "trials running"},
+    {"name": "Best", "type": "number", "jsonPath": ".status.best.value", "description": "the best objective"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+OPEN = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+def sweep_schema() -> dict[str, Any]:
+    """The Sweep's schema: the sweep section (a parameter's `choice` mixes types, which a structural schema
+    cannot say: parameters are checked by the controller's loader) with the trials' job spec under `trial`."""
+    raw = Sweep.model_json_schema(by_alias=True)
+    raw["properties"]["parameters"]["items"] = {**OPEN, "description": "choice, uniform, logUniform or int"}
+    section = structural(raw)
+    job_spec = open_api_schema()["properties"]["spec"]
+    spec = {**section, "required": [*section.get("required", []), "trial"], "properties": {
+        **section["properties"],
+        "trial": {**job_spec, "description": "The spec of the job every trial runs, with its values applied."},
+        "stop": {"type": "boolean", "description": "true: start no more trials and delete the running ones."}}}
+    status = {"type": "object", "properties": {
+        "phase": {"type": "string", "description": "Running, Stopping, Stopped, Succeeded, Failed or Invalid."},
+        "message": {"type": "string", "description": "Why the sweep is Invalid."},
+        "observedGeneration": {"type": "integer"},
+        "completed": {"type": "string", "description": "complete/trials, for kubectl get."},
+        "trials": {"type": "object", "description": "Trials by state.",
+                   "additionalProperties": {"type": "integer"}},
+        "best": {**OPEN, "description": "The best complete trial: its number, value and parameters."},
+        "state": {**OPEN, "description": "The search engine's whole state: every trial, its parameters, state, "
+                                         "intermediate values and result (docs/sweeps.md)."}}}
+    return {"type": "object", "description": section.get("description", ""), "required": ["spec"],
+            "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                           "metadata": {"type": "object"}, "spec": spec, "status": status}}
+
+
+def _definition(group: str, kind: str, plural: str, short: list[str], schema: dict[str, Any],
+                columns: list[dict[str, Any]]) -> dict[str, Any]:
     version = {
         "name": VERSION, "served": True, "storage": True,
-        "schema": {"openAPIV3Schema": open_api_schema()},
+        "schema": {"openAPIV3Schema": schema},
         "subresources": {"status": {}},
-        "additionalPrinterColumns": PRINTER_COLUMNS,
+        "additionalPrinterColumns": columns,
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": "kubetrain",
-                                              "app.kubernetes.io/component": "crd"}},
+        "metadata": {"name": f"{plural}.{group}", "labels": {"app.kubernetes.io/name": "kubetrain",
+                                                             "app.kubernetes.io/component": "crd"}},
         "spec": {
-            "group": GROUP, "scope": "Namespaced",
-            "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": KIND.lower(),
-                      "shortNames": SHORT_NAMES, "categories": CATEGORIES},
+            "group": group, "scope": "Namespaced",
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower(),
+                      "shortNames": short, "categories": CATEGORIES},
             "versions": [version],
         },
     }
 
 
+def crd() -> dict[str, Any]:
+    """The TrainingJob CustomResourceDefinition object."""
+    return _definition(GROUP, KIND, PLURAL, SHORT_NAMES, open_api_schema(), PRINTER_COLUMNS)
+
+
+def sweep_crd() -> dict[str, Any]:
+    """The Sweep CustomResourceDefinition object."""
+    return _definition(sweep_resource.GROUP, sweep_resource.KIND, sweep_resource.PLURAL, ["sw"], sweep_schema(),
+                       SWEEP_PRINTER_COLUMNS)
+
+
 HEADER = "# Generated from kubetrain/jobspec by `python -m kubetrain.controller.crd`; do not edit by hand.\n"
+SWEEP_HEADER = HEADER.replace("crd`", "crd sweeps`")
 
 
 def crd_yaml() -> str:
     return HEADER + dump_yaml([crd()])
 
 
+def sweep_crd_yaml() -> str:
+    return SWEEP_HEADER + dump_yaml([sweep_crd()])
+
+
 if __name__ == "__main__":
-    print(crd_yaml(), end="")
+    print(sweep_crd_yaml() if sys.argv[1:] == ["sweeps"] else crd_yaml(), end="")

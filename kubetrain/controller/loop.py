@@ -9,6 +9,7 @@ the deterministic child names makes that a no-op for children that exist, so not
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 import time
@@ -39,6 +40,7 @@ from kubetrain.kube import watch
 from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.kube.rest import Rest
 from kubetrain.queues import workloads as queues
+from kubetrain.sweeps import resource as sweep_resource
 
 log = logging.getLogger("kubetrain.controller")
 MANAGED = "app.kubernetes.io/managed-by=kubetrain"
@@ -75,6 +77,9 @@ class Controller:
         kueue_version = kueue.served_version(self.rest)  # Kueue installed later: restart the controller
         self.workloads = (self._informer(queues.GROUP, kueue_version, kueue.PLURAL, self._on_workload)
                           if kueue_version else None)
+        self.sweep_queue = WorkQueue()  # one worker: a sweep's decisions are made one at a time
+        self.sweeps = self._sweep_informer()
+        self.sweeper = self._sweep_reconciler()
         self.configmaps: dict[Key, dict[str, Any]] = {}
         # The child as we last applied it: its generation tells drift apart, and it stands in for the cache
         # until the watch delivers it (no second create, no duplicate Event).
@@ -94,15 +99,34 @@ class Controller:
         list_fn = kube.custom_list_fn(self.rest, group, version, plural, self.settings.namespace)
         return Informer(plural, list_fn, handler, **kwargs)
 
+    def _sweep_informer(self) -> Informer | None:
+        """Sweeps, when their CRD is served (installed later: restart the controller) and Optuna is installed."""
+        if not targets.serves(self.rest, sweep_resource.GROUP, sweep_resource.VERSION, sweep_resource.PLURAL):
+            return None
+        if importlib.util.find_spec("optuna") is None:
+            log.warning("controller: Sweeps are not reconciled: install kubetrain[sweeps] (Optuna)")
+            return None
+        return self._informer(sweep_resource.GROUP, sweep_resource.VERSION, sweep_resource.PLURAL, self._on_sweep)
+
+    def _sweep_reconciler(self) -> Any:
+        if self.sweeps is None:
+            return None
+        from kubetrain.controller.sweeps import SweepReconciler  # imports Optuna: the `sweeps` extra
+
+        return SweepReconciler(self.rest, self.sweeps, self.jobs, self.events.record)
+
     # ------------------------------------------------------------------ running
     def start(self) -> None:
         """Start informers and workers; returns once the caches have synced."""
-        informers = [self.jobs, *self.children.values(), *([self.workloads] if self.workloads else [])]
+        informers = [self.jobs, *self.children.values(), *([self.workloads] if self.workloads else []),
+                     *([self.sweeps] if self.sweeps else [])]
         for informer in informers:
             self._spawn(informer.run, self.stop, name=f"informer-{informer.name}")
         wait_synced(informers, self.stop)
         for index in range(self.settings.workers):
-            self._spawn(self._work, name=f"worker-{index}")
+            self._spawn(self._work, self.queue, self.reconcile, name=f"worker-{index}")
+        if self.sweeper is not None:
+            self._spawn(self._work, self.sweep_queue, self.sweeper.reconcile, name="sweeps")
         if self.settings.hang_interval > 0:
             self._spawn(self.hangs.run, self.stop, self.settings.hang_interval, name="hangs")
         log.info("controller: caches synced (%d TrainingJobs); %d workers", len(self.jobs.items()),
@@ -116,6 +140,7 @@ class Controller:
     def shutdown(self) -> None:
         self.stop.set()
         self.queue.close()
+        self.sweep_queue.close()
         self.events.close()
         self.progress.close()
 
@@ -128,21 +153,23 @@ class Controller:
             self.errors.record("progress", ("*", "round"), exc)
         self.progress_rounds += 1
         self.progress_seconds += time.monotonic() - began
+        for obj in self.sweeps.items() if self.sweeps is not None else []:
+            self.sweep_queue.add(key_of(obj))  # a sweep's budget (maxSeconds) runs out with no event
 
-    def _work(self) -> None:
+    def _work(self, queue: WorkQueue, reconcile: Any) -> None:
         while not self.stop.is_set():
-            key = self.queue.get()
+            key = queue.get()
             if key is None:
                 return
             try:
-                self.reconcile(cast(Key, key))
-                self.queue.forget(key)
+                reconcile(cast(Key, key))
+                queue.forget(key)
             except Exception as exc:  # one object's failure backs off alone, never stops the loop
                 self.failures += 1
-                delay = self.queue.retry(key)
+                delay = queue.retry(key)
                 self.errors.record("reconcile", cast(Key, key), exc, f"in {delay:.1f}s")
             finally:
-                self.queue.done(key)
+                queue.done(key)
 
     # ------------------------------------------------------------------ events
     def _on_job(self, obj: dict[str, Any]) -> None:
@@ -150,6 +177,11 @@ class Controller:
         key = (meta.get("namespace", ""), meta.get("name", ""))
         self.written.delivered(str(meta.get("uid")), str(meta.get("resourceVersion")), self.jobs.get(key) is None)
         self.queue.add(key)
+        if (sweep := sweep_resource.sweep_of(obj)) is not None:
+            self.sweep_queue.add(sweep)
+
+    def _on_sweep(self, obj: dict[str, Any]) -> None:
+        self.sweep_queue.add(key_of(obj))
 
     def _on_child(self, obj: dict[str, Any]) -> None:
         owner = owner_name(obj)
@@ -202,9 +234,11 @@ class Controller:
         if ckpt := current_dir if want.problems else checkpoint_dir_of(want.job, current_dir):
             status["checkpointDir"] = ckpt
         if child is not None and want.target and self._ended(latest, status):
-            status = mirror.with_divergence(self._with_final_progress(key, want.target, status), status_of(latest))
-        if kept := status_of(latest).get("hang"):
-            status["hang"] = kept  # written by the hang watch (restarts), kept as it is
+            status = mirror.with_divergence(self._with_final_progress(key, want.target, status, latest),
+                                            status_of(latest))
+        for reader in ("hang", "objective"):  # written by the hang watch and the progress reader: kept as they are
+            if reader not in status and (kept := status_of(latest).get(reader)):
+                status[reader] = kept
         self._write_status(obj, status_of(latest), status)
 
     def _ended(self, latest: dict[str, Any], status: dict[str, Any]) -> bool:
@@ -212,7 +246,8 @@ class Controller:
         before = status_of(latest).get("phase")
         return self.settings.progress_interval > 0 and status["phase"] in TERMINAL and before not in TERMINAL
 
-    def _with_final_progress(self, key: Key, target: str, status: dict[str, Any]) -> dict[str, Any]:
+    def _with_final_progress(self, key: Key, target: str, status: dict[str, Any], latest: dict[str, Any]
+                             ) -> dict[str, Any]:
         """The last metrics line of the finished run (the periodic reads stop at Running: without this, a
         Succeeded job would show its last sample, e.g. 680/720)."""
         try:
@@ -221,6 +256,9 @@ class Controller:
         except Exception as exc:  # pods gone (cleanPodPolicy) or unreadable: keep what was read before
             log.info("final progress of %s/%s: %s", key[0], key[1], exc)
             return status
+        if (metric := statusprogress.objective_metric(latest)) and (
+                objective := statusprogress.objective_of(lines, metric, status_of(latest).get("objective"))):
+            status = {**status, "objective": objective}  # a sweep reads the trial's result with its phase
         final = statusprogress.progress_of(lines)
         if not final:
             return status
@@ -328,7 +366,7 @@ class Controller:
 
 
 UPDATE_HINT = "kubetrain.dev/update-policy=recreate"
-READER_KEYS = ("progress", "hang")  # status fields written by the periodic readers, not by the reconcile
+READER_KEYS = ("progress", "hang", "objective")  # status fields written by the periodic readers, not by the reconcile
 
 
 class ChildConflict(Exception):

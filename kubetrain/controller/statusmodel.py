@@ -99,6 +99,19 @@ class TrackedRun(_Status):
     """Each tracker's run page, by tracker name."""
 
 
+class TrialObjective(_Status):
+    """A sweep's trial: its objective metric as read from rank 0's metrics lines (docs/sweeps.md)."""
+
+    metric: str
+    """The sweep's objective.metric (the trial's kubetrain.dev/sweep-objective annotation)."""
+    step: int
+    """The step of the last value."""
+    value: float
+    """The last value: the trial's result once it ended."""
+    intermediate: list[list[float]] = Field(default_factory=list)
+    """[step, value] of every value read (the latest 500), for early stopping."""
+
+
 class TrainingJobStatus(_Status):
     """What the controller observed and did, mirrored from the child job."""
 
@@ -130,3 +143,5 @@ class TrainingJobStatus(_Status):
     """The job's tracked run (spec.tracking): kept once known."""
     hang: HangRestarts | None = None
     """Restarts of a hung job by spec.hang.policy restart."""
+    objective: TrialObjective | None = None
+    """A sweep's trial only: its objective metric's values."""

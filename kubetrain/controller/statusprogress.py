@@ -17,12 +17,15 @@ from kubetrain.controller.faults import Fanout
 from kubetrain.controller.informer import Informer
 from kubetrain.controller.reconcile import now
 from kubetrain.jobs import pods, targets
-from kubetrain.kube.objects import status_of
+from kubetrain.kube.objects import meta_of, status_of
 from kubetrain.kube.rest import Rest
+from kubetrain.metrics import parse_metrics_line
 from kubetrain.observe.progress import ProgressTracker, format_duration
+from kubetrain.sweeps.resource import OBJECTIVE_ANNOTATION
 
 log = logging.getLogger("kubetrain.controller")
 LIMIT_BYTES = 256 * 1024
+MAX_INTERMEDIATE = 500  # objective values kept by step (a trial's early stopping compares them)
 
 
 def progress_of(lines: list[str]) -> dict[str, Any] | None:
@@ -69,6 +72,27 @@ def _progress(tracker: ProgressTracker) -> dict[str, Any] | None:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def objective_metric(obj: dict[str, Any]) -> str | None:
+    """The metric a sweep's trial reports (its annotation), else None."""
+    return (meta_of(obj).get("annotations") or {}).get(OBJECTIVE_ANNOTATION)
+
+
+def objective_of(lines: list[str], metric: str, before: dict[str, Any] | None) -> dict[str, Any] | None:
+    """status.objective of a sweep's trial: `metric`'s values by step in the metrics lines, added to those read
+    before (a log tail holds only the latest ones), and the last value. None when it was never reported."""
+    values = {int(step): float(value) for step, value in (before or {}).get("intermediate") or []}
+    for line in lines:
+        record = parse_metrics_line(line)
+        value, step = (record or {}).get(metric), (record or {}).get("step")
+        if isinstance(value, int | float) and not isinstance(value, bool) and isinstance(step, int):
+            values[step] = float(value)
+    if not values:
+        return None
+    steps = sorted(values)[-MAX_INTERMEDIATE:]
+    return {"metric": metric, "step": steps[-1], "value": values[steps[-1]],
+            "intermediate": [[step, values[step]] for step in steps]}
+
+
 def read_tail(rest: Rest, target: targets.Target, namespace: str, name: str, tail: int) -> list[str]:
     """The last `tail` lines of the first replica's log (master-0 / node-0-0); [] before it started."""
     replicas = [r for r in pods.job_replicas(rest, target, namespace, name) if r.started]
@@ -104,6 +128,10 @@ def poll_job(rest: Rest, obj: dict[str, Any], tail: int) -> bool:
     tracking = tracking_of(tracker.runs)
     if tracking is not None and tracking != status.get("tracking"):  # kept: the record leaves the tail
         patch["tracking"] = tracking
+    metric = objective_metric(obj)
+    objective = objective_of(lines, metric, status.get("objective")) if metric else None
+    if objective is not None and objective != status.get("objective"):
+        patch["objective"] = objective
     if patch:
         kube.patch_status(rest, meta["namespace"], meta["name"], patch)
     return True

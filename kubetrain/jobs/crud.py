@@ -13,6 +13,7 @@ from kubetrain.kube.errors import NotFound, Unreachable, as_dict, cluster_errors
 from kubetrain.kube.objects import GPU_RESOURCE as GPU
 from kubetrain.kube.objects import conditions_of, meta_of, status_of
 from kubetrain.kube.rest import Rest, path_of
+from kubetrain.sweeps.resource import SWEEP_LABEL
 
 TERMINAL = ("Succeeded", "Failed")
 # Later entries win: a job that is Running and then Succeeded is Succeeded.
@@ -33,11 +34,13 @@ class JobSummary:
     queue: str = ""  # Kueue LocalQueue (the kueue.x-k8s.io/queue-name label), if any
     kueue: str = ""  # its Workload's state (kubetrain.queues.workloads.annotate), if any
     trainingjob: str = ""  # the TrainingJob that controls it (made by kubetrain controller), if any
+    sweep: str = ""  # the Sweep this job is a trial of (the kubetrain.dev/sweep label), if any
 
     def as_dict(self) -> dict[str, Any]:
         out = {"name": self.name, "namespace": self.namespace, "target": self.target, "state": self.state,
                "nodes": self.pods, "gpusPerNode": self.gpus_per_pod, "created": self.created}
-        return out | ({"queue": self.queue, "kueue": self.kueue} if self.queue else {})
+        return (out | ({"queue": self.queue, "kueue": self.kueue} if self.queue else {})
+                | ({"sweep": self.sweep} if self.sweep else {}))
 
 
 conditions = conditions_of  # the job's status.conditions (kubetrain.kube.objects)
@@ -101,10 +104,11 @@ def shape(obj: dict[str, Any]) -> tuple[int, int]:
 def summary(obj: dict[str, Any], target: Target) -> JobSummary:
     meta = meta_of(obj)
     pods, gpus = shape(obj)
-    queue = str((meta.get("labels") or {}).get("kueue.x-k8s.io/queue-name") or "")
+    labels = meta.get("labels") or {}
+    queue = str(labels.get("kueue.x-k8s.io/queue-name") or "")
     return JobSummary(meta.get("name", ""), meta.get("namespace", ""), target.name, state(obj), pods, gpus,
                       meta.get("creationTimestamp", ""), str(meta.get("uid") or ""), queue,
-                      trainingjob=controlling_trainingjob(obj) or "")
+                      trainingjob=controlling_trainingjob(obj) or "", sweep=str(labels.get(SWEEP_LABEL) or ""))
 
 
 def _path(target: Target, namespace: str | None, name: str | None = None) -> str:

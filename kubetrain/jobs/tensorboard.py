@@ -3,7 +3,8 @@
 The pod is made from rank 0's pod: the same image (a spec with tracking.tensorboard gets the tensorboard
 package in images from `kubetrain build`), node (a ReadWriteOnce claim mounts on one node only), security
 context and pull secrets, and read-only the volume mounts that hold TENSORBOARD_LOGDIR. It is owned by the
-job, so the garbage collector deletes it with the job. Reach it with `kubectl port-forward`.
+job, so the garbage collector deletes it with the job. The command reaches it through its own port-forward
+(kubetrain.kube.portforward).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def start_tensorboard(rest: Rest, target: Target, job: dict[str, Any]) -> dict[s
 
 
 def wait_running(rest: Rest, namespace: str, name: str, timeout: float, every: float = 1.0) -> None:
-    """Until the pod runs (kubectl port-forward needs a running pod); a WaitTimeout naming its phase."""
+    """Until the pod runs (a port-forward needs a running pod); a WaitTimeout naming its phase."""
     deadline = time.monotonic() + timeout
     phase = ""
     while time.monotonic() < deadline:

@@ -52,20 +52,21 @@ def exec_in_pod(rest: Rest, namespace: str, pod: str, container: str, command: l
     query = [("container", container), ("stdout", "true"), ("stderr", "true"), ("stdin", "false"),
              ("tty", "false"), *(("command", part) for part in command)]
     target = path_of("", "v1", "pods", namespace, pod, "exec") + "?" + urlencode(query)
-    ws = _connect(rest, target, sleep or rest.sleep)
+    ws = open_websocket(rest, target, sleep or rest.sleep)
     try:
         return _read(ws, timeout)
     finally:
         ws.close(timeout=1.0)  # after the server's close frame at once; else waits at most 1 s for it
 
 
-def _connect(rest: Rest, target: str, sleep: Callable[[float], None]) -> WebSocket:
-    """The upgraded connection; a refusal the retry rule calls transient is tried again (the command has
-    not run: the server answers the handshake before it starts the command)."""
+def open_websocket(rest: Rest, target: str, sleep: Callable[[float], None], what: str = "exec") -> WebSocket:
+    """The upgraded connection to `target` (a pods/exec or pods/portforward path), speaking PROTOCOL; a refusal
+    the retry rule calls transient is tried again (nothing has run: the server answers the handshake before it
+    starts the command or dials the port). `what` names the stream in messages."""
     attempt = 1
     while True:
         try:
-            return _handshake(rest, target)
+            return _handshake(rest, target, what)
         except ApiError as error:
             delay = delay_for(attempt, rest.policy, status=error.status, body=error.body, headers=error.headers)
             if delay is None:
@@ -78,8 +79,8 @@ def _connect(rest: Rest, target: str, sleep: Callable[[float], None]) -> WebSock
         attempt += 1
 
 
-def _handshake(rest: Rest, target: str) -> WebSocket:
-    import websocket  # websocket-client only when an exec runs (import budget)
+def _handshake(rest: Rest, target: str, what: str) -> WebSocket:
+    import websocket  # websocket-client only when an exec or a port-forward runs (import budget)
 
     pool = rest.pool
     host = f"[{pool.host}]" if ":" in pool.host else pool.host
@@ -90,7 +91,8 @@ def _handshake(rest: Rest, target: str) -> WebSocket:
     sock = pool.open_socket(min(CONNECT_TIMEOUT, rest.request_timeout))
     # The API server answers the upgrade only once the kubelet has: a stopped kubelet never does.
     sock.settimeout(rest.kubelet_timeout)
-    ws = websocket.WebSocket(skip_utf8_validation=True)
+    # enable_multithread: a port-forward sends from one thread while another receives.
+    ws = websocket.WebSocket(skip_utf8_validation=True, enable_multithread=True)
     try:
         ws.connect(f"{scheme}://{host}:{pool.port}{pool.prefix}{target}", socket=sock, header=headers,
                    subprotocols=[PROTOCOL], redirect_limit=0, timeout=rest.kubelet_timeout,
@@ -101,11 +103,11 @@ def _handshake(rest: Rest, target: str) -> WebSocket:
         raise ApiError.of(exc.status_code, str(exc.status_message or ""), body, exc.resp_headers) from None
     except websocket.WebSocketTimeoutException:
         sock.close()
-        raise TimedOut(f"{rest.server} did not open the exec WebSocket within {rest.kubelet_timeout:g}s (the "
+        raise TimedOut(f"{rest.server} did not open the {what} WebSocket within {rest.kubelet_timeout:g}s (the "
                        "pod's kubelet did not answer)") from None
     except websocket.WebSocketException as exc:
         sock.close()
-        raise ClusterError(f"{rest.server} did not open the exec WebSocket ({PROTOCOL}): {exc}") from None
+        raise ClusterError(f"{rest.server} did not open the {what} WebSocket ({PROTOCOL}): {exc}") from None
     except BaseException:
         sock.close()
         raise

@@ -87,3 +87,18 @@ def test_the_table_shows_params_state_objective_and_best_so_far(tmp_path: Path) 
         "2      lr=0.001    running   25/100  0.1        0.9          2m30s",
     ]
     assert running.best(state) is state.trials[1]
+
+
+def test_list_shows_a_sweeps_trials_as_one_row() -> None:
+    from kubetrain.cli.status_cmd import _grouped
+    from kubetrain.jobs.crud import JobSummary
+
+    def job(name: str, state: str, sweep: str = "") -> JobSummary:
+        return JobSummary(name, "ns", "pytorchjob", state, 1, 0, "2026-11-27T10:00:00Z", sweep=sweep)
+
+    found = [job("a", "Running"), job("sw-t0", "Succeeded", "sw"), job("b", "Pending"), job("sw-t1", "Running", "sw"),
+             job("sw-t2", "Running", "sw")]
+    rows = [row[:3] for _, row in _grouped(found)]
+    assert rows == [["a", "pytorchjob", "Running"], ["sweep/sw", "pytorchjob", "3 trials: 2 Running, 1 Succeeded"],
+                    ["b", "pytorchjob", "Pending"]]
+    assert job("sw-t0", "Succeeded", "sw").as_dict()["sweep"] == "sw" and "sweep" not in job("a", "Running").as_dict()

@@ -27,8 +27,9 @@ def install(admin: kubernetes.client.ApiClient) -> None:
     """Everything `kubetrain controller install` applies except the Deployment (no real kubelet here)."""
     apply_all(rest_for(admin), [o for o in objects_for() if o["kind"] != "Deployment"])
     ext = kubernetes.client.ApiextensionsV1Api(admin)
-    wait_for(lambda: established(ext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")),
-             "the TrainingJob CRD to be Established", 60)
+    for plural in (PLURAL, "sweeps"):
+        wait_for(lambda: established(ext.read_custom_resource_definition(f"{plural}.{GROUP}")),  # noqa: B023
+                 f"the {plural} CRD to be Established", 60)
 
 
 def sa_kubeconfig(admin: kubernetes.client.ApiClient, admin_kubeconfig: Path, path: Path) -> Path:

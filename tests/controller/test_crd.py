@@ -7,16 +7,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from pydantic import BaseModel
 
-from kubetrain.controller.crd import crd, crd_yaml
+from kubetrain.controller.crd import crd, crd_yaml, sweep_crd, sweep_crd_yaml
 from kubetrain.controller.install import objects_for
 from kubetrain.jobspec.fielddocs import models_in
 from kubetrain.jobspec.model import TrainingJob
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "manifests" / "crd" / "trainingjobs.kubetrain.dev.yaml"
+SWEEP_CRD_FILE = REPO / "manifests" / "crd" / "sweeps.kubetrain.dev.yaml"
 FORBIDDEN = {"$ref", "$defs", "anyOf", "oneOf", "allOf", "title", "default", "patternProperties", "const"}
 
 
@@ -39,8 +41,15 @@ def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def test_schema_is_structural() -> None:
-    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+def test_committed_sweep_crd_matches_the_model() -> None:
+    assert SWEEP_CRD_FILE.read_text() == sweep_crd_yaml(), (
+        "manifests/crd/sweeps.kubetrain.dev.yaml is out of date: regenerate it with "
+        "`python -m kubetrain.controller.crd sweeps > manifests/crd/sweeps.kubetrain.dev.yaml`")
+
+
+@pytest.mark.parametrize("definition", [crd, sweep_crd])
+def test_schema_is_structural(definition: Any) -> None:
+    schema = definition()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for path, node in _walk(schema):
         assert not FORBIDDEN & set(node), f"{path}: {FORBIDDEN & set(node)}"
         assert node.get("additionalProperties") is not False, path
@@ -95,7 +104,8 @@ def test_crd_command_prints_the_committed_file() -> None:
 
 def test_install_objects_come_from_the_kustomize_base() -> None:
     kinds = [o["kind"] for o in objects_for()]
-    assert kinds == ["CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole",
+    assert kinds == ["CustomResourceDefinition", "CustomResourceDefinition", "Namespace", "ServiceAccount",
+                     "ClusterRole",
                      "ClusterRoleBinding", "Role", "RoleBinding", "Deployment"]
     deployment = objects_for(image="registry.example/ctl:1")[-1]
     pod = deployment["spec"]["template"]["spec"]

@@ -5,14 +5,17 @@ training process (through real exec) after the first checkpoint. While that job 
 securityContext is checked inside its container (g) and `kubetrain gpu` asks it for GPUs (f): cheap checks
 folded into a job that runs anyway. The killed job also tracks to the suite's MLflow server and to TensorBoard
 (spec.tracking): whatever the kill restarts, it is one MLflow run with every point once; `kubetrain
-tensorboard --cluster` serves its event files from a pod beside it, deleted with the job.
+tensorboard --cluster` serves its event files from a pod beside it (through its own port-forward), deleted
+with the job.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -140,43 +143,56 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
 
         wait_for(restarted_and_running, f"{worker} to run again after the kill", 180, 1)
         _check_pod_shape(cli, core, namespace, worker)  # f, g: on the restarted worker, still training
-        board = cli("tensorboard", "digits-kill", "--cluster", "-n", namespace, timeout=360).stdout.strip()
+        board = subprocess.Popen([*KUBETRAIN, "tensorboard", "digits-kill", "--cluster", "-n", namespace,
+                                  "--timeout", "300"], env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        assert board.stdout is not None
+        url = board.stdout.readline().strip()  # once the pod runs; "" if the command ended
         stdout, stderr = follow.communicate(timeout=900)
     finally:
         follow.kill()
-    assert follow.returncode == 0, stderr[-2000:]
-    for name in ("digits-ref", "digits-kill"):
-        wait_for(lambda n=name: f"{namespace}/{n}: Succeeded" in cli("status", n, "-n", namespace).stdout,
-                 f"{name} Succeeded", 900, 1)
+    try:
+        assert follow.returncode == 0, stderr[-2000:]
+        for name in ("digits-ref", "digits-kill"):
+            wait_for(lambda n=name: f"{namespace}/{n}: Succeeded" in cli("status", n, "-n", namespace).stdout,
+                     f"{name} Succeeded", 900, 1)
 
-    restarts = core.read_namespaced_pod(worker, namespace).status.container_statuses[0].restart_count
-    assert restarts >= 1, "the kubelet did not restart the killed worker's container"
-    resumed = [s for s in _starts(stdout) if s.get("resumed_from")]
-    assert resumed and int(str(resumed[-1]["start_step"])) > 0, _starts(stdout)
-    assert _model_hash(claim / "digits-kill") == _model_hash(claim / "digits-ref")
+        restarts = core.read_namespaced_pod(worker, namespace).status.container_statuses[0].restart_count
+        assert restarts >= 1, "the kubelet did not restart the killed worker's container"
+        resumed = [s for s in _starts(stdout) if s.get("resumed_from")]
+        assert resumed and int(str(resumed[-1]["start_step"])) > 0, _starts(stdout)
+        assert _model_hash(claim / "digits-kill") == _model_hash(claim / "digits-ref")
 
-    _check_follow_log(core, namespace, stdout, stderr)
-    _check_one_run(cli, mlflow_server, tracking["mlflow"], namespace, stdout)
-    _check_tensorboard_pod(cli, core, namespace, board)
-
-
-SCALAR_TAGS = ("import urllib.request\n"
-               "print(urllib.request.urlopen('http://127.0.0.1:6006/data/plugin/scalars/tags').read().decode())\n")
+        _check_follow_log(core, namespace, stdout, stderr)
+        _check_one_run(cli, mlflow_server, tracking["mlflow"], namespace, stdout)
+        _check_tensorboard_pod(cli, core, namespace, board, url)
+    finally:
+        board.kill()  # when a check above failed; nothing once it stopped
 
 
-def _check_tensorboard_pod(cli: Cli, core: kubernetes.client.CoreV1Api, namespace: str, board: str) -> None:
-    """The TensorBoard pod serves the job's scalars (its scalars endpoint, asked inside the pod), and the
-    garbage collector deletes it with the job."""
-    assert board == "pod/digits-kill-tensorboard", board
-    pod = board.split("/", 1)[1]
+def _check_tensorboard_pod(cli: Cli, core: kubernetes.client.CoreV1Api, namespace: str,
+                           board: subprocess.Popen[str], url: str) -> None:
+    """`kubetrain tensorboard --cluster` serves the job's scalars through its port-forward until Ctrl-C, and the
+    garbage collector deletes the TensorBoard pod with the job."""
+    try:
+        assert url.startswith("http://127.0.0.1:"), (url, board.poll())
 
-    def tags() -> Any:
-        code, out = _exec(core, namespace, pod, ["python3", "-c", SCALAR_TAGS], container="tensorboard")
-        return code == 0 and json.loads(out).get(".")
+        def scalars(path: str) -> Any:
+            with urllib.request.urlopen(f"{url}data/plugin/scalars/{path}", timeout=30) as answer:
+                return json.loads(answer.read())
 
-    found = wait_for(tags, "TensorBoard's scalars in its pod", 120, 2,
-                     tolerate=(kubernetes.client.exceptions.ApiException, ValueError))
-    assert {"loss", "eval_accuracy"} <= set(found), found
+        # TensorBoard may still be starting (a refused port) or loading the event files (no tags yet).
+        found = wait_for(lambda: scalars("tags").get("."), "TensorBoard's scalars through the port-forward", 120,
+                         2, tolerate=(OSError, ValueError))
+        assert {"loss", "eval_accuracy"} <= set(found), found
+        accuracy = scalars("scalars?run=.&tag=eval_accuracy")
+        assert len(accuracy) == 16, accuracy  # [wall time, step, value], one per epoch
+    finally:
+        board.send_signal(signal.SIGINT)
+        _, messages = board.communicate(timeout=60)
+    assert board.returncode == 0, messages
+    assert "port-forward stopped" in messages, messages
+    pod = "digits-kill-tensorboard"
     cli("delete", "digits-kill", "-n", namespace, "--wait", "--timeout", "120")
 
     def gone() -> bool:
