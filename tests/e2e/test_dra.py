@@ -42,11 +42,8 @@ def dra_driver(real_node: real.RealNode) -> Iterator[DraDriver]:
     except MissingBinaries as exc:
         unavailable(str(exc))
         raise
-    driver.start()
-    try:
+    with driver.running():
         yield driver
-    finally:
-        driver.stop()
 
 
 @pytest.fixture

@@ -52,11 +52,8 @@ def example_driver(controlplane: Any, tmp_path_factory: pytest.TempPathFactory) 
     except MissingBinaries as exc:
         unavailable(str(exc))
         raise
-    driver.start()
-    try:
+    with driver.running():
         yield driver
-    finally:
-        driver.stop()
 
 
 def _spec(tmp_path: Path, name: str, count: int, *selectors: str, device_class: str = DRIVER) -> Path:

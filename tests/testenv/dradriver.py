@@ -113,6 +113,15 @@ class DraDriver:
     def cdi_specs(self) -> list[Path]:
         return sorted(self.cdi_root.glob("*")) if self.cdi_root.is_dir() else []
 
+    @contextlib.contextmanager
+    def running(self) -> Iterator[DraDriver]:
+        """Started for the with-block, then stopped (its DeviceClass and ResourceSlices removed)."""
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()
+
     def log(self) -> str:
         return self._child.log.read_text(errors="replace") if self._child else ""
 
