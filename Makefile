@@ -11,8 +11,8 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 1
 WORKER_ARGS := $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder)
 # `make test-stress`: the timing-sensitive modules, with a busy loop on every CPU beside them.
-STRESS_TESTS ?= tests/e2e tests/controller tests/queues/test_restarts.py tests/runtime/test_hang_local.py \
-                tests/runtime/test_local_endings.py
+STRESS_TESTS ?= tests/e2e tests/controller tests/queues/test_restarts.py tests/local/test_hang_local.py \
+                tests/local/test_local_endings.py
 STRESS_BURNERS ?= $(shell nproc)
 
 .PHONY: install demo testenv test test-stress test-fast e2e lint bench gpu-check clean

@@ -1,7 +1,12 @@
-"""Shared fixtures: paths, the upstream reference CRDs (tests only), and a schema store built from them."""
+"""Shared fixtures: paths, the upstream reference CRDs (tests only), and a schema store built from them.
+
+Tests marked `torch` (tests/runtime, tests/local, ...) need the runtime extra. Without torch they are skipped
+locally, but under CI=true a missing torch is a failure: CI must install `.[runtime,examples]`.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +28,13 @@ REFERENCE = reference.reference_dir()
 PYTORCHJOB_CRD = reference.pytorchjob_crd(REFERENCE)
 TRAINER_DIR = reference.trainer_dir(REFERENCE)
 JOBSET_CRD = reference.jobset_crd(REFERENCE)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("torch") and importlib.util.find_spec("torch") is None:
+        if in_ci():
+            pytest.fail("torch is not installed but CI=true: install the extras (pip install -e '.[runtime,examples]')")
+        pytest.skip("torch is not installed (pip install -e '.[runtime,examples]')")
 
 
 @pytest.fixture(scope="session")

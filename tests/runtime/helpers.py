@@ -1,4 +1,4 @@
-"""Helpers for the runtime tests: spec files, kubetrain run processes, metrics lines, /proc scans."""
+"""Helpers for the runtime and local-run tests: spec files, kubetrain run processes, metrics lines, /proc scans."""
 
 from __future__ import annotations
 

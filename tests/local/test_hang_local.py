@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from kubetrain.metrics import parse_metrics_line
+from tests.local.test_local_run import assert_no_processes_left
 from tests.runtime.helpers import Run, final_state, ft_train, quiet_env, records, run_sync, worker_pid, write_spec
-from tests.runtime.test_local_run import assert_no_processes_left
 from tests.runtime.torchmod import require_torch
 from tests.testenv.polling import wait_for
 
