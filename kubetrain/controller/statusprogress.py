@@ -17,11 +17,10 @@ from kubetrain.controller.faults import Fanout
 from kubetrain.controller.informer import Informer
 from kubetrain.controller.reconcile import now
 from kubetrain.jobs import pods, targets
-from kubetrain.kube.objects import meta_of, status_of
+from kubetrain.kube.objects import OBJECTIVE_ANNOTATION, meta_of, status_of
 from kubetrain.kube.rest import Rest
 from kubetrain.metrics import parse_metrics_line
 from kubetrain.observe.progress import ProgressTracker, format_duration
-from kubetrain.sweeps.resource import OBJECTIVE_ANNOTATION
 
 log = logging.getLogger("kubetrain.controller")
 LIMIT_BYTES = 256 * 1024

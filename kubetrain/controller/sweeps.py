@@ -23,10 +23,10 @@ from kubetrain.controller.informer import Informer, Key
 from kubetrain.errors import SpecError
 from kubetrain.jobspec.model import TrainingJob
 from kubetrain.kube.errors import Conflict
-from kubetrain.kube.objects import meta_of, status_of
+from kubetrain.kube.objects import TRIAL_LABEL, meta_of, status_of
 from kubetrain.kube.rest import Rest, path_of
 from kubetrain.sweeps.engine import Engine
-from kubetrain.sweeps.resource import GROUP, PLURAL, TRIAL_LABEL, VERSION, load_sweep, sweep_of, trial_resource
+from kubetrain.sweeps.resource import GROUP, PLURAL, VERSION, load_sweep, sweep_of, trial_resource
 from kubetrain.sweeps.state import SweepState, Trial
 
 log = logging.getLogger("kubetrain.controller")

@@ -11,9 +11,8 @@ from kubetrain.jobs.targets import AUTO_ORDER, NOT_INSTALLED, TARGETS, Target, c
 from kubetrain.kube import watch
 from kubetrain.kube.errors import NotFound, Unreachable, as_dict, cluster_errors, status_body
 from kubetrain.kube.objects import GPU_RESOURCE as GPU
-from kubetrain.kube.objects import conditions_of, meta_of, status_of
+from kubetrain.kube.objects import SWEEP_LABEL, conditions_of, meta_of, status_of
 from kubetrain.kube.rest import Rest, path_of
-from kubetrain.sweeps.resource import SWEEP_LABEL
 
 TERMINAL = ("Succeeded", "Failed")
 # Later entries win: a job that is Running and then Succeeded is Succeeded.

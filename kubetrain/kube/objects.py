@@ -9,6 +9,9 @@ from typing import Any
 
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource
 JOB_LABEL = "kubetrain.dev/job"  # on every object kubetrain renders for a job
+SWEEP_LABEL = "kubetrain.dev/sweep"  # on every trial's TrainingJob: the sweep's name
+TRIAL_LABEL = "kubetrain.dev/trial"  # the trial's number
+OBJECTIVE_ANNOTATION = "kubetrain.dev/sweep-objective"  # the metric the controller keeps in the trial's status
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # Kueue: the LocalQueue a job is submitted to
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # Kueue: on a Workload, the uid of its job
 # A job's final condition types: PyTorchJob (Succeeded/Failed), TrainJob and batch Job (Complete/Failed).

@@ -15,6 +15,9 @@ from kubetrain.runtime.distributed import DistEnv
 from kubetrain.runtime.tracking import Tracker
 
 ALL_RANKS_ENV = "KUBETRAIN_LOG_ALL_RANKS"
+# A checkpoint and the end in the same moment announce the runs' pages once: two identical lines (same time
+# to the millisecond) would read as a line repeated by `logs -f`, and the tail holds the first anyway.
+REANNOUNCE_S = 1.0
 
 
 def gpu_memory_mb(device: torch.device) -> float | None:
@@ -32,13 +35,16 @@ class Reporter:
         self.stream = stream
         self.tracker = tracker  # rank 0's experiment trackers (spec.tracking), fed every record
         self.enabled = env.is_main or os.environ.get(ALL_RANKS_ENV, "") not in ("", "0", "false")
+        self._announced_at = float("-inf")
 
     def emit(self, kind: str, *, force: bool = False, **fields: Any) -> None:
         """Print one metrics line (on rank 0, or every rank when asked; `force`: from this rank anyway)."""
         if self.tracker is not None:
             self.tracker.record(kind, fields)
             # the runs' pages, for `status`, `list` and the operator: once open, and with every checkpoint
-            if links := self.tracker.new_links(again=kind in ("checkpoint", "end")):
+            again = kind in ("checkpoint", "end") and time.monotonic() - self._announced_at >= REANNOUNCE_S
+            if links := self.tracker.new_links(again=again):
+                self._announced_at = time.monotonic()
                 self._write(format_metrics("tracking", rank=self.env.rank, runs=links))
         if self.enabled or force:
             self._write(format_metrics(kind, rank=self.env.rank, **fields))

@@ -14,12 +14,10 @@ from typing import Any
 
 from kubetrain.jobspec.load import validate_data
 from kubetrain.jobspec.model import TrainingJob
+from kubetrain.kube.objects import OBJECTIVE_ANNOTATION, SWEEP_LABEL, TRIAL_LABEL
 from kubetrain.sweeps.trial import trial_document
 
 GROUP, VERSION, KIND, PLURAL = "kubetrain.dev", "v1alpha1", "Sweep", "sweeps"
-SWEEP_LABEL = "kubetrain.dev/sweep"  # on every trial's TrainingJob: the sweep's name
-TRIAL_LABEL = "kubetrain.dev/trial"  # the trial's number
-OBJECTIVE_ANNOTATION = "kubetrain.dev/sweep-objective"  # the metric the controller keeps in the trial's status
 RESERVED = ("trial", "stop")
 
 

@@ -35,7 +35,12 @@ def test_delete_wait_does_not_wait_out_the_grace_period_of_a_waiting_worker(cli:
     core = kubernetes.client.CoreV1Api(real_node.cp.api_client())
 
     def init_running() -> bool:
-        pod = core.read_namespaced_pod("waiting-worker-0", namespace)
+        try:
+            pod = core.read_namespaced_pod("waiting-worker-0", namespace)
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:  # the operator has not created it yet
+                return False
+            raise
         states = pod.status.init_container_statuses or []
         return bool(states and states[0].state.running)
 

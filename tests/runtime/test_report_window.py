@@ -7,6 +7,8 @@ CPU stands in: the tensor-to-host conversion that a device would make wait is ma
 
 from __future__ import annotations
 
+import io
+import json
 import time
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 import torch
 
 from kubetrain.runtime.distributed import DistEnv
-from kubetrain.runtime.report import Window
+from kubetrain.runtime.report import Reporter, Window
 
 pytestmark = [pytest.mark.torch]
 DRAIN = 0.3  # seconds the "device" still needs when the host reaches the read
@@ -39,3 +41,26 @@ def test_the_rate_includes_the_work_still_queued_on_the_device(monkeypatch: pyte
     loss, rate = window.read(env)
     assert loss == pytest.approx(1.0)
     assert rate <= 500 / DRAIN  # 500 samples took at least the drain; before the fix: ~500 / 0.0001 s
+
+
+class _OpenRuns:
+    """A tracker whose MLflow run is open: new_links as kubetrain.runtime.tracking.Tracker answers it."""
+
+    def record(self, kind: str, fields: dict[str, Any]) -> None:
+        pass
+
+    def new_links(self, again: bool = False) -> dict[str, str]:
+        return {"mlflow": "http://mlflow/#/runs/1"} if again else {}
+
+
+def test_a_checkpoint_and_the_end_together_announce_the_runs_once() -> None:
+    """The last checkpoint and the end come within a millisecond: one `tracking` line, not two identical ones
+    (which `logs -f` users, and its no-repeated-line check, would read as a line shown twice)."""
+    env = DistEnv(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"),
+                  backend="gloo")
+    out = io.StringIO()
+    reporter = Reporter(env, out, tracker=_OpenRuns())  # type: ignore[arg-type]
+    reporter.emit("checkpoint", step=10, epoch=0, path="/ckpt/step-10.pt")
+    reporter.emit("end", step=10)
+    lines = out.getvalue().splitlines()
+    assert [json.loads(line.split(" ", 1)[1])["kind"] for line in lines] == ["tracking", "checkpoint", "end"]

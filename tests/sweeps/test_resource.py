@@ -7,16 +7,9 @@ from pathlib import Path
 
 from kubetrain.controller.statusprogress import objective_of
 from kubetrain.jobspec.load import load_spec
+from kubetrain.kube.objects import OBJECTIVE_ANNOTATION, SWEEP_LABEL, TRIAL_LABEL
 from kubetrain.metrics import format_metrics
-from kubetrain.sweeps.resource import (
-    OBJECTIVE_ANNOTATION,
-    SWEEP_LABEL,
-    TRIAL_LABEL,
-    load_sweep,
-    sweep_of,
-    sweep_resource,
-    trial_resource,
-)
+from kubetrain.sweeps.resource import load_sweep, sweep_of, sweep_resource, trial_resource
 
 SPEC = """\
 apiVersion: kubetrain.dev/v1alpha1
