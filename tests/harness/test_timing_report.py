@@ -95,3 +95,13 @@ def test_two_xdist_workers_are_merged_into_one_report(pytester: pytest.Pytester,
     assert sorted(m for f in shared for m in f["used_by"]) == ["test_alpha.py", "test_beta.py"]
     assert report["critical_path"]["worker"] in {"gw0", "gw1"}
     result.stdout.fnmatch_lines(["*where the time went*", "wall * s, 2 process(es)*"])
+
+
+def test_a_crashed_worker_is_reported_not_an_internal_error(pytester: pytest.Pytester, suite: Path) -> None:
+    # pytest-xdist reports the test a worker died in with the phase "???" (xdist's dsession.handle_crashitem).
+    pytester.makepyfile(test_gamma="import os\n\ndef test_dies():\n    os._exit(1)\n")
+    result = pytester.runpytest_subprocess("-p", "tests.testenv.timing", "-p", "no:cacheprovider", "-n", "2",
+                                           "--dist", "loadscope", "--max-worker-restart=0", timeout=120)
+    result.assert_outcomes(passed=4, failed=1)
+    assert "INTERNALERROR" not in result.stdout.str()
+    assert json.loads(suite.read_text())["workers"] >= 1

@@ -150,8 +150,10 @@ class Recorder:
         entry = self.modules.get(module)
         if entry is None:
             entry = self.modules[module] = ModuleTime(module, first_start=time.monotonic() - self.started)
-        setattr(entry, f"{report.when}_s", getattr(entry, f"{report.when}_s") + report.duration)
-        if report.when == "call" or (report.when == "setup" and not report.passed):
+        # pytest-xdist reports the test a worker died in with the phase "???": it counts as the test's call.
+        phase = report.when if report.when in ("setup", "teardown") else "call"
+        setattr(entry, f"{phase}_s", getattr(entry, f"{phase}_s") + report.duration)
+        if phase == "call" or (phase == "setup" and not report.passed):
             entry.tests += 1
 
     def part(self) -> Part:
