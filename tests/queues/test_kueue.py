@@ -281,23 +281,26 @@ def test_a_sweep_under_a_queue_runs_no_more_trials_than_its_quota_fits(controlpl
                      "trials": 4, "parallelism": 4, "trial": trial["spec"]}}
     controller = start_controller(controlplane, queued, tmp_path)
     core = kubernetes.client.CoreV1Api(k8s)
+    seen: list[int] = []  # Running pods at each look
+
+    def running() -> list[str]:
+        pods = [p.metadata.name for p in core.list_namespaced_pod(queued).items if p.status.phase == "Running"]
+        seen.append(len(pods))
+        return pods
+
     try:
         custom(k8s).create_namespaced_custom_object(GROUP, VERSION, queued, "sweeps", body)
         watch_until(lambda: len(trial_names(k8s, queued, "sq")) == 4, 60)  # parallelism lets all 4 start ...
-        most, ended = 0, set()
-        while len(ended) < 4:  # ... Kueue runs 2; each one ends, reporting its objective, and the next runs
-            running = watch_until(lambda: [p.metadata.name for p in core.list_namespaced_pod(queued).items
-                                           if p.status.phase == "Running" and p.metadata.name not in ended]
-                                  or None, 120)
-            most = max(most, len(running))
-            assert most <= 2, running
-            pod = running[0]
+        watch_until(lambda: len(running()) == 2, 120)  # ... the quota runs 2
+        ended: set[str] = set()
+        while len(ended) < 4:  # each one ends, reporting its objective, and a waiting one runs
+            pod = watch_until(lambda: next((p for p in running() if p not in ended), None), 120)
             controlplane.set_pod_logs(queued, pod, metrics({10: 0.5}))
             wait_for(partial(objective_step, k8s, queued, pod.removesuffix("-master-0")), f"{pod}'s objective", 60)
             controlplane.set_pod_phase(queued, pod, "Succeeded")
             ended.add(pod)
         done = watch_until(lambda: (t := trials_in_state(k8s, queued, "sq")) and all(
             x["state"] == "complete" for x in t) and t, 90)
-        assert len(done) == 4 and most == 2, (done, most)
+        assert len(done) == 4 and max(seen) == 2, (done, seen)
     finally:
         controller.stop()
