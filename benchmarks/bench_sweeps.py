@@ -114,12 +114,14 @@ def many(cp: Any, sa: Path, tmp: Path, count: int, refreshes: int) -> None:
     wait(lambda: (cluster.sweep("many").get("status") or {}).get("phase") == "Succeeded", "the Sweep Succeeded",
          900, 1.0)
     ended, finished, cpu_all = time.monotonic() - start_end, metrics(op), cpu_seconds(op.pid) - cpu0
+    states = [t["state"] for t in cluster.sweep("many")["status"]["state"]["trials"]]
     requests = scheduled["api_requests_total"] - before["api_requests_total"]
     total = finished["api_requests_total"] - before["api_requests_total"]
     print(f"{count}-trial sweep, parallelism {count}, load average {load_before} before, {load_average()} after: "
           f"every trial's TrainingJob in {created:.1f} s, every trial's pod Running in {running:.1f} s; "
           f"controller {requests / count:.1f} API requests per trial to get there ({cpu_scheduled:.1f} s CPU)")
-    print(f"  all {count} trials ended (objective in their logs, pods Succeeded) -> Sweep Succeeded in {ended:.1f} s; "
+    print(f"  all {count} trials ended (objective in their logs, pods Succeeded) -> Sweep Succeeded in {ended:.1f} s "
+          f"({states.count('complete')} complete); "
           f"controller {total / count:.1f} API requests per trial in all, {cpu_all:.1f} s CPU in all")
     refresh(cluster, "many", refreshes)
     op.stop()
