@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from kubetrain.jobs.stacks import JobStacks
     from kubetrain.jobs.status import JobStatus
     from kubetrain.jobs.targets import Target
+    from kubetrain.jobspec.model import TrainingJob
     from kubetrain.kube.connection import Connection
     from kubetrain.submit import Submitted
     from kubetrain.sweeps.state import SweepState, Trial
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ClusterError", "KubetrainError", "LoadedSpec", "SpecError", "UsageError", "connect", "delete", "gpu",
            "list_jobs", "load", "logs", "render", "run", "stacks", "status", "submit", "submit_to_controller",
-           "sweep_best", "sweep_run", "sweep_status", "sweep_stop", "sweep_submit", "validate", "wait"]
+           "sweep_best", "sweep_promote", "sweep_run", "sweep_status", "sweep_stop", "sweep_submit", "validate", "wait"]
 log = logging.getLogger("kubetrain")
 Spec = str | Path | LoadedSpec
 
@@ -292,16 +293,53 @@ def sweep_run(spec: Spec, *, on_change: Callable[[SweepState], None] | None = No
     return LocalSweep(loaded, on_change or (lambda _: None), lambda line: log.info("%s", line)).run()
 
 
-def sweep_best(spec: Spec) -> Trial | None:
-    """The best complete trial of the spec's last local sweep (None when no trial completed)."""
-    # Optuna (the `sweeps` extra) loads only for a sweep
-    from kubetrain.local.sweep import read_state
-    from kubetrain.sweeps.engine import Engine
+def sweep_best(spec: Spec | None = None, *, name: str | None = None, namespace: str | None = None,
+               context: str | None = None, kubeconfig: str | None = None, request_timeout: float | None = None,
+               connection: Connection | None = None) -> Trial | None:
+    """The best complete trial of the Sweep `name` in the cluster, or of the spec's last local sweep (None when
+    no trial completed)."""
+    from kubetrain.sweeps.engine import Engine  # Optuna (the `sweeps` extra) loads only for a sweep
 
+    job, state, _ = _sweep_results(spec, name, namespace, context, kubeconfig, request_timeout, connection)
+    assert job.sweep is not None
+    return Engine(job.sweep).best(state)
+
+
+def sweep_promote(spec: Spec | None = None, *, name: str | None = None, out: str | Path | None = None,
+                  force: bool = False, namespace: str | None = None, context: str | None = None,
+                  kubeconfig: str | None = None, request_timeout: float | None = None,
+                  connection: Connection | None = None) -> str:
+    """The best trial of the Sweep `name` in the cluster, or of the spec's last local sweep, as a plain
+    kubetrain.yaml (its text), as `kubetrain sweep best --promote`; written to `out` too when given (an
+    existing file only with force). Raises NoTrialComplete (a UsageError) when no trial has completed yet."""
+    from kubetrain.sweeps.promote import best_trial, promoted_yaml, write_promoted
+
+    job, state, origin = _sweep_results(spec, name, namespace, context, kubeconfig, request_timeout, connection)
+    text = promoted_yaml(job, origin, best_trial(job, state, origin))
+    if out is not None:
+        write_promoted(Path(out), text, force)
+    return text
+
+
+def _sweep_results(spec: Spec | None, name: str | None, namespace: str | None, context: str | None,
+                   kubeconfig: str | None, request_timeout: float | None, connection: Connection | None
+                   ) -> tuple[TrainingJob, SweepState, str]:
+    """A sweep's job, state and origin: the cluster's Sweep `name`, else the spec's last local sweep."""
+    if (spec is None) == (name is None):
+        raise UsageError("give a spec (a local sweep) or a Sweep's name (in the cluster), not both or neither")
+    if name is not None:
+        from kubetrain.jobs import sweeps
+
+        where = _where(namespace, context, kubeconfig, request_timeout, connection)
+        job, state, _ = sweeps.read(where.connection.rest, where.namespace, name)
+        return job, state, f"Sweep {where.namespace}/{name}"
+    from kubetrain.local.sweep import read_state  # Optuna (the `sweeps` extra) loads only for a sweep
+
+    assert spec is not None
     loaded = _loaded(spec)
     if loaded.job.sweep is None:
         raise UsageError(f"{loaded.source}: no `sweep` section (docs/sweeps.md)")
-    return Engine(loaded.job.sweep).best(read_state(loaded))
+    return loaded.job, read_state(loaded), Path(loaded.source).name
 
 
 def sweep_submit(spec: Spec, *, namespace: str | None = None, context: str | None = None,

@@ -3,7 +3,6 @@ verbs import this, never each other. Reading and following a job's logs is in ku
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from kubetrain.cli.cluster_opts import namespace_option
-from kubetrain.errors import UsageError
+from kubetrain.files import write_atomically
 from kubetrain.jobspec.load import DEFAULT_SPEC, LoadedSpec, load_spec
 
 
@@ -49,15 +48,3 @@ def warn_render(loaded: LoadedSpec, cloud: str | None = None) -> None:
 
     for message in render_warnings(loaded.job, RenderOptions(cloud=cloud)):
         warn(loaded.where(message))
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write to a temp file beside `path` and rename, so a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):  # on a read-only or full filesystem the clean-up can fail too
-            tmp.unlink(missing_ok=True)
-        raise UsageError(f"{path}: cannot write: {exc.strerror}") from None

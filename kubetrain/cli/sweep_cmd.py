@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 
 from kubetrain.cli.cluster_opts import cluster_options, connect_from
-from kubetrain.cli.common import load, spec_file_option, write_atomically
+from kubetrain.cli.common import load, spec_file_option
 from kubetrain.cli.output import emit, handle_errors, info
 from kubetrain.errors import UsageError
 
@@ -110,40 +110,69 @@ def run(*, filename: str, output: str) -> None:
 
 
 @sweep.command("best")
+@click.argument("name", required=False)
 @spec_file_option
+@cluster_options
 @output_option
 @click.option("--promote", metavar="FILE", default=None,
               help="Write the best trial as a plain kubetrain.yaml (no sweep section) to FILE ('-': stdout).")
+@click.option("--force", is_flag=True, help="With --promote: overwrite FILE if it exists.")
 @handle_errors
-def best(*, filename: str, output: str, promote: str | None) -> None:
-    """The best trial of the spec's last local sweep, and (--promote) its spec.
+def best(*, name: str | None, filename: str, context: str | None, kubeconfig: str | None, namespace: str | None,
+         request_timeout: float | None, output: str, promote: str | None, force: bool) -> None:
+    """The best trial of a sweep, and (--promote) its spec: of the Sweep NAME in the cluster, or without NAME
+    of the spec's last local sweep (`kubetrain sweep run`).
 
     The promoted spec is the sweep's job with the best trial's values, its own name and checkpoint directory:
-    `kubetrain run` or `kubetrain submit` it as any job.
+    `kubetrain run` or `kubetrain submit` it as any job. An existing FILE is kept unless --force. Exit status
+    1 when no trial has completed yet.
 
     \b
     Examples:
       kubetrain sweep best
       kubetrain sweep best --promote kubetrain-best.yaml
+      kubetrain sweep best digits -n team-a --promote kubetrain-best.yaml
     """
-    from kubetrain.local.sweep import read_state
-    from kubetrain.sweeps.engine import Engine
+    from kubetrain.sweeps.promote import best_trial, promoted_yaml, write_promoted
 
-    loaded = _sweep_spec(filename)
-    assert loaded.job.sweep is not None
-    state = read_state(loaded)
-    winner = Engine(loaded.job.sweep).best(state)
-    if winner is None:
-        raise UsageError(f"{loaded.job.metadata.name}: no trial of the last sweep completed")
+    if name is None:
+        job, state, origin = _local_results(filename)
+    else:
+        _refuse_spec_file_with_name()
+        job, state, origin = _cluster_results(name, context, kubeconfig, namespace, request_timeout)
+    winner = best_trial(job, state, origin)
     if promote is None:
-        _print_results(loaded.job, state, output, only_best=True)
+        _print_results(job, state, output, only_best=True)
         return
-    text = _promoted_yaml(loaded, winner.number, winner.params, winner.value)
+    text = promoted_yaml(job, origin, winner)
     if promote == "-":
         emit(text)
     else:
-        write_atomically(Path(promote), text)
+        write_promoted(Path(promote), text, force)
         info(f"kubetrain sweep: trial {winner.number} written to {promote}")
+
+
+def _local_results(filename: str) -> tuple[TrainingJob, SweepState, str]:
+    from kubetrain.local.sweep import read_state
+
+    loaded = _sweep_spec(filename)
+    return loaded.job, read_state(loaded), Path(loaded.source).name
+
+
+def _cluster_results(name: str, context: str | None, kubeconfig: str | None, namespace: str | None,
+                     request_timeout: float | None) -> tuple[TrainingJob, SweepState, str]:
+    from kubetrain.jobs import sweeps as cluster_sweeps
+
+    connection = connect_from(context, kubeconfig, request_timeout)
+    ns = connection.namespace(namespace)
+    job, state, _ = cluster_sweeps.read(connection.rest, ns, name)
+    return job, state, f"Sweep {ns}/{name}"
+
+
+def _refuse_spec_file_with_name() -> None:
+    source = click.get_current_context().get_parameter_source("filename")
+    if source is not None and source.name == "COMMANDLINE":
+        raise UsageError("give a Sweep's NAME (in the cluster) or -f FILE (a local sweep), not both")
 
 
 def _sweep_spec(filename: str) -> LoadedSpec:
@@ -171,18 +200,6 @@ def _print_results(job: TrainingJob, state: SweepState, output: str, only_best: 
         data = results(job.metadata.name, sweep, shown, winner)
         emit(dump_json([data]) if output == "json" else dump_yaml([data]))
     return winner
-
-
-def _promoted_yaml(loaded: LoadedSpec, number: int, params: dict[str, Any], value: float | None) -> str:
-    import yaml
-
-    from kubetrain.sweeps.trial import trial_document, trial_job
-
-    trial_job(loaded.job, params, None, loaded.source)  # a promoted spec is a valid spec
-    metric = loaded.job.sweep.objective.metric if loaded.job.sweep else "objective"
-    header = (f"# The best trial ({number}) of the sweep in {Path(loaded.source).name}: {metric} {value}\n"
-              f"# parameters: {params}\n")
-    return header + yaml.safe_dump(trial_document(loaded.job, params, None), sort_keys=False)
 
 
 @sweep.command("submit")

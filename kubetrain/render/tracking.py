@@ -9,6 +9,7 @@ from typing import Any
 
 from kubetrain.jobspec.model import TrainingJob
 from kubetrain.jobspec.trackingenv import RunIdentity
+from kubetrain.kube.objects import SWEEP_LABEL, TRIAL_LABEL
 from kubetrain.podenv import RUN_KEY_ENV, TENSORBOARD_ENV, TRACKING_ENV, WANDB_KEY_ENV
 
 __all__ = ["RUN_KEY_ENV", "RunIdentity", "tracking_env", "tracking_secret_env"]
@@ -25,7 +26,7 @@ def tracking_env(job: TrainingJob, identity: RunIdentity, tags: dict[str, str]) 
         **tracking.model_dump(mode="json", by_alias=True, exclude_none=True),
         "runName": job.metadata.name, "job": f"{identity.namespace}/{identity.name}",
         "tags": {**tags, "kubetrain.cluster": identity.cluster, "kubetrain.namespace": identity.namespace,
-                 "kubetrain.job": job.metadata.name},
+                 "kubetrain.job": job.metadata.name, **_sweep_tags(job)},
         "spec": job.model_dump(mode="json", by_alias=True, exclude_none=True),
     }
     values[TRACKING_ENV] = json.dumps(config, sort_keys=True, separators=(",", ":"))
@@ -40,6 +41,14 @@ def tracking_env(job: TrainingJob, identity: RunIdentity, tags: dict[str, str]) 
     if tracking.tensorboard:
         values[TENSORBOARD_ENV] = tracking.tensorboard.logDir
     return values
+
+
+def _sweep_tags(job: TrainingJob) -> dict[str, str]:
+    """A sweep's trial (kubetrain.sweeps.trial labels it): its run is tagged with the sweep and its number."""
+    labels = job.metadata.labels
+    if SWEEP_LABEL not in labels:
+        return {}
+    return {"kubetrain.sweep": labels[SWEEP_LABEL], "kubetrain.trial": labels.get(TRIAL_LABEL, "")}
 
 
 def tracking_secret_env(job: TrainingJob) -> list[dict[str, Any]]:

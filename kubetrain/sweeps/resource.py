@@ -14,7 +14,7 @@ from typing import Any
 
 from kubetrain.jobspec.load import validate_data
 from kubetrain.jobspec.model import TrainingJob
-from kubetrain.kube.objects import OBJECTIVE_ANNOTATION, SWEEP_LABEL, TRIAL_LABEL
+from kubetrain.kube.objects import OBJECTIVE_ANNOTATION, SWEEP_LABEL
 from kubetrain.sweeps.trial import trial_document
 
 GROUP, VERSION, KIND, PLURAL = "kubetrain.dev", "v1alpha1", "Sweep", "sweeps"
@@ -61,7 +61,6 @@ def trial_resource(job: TrainingJob, sweep: dict[str, Any], number: int, params:
     data = trial_document(job, params, number)
     data["metadata"].update(
         namespace=meta["namespace"],
-        labels={**(data["metadata"].get("labels") or {}), SWEEP_LABEL: meta["name"], TRIAL_LABEL: str(number)},
         annotations={**(data["metadata"].get("annotations") or {}), OBJECTIVE_ANNOTATION: job.sweep.objective.metric},
         ownerReferences=[{"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"],
                           "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}])

@@ -3,6 +3,10 @@
 A parameter reaches the training code in every way the spec offers: `train.<field>` sets that Trainer API
 field, every parameter is in the `KUBETRAIN_PARAMS` JSON object (spec.env), `env` sets a variable of its own
 and `arg` appends `--flag value` to spec.args (plain scripts, spec.command).
+
+A trial is labelled with its sweep and number, and its tracker runs are grouped under the sweep: MLflow's
+experiment and W&B's group default to the sweep's name, TensorBoard's event files go to
+`<logDir>/<sweep>/trial-<N>`, and the trial's parameters are its run's parameters (`tracking.params`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 from kubetrain.jobspec.load import validate_data
 from kubetrain.jobspec.model import TrainingJob
 from kubetrain.jobspec.sweep import Sweep
+from kubetrain.kube.objects import SWEEP_LABEL, TRIAL_LABEL
 from kubetrain.podenv import PARAMS_ENV
 
 PROMOTED = "promoted"
@@ -32,11 +37,29 @@ def trial_document(job: TrainingJob, params: dict[str, Any], number: int | None)
     data = job.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude={"sweep"})
     spec = data["spec"]
     if number is not None:
-        data["metadata"]["name"] = trial_name(job.metadata.name, number)
+        metadata = data["metadata"]
+        metadata["name"] = trial_name(job.metadata.name, number)
+        metadata["labels"] = {**(metadata.get("labels") or {}), SWEEP_LABEL: job.metadata.name,
+                              TRIAL_LABEL: str(number)}
         if job.spec.checkpoint.dir:
             spec.setdefault("checkpoint", {})["dir"] = f"{job.spec.checkpoint.dir.rstrip('/')}/trial-{number}"
+        if spec.get("tracking"):
+            _group_runs(spec["tracking"], job.metadata.name, number, params)
     _apply(sweep, params, spec)
     return data
+
+
+def _group_runs(tracking: dict[str, Any], sweep_name: str, number: int, params: dict[str, Any]) -> None:
+    """The trial's tracker runs under the sweep: one MLflow experiment, one W&B group, one TensorBoard folder
+    per trial below the sweep's, the trial's parameters as the run's."""
+    if "mlflow" in tracking:
+        tracking["mlflow"].setdefault("experiment", sweep_name)
+    if "wandb" in tracking:
+        tracking["wandb"].setdefault("group", sweep_name)
+    if "tensorboard" in tracking:
+        board = tracking["tensorboard"]
+        board["logDir"] = f"{board['logDir'].rstrip('/')}/{sweep_name}/trial-{number}"
+    tracking["params"] = {**(tracking.get("params") or {}), **{name: _text(v) for name, v in params.items()}}
 
 
 def _apply(sweep: Sweep, params: dict[str, Any], spec: dict[str, Any]) -> None:

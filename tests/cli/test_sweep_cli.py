@@ -102,3 +102,31 @@ def test_list_shows_a_sweeps_trials_as_one_row() -> None:
     assert rows == [["a", "pytorchjob", "Running"], ["sweep/sw", "pytorchjob", "3 trials: 2 Running, 1 Succeeded"],
                     ["b", "pytorchjob", "Pending"]]
     assert job("sw-t0", "Succeeded", "sw").as_dict()["sweep"] == "sw" and "sweep" not in job("a", "Running").as_dict()
+
+
+def test_promote_keeps_an_existing_file_unless_forced_and_no_complete_trial_is_one_line(tmp_path: Path) -> None:
+    spec = saved_sweep(tmp_path)
+    out = tmp_path / "best.yaml"
+    out.write_text("mine\n")
+    result = CliRunner().invoke(cli, ["sweep", "best", "-f", str(spec), "--promote", str(out)])
+    assert (result.exit_code, result.output) == (2, f"error: {out} already exists (use --force to overwrite)\n")
+    assert out.read_text() == "mine\n"
+    result = CliRunner().invoke(cli, ["sweep", "best", "-f", str(spec), "--promote", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    assert load_spec(str(out)).job.spec.train.lr == 0.01  # type: ignore[union-attr]
+
+    state_file = tmp_path / ".kubetrain/sweeps/digits/state.json"
+    state = SweepState.from_json(state_file.read_text())
+    for trial in state.trials[:2]:
+        trial.state, trial.value = "running", None
+    state_file.write_text(state.to_json())
+    result = CliRunner().invoke(cli, ["sweep", "best", "-f", str(spec), "--promote", "-"])
+    assert (result.exit_code, result.output) == (
+        1, "error: kubetrain.yaml: no trial has completed yet (2 running, 1 of 3 ended)\n")
+
+
+def test_best_takes_a_sweeps_name_or_a_spec_file_not_both(tmp_path: Path) -> None:
+    spec = saved_sweep(tmp_path)
+    result = CliRunner().invoke(cli, ["sweep", "best", "sw", "-f", str(spec)])
+    assert (result.exit_code, result.output) == (
+        2, "error: give a Sweep's NAME (in the cluster) or -f FILE (a local sweep), not both\n")

@@ -1,17 +1,22 @@
 """A Sweep run by the controller on the real control plane (kwok pods; the controller as its own process under
 the manifests' RBAC): trials up to parallelism, a finished trial's objective read and the next trial created, a
-controller killed mid-sweep that loses and duplicates nothing, a pruned trial's TrainingJob deleted, and
-`kubetrain sweep stop` leaving no trial, pod, Service or ConfigMap behind."""
+controller killed mid-sweep that loses and duplicates nothing, a pruned trial's TrainingJob deleted,
+`kubetrain sweep stop` leaving no trial, pod, Service or ConfigMap behind, and the best trial promoted from the
+Sweep's status (`sweep best NAME --promote`, kubetrain.api.sweep_promote) once one completed."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
+import yaml
 from click.testing import CliRunner
 
+import kubetrain.api as kt
 from kubetrain.cli.main import cli
+from kubetrain.jobspec.load import load_spec
 from kubetrain.metrics import format_metrics
 from tests.controller.operator_env import GROUP, VERSION, custom, training_job
 from tests.harness.helpers import wait_for
@@ -47,6 +52,12 @@ def running_pod(k8s: Any, namespace: str, pod: str) -> bool:
     return any(p.metadata.name == pod and p.status.phase == "Running" for p in items)
 
 
+def objective_step(k8s: Any, namespace: str, trial: str) -> int | None:
+    """The step of the objective's last value in a trial's TrainingJob status (the controller read it)."""
+    obj = custom(k8s).get_namespaced_custom_object(GROUP, VERSION, namespace, "trainingjobs", trial)
+    return ((obj.get("status") or {}).get("objective") or {}).get("step")  # type: ignore[no-any-return]
+
+
 def metrics(values: dict[int, float]) -> list[str]:
     """A training line and an eval line (the objective, acc) per step."""
     return [line for step, value in values.items() for line in (
@@ -54,10 +65,18 @@ def metrics(values: dict[int, float]) -> list[str]:
         format_metrics("eval", rank=0, step=step, acc=value, time=1000.5 + step))]
 
 
-def test_a_sweep_in_the_cluster_restarts_prunes_and_stops_clean(controlplane, k8s, namespace, start):
+def promote(kubeconfig: Path, namespace: str, out: Path, *flags: str) -> Any:
+    return CliRunner(env={"KUBECONFIG": str(kubeconfig)}).invoke(
+        cli, ["sweep", "best", "sw", "-n", namespace, "--promote", str(out), *flags], catch_exceptions=False)
+
+
+def test_a_sweep_in_the_cluster_restarts_prunes_and_stops_clean(controlplane, k8s, namespace, start, tmp_path):
     first = start(name="first")
     created = custom(k8s).create_namespaced_custom_object(GROUP, VERSION, namespace, "sweeps",
                                                           sweep_body("sw", namespace))
+    early = promote(controlplane.kubeconfig, namespace, tmp_path / "best.yaml")
+    assert early.exit_code == 1 and early.output.count("\n") == 1, early.output
+    assert early.output.startswith(f"error: Sweep {namespace}/sw: no trial has completed yet ("), early.output
     assert wait_for(lambda: (n := trial_names(k8s, namespace, "sw")) == ["sw-t0", "sw-t1"] and n,
                     "2 trials (parallelism 2)", 60)
     t0 = custom(k8s).get_namespaced_custom_object(GROUP, VERSION, namespace, "trainingjobs", "sw-t0")
@@ -68,9 +87,7 @@ def test_a_sweep_in_the_cluster_restarts_prunes_and_stops_clean(controlplane, k8
     # Trial 0 reports its objective and ends: its last value is its result, and trial 2 starts.
     wait_for(lambda: running_pod(k8s, namespace, "sw-t0-master-0"), "trial 0's pod Running", 90)
     controlplane.set_pod_logs(namespace, "sw-t0-master-0", metrics({10: 0.5, 20: 0.9}))
-    wait_for(lambda: ((custom(k8s).get_namespaced_custom_object(GROUP, VERSION, namespace, "trainingjobs", "sw-t0")
-                       .get("status") or {}).get("objective") or {}).get("step") == 20,
-             "trial 0's objective in its status", 60)
+    wait_for(lambda: objective_step(k8s, namespace, "sw-t0") == 20, "trial 0's objective in its status", 60)
     controlplane.set_pod_phase(namespace, "sw-t0-master-0", "Succeeded")
     done = wait_for(lambda: (t := trials_in_state(k8s, namespace, "sw")) and t[0]["state"] == "complete" and t,
                     "trial 0 complete in the Sweep's state", 90)
@@ -117,3 +134,22 @@ def test_a_sweep_in_the_cluster_restarts_prunes_and_stops_clean(controlplane, k8
     states = [t["state"] for t in final["status"]["state"]["trials"]]
     assert states[:2] == ["complete", "pruned"] and set(states[2:]) == {"stopped"}, states
     assert trial_names(k8s, namespace, "sw") == []  # the controller created no trial after the stop
+
+    check_promoted(controlplane.kubeconfig, namespace, tmp_path)
+
+
+def check_promoted(kubeconfig: Path, namespace: str, tmp_path: Path) -> None:
+    """The winner (trial 0), from the Sweep's status alone (its trials' TrainingJobs are gone): a plain spec."""
+    out = tmp_path / "best.yaml"
+    promoted = promote(kubeconfig, namespace, out)
+    assert promoted.exit_code == 0, promoted.output
+    spec = yaml.safe_load(out.read_text())
+    assert "sweep" not in spec and spec["metadata"]["name"] == "sw" and spec["spec"]["env"]["WIDTH"] == "1"
+    assert load_spec(str(out)).job.sweep is None
+    kept = promote(kubeconfig, namespace, out)
+    assert (kept.exit_code, kept.output) == (2, f"error: {out} already exists (use --force to overwrite)\n")
+    assert promote(kubeconfig, namespace, out, "--force").exit_code == 0
+    connection = kt.connect(kubeconfig=str(kubeconfig))
+    assert kt.sweep_promote(name="sw", namespace=namespace, connection=connection) == out.read_text()
+    best = kt.sweep_best(name="sw", namespace=namespace, connection=connection)
+    assert best is not None and (best.number, best.value) == (0, 0.9)

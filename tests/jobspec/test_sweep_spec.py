@@ -125,6 +125,30 @@ def test_a_trial_gets_its_parameters_in_the_trainer_config_env_and_args() -> Non
     assert script.spec.args == ["--epochs", "3", "--lr", "0.01"] and script.spec.env["DEPTH"] == "2"
 
 
+def test_a_trials_tracker_runs_are_grouped_under_the_sweep() -> None:
+    tracked = TRAINER.replace("  train: {", "  tracking:\n"
+                              "    mlflow: {trackingUri: http://mlflow:5000}\n"
+                              "    wandb: {project: digits}\n"
+                              "    tensorboard: {logDir: /ckpt/tb}\n"
+                              "    params: {team: vision}\n"
+                              "  train: {")
+    job = parse_spec(tracked)
+    trial = trial_job(job, {"train.lr": 0.01, "train.batchSize": 32, "width": 12}, 3, "trial")
+    manifests = render_loaded(LoadedSpec(trial, "kubetrain.yaml", Path("."), {}), target="pytorchjob")
+    container = manifests[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["MLFLOW_EXPERIMENT_NAME"], env["WANDB_RUN_GROUP"], env["TENSORBOARD_LOGDIR"]) == (
+        "digits", "digits", "/ckpt/tb/digits/trial-3")
+    config = json.loads(env["KUBETRAIN_TRACKING"])
+    assert config["runName"] == "digits-t3"
+    assert {k: config["tags"][k] for k in ("kubetrain.sweep", "kubetrain.trial")} == {
+        "kubetrain.sweep": "digits", "kubetrain.trial": "3"}
+    assert config["params"] == {"team": "vision", "train.lr": "0.01", "train.batchSize": "32", "width": "12"}
+    promoted = trial_job(job, {"train.lr": 0.01, "train.batchSize": 32, "width": 12}, None, "promoted")
+    assert promoted.spec.tracking is not None and promoted.spec.tracking.mlflow is not None
+    assert promoted.spec.tracking.mlflow.experiment is None and "kubetrain.dev/sweep" not in promoted.metadata.labels
+
+
 def test_a_sweep_leaves_the_rendered_job_as_it_was_and_says_so() -> None:
     without = TRAINER.split("sweep:")[0]
     options = RenderOptions()

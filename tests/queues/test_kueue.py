@@ -9,6 +9,7 @@ and a LocalQueue per ClusterQueue (same names) in each test's namespace.
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from kubetrain.cli.main import cli
 from kubetrain.kube.connection import connect
 from tests.testenv import kueue as harness
 from tests.testenv.dradriver import FAKE_DRIVER, fake_devices
+from tests.testenv.polling import wait_for
 from tests.testenv.specs import watch_until, write_spec
 
 pytestmark = pytest.mark.controlplane
@@ -262,3 +264,43 @@ def test_kueue_counts_a_dra_jobs_devices_against_its_quota(controlplane: Any, kt
             in unmapped.stderr
         for job in ("dra-first", "dra-second"):
             assert kt("delete", job, "-n", queued).exit_code == 0
+
+
+def test_a_sweep_under_a_queue_runs_no_more_trials_than_its_quota_fits(controlplane: Any, queued: str,
+                                                                        tmp_path: Path) -> None:
+    from tests.controller.operator_env import GROUP, VERSION, custom, training_job
+    from tests.controller.test_sweeps import metrics, objective_step, trial_names, trials_in_state
+    from tests.queues.drills import start_controller
+
+    # 4 trials, parallelism 4: the ClusterQueue cpu's 8 CPUs fit 2 trials of 3 CPUs, so the queue is the cap
+    k8s = controlplane.api_client()
+    trial = training_job("sq", queued, nodes=1, resources={"cpu": "3", "memory": "64Mi"}, scheduling={"queue": "cpu"})
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Sweep", "metadata": {"name": "sq", "namespace": queued},
+            "spec": {"parameters": [{"name": "width", "choice": [1, 2, 3, 4], "env": "WIDTH"}],
+                     "objective": {"metric": "acc", "goal": "max"}, "search": {"algorithm": "grid"},
+                     "trials": 4, "parallelism": 4, "trial": trial["spec"]}}
+    controller = start_controller(controlplane, queued, tmp_path)
+    core = kubernetes.client.CoreV1Api(k8s)
+    seen: list[int] = []  # Running pods at each look
+
+    def running() -> list[str]:
+        pods = [p.metadata.name for p in core.list_namespaced_pod(queued).items if p.status.phase == "Running"]
+        seen.append(len(pods))
+        return pods
+
+    try:
+        custom(k8s).create_namespaced_custom_object(GROUP, VERSION, queued, "sweeps", body)
+        watch_until(lambda: len(trial_names(k8s, queued, "sq")) == 4, 60)  # parallelism lets all 4 start ...
+        watch_until(lambda: len(running()) == 2, 120)  # ... the quota runs 2
+        ended: set[str] = set()
+        while len(ended) < 4:  # each one ends, reporting its objective, and a waiting one runs
+            pod = watch_until(lambda: next((p for p in running() if p not in ended), None), 120)
+            controlplane.set_pod_logs(queued, pod, metrics({10: 0.5}))
+            wait_for(partial(objective_step, k8s, queued, pod.removesuffix("-master-0")), f"{pod}'s objective", 60)
+            controlplane.set_pod_phase(queued, pod, "Succeeded")
+            ended.add(pod)
+        done = watch_until(lambda: (t := trials_in_state(k8s, queued, "sq")) and all(
+            x["state"] == "complete" for x in t) and t, 90)
+        assert len(done) == 4 and max(seen) == 2, (done, seen)
+    finally:
+        controller.stop()
