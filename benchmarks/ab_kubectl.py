@@ -9,9 +9,10 @@ kubeconfig (a Python script returning that certificate, client.authentication.k8
 
 The job is bench_status.py's (PyTorchJob `bench`, 2 Running pods on kwok nodes, serving log lines). The kubectl
 is the testenv's pinned one (the control plane's version), unless --kubectl names another. The target is a ratio
-of at most 1.5 in CPU for every row.
+of at most 1.5 in CPU for every row. With --base BASE (another tree, docs/performance.md) that tree's kubetrain
+runs in the same rounds, so a change is measured against kubectl and against its base together.
 
-    .venv/bin/python benchmarks/ab_kubectl.py [--runs 10] [--kubectl PATH]
+    .venv/bin/python benchmarks/ab_kubectl.py [--runs 10] [--kubectl PATH] [--base BASE]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--kubectl", default=None, help="default: the testenv's pinned kubectl")
+    parser.add_argument("--base", default=None, help="another tree whose kubetrain runs in the same rounds")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     from benchmarks.ab_cli import once
@@ -42,7 +44,9 @@ def main() -> None:
 
     kubectl = args.kubectl or str(kind_dir() / "bin" / "kubectl")
     kubetrain = str(Path(sys.executable).parent / "kubetrain")
-    ensure_bytecode(REPO)  # as an installed package has them
+    trees = {"kubetrain": str(REPO), **({"base": args.base} if args.base else {})}
+    for tree in trees.values():
+        ensure_bytecode(Path(tree))  # as an installed package has them
     pairs = {"status": (["status", "bench"], ["describe", "pytorchjob", "bench"]),
              "list": (["list"], ["get", "pytorchjobs"]),
              "logs --tail 5": (["logs", "bench", "--tail", "5"],
@@ -56,13 +60,15 @@ def main() -> None:
             for name, (ours, theirs) in pairs.items():
                 for kind, config in configs.items():
                     kc = ["--kubeconfig", str(config)]
-                    for tool, argv in (("kubetrain", [kubetrain, *ours, *kc]), ("kubectl", [kubectl, *theirs, *kc])):
-                        sample = once(str(REPO), argv)
+                    runs = [(tool, tree, [kubetrain, *ours, *kc]) for tool, tree in trees.items()]
+                    for tool, tree, argv in [*runs, ("kubectl", str(REPO), [kubectl, *theirs, *kc])]:
+                        sample = once(tree, argv)
                         if run:
                             samples.setdefault((name, kind, tool), []).append(sample)
     print(f"medians of {args.runs}, interleaved; {before} before, {load_average()} after; kubectl: {kubectl}")
-    print("| command | kubeconfig | kubetrain CPU | kubectl CPU | CPU ratio | kubetrain wall | kubectl wall |\n"
-          "|---|---|---|---|---|---|---|")
+    base_head = ("| base CPU | base ratio " if args.base else "", "|---|---" if args.base else "")
+    print(f"| command | kubeconfig | kubetrain CPU | kubectl CPU | CPU ratio {base_head[0]}| kubetrain wall "
+          f"| kubectl wall |\n|---|---|---|---|---{base_head[1]}|---|---|")
     for name in pairs:
         for kind in configs:
             ours_cpu, theirs_cpu = (statistics.median(s[1] for s in samples[(name, kind, t)])
@@ -71,7 +77,11 @@ def main() -> None:
                                       for t in ("kubetrain", "kubectl"))
             ratio = ours_cpu / theirs_cpu
             mark = "" if ratio <= TARGET else f" (over {TARGET})"
-            print(f"| {name} | {kind} | {ours_cpu:.0f} ms | {theirs_cpu:.0f} ms | {ratio:.2f}×{mark} "
+            base = ""
+            if args.base:
+                base_cpu = statistics.median(s[1] for s in samples[(name, kind, "base")])
+                base = f"| {base_cpu:.0f} ms | {base_cpu / theirs_cpu:.2f}× "
+            print(f"| {name} | {kind} | {ours_cpu:.0f} ms | {theirs_cpu:.0f} ms | {ratio:.2f}×{mark} {base}"
                   f"| {ours_wall:.0f} ms | {theirs_wall:.0f} ms |")
 
 
