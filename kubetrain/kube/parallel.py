@@ -1,9 +1,10 @@
 """Calls side by side on threads, for the reads of `status` and `logs`.
 
 Why not concurrent.futures: importing it loads `logging` (and traceback, textwrap, string, queue), about 3 ms
-of CPU, a tenth of what `kubetrain status` may spend beyond kubectl (docs/performance.md). What these commands
-need is two shapes: one call beside the caller's own work (`start`), and a function over a few items with at
-most N threads (`map_parallel`). Either re-raises a call's exception in the caller.
+of CPU, a tenth of the 25 ms by which `kubetrain status` missed its target of 1.5x kubectl's CPU
+(docs/performance.md). These commands need two shapes: one call beside the caller's own work (`start`), and
+a function over a few items on at most N threads (`map_parallel`). Either re-raises a call's exception in the
+caller.
 """
 
 from __future__ import annotations
