@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
 import re
@@ -85,6 +86,16 @@ def test_tests_mirror_the_package_layout() -> None:
     strays = sorted(folders - packages - set(TEST_TIERS))
     assert not strays, f"tests/{strays[0]} names no kubetrain package: move its files to tests/<package>/"
 
+
+
+def test_lazy_package_faces_are_typed_for_mypy() -> None:
+    """A package that loads its names on first use (a module `__getattr__`) hides that function from type
+    checkers: mypy would type every unknown name as Any, and a missing verb (`jobs.no_such_verb()`) would
+    pass `make lint` and fail at run time. The names are the `if TYPE_CHECKING:` imports."""
+    visible = [f"{path.relative_to(REPO)}:{node.lineno}" for path in sorted((REPO / "kubetrain").rglob("*.py"))
+               for node in ast.parse(path.read_text()).body
+               if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"]
+    assert not visible, f"{visible[0]}: a module __getattr__ outside `if not TYPE_CHECKING:` (mypy sees Any)"
 
 # ---- what tracked files may say: nothing of this machine, nothing of how the work was organised ------------
 # A path that starts at one of these roots is this machine's (the repository is cloned anywhere).

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from kubetrain.cli.cluster_opts import age, cluster_options, connect_from, print_table, target_option
 from kubetrain.cli.output import handle_errors, info
+from kubetrain.kube.parallel import start
 
 if TYPE_CHECKING:
     from kubetrain.jobs.crud import JobSummary
@@ -47,20 +47,19 @@ def status(name: str, context: str | None, kubeconfig: str | None, namespace: st
     ns = connection.namespace(namespace)
     # The hang read (one exec per pod) runs beside the status reads (rank 0's log head): a stuck kubelet
     # costs the command one deadline, not two.
-    with ThreadPoolExecutor(1) as pool:
-        hanging = pool.submit(_hang_report, connection, ns, name, target) if hang and output == "text" else None
-        result = job_status(connection.rest, [TARGETS[target]] if target else None, ns, name, recent,
-                            timeline=output == "text")
-        if output == "json":
-            click.echo(json.dumps(result.as_dict(), indent=2))
-        elif output == "yaml":
-            click.echo(dump_yaml([result.as_dict()]), nl=False)
-        else:
-            _print_status(result)
-            if hanging is not None and result.job.state == "Running":
-                _print_hang(hanging.result())
-            if result.timeline:  # where the time went; empty when fewer than two moments are known
-                click.echo(f"\nTimeline: {result.timeline}")
+    hanging = start(_hang_report, connection, ns, name, target) if hang and output == "text" else None
+    result = job_status(connection.rest, [TARGETS[target]] if target else None, ns, name, recent,
+                        timeline=output == "text")
+    if output == "json":
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    elif output == "yaml":
+        click.echo(dump_yaml([result.as_dict()]), nl=False)
+    else:
+        _print_status(result)
+        if hanging is not None and result.job.state == "Running":
+            _print_hang(hanging.result())
+        if result.timeline:  # where the time went; empty when fewer than two moments are known
+            click.echo(f"\nTimeline: {result.timeline}")
 
 
 def _hang_report(connection: Any, namespace: str, name: str, target: str | None) -> JobStacks:
@@ -145,7 +144,6 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, re
     """
     # the verb's work loads when it runs: `kubetrain --help` and the other verbs stay fast (import budget)
     from kubetrain.jobs.crud import list_jobs
-    from kubetrain.jobs.status import run_links
     from kubetrain.queues import workloads as queues
 
     connection = connect_from(context, kubeconfig, request_timeout)
@@ -162,6 +160,9 @@ def list_(context: str | None, kubeconfig: str | None, namespace: str | None, re
     grouped = _grouped(found)
     rows = [([s.namespace] if ns is None else []) + row for s, row in grouped]
     if output == "wide":
+        # only -o wide loads the status machinery (import budget of `list`, docs/performance.md)
+        from kubetrain.jobs.status import run_links
+
         links = run_links(connection.rest, ns)
         headers.append("RUN")
         for row, (job, _) in zip(rows, grouped, strict=True):

@@ -37,7 +37,11 @@ __all__ = ["TERMINAL", "JobSummary", "check_namespace", "conditions", "delete", 
            "wait_finished", "wait_gone"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module("kubetrain.jobs.crud"), name)
+# mypy reads the names from the TYPE_CHECKING imports above, so a missing one is an error; a module
+# __getattr__ it could see would type every unknown name as Any.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        if name not in __all__:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return getattr(importlib.import_module("kubetrain.jobs.crud"), name)

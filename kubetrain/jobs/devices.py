@@ -19,6 +19,7 @@ from typing import Any
 
 from kubetrain.kube import errors
 from kubetrain.kube.objects import meta_of, status_of
+from kubetrain.kube.parallel import start
 from kubetrain.kube.rest import Rest
 from kubetrain.rules.quantity import parse_quantity
 
@@ -76,15 +77,11 @@ def served(rest: Rest) -> bool:
 
 def read_inventory(rest: Rest) -> Inventory:
     """DeviceClasses, ResourceSlices and every ResourceClaim: three lists, from the watch cache."""
-    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(2) as pool:
-        slices = pool.submit(rest.get, f"{API}/resourceslices", resourceVersion="0")
-        claims = pool.submit(rest.get, f"{API}/resourceclaims", resourceVersion="0")
-        classes = rest.get(f"{API}/deviceclasses", resourceVersion="0")
-        return inventory(classes.get("items") or [], slices.result().get("items") or [],
-                         claims.result().get("items") or [])
+    slices = start(rest.get, f"{API}/resourceslices", resourceVersion="0")
+    claims = start(rest.get, f"{API}/resourceclaims", resourceVersion="0")
+    classes = rest.get(f"{API}/deviceclasses", resourceVersion="0")
+    return inventory(classes.get("items") or [], slices.result().get("items") or [],
+                     claims.result().get("items") or [])
 
 
 def job_claims(rest: Rest, namespace: str, label_selector: str) -> list[dict[str, Any]]:
@@ -268,13 +265,12 @@ def _compiled(expression: str) -> Any:
 
 # ---- status -------------------------------------------------------------------------------------------------
 
-def pending_claim_hints(rest: Rest, namespace: str, label_selector: str, pod_list: list[dict[str, Any]]
+def pending_claim_hints(rest: Rest, namespace: str, label_selector: str, waiting: list[dict[str, Any]]
                         ) -> list[str]:
-    """One line per device request that Pending pods' unallocated claims wait for: which claims, and which
-    selector matched nothing or how many devices are free. Empty when no Pending pod claims devices, or the
-    user may not read ResourceSlices and claims (the scheduler's own message is among the hints anyway)."""
-    waiting = [p for p in pod_list if status_of(p).get("phase") == "Pending" and (p.get("spec") or {})
-               .get("resourceClaims")]
+    """One line per device request that the `waiting` pods' (kubetrain.jobs.pods.waiting_for_claims)
+    unallocated claims wait for: which claims, and which selector matched nothing or how many devices are
+    free. Empty when no pod waits, or the user may not read ResourceSlices and claims (the scheduler's own
+    message is among the hints anyway)."""
     if not waiting:
         return []
     try:

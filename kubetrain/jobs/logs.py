@@ -24,7 +24,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +50,7 @@ from kubetrain.kube.connection import Connection
 from kubetrain.kube.errors import BadRequest, NotFound, TimedOut, api_message, cluster_errors
 from kubetrain.kube.events import uid_selector
 from kubetrain.kube.objects import meta_of, parse_time
+from kubetrain.kube.parallel import map_parallel
 from kubetrain.kube.rest import path_of
 from kubetrain.observe import nccl
 
@@ -150,13 +150,13 @@ def print_logs(conn: Connection, namespace: str, name: str, target: str | Target
     readable = [r for r in readable if r.label not in unreachable]
     output = _Output(sink, options)
     watch = nccl.SocketWatch(obj, notice)
-    with ThreadPoolExecutor(min(PARALLEL_READS, max(1, len(readable)))) as pool:
-        opened = list(pool.map(lambda r: _open(conn.rest, namespace, r, options, notice, unreachable), readable))
-        sources = [(r.label, _lines(resp)) for r, resp in zip(readable, opened, strict=True) if resp is not None]
-        for line in merge(sources, output.prefixer, options.timestamps):
-            sink(line)
-            watch(line)
-            output.lines += 1
+    opened = map_parallel(lambda r: _open(conn.rest, namespace, r, options, notice, unreachable), readable,
+                          PARALLEL_READS)
+    sources = [(r.label, _lines(resp)) for r, resp in zip(readable, opened, strict=True) if resp is not None]
+    for line in merge(sources, output.prefixer, options.timestamps):
+        sink(line)
+        watch(line)
+        output.lines += 1
     return LogsRead(output.lines, tuple(r.label for r in replicas if r.label in unreachable))
 
 

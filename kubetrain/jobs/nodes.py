@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kubetrain.errors import ClusterError
 from kubetrain.kube.errors import ApiError
 from kubetrain.kube.objects import parse_time, status_of
+from kubetrain.kube.parallel import map_parallel
 from kubetrain.kube.rest import path_of
 
 if TYPE_CHECKING:
@@ -77,8 +77,7 @@ def node_health(rest: Rest, names: list[str]) -> dict[str, NodeHealth]:
     wanted = sorted(set(filter(None, names)))
     if not wanted:
         return {}
-    with ThreadPoolExecutor(min(8, len(wanted))) as pool:
-        found = list(pool.map(lambda name: _read(rest, name), wanted))
+    found = map_parallel(lambda name: _read(rest, name), wanted, 8)
     return {h.name: h for h in found if h is not None}
 
 

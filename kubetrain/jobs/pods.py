@@ -139,6 +139,12 @@ def replicas_of(pods: list[dict[str, Any]], target: Target | None = None, job: s
     return sorted((replica_of(p, target, job) for p in pods), key=sort_key)
 
 
+def waiting_for_claims(pod_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Pending pods that claim devices (DRA ResourceClaims)."""
+    return [p for p in pod_list if status_of(p).get("phase") == "Pending" and (p.get("spec") or {})
+            .get("resourceClaims")]
+
+
 def list_pods(rest: Rest, target: Target, namespace: str, job: str) -> list[dict[str, Any]]:
     """The job's pods as dicts (all replica types; TrainJob initializers included)."""
     with cluster_errors(f"list pods in namespace {namespace}"):

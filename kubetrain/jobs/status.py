@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from kubetrain import jobs
 from kubetrain.errors import ClusterError
-from kubetrain.jobs import devices, hints, nodes, pods
+from kubetrain.jobs import hints, nodes, pods
 from kubetrain.jobs.targets import PYTORCHJOB, TRAININGJOB, Target, controlling_trainingjob, trainingjob_ref
 from kubetrain.kube.events import list_events, list_selected, selectors, uid_selector
 from kubetrain.kube.objects import JOB_LABEL, meta_of, parse_time, status_of
+from kubetrain.kube.parallel import start
 from kubetrain.observe.nccl import requested_fabric, socket_fallback, transports
 from kubetrain.observe.progress import ProgressTracker
 from kubetrain.podenv import TRACKING_ENV
@@ -276,7 +277,11 @@ def job_status(rest: Rest, targets: list[Target] | None, namespace: str, name: s
                       f"{STATUS_POD_EVENT_LISTS} pods' Events): `kubetrain events {name}`")
     if fallback := socket_fallback(fabric, transports(head)):
         queued.append(fallback)
-    queued += devices.pending_claim_hints(rest, namespace, f"{JOB_LABEL}={name}", pod_list)
+    if waiting := pods.waiting_for_claims(pod_list):
+        # DRA's device matching loads only for pods that wait for devices (import budget of `status`)
+        from kubetrain.jobs import devices
+
+        queued += devices.pending_claim_hints(rest, namespace, f"{JOB_LABEL}={name}", waiting)
     all_hints = hints.unique(queued + recreated + [h for r in rows for h in r.hints] +
                              [h for e in events if e.type == "Warning" for h in e.hints])
     when = ""
@@ -321,24 +326,20 @@ def read_in_parallel(rest: Rest, target: Target, namespace: str, obj: dict[str, 
     than one after the other. The Events lists are those status reads whatever the pods are: the job's own, a
     TrainJob's JobSet's, and a PyTorchJob's master pod's (by name; its UID comes with the pods, and its list
     then also serves as the list by that UID). The log head (the timeline's) is read once the pods are known."""
-    # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
-    from concurrent.futures import ThreadPoolExecutor
-
     meta = meta_of(obj)
     name = str(meta.get("name") or "")
     master = [("Pod", pod) for pod in _expected_pods(obj, target) if pod.endswith("-master-0")]
     early = selectors([str(meta.get("uid") or ""), _owner_uid(obj)],
                       master if target is PYTORCHJOB else [("JobSet", name)])
-    with ThreadPoolExecutor(2) as pool:
-        reading = pool.submit(list_selected, rest, namespace, early)
-        pod_list = pods.list_pods(rest, target, namespace, name)
-        if head:
-            # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
-            from kubetrain.jobs.timing import rank0_head
+    reading = start(list_selected, rest, namespace, early)
+    pod_list = pods.list_pods(rest, target, namespace, name)
+    if head:
+        # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
+        from kubetrain.jobs.timing import rank0_head
 
-            heading = pool.submit(rank0_head, rest, target, namespace, name, pod_list)
-        listed = reading.result()
-        lines, unread = heading.result() if head else ([], "")
+        heading = start(rank0_head, rest, target, namespace, name, pod_list)
+    listed = reading.result()
+    lines, unread = heading.result() if head else ([], "")
     uids = {str(meta_of(p).get("name")): str(meta_of(p).get("uid") or "")
             for p in pod_list}
     for kind, pod in master:  # the master's list by name also answers the list by its current UID

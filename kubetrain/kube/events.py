@@ -15,6 +15,7 @@ from typing import Any
 from kubetrain.kube import watch
 from kubetrain.kube.errors import cluster_errors
 from kubetrain.kube.objects import meta_of
+from kubetrain.kube.parallel import map_parallel
 from kubetrain.kube.rest import Rest, path_of
 
 PARALLEL = 8
@@ -56,8 +57,4 @@ def list_selected(rest: Rest, namespace: str, wanted: list[str]) -> dict[str, li
     with cluster_errors(f"list events in namespace {namespace}"):
         if len(wanted) == 1:
             return {wanted[0]: one(wanted[0])}
-        # not on the import path of `status`, `list` and `logs` (import budget, docs/performance.md)
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(min(PARALLEL, len(wanted))) as pool:
-            return dict(zip(wanted, pool.map(one, wanted), strict=True))
+        return dict(zip(wanted, map_parallel(one, wanted, PARALLEL), strict=True))

@@ -59,7 +59,11 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"kubetrain.runtime.{_HOME[name]}"), name)
+# mypy reads the names from the TYPE_CHECKING imports above, so a missing one is an error; a module
+# __getattr__ it could see would type every unknown name as Any.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        if name not in _HOME:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"kubetrain.runtime.{_HOME[name]}"), name)

@@ -9,17 +9,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
-from kubetrain.errors import KubetrainError
-from kubetrain.jobspec.sections import Checkpoint, Divergence, Train
 from kubetrain.podenv import CONFIG_ENV, PARAMS_ENV, PATH_MAP_ENV
+from kubetrain.runtime.settings import Checkpoint, Divergence, RuntimeConfigError, Train, read
 
-
-class RuntimeConfigError(KubetrainError):
-    """The runtime's configuration is unusable (bad KUBETRAIN_CONFIG, a factory that does not import...)."""
-
-    exit_code = 2
+__all__ = ["RuntimeConfig", "RuntimeConfigError", "json_object", "load_config", "local_path", "path_map", "resolve_ref",
+           "trial_params"]  # RuntimeConfigError lives in kubetrain.runtime.settings (its reader raises it)
 
 
 @dataclass(frozen=True)
@@ -29,12 +23,6 @@ class RuntimeConfig:
     train: Train | None
     checkpoint: Checkpoint
     divergence: Divergence = field(default_factory=Divergence)
-
-
-def _first_error(exc: ValidationError, prefix: str) -> str:
-    error = exc.errors(include_url=False)[0]
-    field = ".".join(str(part) for part in error["loc"])
-    return f"{prefix}.{field}: {error['msg']}" if field else f"{prefix}: {error['msg']}"
 
 
 def json_object(name: str, raw: str, expected: str = "a JSON object") -> dict[str, Any]:
@@ -49,26 +37,17 @@ def json_object(name: str, raw: str, expected: str = "a JSON object") -> dict[st
 
 
 def load_config(environ: Mapping[str, str] | None = None) -> RuntimeConfig:
-    """Parse KUBETRAIN_CONFIG ({"train": ..., "checkpoint": ..., "divergence": ...}) with the spec's own
-    models."""
+    """Parse KUBETRAIN_CONFIG ({"train": ..., "checkpoint": ..., "divergence": ...}) into the runtime's
+    settings (kubetrain.runtime.settings: the spec's sections as the pod reads them)."""
     environ = os.environ if environ is None else environ
     raw = environ.get(CONFIG_ENV)
     if not raw:
         raise RuntimeConfigError(f"{CONFIG_ENV} is not set: run the Trainer API through `kubetrain run` or "
                                  "a rendered manifest, or call kubetrain.runtime.Trainer from Python")
     data = json_object(CONFIG_ENV, raw, "a JSON object with 'train' and 'checkpoint'")
-    try:
-        train = Train.model_validate(data["train"]) if data.get("train") is not None else None
-    except ValidationError as exc:
-        raise RuntimeConfigError(_first_error(exc, "spec.train")) from None
-    try:
-        checkpoint = Checkpoint.model_validate(data.get("checkpoint") or {})
-    except ValidationError as exc:
-        raise RuntimeConfigError(_first_error(exc, "spec.checkpoint")) from None
-    try:
-        divergence = Divergence.model_validate(data.get("divergence") or {})
-    except ValidationError as exc:
-        raise RuntimeConfigError(_first_error(exc, "spec.divergence")) from None
+    train = read(Train, data["train"], "spec.train") if data.get("train") is not None else None
+    checkpoint = read(Checkpoint, data.get("checkpoint") or {}, "spec.checkpoint")
+    divergence = read(Divergence, data.get("divergence") or {}, "spec.divergence")
     return RuntimeConfig(train, checkpoint, divergence)
 
 

@@ -23,9 +23,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from kubetrain.jobspec.sections import Divergence
 from kubetrain.metrics import EXIT_DIVERGED, diverged_text
 from kubetrain.runtime.distributed import DistEnv
+from kubetrain.runtime.settings import Divergence
 
 NONFINITE_VALUES = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 

@@ -19,9 +19,9 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-from kubetrain.jobspec.sections import Train
 from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.distributed import DistEnv
+from kubetrain.runtime.settings import Train
 from kubetrain.runtime.wrapped import DTYPES, Wrapped
 
 

@@ -13,7 +13,6 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from kubetrain.jobspec.sections import Divergence, Train
 from kubetrain.metrics import nonfinite_text
 from kubetrain.runtime.checkpoint import StoreBase
 from kubetrain.runtime.config import RuntimeConfigError
@@ -23,6 +22,7 @@ from kubetrain.runtime.divergence import NONFINITE_VALUES, Guard, TrainingDiverg
 from kubetrain.runtime.heartbeat import Heartbeat
 from kubetrain.runtime.profile import StepProfiler
 from kubetrain.runtime.report import Reporter, Window, gpu_memory_mb
+from kubetrain.runtime.settings import Divergence, Train
 from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import (
     broadcast_from_main,

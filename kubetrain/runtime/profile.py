@@ -16,9 +16,9 @@ from typing import Any
 from torch.autograd.profiler_util import FunctionEventAvg
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-from kubetrain.jobspec.sections import Profile
 from kubetrain.runtime.distributed import DistEnv
 from kubetrain.runtime.report import Reporter
+from kubetrain.runtime.settings import Profile
 
 TOP = 5
 

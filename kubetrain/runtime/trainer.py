@@ -1,7 +1,7 @@
 """The Trainer API: name model/dataset/loss/optimizer/scheduler factories, kubetrain runs the DDP loop.
 
     from kubetrain.runtime import Trainer
-    from kubetrain.jobspec.sections import Checkpoint, Divergence, Train
+    from kubetrain.runtime.settings import Checkpoint, Divergence, Train   # or the spec's, kubetrain.jobspec.sections
 
     Trainer(Train(model="digits.train:build_model", dataset="digits.train:build_datasets", epochs=5),
             Checkpoint(dir="/ckpt", everySteps=50)).fit()
@@ -18,12 +18,11 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 from torch import nn
 
-from kubetrain.jobspec.sections import Checkpoint, Divergence, Train
 from kubetrain.runtime.config import RuntimeConfigError, resolve_ref
 from kubetrain.runtime.data import ResumableSampler, ShardSampler, make_loader, split_datasets
 from kubetrain.runtime.distributed import DistEnv, distributed
@@ -33,6 +32,7 @@ from kubetrain.runtime.loop import FitResult, Loop
 from kubetrain.runtime.objstore import open_store
 from kubetrain.runtime.profile import make_profiler
 from kubetrain.runtime.report import Reporter
+from kubetrain.runtime.settings import Checkpoint, Divergence, Train, as_settings
 from kubetrain.runtime.sharded import ShardedCheckpoints
 from kubetrain.runtime.state import seed_everything
 from kubetrain.runtime.stop import StopSignal, TrainingStopped
@@ -46,6 +46,9 @@ from kubetrain.runtime.wrap import (
     warn_slow_precision,
     wrap_model,
 )
+
+if TYPE_CHECKING:
+    from kubetrain.jobspec import sections
 
 __all__ = ["Factories", "FitResult", "Trainer", "TrainingDiverged", "TrainingStopped"]
 
@@ -104,14 +107,16 @@ def _loss_fn(factories: Factories) -> Callable[..., torch.Tensor]:
 
 class Trainer:
     """Runs `train` (the spec's Train section) with checkpoints in `checkpoint.dir`, on every rank;
-    `divergence` says what a non-finite loss does (default: stop)."""
+    `divergence` says what a non-finite loss does (default: stop). Each section is kubetrain.runtime.settings'
+    or the spec's own model (kubetrain.jobspec.sections), which has the same fields."""
 
-    def __init__(self, train: Train, checkpoint: Checkpoint | None = None, factories: Factories | None = None,
-                 *, stream: TextIO | None = None, divergence: Divergence | None = None) -> None:
-        self.train = train
-        self.checkpoint = checkpoint or Checkpoint()
-        self.divergence = divergence or Divergence()
-        self.factories = factories or Factories.from_train(train)
+    def __init__(self, train: Train | sections.Train, checkpoint: Checkpoint | sections.Checkpoint | None = None,
+                 factories: Factories | None = None, *, stream: TextIO | None = None,
+                 divergence: Divergence | sections.Divergence | None = None) -> None:
+        self.train = as_settings(Train, train, "spec.train")
+        self.checkpoint = as_settings(Checkpoint, checkpoint or Checkpoint(), "spec.checkpoint")
+        self.divergence = as_settings(Divergence, divergence or Divergence(), "spec.divergence")
+        self.factories = factories or Factories.from_train(self.train)
         self.stream = stream
 
     def fit(self) -> FitResult:

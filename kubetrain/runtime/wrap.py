@@ -4,18 +4,19 @@ torch.compile; and mixed precision."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
 
-from kubetrain.jobspec.sections import DDP, Train
 from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.distributed import DistEnv
+from kubetrain.runtime.settings import DDP, Train
 from kubetrain.runtime.wrapped import DTYPES, Wrapped
 
 
@@ -113,12 +114,12 @@ def resolve_precision(train: Train, device: torch.device) -> Train:
     (autocast supports it everywhere; fast with AVX512-BF16/AMX)."""
     if train.precision != "bf16" or device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False):
         return train
-    fallback = "fp32" if train.strategy == "fsdp" else "fp16"
+    fallback: Literal["fp32", "fp16"] = "fp32" if train.strategy == "fsdp" else "fp16"
     major, minor = torch.cuda.get_device_capability(device)
     print(f"kubetrain.runtime: warning: precision bf16 needs compute capability 8.0+ (Ampere or newer), and "
           f"{torch.cuda.get_device_name(device)} is {major}.{minor}: training in {fallback}"
           f"{' with a GradScaler' if fallback == 'fp16' else ''} instead", file=sys.stderr, flush=True)
-    return train.model_copy(update={"precision": fallback})
+    return dataclasses.replace(train, precision=fallback)
 
 
 def warn_slow_precision(train: Train, device: torch.device) -> None:

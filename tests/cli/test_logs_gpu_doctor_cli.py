@@ -84,12 +84,16 @@ def test_logs_gpu_and_follow(controlplane, namespace, job):
 def test_status_list_and_logs_load_neither_the_kubernetes_package_nor_the_spec_machinery(controlplane, namespace,
                                                                                         job):
     """The cluster read paths' start-up budget: REST over http.client (kubetrain.kube.transport), and no job-spec
-    model (pydantic) or templates (jinja2) to read a job by name (docs/performance.md)."""
+    model (pydantic) or templates (jinja2) to read a job by name; threads without concurrent.futures (it loads
+    logging), DRA's device matching only for pods that wait for devices, and `list` without the status
+    machinery (docs/performance.md)."""
     kc = ["--kubeconfig", str(controlplane.kubeconfig), "-n", namespace]
-    heavy = {"urllib3", "kubernetes", "pydantic", "jinja2", "kubetrain.jobspec.model", "kubetrain.jobspec.load"}
-    for argv, shown in ((["status", job], f"pytorchjob {namespace}/cli: "), (["list"], "cli "),
-                        (["logs", job, "--tail", "1"], "[worker-0] worker done")):
-        result = run_fresh([*argv, *kc], heavy)
+    heavy = {"urllib3", "kubernetes", "pydantic", "jinja2", "kubetrain.jobspec.model", "kubetrain.jobspec.load",
+             "concurrent.futures", "logging", "kubetrain.jobs.devices", "decimal"}
+    for argv, shown, more in ((["status", job], f"pytorchjob {namespace}/cli: ", set()),
+                              (["list"], "cli ", {"kubetrain.jobs.status"}),
+                              (["logs", job, "--tail", "1"], "[worker-0] worker done", {"kubetrain.jobs.status"})):
+        result = run_fresh([*argv, *kc], heavy | more)
         assert result.exit_code == 0 and shown in result.stdout, (argv, result.stdout, result.stderr[-2000:])
         assert result.loaded == [], (argv, result.loaded)
 

@@ -190,6 +190,7 @@ def test_the_policy_reaches_the_runtime_only_when_written() -> None:
 
     from kubetrain.jobspec.load import parse_spec
     from kubetrain.render.context import env
+    from kubetrain.runtime import settings
     from kubetrain.runtime.config import load_config
 
     def config(**spec: Any) -> Any:
@@ -199,6 +200,6 @@ def test_the_policy_reaches_the_runtime_only_when_written() -> None:
         return values["KUBETRAIN_CONFIG"], load_config(values)
 
     raw, loaded = config()
-    assert "divergence" not in raw and loaded.divergence == Divergence()  # manifests as before: stop
+    assert "divergence" not in raw and loaded.divergence == settings.Divergence()  # manifests as before: stop
     raw, loaded = config(divergence={"policy": "skip", "maxSkippedSteps": 3})
-    assert loaded.divergence == Divergence(policy="skip", maxSkippedSteps=3)
+    assert loaded.divergence == settings.Divergence(policy="skip", maxSkippedSteps=3)

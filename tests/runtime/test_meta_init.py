@@ -18,9 +18,9 @@ from tests.runtime.torchmod import require_torch
 torch = require_torch()
 from torch import nn  # noqa: E402
 
-from kubetrain.jobspec.sections import FSDP, Train  # noqa: E402
 from kubetrain.runtime import Factories, Trainer  # noqa: E402
 from kubetrain.runtime.config import RuntimeConfigError  # noqa: E402
+from kubetrain.runtime.settings import FSDP, Train  # noqa: E402
 
 pytestmark = [pytest.mark.torch]
 MiB = 2**20

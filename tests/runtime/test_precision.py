@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kubetrain.jobspec.sections import Train
 from kubetrain.runtime.distributed import DistEnv
+from kubetrain.runtime.settings import Train
 from kubetrain.runtime.trainer import fused_adamw
 from kubetrain.runtime.wrap import autocast, grad_scaler, resolve_precision
 

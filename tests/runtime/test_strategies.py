@@ -20,13 +20,13 @@ from tests.runtime.helpers import JOBS, REPO, quiet_env
 from tests.runtime.torchmod import require_torch
 
 torch = require_torch()
-from kubetrain.jobspec.sections import FSDP, Checkpoint, Train  # noqa: E402
 from kubetrain.metrics import parse_metrics_line  # noqa: E402
 from kubetrain.runtime import Factories, Trainer, TrainingStopped  # noqa: E402
 from kubetrain.runtime.checkpoint import CheckpointStore  # noqa: E402
 from kubetrain.runtime.config import RuntimeConfigError  # noqa: E402
 from kubetrain.runtime.distributed import DistEnv  # noqa: E402
 from kubetrain.runtime.launch import failure_exit_code, worker_exit_code  # noqa: E402
+from kubetrain.runtime.settings import FSDP, Checkpoint, Train  # noqa: E402
 from kubetrain.runtime.stop import StopSignal  # noqa: E402
 
 pytestmark = [pytest.mark.torch]
@@ -261,7 +261,7 @@ def test_launcher_exit_codes() -> None:
 
 
 def test_profiler_writes_traces_and_a_summary(tmp_path: Path) -> None:
-    from kubetrain.jobspec.sections import Profile
+    from kubetrain.runtime.settings import Profile
 
     train = Train(model="numerics_task:Probe", dataset="numerics_task:data", batchSize=16, epochs=2,
                   profile=Profile(dir=str(tmp_path / "prof"), wait=1, warmup=1, active=2, repeat=2))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import os
@@ -17,11 +18,11 @@ torch = require_torch()
 from torch import nn  # noqa: E402
 from torch.utils.data import Dataset, TensorDataset  # noqa: E402
 
-from kubetrain.jobspec.sections import DDP, Checkpoint, Train  # noqa: E402
 from kubetrain.metrics import parse_metrics_line  # noqa: E402
 from kubetrain.runtime import CheckpointStore, Factories, Trainer, TrainingStopped  # noqa: E402
 from kubetrain.runtime.config import RuntimeConfigError, load_config, resolve_ref  # noqa: E402
 from kubetrain.runtime.distributed import DistEnv  # noqa: E402
+from kubetrain.runtime.settings import DDP, Checkpoint, Train  # noqa: E402
 from kubetrain.runtime.wrap import apply_activation_checkpointing, convert_sync_batchnorm, ddp_kwargs, grad_scaler  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(120)]
@@ -269,5 +270,5 @@ def test_resuming_a_checkpoint_of_another_model_is_a_one_line_refusal(tmp_path: 
                               "model: 0.weight has shape [16, 4] in the checkpoint, [32, 4] in the model and 2 "
                               "more ("), message
     # The same model resumes (the check refuses only what cannot load).
-    result, lines = fit(Train(**{**train.model_dump(), "epochs": 2}), factories(), ckpt)
+    result, lines = fit(dataclasses.replace(train, epochs=2), factories(), ckpt)
     assert lines[0]["kind"] == "resume" and result.step == 24

@@ -18,9 +18,9 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from kubetrain.jobspec.sections import FSDP, Checkpoint, Train
 from kubetrain.runtime import Trainer
 from kubetrain.runtime.distributed import distributed
+from kubetrain.runtime.settings import FSDP, Checkpoint, Train
 from kubetrain.runtime.wrap import meta_device, wrap_model
 
 WIDTH, LAYERS = 4096, 8  # 8 x 4096 x 4096 fp32 weights: 512 MiB

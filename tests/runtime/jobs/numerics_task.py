@@ -31,10 +31,10 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.utils.data import TensorDataset
 
-from kubetrain.jobspec.sections import FSDP, Checkpoint, Profile, Train
 from kubetrain.metrics import parse_metrics_line
 from kubetrain.runtime import Factories, Trainer
 from kubetrain.runtime.distributed import distributed, exit_process, init_distributed
+from kubetrain.runtime.settings import FSDP, Checkpoint, Profile, Train
 
 SAMPLES = 216  # 108 per rank
 HELD_OUT = 33
