@@ -37,6 +37,10 @@ _UNKNOWN_FIELD = re.compile(r'unknown field "([^"]+)"')
 _UNMARSHAL = re.compile(r"cannot unmarshal (\w+)(?: [^ ]+)? into Go struct field \w+\.([\w.]+) of type")
 _JSON_TYPES = {"bool": (bool,), "number": (int, float), "string": (str,), "array": (list,), "object": (dict,)}
 _FIELD_PART = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
+# An operator's webhook puts its field.ErrorList in the message: 'admission webhook "..." denied the request:
+# spec.pytorchReplicaSpecs[Chief]: Unsupported value: ...'
+_WEBHOOK_FIELD = re.compile(r'admission webhook "[^"]+" denied the request: '
+                            r"([A-Za-z]\w*(?:\.[A-Za-z]\w*|\[[^\]]*\])*): ")
 # Refusals that depend on what a cluster holds, not on the object: warnings, not errors.
 CLUSTER_STATE = ("no PriorityClass with name",)
 
@@ -74,9 +78,12 @@ class ExactChecker:
     (True when it installed one now)."""
 
     def __init__(self, rest: Rest, server_side: bool = False, ignore_missing: bool = False,
-                 install: Callable[[str, str], bool] | None = None) -> None:
+                 install: Callable[[str, str], bool] | None = None,
+                 admission: Callable[[str, str], bool] | None = None) -> None:
         self.rest, self.server_side, self.ignore_missing = rest, server_side, ignore_missing
         self.install, self._seen = install, set[tuple[str, str]]()
+        self.admission = admission
+        self.webhooks = set[str]()  # kinds whose operator's own webhooks run on the server
         self.discovery = Discovery(rest)
         self._namespaces: dict[str, str | None] = {}
         self.accepted: dict[str, Any] | None = None  # the last object the server accepted, as it would store it
@@ -109,7 +116,8 @@ class ExactChecker:
         if self.accepted is not None and not any(f.severity == "error" for f in findings):
             # the operators see the object as stored: nulls pruned, defaults set
             self.remember_runtime(self.accepted)
-            findings += list(operator_rule_findings(self.accepted))
+            if kind not in self.webhooks:  # the operator's webhook did not run: kubetrain's port of its rules
+                findings += list(operator_rule_findings(self.accepted))
             findings += self.derived_findings(self.accepted)
         return sorted((issue(f) for f in findings), key=lambda i: (i.line or 0, i.path))
 
@@ -135,7 +143,11 @@ class ExactChecker:
             self._seen.add((api_version, kind))
             if self.install(api_version, kind):
                 self.discovery.forget(api_version)
-        return self.discovery.resource(api_version, kind)
+        found = self.discovery.resource(api_version, kind)
+        if found is not None and self.admission is not None and kind not in self.webhooks and \
+                self.admission(api_version, kind):
+            self.webhooks.add(kind)
+        return found
 
     def remember_runtime(self, obj: dict[str, Any]) -> None:
         """A (Cluster)TrainingRuntime the files define: the TrainJobs after it that name it are derived from it."""
@@ -255,6 +267,9 @@ def _refusal(exc: ApiError, base: PathKey, derived: Derived | None, obj: Any = N
         return
     if (where := unmarshal_path(message, obj)) is not None:
         yield Finding((*base, *where), f"{_prefix(derived)}{message}", severity)
+        return
+    if (webhook := _WEBHOOK_FIELD.search(message)) is not None and (derived is None or derived.mirrors):
+        yield Finding((*base, *field_path(webhook.group(1))), f"{_prefix(derived)}{message}", severity)
         return
     fields = _UNKNOWN_FIELD.findall(message)
     if fields:
