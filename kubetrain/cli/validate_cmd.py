@@ -141,7 +141,8 @@ def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: t
     with server.using() as rest:
         install = crd_installer(rest, server.dir, [c for c in crds if c.get("kind") == "CustomResourceDefinition"])
         hooks = LocalWebhooks(rest, server.dir, binaries, version, install) if webhooks else None
-        checker = ExactChecker(rest, server_side, ignore_missing, install, hooks.admit if hooks else None)
+        checker = ExactChecker(rest, server_side, ignore_missing, install, hooks.admit if hooks else None,
+                               hooks.keep if hooks else None)
         report = checker.check_sources(sources, store, skip_foreign)
     assert server.state is not None
     how = f"started in {time.monotonic() - began:.1f} s" if server.started else "warm"

@@ -42,7 +42,7 @@ _FIELD_PART = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
 _WEBHOOK_FIELD = re.compile(r'admission webhook "[^"]+" denied the request: '
                             r"([A-Za-z]\w*(?:\.[A-Za-z]\w*|\[[^\]]*\])*): ")
 # Refusals that depend on what a cluster holds, not on the object: warnings, not errors.
-CLUSTER_STATE = ("no PriorityClass with name",)
+CLUSTER_STATE = ("no PriorityClass with name", "must be created before the TrainJob is created")
 
 
 @dataclass
@@ -79,11 +79,13 @@ class ExactChecker:
 
     def __init__(self, rest: Rest, server_side: bool = False, ignore_missing: bool = False,
                  install: Callable[[str, str], bool] | None = None,
-                 admission: Callable[[str, str], bool] | None = None) -> None:
+                 admission: Callable[[str, str], bool] | None = None,
+                 keep: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.rest, self.server_side, self.ignore_missing = rest, server_side, ignore_missing
         self.install, self._seen = install, set[tuple[str, str]]()
         self.admission = admission
         self.webhooks = set[str]()  # kinds whose operator's own webhooks run on the server
+        self.keep = keep  # an accepted object that later ones need on the server for real (a Trainer runtime)
         self.discovery = Discovery(rest)
         self._namespaces: dict[str, str | None] = {}
         self.accepted: dict[str, Any] | None = None  # the last object the server accepted, as it would store it
@@ -116,6 +118,8 @@ class ExactChecker:
         if self.accepted is not None and not any(f.severity == "error" for f in findings):
             # the operators see the object as stored: nulls pruned, defaults set
             self.remember_runtime(self.accepted)
+            if self.keep is not None:
+                self.keep(obj)
             if kind not in self.webhooks:  # the operator's webhook did not run: kubetrain's port of its rules
                 findings += list(operator_rule_findings(self.accepted))
             findings += self.derived_findings(self.accepted)
@@ -201,13 +205,27 @@ class ExactChecker:
                                              json.dumps(obj), content_type="application/apply-patch+yaml")
             else:
                 body = obj if derived is not None else with_last_applied(obj)
-                response = self.rest.request("POST", collection, {**query, "fieldManager": "kubectl-client-side-apply"},
-                                             json.dumps(body))
+                response = self._create(collection, {**query, "fieldManager": "kubectl-client-side-apply"}, body)
         except ApiError as exc:
             return list(_refusal(exc, base, derived, obj))
         if derived is None:
             self.accepted = _json_object(response.data)
         return [Finding(base, f"{_prefix(derived)}{warning}", "warning") for warning in _warnings(response.headers)]
+
+
+    def _create(self, collection: str, query: dict[str, str], body: dict[str, Any]) -> Any:
+        """A dry-run create; for an object the local server holds for real (a namespace, a runtime kubetrain
+        created for the Trainer's webhook), a dry-run update instead, as `kubectl apply` would send."""
+        try:
+            return self.rest.request("POST", collection, query, json.dumps(body))
+        except Conflict as exc:
+            name = _meta(body).get("name")
+            if status_body(exc).get("reason") != "AlreadyExists" or not isinstance(name, str):
+                raise
+            current = self.rest.get(f"{collection}/{name}")
+            version = _meta(current).get("resourceVersion")
+            update = {**body, "metadata": {**_meta(body), "resourceVersion": version}}
+            return self.rest.request("PUT", f"{collection}/{name}", query, json.dumps(update))
 
 
 def with_last_applied(obj: dict[str, Any]) -> dict[str, Any]:

@@ -137,6 +137,38 @@ class LocalWebhooks:
             write_private(self.dir / "state.json", json.dumps({**state.__dict__, "pids": pids}))
         return True
 
+    def keep(self, obj: dict[str, Any]) -> None:
+        """A runtime the files define, accepted: created for real (replacing one of that name), for the
+        TrainJobs after it: the Trainer's webhook reads the runtime a TrainJob names from the cluster."""
+        kind, meta = obj.get("kind"), obj.get("metadata")
+        if kind not in ("TrainingRuntime", "ClusterTrainingRuntime") or not self.live.get("trainer") or \
+                not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+            return
+        group, version = TRAINER
+        namespace = str(meta.get("namespace") or "default") if kind == "TrainingRuntime" else None
+        plural = "trainingruntimes" if namespace else "clustertrainingruntimes"
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        body = {k: v for k, v in obj.items() if k != "status"}
+        create_or_replace(self.rest, f"/apis/{group}/{version}{scope}/{plural}", body)
+        self._wait_known(str(kind), meta["name"], namespace or "default")
+
+    def _wait_known(self, kind: str, name: str, namespace: str) -> None:
+        """Until the Trainer's cache has the runtime: a dry-run TrainJob naming it is no longer refused for
+        naming a runtime that does not exist."""
+        group, version = TRAINER
+        probe = {"apiVersion": f"{group}/{version}", "kind": "TrainJob", "metadata": {"name": "runtime-probe"},
+                 "spec": {"runtimeRef": {"name": name, "kind": kind}}}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                self.rest.json("POST", f"/apis/{group}/{version}/namespaces/{namespace}/trainjobs",
+                               {"dryRun": "All"}, probe)
+                return
+            except ApiError as exc:
+                if "must be created before" not in api_message(exc):
+                    return
+            time.sleep(0.05)
+
     def _crds_installed(self, manager: Manager) -> bool:
         if self.install is not None:
             for api_version, kind in manager.crds:
