@@ -212,7 +212,6 @@ class ExactChecker:
             self.accepted = _json_object(response.data)
         return [Finding(base, f"{_prefix(derived)}{warning}", "warning") for warning in _warnings(response.headers)]
 
-
     def _create(self, collection: str, query: dict[str, str], body: dict[str, Any]) -> Any:
         """A dry-run create; for an object the local server holds for real (a namespace, a runtime kubetrain
         created for the Trainer's webhook), a dry-run update instead, as `kubectl apply` would send."""
