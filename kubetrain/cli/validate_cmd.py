@@ -15,7 +15,7 @@ from kubetrain.cli.output import emit, handle_errors, info
 from kubetrain.errors import SpecError, UsageError
 from kubetrain.jobs.exactcheck import ExactChecker
 from kubetrain.jobs.localapi import LocalApiServer, crd_installer
-from kubetrain.jobs.localwebhooks import LocalWebhooks
+from kubetrain.jobs.localwebhooks import LocalWebhooks, remove_webhooks
 from kubetrain.jobs.podcheck import cluster_pod_issues
 from kubetrain.jobspec.load import read_text
 from kubetrain.kube.connection import connect
@@ -61,7 +61,8 @@ FAST_MODE = "offline rules, not the API server's verdict"
                    "setup-envtest's store, kubetrain's test environment).")
 @click.option("--webhooks/--no-webhooks", default=True, show_default=True,
               help="With --exact: run the operators' own admission webhooks (training-operator, Trainer, JobSet) "
-                   "where their binaries are found, each started the first time a file holds a kind it admits.")
+                   "where their binaries are found, each started the first time a file holds a kind it admits; "
+                   "--no-webhooks stops those running and uses kubetrain's port of their rules.")
 @click.option("--stop-server", is_flag=True, help="Stop the local API servers --exact left running, and exit.")
 @handle_errors
 def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[str, ...], from_cluster: bool,
@@ -141,6 +142,8 @@ def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: t
     with server.using() as rest:
         install = crd_installer(rest, server.dir, [c for c in crds if c.get("kind") == "CustomResourceDefinition"])
         hooks = LocalWebhooks(rest, server.dir, binaries, version, install) if webhooks else None
+        if not webhooks:
+            remove_webhooks(rest, server.dir)
         checker = ExactChecker(rest, server_side, ignore_missing, install, hooks.admit if hooks else None,
                                hooks.keep if hooks else None)
         report = checker.check_sources(sources, store, skip_foreign)

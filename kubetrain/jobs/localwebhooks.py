@@ -45,7 +45,7 @@ from kubetrain.jobs.localapi import (
     write_private,
 )
 from kubetrain.jobs.trainjobset import TORCH_DISTRIBUTED
-from kubetrain.kube.errors import ApiError, Conflict, Unreachable, api_message
+from kubetrain.kube.errors import ApiError, Conflict, NotFound, Unreachable, api_message
 from kubetrain.kube.rest import Rest
 
 START_DEADLINE = 120.0  # seconds: a manager's start to a webhook that answers (~5-15 s on a loaded 2-core machine)
@@ -276,6 +276,27 @@ class LocalWebhooks:
         except Unreachable as exc:
             return str(exc)
         return ""
+
+
+def remove_webhooks(rest: Rest, directory: Path) -> list[str]:
+    """The local server without the operators' webhooks (`--no-webhooks`): their managers stopped and their
+    configurations deleted. Returns the managers that were running."""
+    with flocked(directory / "start.lock", fcntl.LOCK_EX):
+        state = read_state(directory)
+        running = {k: v for k, v in (state.pids if state else {}).items() if k.startswith(KEY_PREFIX)}
+        for kind, configs in (("validating", ("validator.training-operator.kubeflow.org",
+                                              "jobset-validating-webhook-configuration",
+                                              "validator.trainer.kubeflow.org")),
+                              ("mutating", ("jobset-mutating-webhook-configuration",
+                                            "defaulter.trainer.kubeflow.org"))):
+            for name in configs:
+                with contextlib.suppress(NotFound):
+                    rest.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}webhookconfigurations/{name}")
+        if state is not None and running:
+            kill_all(running)
+            pids = {k: v for k, v in state.pids.items() if k not in running}
+            write_private(directory / "state.json", json.dumps({**state.__dict__, "pids": pids}))
+    return [name.removeprefix(KEY_PREFIX) for name in running]
 
 
 def _probe_object(manager: Manager) -> tuple[dict[str, Any], str, dict[str, str] | None]:

@@ -205,6 +205,8 @@ def test_without_the_webhooks_kubetrains_port_of_their_rules(exact: list[str], t
     assert code == 1 and "with the webhooks" not in report["verdictBy"]
     assert all("admission webhook" not in i["message"] for i in report["issues"]), report["issues"]
     assert any("replica type must be Master or Worker" in i["message"] for i in report["issues"]), report["issues"]
+    state = read_state(state_dir("1.36"))  # the managers an earlier run started are stopped
+    assert state is not None and not any(name.startswith("webhook:") for name in state.pids)
 
 
 def test_a_runtime_of_the_files_is_kept_for_the_trainers_webhook(exact: list[str], tmp_path: Path) -> None:
