@@ -22,11 +22,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import http.client
 import json
 import os
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -477,11 +477,14 @@ def _served(rest: Rest, api_version: str, kind: str) -> bool:
 
 
 def _ready(port: int) -> bool:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as response:
-            return bool(response.status == 200)
-    except OSError:
+        connection.request("GET", "/readyz")
+        return connection.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
         return False
+    finally:
+        connection.close()
 
 
 def _b64(data: bytes) -> str:
