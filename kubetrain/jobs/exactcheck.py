@@ -39,8 +39,10 @@ _JSON_TYPES = {"bool": (bool,), "number": (int, float), "string": (str,), "array
 _FIELD_PART = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
 # An operator's webhook puts its field.ErrorList in the message: 'admission webhook "..." denied the request:
 # spec.pytorchReplicaSpecs[Chief]: Unsupported value: ...'
-_WEBHOOK_FIELD = re.compile(r'admission webhook "[^"]+" denied the request: '
+_WEBHOOK_FIELD = re.compile(r'admission webhook "[^"]+" denied the request: \[?'
                             r"([A-Za-z]\w*(?:\.[A-Za-z]\w*|\[[^\]]*\])*): ")
+# JobSet's webhook refuses the names it would generate from the JobSet's (IsDNS1035Label's messages, no field)
+_NAME_TOO_LONG = "must be no more than 63 characters"
 # Refusals that depend on what a cluster holds, not on the object: warnings, not errors.
 CLUSTER_STATE = ("no PriorityClass with name", "must be created before the TrainJob is created")
 
@@ -287,6 +289,9 @@ def _refusal(exc: ApiError, base: PathKey, derived: Derived | None, obj: Any = N
         return
     if (webhook := _WEBHOOK_FIELD.search(message)) is not None and (derived is None or derived.mirrors):
         yield Finding((*base, *field_path(webhook.group(1))), f"{_prefix(derived)}{message}", severity)
+        return
+    if derived is not None and derived.named_by is not None and _NAME_TOO_LONG in message:
+        yield Finding(derived.named_by, f"{_prefix(derived)}{message}", severity)
         return
     fields = _UNKNOWN_FIELD.findall(message)
     if fields:
