@@ -25,7 +25,8 @@ from kubetrain.jobs.derived import Derived, derived_objects, operator_rule_findi
 from kubetrain.jobs.trainjobset import runtime_for
 from kubetrain.kube.errors import ApiError, Conflict, Invalid, NotFound, api_message, status_body
 from kubetrain.kube.rest import Rest
-from kubetrain.rules.findings import Finding
+from kubetrain.rules.findings import Finding, get
+from kubetrain.rules.runtimes import runtime_of
 from kubetrain.validate.engine import Issue, Report, documents, validate_document
 from kubetrain.yamlsrc import ParsedDoc, line_for
 
@@ -41,10 +42,11 @@ _FIELD_PART = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
 # spec.pytorchReplicaSpecs[Chief]: Unsupported value: ...'
 _WEBHOOK_FIELD = re.compile(r'admission webhook "[^"]+" denied the request: \[?'
                             r"([A-Za-z]\w*(?:\.[A-Za-z]\w*|\[[^\]]*\])*): ")
-# JobSet's webhook refuses the names it would generate from the JobSet's (IsDNS1035Label's messages, no field)
-_NAME_TOO_LONG = "must be no more than 63 characters"
+# JobSet's webhook refuses a JobSet whose Jobs' or pods' generated names would be too long: the name's fault
+_NAME_TOO_LONG = re.compile(r"name is too long|must be no more than 63 characters")
 # Refusals that depend on what a cluster holds, not on the object: warnings, not errors.
-CLUSTER_STATE = ("no PriorityClass with name", "must be created before the TrainJob is created")
+CLUSTER_STATE = ("no PriorityClass with name",)
+RUNTIME_MISSING = "must be created before the TrainJob is created"  # the Trainer's webhook
 
 
 @dataclass
@@ -139,7 +141,7 @@ class ExactChecker:
             namespace = str(_meta(obj).get("namespace") or "default")
             if problem := self.ensure_namespace(namespace):
                 return [Finding(("metadata", "namespace"), problem)]
-        return self.dry_run(obj, plural, namespace, ())
+        return [_shipped_runtime_missing(obj, f) for f in self.dry_run(obj, plural, namespace, ())]
 
     def resource(self, api_version: str, kind: str) -> tuple[str, bool] | None:
         """(plural, namespaced) of a kind the server serves. The first time a kind is seen its CRD, when we
@@ -229,6 +231,17 @@ class ExactChecker:
             return self.rest.request("PUT", f"{collection}/{name}", query, json.dumps(update))
 
 
+def _shipped_runtime_missing(obj: dict[str, Any], finding: Finding) -> Finding:
+    """A TrainJob naming a runtime the local server lacks is refused by the Trainer's webhook. A runtime Trainer
+    v2.3.0 ships is installed with it in a cluster: a warning (cluster state). Any other runtime must be in
+    the files validated, or the cluster refuses the TrainJob too: an error."""
+    if finding.severity != "error" or RUNTIME_MISSING not in finding.message or runtime_of(
+            get(obj, "spec", "runtimeRef")) is None:
+        return finding
+    return Finding(finding.path, f"{finding.message} (a runtime Trainer v2.3.0 installs: check that your "
+                   "cluster has it)", "warning")
+
+
 def with_last_applied(obj: dict[str, Any]) -> dict[str, Any]:
     """The object as client-side `kubectl apply` creates it: with its own JSON (without this annotation) in
     the last-applied-configuration annotation, encoded as Go's encoding/json does (sorted keys, HTML-safe).
@@ -275,6 +288,9 @@ def _refusal(exc: ApiError, base: PathKey, derived: Derived | None, obj: Any = N
     body = status_body(exc)
     message = api_message(exc)
     severity = "warning" if any(s in message for s in CLUSTER_STATE) else "error"
+    if derived is not None and derived.named_by is not None and _NAME_TOO_LONG.search(message):
+        yield Finding(derived.named_by, f"{_prefix(derived)}{message}", severity)
+        return
     causes = [c for c in (body.get("details") or {}).get("causes") or [] if isinstance(c, dict) and c.get("field")]
     if isinstance(exc, Invalid) and causes:
         for cause in causes:
@@ -288,10 +304,8 @@ def _refusal(exc: ApiError, base: PathKey, derived: Derived | None, obj: Any = N
         yield Finding((*base, *where), f"{_prefix(derived)}{message}", severity)
         return
     if (webhook := _WEBHOOK_FIELD.search(message)) is not None and (derived is None or derived.mirrors):
-        yield Finding((*base, *field_path(webhook.group(1))), f"{_prefix(derived)}{message}", severity)
-        return
-    if derived is not None and derived.named_by is not None and _NAME_TOO_LONG in message:
-        yield Finding(derived.named_by, f"{_prefix(derived)}{message}", severity)
+        where = _as_spelled(obj, field_path(webhook.group(1))) if derived is None else field_path(webhook.group(1))
+        yield Finding((*base, *where), f"{_prefix(derived)}{message}", severity)
         return
     fields = _UNKNOWN_FIELD.findall(message)
     if fields:
@@ -300,6 +314,19 @@ def _refusal(exc: ApiError, base: PathKey, derived: Derived | None, obj: Any = N
                           severity)
         return
     yield Finding(base, f"{_prefix(derived)}{message}", severity)
+
+
+def _as_spelled(obj: Any, path: PathKey) -> PathKey:
+    """`path` with each name as the document spells it: the Trainer's webhook names `spec.RuntimeRef`."""
+    out: list[str | int] = []
+    for named in path:
+        part = named
+        if isinstance(obj, dict) and isinstance(named, str) and named not in obj:
+            part = next((key for key in obj if isinstance(key, str) and key.lower() == named.lower()), named)
+        out.append(part)
+        obj = obj.get(part) if isinstance(obj, dict) else obj[part] if isinstance(obj, list) and isinstance(
+            part, int) and 0 <= part < len(obj) else None
+    return tuple(out)
 
 
 def _prefix(derived: Derived | None) -> str:

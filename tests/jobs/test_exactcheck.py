@@ -222,6 +222,17 @@ def test_a_runtime_of_the_files_is_kept_for_the_trainers_webhook(exact: list[str
     assert "must not have reserved envs" in errors[0]["message"]
 
 
+def test_a_runtime_the_server_lacks_is_an_error_unless_the_trainer_ships_it(exact: list[str], tmp_path: Path) -> None:
+    issues = {}
+    for runtime in ("no-such-runtime", "jax-distributed"):
+        file = tmp_path / f"{runtime}.yaml"
+        file.write_text(TRAINJOB.format(name="r", runtime=runtime, kind="", resources="      limits: {cpu: 1}"))
+        _, report, _ = run(exact, str(file))
+        [issues[runtime]] = [i for i in report["issues"] if "must be created before the TrainJob" in i["message"]]
+    assert issues["no-such-runtime"]["severity"] == "error" and issues["jax-distributed"]["severity"] == "warning"
+    assert issues["no-such-runtime"]["path"] == "spec.runtimeRef", issues
+
+
 def test_warm_reuse_and_a_clean_stop(exact: list[str], tmp_path: Path) -> None:
     path = tmp_path / "cm.yaml"
     path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
