@@ -1,9 +1,9 @@
 """The differential test at full size (tests/validate/differential.py): every schema- and YAML-driven case of
 Pod, Deployment, ConfigMap, Service, PyTorchJob and TrainJob, judged by the test control plane (kube-apiserver
-1.36 with the training-operator's webhook; Trainer + JobSet running for TrainJobs), by `validate --exact` and
-offline.
+1.36 with the training-operator's webhook; Trainer + JobSet running for TrainJobs), by `validate --exact` (with
+the operators' webhooks beside the local server, as by default) and offline.
 
-    .venv/bin/python benchmarks/bench_validate_differential.py [--kinds Pod,...] [--show 5]
+    .venv/bin/python benchmarks/bench_validate_differential.py [--kinds Pod,...] [--show 5] [--no-webhooks]
 
 Prints a Markdown table by kind and mutation family (cases, --exact's disagreements, the offline mode's false
 reds and false greens) and the offline false-green rate per kind, for docs/validate.md. Targets: --exact
@@ -29,11 +29,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", default=",".join(KINDS))
     parser.add_argument("--show", type=int, default=5)
+    parser.add_argument("--no-webhooks", action="store_true", help="--exact with kubetrain's port of the "
+                        "operators' webhook rules instead of their binaries")
     args = parser.parse_args()
 
     import kubernetes
 
     from kubetrain.jobs.localapi import LocalApiServer, install_crds, stop_all
+    from kubetrain.jobs.localwebhooks import LocalWebhooks
     from kubetrain.validate import SchemaStore
     from kubetrain.validate.schemas import load_crd_source
     from tests.harness.helpers import rest_for
@@ -61,9 +64,10 @@ def main() -> None:
         try:
             with server.using() as local:
                 install_crds(local, server.dir, crds)
+                webhooks = None if args.no_webhooks else LocalWebhooks(local, server.dir, bins, "1.36", None)
                 for kind in args.kinds.split(","):
                     results = judge(all_cases(kind, crd_schemas(crds)), rest_for(client), "differential", local,
-                                    store, client)
+                                    store, client, webhooks)
                     for v in results:
                         for row in (table[(kind, v.case.family)], fields[(kind, v.case.field)]):
                             row[0] += 1

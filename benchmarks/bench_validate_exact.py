@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_validate_exact.py [--files 20] [--rounds 3] [--server-binaries DIR]
     .venv/bin/python benchmarks/bench_validate_exact.py --lean-ab [--rounds 5]
+    .venv/bin/python benchmarks/bench_validate_exact.py --webhooks-ab [--rounds 4]
 
 Each round stops the local server, then times (wall clock, one `kubetrain validate --exact` process each):
 the cold run (etcd + kube-apiserver start, pinned CRDs installed, one file checked), then --files warm runs of
@@ -9,6 +10,11 @@ one file each (a PyTorchJob with its pods and Services dry-run), and one warm ru
 (the per-file cost without the process start). Targets (docs/performance.md): cold <= 10 s, each further file
 <= 100 ms on a warm server. Needs etcd and kube-apiserver (`make testenv`, or --server-binaries) and the
 pinned CRDs (`make testenv` copies them; or `kubetrain schemas fetch`).
+
+--webhooks-ab times the cold run (server stopped first, one process) of one PyTorchJob and of one TrainJob,
+each with and without the operators' webhooks (`--no-webhooks`): the training-operator's manager for the
+PyTorchJob, JobSet's and the Trainer's for the TrainJob, started lazily on the first document of a kind they
+admit. Interleaved, the order alternating per round; the managers' binaries from `make testenv`.
 
 --lean-ab times only the local server's start (exec of etcd and kube-apiserver to /readyz, in this process),
 with and without kube-apiserver's lean flags (kubetrain.jobs.localapi.LEAN_FLAGS), interleaved, the order
@@ -30,13 +36,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 
-def kubetrain(args: list[str], env: dict[str, str]) -> float:
+def kubetrain(args: list[str], env: dict[str, str], expect: str = "") -> float:
     began = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "kubetrain", *args], env=env, capture_output=True,
                           text=True, check=False)
     elapsed = time.perf_counter() - began
-    if done.returncode not in (0, 1):
-        raise SystemExit(f"kubetrain {' '.join(args)} exited {done.returncode}: {done.stderr[-1000:]}")
+    if done.returncode not in (0, 1) or expect not in done.stderr:
+        raise SystemExit(f"kubetrain {' '.join(args)} exited {done.returncode} ({expect!r} expected): "
+                         f"{done.stderr[-1000:]}")
     return elapsed
 
 
@@ -46,6 +53,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--server-binaries", default=None)
     parser.add_argument("--lean-ab", action="store_true")
+    parser.add_argument("--webhooks-ab", action="store_true")
     args = parser.parse_args()
 
     from tests.testenv import binaries, reference
@@ -66,6 +74,9 @@ def main() -> None:
         files.append(str(path))
     flags = ["validate", "--exact", "--server-binaries", bins, "--schema", str(reference.pytorchjob_crd(root)),
              "--schema", str(reference.trainer_dir(root)), "--schema", str(reference.jobset_crd(root))]
+    if args.webhooks_ab:
+        webhooks_ab(flags, env, args.rounds)
+        return
     colds, warms, batch = [], [], []
     try:
         for _ in range(args.rounds):
@@ -81,6 +92,24 @@ def main() -> None:
           f"p90 {sorted(warms)[int(len(warms) * 0.9)] * 1000:.0f} ms")
     print(f"warm, each further file in one process: median {statistics.median(batch) * 1000:.0f} ms; "
           "target <= 100 ms")
+
+
+def webhooks_ab(flags: list[str], env: dict[str, str], rounds: int) -> None:
+    manifests = REPO / "tests" / "validate" / "manifests"
+    files = {"PyTorchJob": str(manifests / "simple.yaml"), "TrainJob": str(manifests / "trainjob.yaml")}
+    colds: dict[tuple[str, bool], list[float]] = {(kind, hooks): [] for kind in files for hooks in (True, False)}
+    try:
+        for round_ in range(rounds):
+            for kind, path in files.items():
+                for hooks in (True, False) if round_ % 2 == 0 else (False, True):
+                    kubetrain(["validate", "--stop-server"], env)
+                    argv = [*flags, *([] if hooks else ["--no-webhooks"]), path]
+                    colds[(kind, hooks)].append(kubetrain(argv, env, "with the webhooks" if hooks else ""))
+    finally:
+        kubetrain(["validate", "--stop-server"], env)
+    for (kind, hooks), times in colds.items():
+        print(f"cold, 1 {kind}, {'with' if hooks else 'without'} the webhooks: median {statistics.median(times):.2f} s "
+              f"(runs: {', '.join(f'{t:.2f}' for t in times)})")
 
 
 def lean_ab(bins: str, rounds: int) -> None:

@@ -15,6 +15,7 @@ from kubetrain.cli.output import emit, handle_errors, info
 from kubetrain.errors import SpecError, UsageError
 from kubetrain.jobs.exactcheck import ExactChecker
 from kubetrain.jobs.localapi import LocalApiServer, crd_installer
+from kubetrain.jobs.localwebhooks import LocalWebhooks, remove_webhooks
 from kubetrain.jobs.podcheck import cluster_pod_issues
 from kubetrain.jobspec.load import read_text
 from kubetrain.kube.connection import connect
@@ -58,12 +59,16 @@ FAST_MODE = "offline rules, not the API server's verdict"
 @click.option("--server-binaries", default=None, metavar="DIR",
               help="With --exact: a directory holding etcd and kube-apiserver (else $KUBEBUILDER_ASSETS, "
                    "setup-envtest's store, kubetrain's test environment).")
+@click.option("--webhooks/--no-webhooks", default=True, show_default=True,
+              help="With --exact: run the operators' own admission webhooks (training-operator, Trainer, JobSet) "
+                   "where their binaries are found, each started the first time a file holds a kind it admits; "
+                   "--no-webhooks stops those running and uses kubetrain's port of their rules.")
 @click.option("--stop-server", is_flag=True, help="Stop the local API servers --exact left running, and exit.")
 @handle_errors
 def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[str, ...], from_cluster: bool,
              context: str | None, kubeconfig: str | None, strict: bool, ignore_missing_schemas: bool,
              kubernetes_version: str, output: str, skip_non_kubernetes: bool, exact: bool, server_side: bool,
-             server_binaries: str | None, stop_server: bool) -> None:
+             server_binaries: str | None, webhooks: bool, stop_server: bool) -> None:
     """Check manifests: offline, or with --exact the API server's own verdict.
 
     Offline: against the CRD and core schemas and kubetrain's port of Kubernetes' and the operators' rules.
@@ -91,15 +96,15 @@ def validate(paths: tuple[str, ...], filenames: tuple[str, ...], schemas: tuple[
         return
     if (context or kubeconfig) and not from_cluster:
         raise UsageError("--context and --kubeconfig only apply with --from-cluster")
-    if (server_side or server_binaries) and not exact:
-        raise UsageError("--server-side and --server-binaries only apply with --exact")
+    if (server_side or server_binaries or not webhooks) and not exact:
+        raise UsageError("--server-side, --server-binaries and --no-webhooks only apply with --exact")
     if exact and from_cluster:
         raise UsageError("--exact and --from-cluster are two different verdicts: pick one")
     store = build_store(schemas, from_cluster, context, kubernetes_version, kubeconfig=kubeconfig)
     sources = read_sources((*filenames, *paths) or ("-",))
     if exact:
         report, verdict_by = _exact_report(sources, store, schemas, kubernetes_version, server_side,
-                                           server_binaries, skip_non_kubernetes, ignore_missing_schemas)
+                                           server_binaries, skip_non_kubernetes, ignore_missing_schemas, webhooks)
     else:
         report = validate_sources(sources, store, ignore_missing_schemas, skip_non_kubernetes)
         verdict_by = FAST_MODE
@@ -127,18 +132,28 @@ def _cluster_crds(context: str | None, kubeconfig: str | None) -> Callable[[], l
 
 def _exact_report(sources: list[tuple[str, str]], store: SchemaStore, schemas: tuple[str, ...], version: str,
                   server_side: bool, binaries: str | None, skip_foreign: bool,
-                  ignore_missing: bool) -> tuple[Report, str]:
-    """Every document dry-run on the local kube-apiserver (kubetrain/jobs/exactcheck.py)."""
+                  ignore_missing: bool, webhooks: bool = True) -> tuple[Report, str]:
+    """Every document dry-run on the local kube-apiserver (kubetrain/jobs/exactcheck.py), with the operators'
+    webhooks where their binaries are found (kubetrain/jobs/localwebhooks.py)."""
     crds = [crd for location in schemas for crd, _ in load_crd_source(location)]
     crds += [crd for crd, _ in cached_crds()]
     began = time.monotonic()
     server = LocalApiServer(version, binaries)
     with server.using() as rest:
         install = crd_installer(rest, server.dir, [c for c in crds if c.get("kind") == "CustomResourceDefinition"])
-        report = ExactChecker(rest, server_side, ignore_missing, install).check_sources(sources, store, skip_foreign)
+        hooks = LocalWebhooks(rest, server.dir, binaries, version, install) if webhooks else None
+        if not webhooks:
+            remove_webhooks(rest, server.dir)
+        checker = ExactChecker(rest, server_side, ignore_missing, install, hooks.admit if hooks else None,
+                               hooks.keep if hooks else None)
+        report = checker.check_sources(sources, store, skip_foreign)
     assert server.state is not None
     how = f"started in {time.monotonic() - began:.1f} s" if server.started else "warm"
-    return report, f"the API server's verdict (local kube-apiserver {server.state.version}, {how})"
+    by = f"the API server's verdict (local kube-apiserver {server.state.version}, {how})"
+    if hooks and hooks.running():
+        started = "".join(f", {name} started in {seconds:.1f} s" for name, seconds in hooks.started.items())
+        by += f" with the webhooks of {', '.join(hooks.running())}{started}"
+    return report, by
 
 
 def _server_pod_issues(sources: list[tuple[str, str]], context: str | None, kubeconfig: str | None) -> list[Any]:

@@ -38,6 +38,7 @@ class Derived:
     stage: str  # what fails if the server refuses it
     mirrors: bool = True  # a pod of a template: its spec and metadata are the template's, field for field
     chained: bool = False  # made from the chained object before it: not sent once one of them is refused
+    named_by: PathKey | None = None  # the document's field its name is made of (the JobSet's: the TrainJob's name)
 
 
 def derived_objects(obj: dict[str, Any], runtime: dict[str, Any] | None = None) -> Iterator[Derived]:
@@ -69,7 +70,7 @@ def trainer_objects(trainjob: dict[str, Any], runtime: dict[str, Any]) -> Iterat
     jobset["metadata"].pop("namespace", None)
     jobset["metadata"]["ownerReferences"][0]["uid"] = "00000000-0000-0000-0000-000000000000"
     yield Derived(path, jobset, "the API server accepts the TrainJob, but the Trainer's JobSet would be refused",
-                  mirrors=False, chained=True)
+                  mirrors=False, chained=True, named_by=("metadata", "name"))
     for _, job in jobset_jobs(jobset):
         name = job["metadata"]["name"]
         yield Derived(path, job, f"the API server accepts the TrainJob, but JobSet's Job {name} would be refused",

@@ -25,7 +25,8 @@ from kubetrain.jobs.derived import Derived, derived_objects, operator_rule_findi
 from kubetrain.jobs.trainjobset import runtime_for
 from kubetrain.kube.errors import ApiError, Conflict, Invalid, NotFound, api_message, status_body
 from kubetrain.kube.rest import Rest
-from kubetrain.rules.findings import Finding
+from kubetrain.rules.findings import Finding, get
+from kubetrain.rules.runtimes import runtime_of
 from kubetrain.validate.engine import Issue, Report, documents, validate_document
 from kubetrain.yamlsrc import ParsedDoc, line_for
 
@@ -37,8 +38,15 @@ _UNKNOWN_FIELD = re.compile(r'unknown field "([^"]+)"')
 _UNMARSHAL = re.compile(r"cannot unmarshal (\w+)(?: [^ ]+)? into Go struct field \w+\.([\w.]+) of type")
 _JSON_TYPES = {"bool": (bool,), "number": (int, float), "string": (str,), "array": (list,), "object": (dict,)}
 _FIELD_PART = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
+# An operator's webhook puts its field.ErrorList in the message: 'admission webhook "..." denied the request:
+# spec.pytorchReplicaSpecs[Chief]: Unsupported value: ...'
+_WEBHOOK_FIELD = re.compile(r'admission webhook "[^"]+" denied the request: \[?'
+                            r"([A-Za-z]\w*(?:\.[A-Za-z]\w*|\[[^\]]*\])*): ")
+# JobSet's webhook refuses a JobSet whose Jobs' or pods' generated names would be too long: the name's fault
+_NAME_TOO_LONG = re.compile(r"name is too long|must be no more than 63 characters")
 # Refusals that depend on what a cluster holds, not on the object: warnings, not errors.
 CLUSTER_STATE = ("no PriorityClass with name",)
+RUNTIME_MISSING = "must be created before the TrainJob is created"  # the Trainer's webhook
 
 
 @dataclass
@@ -74,9 +82,14 @@ class ExactChecker:
     (True when it installed one now)."""
 
     def __init__(self, rest: Rest, server_side: bool = False, ignore_missing: bool = False,
-                 install: Callable[[str, str], bool] | None = None) -> None:
+                 install: Callable[[str, str], bool] | None = None,
+                 admission: Callable[[str, str], bool] | None = None,
+                 keep: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.rest, self.server_side, self.ignore_missing = rest, server_side, ignore_missing
         self.install, self._seen = install, set[tuple[str, str]]()
+        self.admission = admission
+        self.webhooks = set[str]()  # kinds whose operator's own webhooks run on the server
+        self.keep = keep  # an accepted object that later ones need on the server for real (a Trainer runtime)
         self.discovery = Discovery(rest)
         self._namespaces: dict[str, str | None] = {}
         self.accepted: dict[str, Any] | None = None  # the last object the server accepted, as it would store it
@@ -109,7 +122,10 @@ class ExactChecker:
         if self.accepted is not None and not any(f.severity == "error" for f in findings):
             # the operators see the object as stored: nulls pruned, defaults set
             self.remember_runtime(self.accepted)
-            findings += list(operator_rule_findings(self.accepted))
+            if self.keep is not None:
+                self.keep(obj)
+            if kind not in self.webhooks:  # the operator's webhook did not run: kubetrain's port of its rules
+                findings += list(operator_rule_findings(self.accepted))
             findings += self.derived_findings(self.accepted)
         return sorted((issue(f) for f in findings), key=lambda i: (i.line or 0, i.path))
 
@@ -125,7 +141,7 @@ class ExactChecker:
             namespace = str(_meta(obj).get("namespace") or "default")
             if problem := self.ensure_namespace(namespace):
                 return [Finding(("metadata", "namespace"), problem)]
-        return self.dry_run(obj, plural, namespace, ())
+        return [_shipped_runtime_missing(obj, f) for f in self.dry_run(obj, plural, namespace, ())]
 
     def resource(self, api_version: str, kind: str) -> tuple[str, bool] | None:
         """(plural, namespaced) of a kind the server serves. The first time a kind is seen its CRD, when we
@@ -135,7 +151,11 @@ class ExactChecker:
             self._seen.add((api_version, kind))
             if self.install(api_version, kind):
                 self.discovery.forget(api_version)
-        return self.discovery.resource(api_version, kind)
+        found = self.discovery.resource(api_version, kind)
+        if found is not None and self.admission is not None and kind not in self.webhooks and \
+                self.admission(api_version, kind):
+            self.webhooks.add(kind)
+        return found
 
     def remember_runtime(self, obj: dict[str, Any]) -> None:
         """A (Cluster)TrainingRuntime the files define: the TrainJobs after it that name it are derived from it."""
@@ -189,13 +209,37 @@ class ExactChecker:
                                              json.dumps(obj), content_type="application/apply-patch+yaml")
             else:
                 body = obj if derived is not None else with_last_applied(obj)
-                response = self.rest.request("POST", collection, {**query, "fieldManager": "kubectl-client-side-apply"},
-                                             json.dumps(body))
+                response = self._create(collection, {**query, "fieldManager": "kubectl-client-side-apply"}, body)
         except ApiError as exc:
             return list(_refusal(exc, base, derived, obj))
         if derived is None:
             self.accepted = _json_object(response.data)
         return [Finding(base, f"{_prefix(derived)}{warning}", "warning") for warning in _warnings(response.headers)]
+
+    def _create(self, collection: str, query: dict[str, str], body: dict[str, Any]) -> Any:
+        """A dry-run create; for an object the local server holds for real (a namespace, a runtime kubetrain
+        created for the Trainer's webhook), a dry-run update instead, as `kubectl apply` would send."""
+        try:
+            return self.rest.request("POST", collection, query, json.dumps(body))
+        except Conflict as exc:
+            name = _meta(body).get("name")
+            if status_body(exc).get("reason") != "AlreadyExists" or not isinstance(name, str):
+                raise
+            current = self.rest.get(f"{collection}/{name}")
+            version = _meta(current).get("resourceVersion")
+            update = {**body, "metadata": {**_meta(body), "resourceVersion": version}}
+            return self.rest.request("PUT", f"{collection}/{name}", query, json.dumps(update))
+
+
+def _shipped_runtime_missing(obj: dict[str, Any], finding: Finding) -> Finding:
+    """A TrainJob naming a runtime the local server lacks is refused by the Trainer's webhook. A runtime Trainer
+    v2.3.0 ships is installed with it in a cluster: a warning (cluster state). Any other runtime must be in
+    the files validated, or the cluster refuses the TrainJob too: an error."""
+    if finding.severity != "error" or RUNTIME_MISSING not in finding.message or runtime_of(
+            get(obj, "spec", "runtimeRef")) is None:
+        return finding
+    return Finding(finding.path, f"{finding.message} (a runtime Trainer v2.3.0 installs: check that your "
+                   "cluster has it)", "warning")
 
 
 def with_last_applied(obj: dict[str, Any]) -> dict[str, Any]:
@@ -244,6 +288,9 @@ def _refusal(exc: ApiError, base: PathKey, derived: Derived | None, obj: Any = N
     body = status_body(exc)
     message = api_message(exc)
     severity = "warning" if any(s in message for s in CLUSTER_STATE) else "error"
+    if derived is not None and derived.named_by is not None and _NAME_TOO_LONG.search(message):
+        yield Finding(derived.named_by, f"{_prefix(derived)}{message}", severity)
+        return
     causes = [c for c in (body.get("details") or {}).get("causes") or [] if isinstance(c, dict) and c.get("field")]
     if isinstance(exc, Invalid) and causes:
         for cause in causes:
@@ -256,6 +303,10 @@ def _refusal(exc: ApiError, base: PathKey, derived: Derived | None, obj: Any = N
     if (where := unmarshal_path(message, obj)) is not None:
         yield Finding((*base, *where), f"{_prefix(derived)}{message}", severity)
         return
+    if (webhook := _WEBHOOK_FIELD.search(message)) is not None and (derived is None or derived.mirrors):
+        where = _as_spelled(obj, field_path(webhook.group(1))) if derived is None else field_path(webhook.group(1))
+        yield Finding((*base, *where), f"{_prefix(derived)}{message}", severity)
+        return
     fields = _UNKNOWN_FIELD.findall(message)
     if fields:
         for name in fields:
@@ -263,6 +314,19 @@ def _refusal(exc: ApiError, base: PathKey, derived: Derived | None, obj: Any = N
                           severity)
         return
     yield Finding(base, f"{_prefix(derived)}{message}", severity)
+
+
+def _as_spelled(obj: Any, path: PathKey) -> PathKey:
+    """`path` with each name as the document spells it: the Trainer's webhook names `spec.RuntimeRef`."""
+    out: list[str | int] = []
+    for named in path:
+        part = named
+        if isinstance(obj, dict) and isinstance(named, str) and named not in obj:
+            part = next((key for key in obj if isinstance(key, str) and key.lower() == named.lower()), named)
+        out.append(part)
+        obj = obj.get(part) if isinstance(obj, dict) else obj[part] if isinstance(obj, list) and isinstance(
+            part, int) and 0 <= part < len(obj) else None
+    return tuple(out)
 
 
 def _prefix(derived: Derived | None) -> str:

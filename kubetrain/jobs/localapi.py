@@ -144,9 +144,9 @@ class LocalApiServer:
     @contextlib.contextmanager
     def using(self) -> Iterator[Rest]:
         self.dir.mkdir(parents=True, exist_ok=True)
-        with _locked(self.dir / "start.lock", fcntl.LOCK_EX):
+        with flocked(self.dir / "start.lock", fcntl.LOCK_EX):
             rest = self._reuse() or self._start()
-        with _locked(self.dir / "use.lock", fcntl.LOCK_SH):
+        with flocked(self.dir / "use.lock", fcntl.LOCK_SH):
             _touch(self.dir / "last-used")
             try:
                 yield rest
@@ -155,7 +155,8 @@ class LocalApiServer:
 
     def _reuse(self) -> Rest | None:
         state = read_state(self.dir)
-        if state is None or not all(_alive(pid) for pid in state.pids.values()):
+        core = [pid for name, pid in state.pids.items() if name in (*SERVER_BINARIES, "reaper")] if state else []
+        if state is None or len(core) < 3 or not all(alive(pid) for pid in core):
             return None
         rest = _client(self.dir, state)
         try:
@@ -173,9 +174,9 @@ class LocalApiServer:
         (self.dir / "crds.json").unlink(missing_ok=True)  # the new etcd holds none
         (self.dir / "logs").mkdir(exist_ok=True)
         token = secrets.token_hex(24)
-        _write_private(self.dir / "token.csv", f'{token},kubetrain,kubetrain,"system:masters"\n')
+        write_private(self.dir / "token.csv", f'{token},kubetrain,kubetrain,"system:masters"\n')
         _service_account_key(self.dir)
-        etcd_port, peer_port, port = _free_ports(3)
+        etcd_port, peer_port, port = free_ports(3)
         apiserver = _apiserver_argv(binaries, self.dir, etcd_port, port, self.lean)
         pids = {"etcd": self._spawn("etcd", _etcd_argv(binaries, self.dir, etcd_port, peer_port)),
                 "kube-apiserver": self._spawn("kube-apiserver", apiserver)}
@@ -183,7 +184,7 @@ class LocalApiServer:
         self._wait_ready(state)
         pids["reaper"] = _spawn_reaper(self.dir)
         state = ServerState(port, token, pids, state.version, state.binaries)
-        _write_private(self.dir / "state.json", json.dumps(state.__dict__))
+        write_private(self.dir / "state.json", json.dumps(state.__dict__))
         self.state, self.started = state, True
         return _client(self.dir, state)
 
@@ -197,17 +198,17 @@ class LocalApiServer:
         deadline = time.monotonic() + START_DEADLINE
         while time.monotonic() < deadline:
             for name, pid in state.pids.items():
-                if not _alive(pid):
-                    _kill_all(state.pids)
-                    raise LocalServerError(f"the local {name} exited at start: {_log_tail(self.dir, name)}")
+                if not alive(pid):
+                    kill_all(state.pids)
+                    raise LocalServerError(f"the local {name} exited at start: {log_tail(self.dir, name)}")
             if (self.dir / "certs" / "apiserver.crt").is_file():
                 with contextlib.suppress(ApiError, Unreachable, OSError):
                     if _client(self.dir, state, timeout=2).request("GET", "/readyz", retry=False).data == b"ok":
                         return
             time.sleep(0.05)
-        _kill_all(state.pids)
+        kill_all(state.pids)
         raise LocalServerError(f"the local kube-apiserver was not ready after {START_DEADLINE:.0f} s: "
-                               f"{_log_tail(self.dir, 'kube-apiserver')}")
+                               f"{log_tail(self.dir, 'kube-apiserver')}")
 
 
 def install_crds(rest: Rest, directory: Path, crds: list[dict[str, Any]]) -> list[str]:
@@ -230,7 +231,7 @@ def install_crds(rest: Rest, directory: Path, crds: list[dict[str, Any]]) -> lis
     for name in installed:
         _wait_established(rest, name)
     if installed:
-        _write_private(record_path, json.dumps(record))
+        write_private(record_path, json.dumps(record))
     return installed
 
 
@@ -341,7 +342,7 @@ def _binary_version(binaries: Path) -> str:
     return done.stdout.strip().removeprefix("Kubernetes ") or "unknown"
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]
     try:
         for sock in sockets:
@@ -370,14 +371,14 @@ def read_state(directory: Path) -> ServerState | None:
 
 def stop_server(directory: Path, locked: bool = False) -> bool:
     """Stop the server of `directory` (SIGTERM, then SIGKILL after 10 s); False when none was running."""
-    with contextlib.nullcontext() if locked else _locked(directory / "start.lock", fcntl.LOCK_EX):
+    with contextlib.nullcontext() if locked else flocked(directory / "start.lock", fcntl.LOCK_EX):
         state = read_state(directory)
         with contextlib.suppress(FileNotFoundError):
             (directory / "state.json").unlink()
         if state is None:
             return False
         pids = {k: v for k, v in state.pids.items() if k != "reaper" or v != os.getpid()}
-        _kill_all(pids)
+        kill_all(pids)
         shutil.rmtree(directory / "etcd", ignore_errors=True)
         return True
 
@@ -388,23 +389,23 @@ def stop_all() -> list[str]:
     return [d.name for d in sorted(root.iterdir()) if d.is_dir() and stop_server(d)] if root.is_dir() else []
 
 
-def _kill_all(pids: dict[str, int]) -> None:
+def kill_all(pids: dict[str, int]) -> None:
     for pid in pids.values():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)  # each runs in a session (and process group) of its own
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.05)
     for pid in pids.values():
-        if _alive(pid):
+        if alive(pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10  # SIGKILL is not instant on a loaded machine: return once they are gone
-    while any(_alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         waited, _ = os.waitpid(pid, os.WNOHANG)  # reap our own child if it exited (else it stays a zombie)
         if waited == pid:
@@ -427,7 +428,7 @@ def _zombie(pid: int) -> bool:
         return False
 
 
-def _log_tail(directory: Path, name: str) -> str:
+def log_tail(directory: Path, name: str) -> str:
     try:
         lines = (directory / "logs" / f"{name}.log").read_text(errors="replace").strip().splitlines()
     except OSError:
@@ -436,7 +437,7 @@ def _log_tail(directory: Path, name: str) -> str:
 
 
 @contextlib.contextmanager
-def _locked(path: Path, mode: int) -> Iterator[None]:
+def flocked(path: Path, mode: int) -> Iterator[None]:
     with open(path, "a") as handle:
         fcntl.flock(handle, mode)
         try:
@@ -450,7 +451,7 @@ def _touch(path: Path) -> None:
     os.utime(path)
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -466,12 +467,12 @@ def reap(directory: Path, idle: float) -> None:
         state = read_state(directory)
         if state is None or state.pids.get("reaper") not in (None, os.getpid()):
             return  # stopped, or replaced by a newer server with a reaper of its own
-        servers = {k: v for k, v in state.pids.items() if k != "reaper"}
+        servers = {k: v for k, v in state.pids.items() if k in SERVER_BINARIES}  # the webhooks' managers do not count
         try:
             last = (directory / "last-used").stat().st_mtime
         except OSError:
             last = 0.0
-        if all(_alive(pid) for pid in servers.values()) and time.time() - last < idle:
+        if all(alive(pid) for pid in servers.values()) and time.time() - last < idle:
             continue
         with open(directory / "use.lock", "a") as handle:
             try:

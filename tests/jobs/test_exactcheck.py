@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
 from kubetrain.jobs.localapi import read_state, state_dir
+from kubetrain.jobs.trainjobset import TORCH_DISTRIBUTED
 from tests.conftest import LocalApiServer
 from tests.validate.kubectl_cases import CASES, Case
 
@@ -146,6 +148,89 @@ def test_what_the_trainer_creates_is_dry_run(exact: list[str], tmp_path: Path) -
     [issue] = [i for i in report["issues"] if i["severity"] == "error"]
     assert code == 1 and issue["document"] == 2 and "JobSet's Job exits-node-0 would be refused" in issue["message"]
     assert "podFailurePolicy" in issue["message"], issue
+
+
+# Refused only by the operators' own webhooks: the API server's schema takes both.
+CHIEF = """\
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: chief}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template:
+        spec:
+          containers: [{name: pytorch, image: busybox:1.36}]
+    Chief:
+      replicas: 1
+      template:
+        spec:
+          containers: [{name: pytorch, image: busybox:1.36}]
+"""
+RESERVED_ENV = """\
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: reserved}
+spec:
+  runtimeRef: {name: torch-distributed}
+  trainer:
+    image: busybox:1.36
+    env:
+    - {name: PET_NNODES, value: "3"}
+"""
+
+
+@pytest.mark.parametrize(("text", "webhook", "line", "path"), [
+    (CHIEF, "validator.pytorchjob.training-operator.kubeflow.org", 11, "spec.pytorchReplicaSpecs.Chief"),
+    (RESERVED_ENV, "validator.trainjob.trainer.kubeflow.org", 8, "spec.trainer.env"),
+], ids=["training-operator", "trainer"])
+def test_the_operators_own_webhooks_run(exact: list[str], tmp_path: Path, text: str, webhook: str, line: int,
+                                        path: str) -> None:
+    file = tmp_path / "job.yaml"
+    file.write_text(text)
+    code, report, _ = run(exact, str(file))
+    [issue] = [i for i in report["issues"] if i["severity"] == "error"]
+    assert code == 1 and f'admission webhook "{webhook}" denied the request' in issue["message"], issue
+    assert (issue["line"], issue["path"]) == (line, path), issue
+    state = read_state(state_dir("1.36"))  # the manager lives as long as the server
+    assert state is not None and any(_running(pid) for name, pid in state.pids.items() if name.startswith("webhook:"))
+    assert "with the webhooks of" in report["verdictBy"]
+
+
+def test_without_the_webhooks_kubetrains_port_of_their_rules(exact: list[str], tmp_path: Path) -> None:
+    file = tmp_path / "job.yaml"
+    file.write_text(CHIEF)
+    code, report, _ = run(exact, "--no-webhooks", str(file))
+    assert code == 1 and "with the webhooks" not in report["verdictBy"]
+    assert all("admission webhook" not in i["message"] for i in report["issues"]), report["issues"]
+    assert any("replica type must be Master or Worker" in i["message"] for i in report["issues"]), report["issues"]
+    state = read_state(state_dir("1.36"))  # the managers an earlier run started are stopped
+    assert state is not None and not any(name.startswith("webhook:") for name in state.pids)
+
+
+def test_a_runtime_of_the_files_is_kept_for_the_trainers_webhook(exact: list[str], tmp_path: Path) -> None:
+    shipped = tmp_path / "shipped.yaml"  # held for real on the local server already: an update, not a conflict
+    shipped.write_text(yaml.safe_dump(TORCH_DISTRIBUTED))
+    own = tmp_path / "own.yaml"  # the Trainer's webhook reads the runtime a TrainJob names from the server
+    runtime = {**TORCH_DISTRIBUTED, "kind": "TrainingRuntime", "metadata": {"name": "mine"}}
+    own.write_text(yaml.safe_dump(runtime) + "---\n" + RESERVED_ENV.replace(
+        "{name: torch-distributed}", "{name: mine, kind: TrainingRuntime}"))
+    _, report, _ = run(exact, str(shipped), str(own))
+    errors = [i for i in report["issues"] if i["severity"] == "error"]
+    assert [(i["source"], i["document"], i["path"]) for i in errors] == [(str(own), 2, "spec.trainer.env")], errors
+    assert "must not have reserved envs" in errors[0]["message"]
+
+
+def test_a_runtime_the_server_lacks_is_an_error_unless_the_trainer_ships_it(exact: list[str], tmp_path: Path) -> None:
+    issues = {}
+    for runtime in ("no-such-runtime", "jax-distributed"):
+        file = tmp_path / f"{runtime}.yaml"
+        file.write_text(TRAINJOB.format(name="r", runtime=runtime, kind="", resources="      limits: {cpu: 1}"))
+        _, report, _ = run(exact, str(file))
+        [issues[runtime]] = [i for i in report["issues"] if "must be created before the TrainJob" in i["message"]]
+    assert issues["no-such-runtime"]["severity"] == "error" and issues["jax-distributed"]["severity"] == "warning"
+    assert issues["no-such-runtime"]["path"] == "spec.runtimeRef", issues
 
 
 def test_warm_reuse_and_a_clean_stop(exact: list[str], tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Where `validate --exact` finds etcd and kube-apiserver, and the one line it says when it finds none."""
+"""Where `validate --exact` finds etcd, kube-apiserver and the operators' managers, and the one line it says when it
+finds no server."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
 from kubetrain.jobs.localapi import ServerBinariesMissing, find_binaries
+from kubetrain.jobs.localwebhooks import find_manager_binary, manager_for
 
 
 def _binaries(directory: Path) -> Path:
@@ -68,3 +70,24 @@ def test_cli_exits_2_with_that_line(home: Path) -> None:
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: validate --exact: no etcd and kube-apiserver")
     assert "Traceback" not in result.output
+
+
+def test_the_operators_managers_beside_the_server_binaries_first(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    servers = _binaries(home / "servers")
+    assets = _binaries(home / "assets")
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(assets))
+    (assets / "training-operator").write_text("#!/bin/sh\n")
+    (assets / "training-operator").chmod(0o755)
+    assert find_manager_binary("training-operator", None, "1.36", str(servers)) == assets / "training-operator"
+    (servers / "training-operator").write_text("#!/bin/sh\n")
+    (servers / "training-operator").chmod(0o755)
+    assert find_manager_binary("training-operator", None, "1.36", str(servers)) == servers / "training-operator"
+    assert find_manager_binary("jobset", None, "1.36", str(servers)) is None
+
+
+def test_each_kind_to_the_operator_whose_webhooks_admit_it() -> None:
+    assert [m and m.name for m in (manager_for("kubeflow.org/v1", "PyTorchJob"),
+                                   manager_for("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"),
+                                   manager_for("jobset.x-k8s.io/v1alpha2", "JobSet"), manager_for("v1", "Pod"),
+                                   manager_for("kubeflow.org/v1", "TFJob"))] == \
+        ["training-operator", "trainer", "jobset", None, None]

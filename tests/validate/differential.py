@@ -288,13 +288,15 @@ class Verdicts:
 
 
 def judge(cases: list[Case], cluster: Any, namespace: str, local: Any, store: Any,
-          trainer: Any = None) -> list[Verdicts]:
+          trainer: Any = None, webhooks: Any = None) -> list[Verdicts]:
     """Each case by the control plane (`cluster`, a kubetrain Rest; `trainer`, a kubernetes client of it, for
-    TrainJobs), by --exact on the local server (`local`, a Rest to it, CRDs installed) and offline."""
+    TrainJobs), by --exact on the local server (`local`, a Rest to it, CRDs installed; `webhooks`, the
+    operators' webhooks beside it, a kubetrain.jobs.localwebhooks.LocalWebhooks) and offline."""
     from kubetrain.jobs.exactcheck import ExactChecker
     from kubetrain.validate import validate_sources
 
-    checker = ExactChecker(local)
+    checker = ExactChecker(local, admission=webhooks.admit if webhooks else None,
+                           keep=webhooks.keep if webhooks else None)
     out = []
     for case in cases:
         sources = [(f"{case.kind}.yaml", case.text)]

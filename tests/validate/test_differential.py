@@ -10,6 +10,7 @@ import pytest
 
 from kubetrain.jobs.localapi import LocalApiServer as Server
 from kubetrain.jobs.localapi import install_crds
+from kubetrain.jobs.localwebhooks import LocalWebhooks
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.schemas import load_crd_source
 from tests.conftest import JOBSET_CRD, PYTORCHJOB_CRD, TRAINER_DIR, LocalApiServer
@@ -28,7 +29,8 @@ def test_exact_agrees_and_offline_never_refuses_what_the_server_accepts(
     server = Server("1.36", str(local_apiserver.binaries))
     with server.using() as local:
         install_crds(local, server.dir, crds)
-        results = judge(cases, rest_for(k8s), namespace, local, schema_store, k8s)
+        webhooks = LocalWebhooks(local, server.dir, str(local_apiserver.binaries), "1.36", None)
+        results = judge(cases, rest_for(k8s), namespace, local, schema_store, k8s, webhooks)
     disagree = [v.describe() for v in results if v.exact_disagrees]
     false_red = [v.describe() for v in results if v.false_red]
     assert not disagree, f"{len(disagree)} of {len(results)}:\n" + "\n".join(disagree[:5])
