@@ -260,7 +260,6 @@ def test_launcher_exit_codes() -> None:
     assert failure_exit_code(failed(2, 143)) == 2  # the root cause, a configuration error
 
 
-
 FINALIZED = "import atexit, os, sys\natexit.register(lambda: print(f'finalized {os.getpid()}', file=sys.stderr))\n"
 
 
@@ -279,6 +278,7 @@ def test_the_launcher_exits_with_its_workers_code_without_finalizing_torch(tmp_p
     assert launcher.returncode == code, out + err
     finalized = {int(line.split()[-1]) for line in (out + err).splitlines() if line.startswith("finalized ")}
     assert finalized and launcher.pid not in finalized, out + err  # the worker's hook ran, the launcher's did not
+
 
 def test_profiler_writes_traces_and_a_summary(tmp_path: Path) -> None:
     from kubetrain.jobspec.sections import Profile
