@@ -112,6 +112,7 @@ class Streams:
         self.run = run
         self.out: list[str] = []
         self.err: list[str] = []
+        self.start = 0  # stderr lines before this index belong to an earlier test on the same run
         for stream, lines in ((run.proc.stdout, self.out), (run.proc.stderr, self.err)):
             threading.Thread(target=lambda s=stream, ls=lines: ls.extend(iter(s.readline, "")), daemon=True).start()
 
@@ -122,9 +123,16 @@ class Streams:
     def wait_step(self, step: int, timeout: float = 120) -> None:
         wait_for(lambda: self.step() >= step, f"training step {step}", timeout, guard=self._alive)
 
+    def mark(self) -> None:
+        """From now on, wait_err and since see only the stderr lines written after this call."""
+        self.start = len(self.err)
+
+    def since(self) -> list[str]:
+        return list(self.err)[self.start:]
+
     def wait_err(self, text: str, count: int = 1, timeout: float = 120) -> list[str]:
         def found() -> list[str] | None:
-            lines = [line.rstrip() for line in list(self.err) if text in line]
+            lines = [line.rstrip() for line in self.since() if text in line]
             return lines if len(lines) >= count else None
         return wait_for(found, f"{count} stderr line(s) with {text!r}", timeout, guard=self._alive)
 
@@ -155,9 +163,12 @@ def throttled(pid: int, stopped: float = 0.1, running: float = 0.1) -> Iterator[
             os.kill(pid, signal.SIGCONT)
 
 
-@pytest.fixture
-def observed(tmp_path: Path) -> Iterator[tuple[Streams, str]]:
-    """A long two-node run with policy observe (reports, never stops), FT_SLEEP making a step ~20 ms."""
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Streams, str]]:
+    """A long two-node run with policy observe (reports, never stops), FT_SLEEP making a step ~20 ms, shared by
+    the tests below (one start of torchrun agents and ranks instead of one per test): each waits for and
+    judges only the stderr lines written since it began (Streams.mark)."""
+    tmp_path = tmp_path_factory.mktemp("observed")
     marker = uuid.uuid4().hex
     spec = hang_spec(tmp_path, {"policy": "observe"}, epochs=1000, logEvery=2)
     run = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker, FT_SLEEP="0.001"))
@@ -167,24 +178,13 @@ def observed(tmp_path: Path) -> Iterator[tuple[Streams, str]]:
         run.kill()
 
 
-def test_a_throttled_rank_is_named_a_straggler(observed: tuple[Streams, str]) -> None:
-    """Rank 1 stopped 100 ms of every 200 ms: it loses wall time wherever it happens to be, mostly in one
-    step of several, so its median step looks normal; the time it loses outside the collectives does not."""
-    streams, marker = observed
-    streams.wait_step(6)
-    with throttled(worker_pid(marker, 1)):
-        named = streams.wait_err("straggler:", timeout=120)
-    print(named[0])
-    assert "straggler: rank 1 (node 2, " in named[0], named
-    assert not [line for line in streams.err if "straggler: rank 0" in line or "hung since" in line], streams.err
-
-
 def test_a_second_hang_after_a_recovered_stall_is_judged_by_the_usual_threshold(
         observed: tuple[Streams, str]) -> None:
     """Rank 1 stopped until the hang is reported, then resumed: that stall must not raise the threshold
     (before: 10 x a p99 step time that held the stall, about a minute here), so the next hang is found as
     soon as the first was."""
     streams, marker = observed
+    streams.mark()
     streams.wait_step(8)
     pid = worker_pid(marker, 1)
     try:
@@ -200,3 +200,18 @@ def test_a_second_hang_after_a_recovered_stall_is_judged_by_the_usual_threshold(
     print(first, second, sep="\n")
     assert "(no progress for over 4 s, phase " in first, first
     assert "(no progress for over 4 s, phase " in second, second
+
+
+def test_a_throttled_rank_is_named_a_straggler(observed: tuple[Streams, str]) -> None:
+    """Rank 1 stopped 100 ms of every 200 ms: it loses wall time wherever it happens to be, mostly in one
+    step of several, so its median step looks normal; the time it loses outside the collectives does not.
+    On the shared run this comes after the recovered hangs above: their stalls must not hide the straggler."""
+    streams, marker = observed
+    streams.mark()
+    streams.wait_step(streams.step() + 6)
+    with throttled(worker_pid(marker, 1)):
+        named = streams.wait_err("straggler:", timeout=120)
+    print(named[0])
+    assert "straggler: rank 1 (node 2, " in named[0], named
+    assert not [line for line in streams.since() if "straggler: rank 0" in line or "hung since" in line], \
+        streams.since()
