@@ -6,9 +6,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= runtime,examples,dev
 PYTEST_ARGS ?=
-# pytest-xdist workers for `make test`: 1 runs the suite in one process. With 2, each test module runs on one
-# worker and the real-node and kind modules run together on one (tests/testenv/workers.py, docs/testenv.md).
-PYTEST_WORKERS ?= 1
+# pytest-xdist workers for `make test`: each test module runs on one worker, and the real-node and kind modules
+# run together on one (tests/testenv/workers.py, docs/testenv.md). PYTEST_WORKERS=1 runs it in one process.
+PYTEST_WORKERS ?= 2
 WORKER_ARGS := $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder)
 # `make test-stress`: the timing-sensitive modules, with a busy loop on every CPU beside them.
 STRESS_TESTS ?= tests/e2e tests/controller tests/queues/test_restarts.py tests/local/test_hang_local.py \
