@@ -122,7 +122,7 @@ def deploy(controlplane: Any, real_node: real.RealNode, cli: Cli, controller_ima
             pods = wait_for(lambda: _rolled_out(apps, core, real_node_name(core)),
                             "the controller Deployment rolled out and Ready", 300)
         except TimedOut:
-            pytest.fail(f"the controller Deployment did not become Ready:\n{describe(core)}", pytrace=False)
+            pytest.fail(f"the controller Deployment did not become Ready:\n{_describe(core)}", pytrace=False)
         yield pods
     finally:
         cli("controller", "uninstall", check=False)
@@ -173,7 +173,7 @@ def test_deployed_controller_reconciles_a_trainingjob_to_succeeded(
     assert tj(k8s, namespace, "digits-deployed") is not None
 
 
-def describe(core: Any) -> str:
+def _describe(core: Any) -> str:
     """Pods, their container states, the namespace's Events and the controller's log, for a failure message."""
     lines = []
     for pod in core.list_namespaced_pod(NAMESPACE).items:
