@@ -20,6 +20,7 @@ import kubernetes
 import pytest
 import yaml
 
+from tests.testenv import binaries
 from tests.testenv import node as real
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,6 +32,8 @@ PLACEMENT = {
     "nodeSelector": {real.NODE_LABEL: "real"},
     "tolerations": [{"key": real.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
 }
+CONTROLLER_REF = "localhost/kubetrain/controller:e2e"
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 @dataclass
@@ -100,3 +103,22 @@ def claim(real_node: real.RealNode, namespace: str) -> Iterator[Path]:
     path, pv = real_node.hostpath_volume(namespace, "digits-ckpt")
     yield path
     api.delete_persistent_volume(pv)
+
+
+@pytest.fixture(scope="session")
+def controller_image(real_node: real.RealNode, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """images/Dockerfile.controller built on the local python image and imported into the node (podman's
+    layer cache keeps a rebuild with unchanged sources to seconds)."""
+    env = {**os.environ, "CONTAINERS_CONF": str(real.node_bin_dir() / "containers.conf")}
+    trust = ["-v", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"] if CA_BUNDLE.is_file() else []
+    base = binaries.versions()["PYTHON_IMAGE"]
+    build = ["podman", "build", "-q", "-f", "images/Dockerfile.controller", "--build-arg", f"BASE_IMAGE={base}",
+             *trust, "-t", CONTROLLER_REF, "."]
+    done = subprocess.run(build, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    archive = tmp_path_factory.mktemp("controller-image") / "controller.tar"
+    subprocess.run(["podman", "save", "--format", "oci-archive", "-o", str(archive), CONTROLLER_REF], env=env,
+                   check=True, capture_output=True, timeout=600)
+    real_node.import_image(archive)
+    archive.unlink()
+    return CONTROLLER_REF

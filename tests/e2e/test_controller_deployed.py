@@ -16,9 +16,7 @@ TrainingJob whose pods train to Succeeded; `kubetrain controller uninstall` remo
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
-import subprocess
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -31,38 +29,17 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.controller.operator_env import create, phase_is, pytorchjob, tj
 from tests.harness.helpers import wait_for
-from tests.testenv import binaries
 from tests.testenv import node as real
 from tests.testenv.polling import TimedOut
 
-from .conftest import PLACEMENT, REPO, Cli
+from .conftest import CONTROLLER_REF as REF
+from .conftest import PLACEMENT, Cli
 from .test_digits import _metrics
 from .test_operator import _training_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
-REF = "localhost/kubetrain/controller:e2e"
 NAMESPACE = "kubetrain-system"
 NAME = "kubetrain-controller"
-CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
-
-
-@pytest.fixture(scope="session")
-def controller_image(real_node: real.RealNode, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """images/Dockerfile.controller built on the local python image and imported into the node (podman's
-    layer cache keeps a rebuild with unchanged sources to seconds)."""
-    env = {**os.environ, "CONTAINERS_CONF": str(real.node_bin_dir() / "containers.conf")}
-    trust = ["-v", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"] if CA_BUNDLE.is_file() else []
-    base = binaries.versions()["PYTHON_IMAGE"]
-    build = ["podman", "build", "-q", "-f", "images/Dockerfile.controller", "--build-arg", f"BASE_IMAGE={base}",
-             *trust, "-t", REF, "."]
-    done = subprocess.run(build, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    archive = tmp_path_factory.mktemp("controller-image") / "controller.tar"
-    subprocess.run(["podman", "save", "--format", "oci-archive", "-o", str(archive), REF], env=env, check=True,
-                   capture_output=True, timeout=600)
-    real_node.import_image(archive)
-    archive.unlink()
-    return REF
 
 
 class Forwarder:
@@ -99,8 +76,9 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
                 end.shutdown(socket.SHUT_RDWR)
 
 
-def _overlay(gateway: str, port: int) -> list[dict[str, Any]]:
-    """JSON patch of the installed Deployment for this test cluster (see the module docstring)."""
+def _overlay(gateway: str, port: int, args: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """JSON patch of the installed Deployment for this test cluster (see the module docstring), and `args`
+    appended to the controller's."""
     pod, container = "/spec/template/spec", "/spec/template/spec/containers/0"
     env = [{"name": "KUBERNETES_SERVICE_HOST", "value": "kubernetes.default.svc"},
            {"name": "KUBERNETES_SERVICE_PORT", "value": str(port)}]
@@ -110,6 +88,7 @@ def _overlay(gateway: str, port: int) -> list[dict[str, Any]]:
         {"op": "add", "path": f"{pod}/hostAliases",
          "value": [{"ip": gateway, "hostnames": ["kubernetes.default.svc"]}]},
         *({"op": "add", "path": f"{container}/env/-", "value": item} for item in env),
+        *({"op": "add", "path": f"{container}/args/-", "value": arg} for arg in args),
     ]
 
 
@@ -126,15 +105,20 @@ def _rolled_out(apps: Any, core: Any, node: str) -> list[Any] | None:
     return ready if len(pods) == len(ready) == want else None
 
 
-@pytest.fixture
-def deployed(controlplane: Any, real_node: real.RealNode, cli: Cli, controller_image: str) -> Iterator[list[Any]]:
+@contextlib.contextmanager
+def deploy(controlplane: Any, real_node: real.RealNode, cli: Cli, controller_image: str,
+           args: tuple[str, ...] = ()) -> Iterator[list[Any]]:
+    """`kubetrain controller install` with this cluster's overlay (and `args` for the controller); its Ready
+    pods, uninstalled after."""
     admin = controlplane.api_client()
     apps, core = kubernetes.client.AppsV1Api(admin), kubernetes.client.CoreV1Api(admin)
+    # An earlier test's uninstall may still be deleting the namespace, which refuses new objects meanwhile.
+    wait_for(lambda: _gone(lambda: core.read_namespace(NAMESPACE)), "an earlier kubetrain-system removed", 180)
     forwarder = Forwarder(real_node.gateway, controlplane.ports["apiserver"])
     installed = cli("controller", "install", "--image", controller_image).stdout.split()
     assert {"serviceaccount/kubetrain-controller", "deployment/kubetrain-controller",
             "customresourcedefinition/trainingjobs.kubetrain.dev"} <= set(installed), installed
-    apps.patch_namespaced_deployment(NAME, NAMESPACE, _overlay(real_node.gateway, forwarder.port))
+    apps.patch_namespaced_deployment(NAME, NAMESPACE, _overlay(real_node.gateway, forwarder.port, args))
     try:
         try:
             pods = wait_for(lambda: _rolled_out(apps, core, real_node_name(core)),
@@ -145,6 +129,12 @@ def deployed(controlplane: Any, real_node: real.RealNode, cli: Cli, controller_i
     finally:
         cli("controller", "uninstall", check=False)
         forwarder.close()
+
+
+@pytest.fixture
+def deployed(controlplane: Any, real_node: real.RealNode, cli: Cli, controller_image: str) -> Iterator[list[Any]]:
+    with deploy(controlplane, real_node, cli, controller_image) as pods:
+        yield pods
 
 
 def test_deployed_controller_reconciles_a_trainingjob_to_succeeded(
@@ -158,7 +148,7 @@ def test_deployed_controller_reconciles_a_trainingjob_to_succeeded(
         assert container.readiness_probe.http_get.path == "/readyz"
         with urllib.request.urlopen(f"http://{pod.status.pod_ip}:8081/healthz", timeout=10) as answer:
             assert answer.status == 200  # on the pod IP, where the kubelet probes (--probe-address)
-    lease = wait_for(lambda: _holder(k8s), "a controller pod holding the Lease", 60)
+    lease = wait_for(lambda: holder(k8s), "a controller pod holding the Lease", 60)
     (leader,) = [p for p in deployed if lease.startswith(f"{p.metadata.name}_")]
 
     job = _training_job(project, image, namespace)
@@ -203,7 +193,7 @@ def _describe(core: Any) -> str:
     return "\n".join(lines)[-8000:]
 
 
-def _holder(k8s: Any) -> str | None:
+def holder(k8s: Any) -> str | None:
     lease = kubernetes.client.CoordinationV1Api(k8s).read_namespaced_lease(NAME, NAMESPACE)
     return str(lease.spec.holder_identity) if lease.spec.holder_identity else None
 
