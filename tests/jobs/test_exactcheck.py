@@ -1,4 +1,4 @@
-"""`validate --exact` on a real local kube-apiserver (the suite's etcd and kube-apiserver 1.36 binaries): the
+"""`validate --exact` on a real local kube-apiserver (the suite's etcd and kube-apiserver binaries): the
 API server's verdict on each document and on what the operators would create from it, with the server's
 own message at the document's file:line; the server is started once, reused warm, and stopped cleanly."""
 
@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from kubetrain.cli.main import cli
 from kubetrain.jobs.localapi import read_state, state_dir
+from kubetrain.rules.k8s.versions import DEFAULT
 from tests.conftest import LocalApiServer
 from tests.validate.kubectl_cases import CASES, Case
 
@@ -152,14 +153,14 @@ def test_warm_reuse_and_a_clean_stop(exact: list[str], tmp_path: Path) -> None:
     path = tmp_path / "cm.yaml"
     path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
     run(exact, str(path))
-    state = read_state(state_dir("1.36"))
+    state = read_state(state_dir(DEFAULT))
     assert state is not None
     code, report, _ = run(exact, str(path))
     assert code == 0 and "warm" in report["verdictBy"]
-    assert read_state(state_dir("1.36")) == state
+    assert read_state(state_dir(DEFAULT)) == state
     result = CliRunner().invoke(cli, ["validate", "--stop-server"])
-    assert result.exit_code == 0 and "stopped the local API server of Kubernetes 1.36" in result.stderr
-    assert read_state(state_dir("1.36")) is None
+    assert result.exit_code == 0 and f"stopped the local API server of Kubernetes {DEFAULT}" in result.stderr
+    assert read_state(state_dir(DEFAULT)) is None
     for pid in state.pids.values():
         assert not _running(pid), f"process {pid} still runs after --stop-server"
 
