@@ -1,7 +1,7 @@
 """The differential test at full size (tests/validate/differential.py): every schema- and YAML-driven case of
-Pod, Deployment, ConfigMap, Service, PyTorchJob and TrainJob, judged by the test control plane (kube-apiserver
-1.36 with the training-operator's webhook; Trainer + JobSet running for TrainJobs), by `validate --exact` and
-offline.
+Pod, Deployment, ConfigMap, Service, PyTorchJob and TrainJob, judged by the test control plane (the suite's
+kube-apiserver with the training-operator's webhook; Trainer + JobSet running for TrainJobs), by `validate --exact`
+and offline.
 
     .venv/bin/python benchmarks/bench_validate_differential.py [--kinds Pod,...] [--show 5]
 
@@ -34,6 +34,7 @@ def main() -> None:
     import kubernetes
 
     from kubetrain.jobs.localapi import LocalApiServer, install_crds, stop_all
+    from kubetrain.rules.k8s.versions import DEFAULT
     from kubetrain.validate import SchemaStore
     from kubetrain.validate.schemas import load_crd_source
     from tests.harness.helpers import rest_for
@@ -56,7 +57,7 @@ def main() -> None:
     with ControlPlane() as cp:
         client = cp.api_client()
         kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": "differential"}})
-        server = LocalApiServer("1.36", bins)
+        server = LocalApiServer(DEFAULT, bins)
         stack = TrainerStack(cp).start() if "TrainJob" in args.kinds.split(",") else None
         try:
             with server.using() as local:
