@@ -1,7 +1,7 @@
 """The differential test at full size (tests/validate/differential.py): every schema- and YAML-driven case of
-Pod, Deployment, ConfigMap, Service, PyTorchJob and TrainJob, judged by the test control plane (kube-apiserver
-1.36 with the training-operator's webhook; Trainer + JobSet running for TrainJobs), by `validate --exact` (with
-the operators' webhooks beside the local server, as by default) and offline.
+Pod, Deployment, ConfigMap, Service, PyTorchJob and TrainJob, judged by the test control plane (the suite's
+kube-apiserver with the training-operator's webhook; Trainer + JobSet running for TrainJobs), by `validate --exact`
+(with the operators' webhooks beside the local server, as by default) and offline.
 
     .venv/bin/python benchmarks/bench_validate_differential.py [--kinds Pod,...] [--show 5] [--no-webhooks]
 
@@ -37,6 +37,8 @@ def main() -> None:
 
     from kubetrain.jobs.localapi import LocalApiServer, install_crds, stop_all
     from kubetrain.jobs.localwebhooks import LocalWebhooks
+
+    from kubetrain.rules.k8s.versions import DEFAULT
     from kubetrain.validate import SchemaStore
     from kubetrain.validate.schemas import load_crd_source
     from tests.harness.helpers import rest_for
@@ -59,12 +61,12 @@ def main() -> None:
     with ControlPlane() as cp:
         client = cp.api_client()
         kubernetes.client.CoreV1Api(client).create_namespace({"metadata": {"name": "differential"}})
-        server = LocalApiServer("1.36", bins)
+        server = LocalApiServer(DEFAULT, bins)
         stack = TrainerStack(cp).start() if "TrainJob" in args.kinds.split(",") else None
         try:
             with server.using() as local:
                 install_crds(local, server.dir, crds)
-                webhooks = None if args.no_webhooks else LocalWebhooks(local, server.dir, bins, "1.36", None)
+                webhooks = None if args.no_webhooks else LocalWebhooks(local, server.dir, bins, DEFAULT, None)
                 for kind in args.kinds.split(","):
                     results = judge(all_cases(kind, crd_schemas(crds)), rest_for(client), "differential", local,
                                     store, client, webhooks)

@@ -114,6 +114,7 @@ def webhooks_ab(flags: list[str], env: dict[str, str], rounds: int) -> None:
 
 def lean_ab(bins: str, rounds: int) -> None:
     from kubetrain.jobs.localapi import LocalApiServer, stop_all
+    from kubetrain.rules.k8s.versions import DEFAULT
 
     starts: dict[bool, list[float]] = {True: [], False: []}
     try:
@@ -121,7 +122,7 @@ def lean_ab(bins: str, rounds: int) -> None:
             for lean in (True, False) if round_ % 2 == 0 else (False, True):
                 stop_all()
                 began = time.perf_counter()
-                with LocalApiServer("1.36", bins, lean=lean).using():
+                with LocalApiServer(DEFAULT, bins, lean=lean).using():
                     starts[lean].append(time.perf_counter() - began)
     finally:
         stop_all()

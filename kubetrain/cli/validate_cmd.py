@@ -47,7 +47,7 @@ FAST_MODE = "offline rules, not the API server's verdict"
 @click.option("--strict", is_flag=True, help="Fail on warnings too.")
 @click.option("--ignore-missing-schemas", is_flag=True, help="Warn instead of fail for kinds without a schema.")
 @click.option("--kubernetes-version", default=DEFAULT_KUBERNETES_VERSION, show_default=True,
-              help="Kubernetes version (1.31 to 1.36) whose core schemas and pod rules apply.")
+              help="Kubernetes version (1.31 to 1.37) whose core schemas and pod rules apply.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--skip-non-kubernetes", is_flag=True,
               help="Pass over YAML without apiVersion and kind (CI workflows, Hydra or conda configs) and files "

@@ -242,4 +242,4 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(".") if part)
     except ValueError:
-        raise SchemaError(f"--kubernetes-version {text!r}: expected a version like 1.36") from None
+        raise SchemaError(f"--kubernetes-version {text!r}: expected a version like {DEFAULT}") from None

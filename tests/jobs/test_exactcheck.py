@@ -1,4 +1,4 @@
-"""`validate --exact` on a real local kube-apiserver (the suite's etcd and kube-apiserver 1.36 binaries): the
+"""`validate --exact` on a real local kube-apiserver (the suite's etcd and kube-apiserver binaries): the
 API server's verdict on each document and on what the operators would create from it, with the server's
 own message at the document's file:line; the server is started once, reused warm, and stopped cleanly."""
 
@@ -16,6 +16,8 @@ from click.testing import CliRunner
 from kubetrain.cli.main import cli
 from kubetrain.jobs.localapi import read_state, state_dir
 from kubetrain.jobs.trainjobset import TORCH_DISTRIBUTED
+
+from kubetrain.rules.k8s.versions import DEFAULT
 from tests.conftest import LocalApiServer
 from tests.validate.kubectl_cases import CASES, Case
 
@@ -193,7 +195,7 @@ def test_the_operators_own_webhooks_run(exact: list[str], tmp_path: Path, text: 
     [issue] = [i for i in report["issues"] if i["severity"] == "error"]
     assert code == 1 and f'admission webhook "{webhook}" denied the request' in issue["message"], issue
     assert (issue["line"], issue["path"]) == (line, path), issue
-    state = read_state(state_dir("1.36"))  # the manager lives as long as the server
+    state = read_state(state_dir(DEFAULT))  # the manager lives as long as the server
     assert state is not None and any(_running(pid) for name, pid in state.pids.items() if name.startswith("webhook:"))
     assert "with the webhooks of" in report["verdictBy"]
 
@@ -205,7 +207,7 @@ def test_without_the_webhooks_kubetrains_port_of_their_rules(exact: list[str], t
     assert code == 1 and "with the webhooks" not in report["verdictBy"]
     assert all("admission webhook" not in i["message"] for i in report["issues"]), report["issues"]
     assert any("replica type must be Master or Worker" in i["message"] for i in report["issues"]), report["issues"]
-    state = read_state(state_dir("1.36"))  # the managers an earlier run started are stopped
+    state = read_state(state_dir(DEFAULT))  # the managers an earlier run started are stopped
     assert state is not None and not any(name.startswith("webhook:") for name in state.pids)
 
 
@@ -237,14 +239,14 @@ def test_warm_reuse_and_a_clean_stop(exact: list[str], tmp_path: Path) -> None:
     path = tmp_path / "cm.yaml"
     path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
     run(exact, str(path))
-    state = read_state(state_dir("1.36"))
+    state = read_state(state_dir(DEFAULT))
     assert state is not None
     code, report, _ = run(exact, str(path))
     assert code == 0 and "warm" in report["verdictBy"]
-    assert read_state(state_dir("1.36")) == state
+    assert read_state(state_dir(DEFAULT)) == state
     result = CliRunner().invoke(cli, ["validate", "--stop-server"])
-    assert result.exit_code == 0 and "stopped the local API server of Kubernetes 1.36" in result.stderr
-    assert read_state(state_dir("1.36")) is None
+    assert result.exit_code == 0 and f"stopped the local API server of Kubernetes {DEFAULT}" in result.stderr
+    assert read_state(state_dir(DEFAULT)) is None
     for pid in state.pids.values():
         assert not _running(pid), f"process {pid} still runs after --stop-server"
 

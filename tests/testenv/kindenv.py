@@ -36,6 +36,14 @@ class KindEnv:
 
 
 def kind_dir() -> Path:
+    """What prepare-kind.sh builds for the pinned Kubernetes version (kubeadm, kubectl, kubelet, kube-proxy and
+    their stamps): one directory per version, so a version bump never overwrites what another checkout uses."""
+    return binaries.cache_root() / binaries.versions()["KUBERNETES_VERSION"] / "kind"
+
+
+def image_cache_dir() -> Path:
+    """The kind node's containerd root: image content (the training image's layers, kubeadm's images by their
+    versioned tags), shared by every Kubernetes version."""
     return binaries.cache_root() / "kind"
 
 
@@ -80,10 +88,10 @@ def image_store(kind: KindEnv, workdir: Path) -> Iterator[ImageStore]:
     once per machine and `build --kind` sends only the layers a code change made. Held with an exclusive
     flock while the cluster lives; a session that finds it locked gets the node's own empty root. The node
     imports kubeadm's images at every boot (kind-preload.service), so an empty cache is a working one."""
-    root = kind_dir() / "containerd-root"
+    root = image_cache_dir() / "containerd-root"
     root.mkdir(parents=True, exist_ok=True)
     conf = workdir / "containers.conf"
-    with (kind_dir() / "containerd-root.lock").open("w") as lock:
+    with (image_cache_dir() / "containerd-root.lock").open("w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -11,7 +11,7 @@
 #      harness's Debian rootfs, with those binaries and images (kindnode/Containerfile).
 #
 # Runs after prepare.sh's Go builds and prepare-node.sh (it needs their binaries and base images). Each part
-# has a stamp (a hash of its inputs) under <cache>/kind/ and is skipped when fresh: upgrading Kubernetes is
+# has a stamp (a hash of its inputs) under <cache>/<kubernetes version>/kind/ and is skipped when fresh: upgrading Kubernetes is
 # the usual one version bump in versions.env plus gomod/gen_k8s_replace.py.
 #
 #   bash tests/testenv/prepare-kind.sh        # run by prepare.sh
@@ -28,7 +28,10 @@ die() { printf '[testenv:kind] ERROR: %s\n' "$*" >&2; exit 1; }
 
 CACHE_ROOT="${KUBETRAIN_TESTENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kubetrain/testenv}"
 BIN_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/bin"
-KIND_DIR="$CACHE_ROOT/kind"
+# Per Kubernetes version (kubeadm, kubectl, kubelet, kube-proxy and the stamps): a bump builds beside, never over,
+# what other checkouts on this machine use. (tests/testenv/kindenv.py keeps the node's containerd root, an image
+# cache, in the unversioned $CACHE_ROOT/kind.)
+KIND_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/kind"
 KIND_BIN="$KIND_DIR/bin"
 export CONTAINERS_CONF="$CACHE_ROOT/node/containers.conf"
 KIND_NODE_IMAGE="$KIND_NODE_IMAGE_REPO:$KUBERNETES_VERSION"

@@ -36,6 +36,7 @@ from kubetrain.jobs.derived import replica_restart_policy
 from kubetrain.jobs.podcheck import as_pod
 from kubetrain.kube.errors import ApiError, status_body
 from kubetrain.rules.k8s.templates import pod_templates
+from kubetrain.rules.k8s.versions import DEFAULT
 from kubetrain.validate.schemas import _core_schema_dir, _kv_schema_root
 from tests.validate.oracle import PLURALS, SERIAL, bases, trainer_errors
 
@@ -58,7 +59,7 @@ class Case:
 @cache
 def _core_definitions() -> tuple[Path, dict[str, Any]] | None:
     root = _kv_schema_root()
-    directory = _core_schema_dir(root, "1.36") if root else None
+    directory = _core_schema_dir(root, DEFAULT) if root else None
     if directory is None:
         return None
     return directory, json.loads((directory / "_definitions.json").read_text())["$defs"]

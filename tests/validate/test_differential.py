@@ -11,6 +11,8 @@ import pytest
 from kubetrain.jobs.localapi import LocalApiServer as Server
 from kubetrain.jobs.localapi import install_crds
 from kubetrain.jobs.localwebhooks import LocalWebhooks
+
+from kubetrain.rules.k8s.versions import DEFAULT
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.schemas import load_crd_source
 from tests.conftest import JOBSET_CRD, PYTORCHJOB_CRD, TRAINER_DIR, LocalApiServer
@@ -26,10 +28,10 @@ def test_exact_agrees_and_offline_never_refuses_what_the_server_accepts(
     crds = [crd for location in (PYTORCHJOB_CRD, TRAINER_DIR, JOBSET_CRD) for crd, _ in load_crd_source(str(location))]
     cases = sample(KINDS, crd_schemas(crds), PER_KIND, SEED)
     monkeypatch.setenv("KUBETRAIN_CACHE_DIR", local_apiserver.env["KUBETRAIN_CACHE_DIR"])
-    server = Server("1.36", str(local_apiserver.binaries))
+    server = Server(DEFAULT, str(local_apiserver.binaries))
     with server.using() as local:
         install_crds(local, server.dir, crds)
-        webhooks = LocalWebhooks(local, server.dir, str(local_apiserver.binaries), "1.36", None)
+        webhooks = LocalWebhooks(local, server.dir, str(local_apiserver.binaries), DEFAULT, None)
         results = judge(cases, rest_for(k8s), namespace, local, schema_store, k8s, webhooks)
     disagree = [v.describe() for v in results if v.exact_disagrees]
     false_red = [v.describe() for v in results if v.false_red]

@@ -1,5 +1,5 @@
 """Dynamic Resource Allocation objects offline (kubetrain/rules/k8s/dra.py), each case's verdict checked
-against the suite's real kube-apiserver 1.36 too (dryRun=All), and which resource.k8s.io versions each
+against the suite's real kube-apiserver too (dryRun=All), and which resource.k8s.io versions each
 Kubernetes version serves."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import kubernetes
 import pytest
 
 from kubetrain.kube.errors import BadRequest, Invalid, NotFound, api_message
+from kubetrain.rules.k8s.versions import DEFAULT
 from kubetrain.validate import SchemaStore, validate_objects
 from tests.harness.helpers import rest_for
 
@@ -72,7 +73,7 @@ CASES: list[tuple[str, Obj, str | None]] = [
 IDS = [c[0] for c in CASES]
 
 
-def _offline(obj: Obj, version: str = "1.36") -> tuple[list[str], list[str]]:
+def _offline(obj: Obj, version: str = DEFAULT) -> tuple[list[str], list[str]]:
     report = validate_objects([copy.deepcopy(obj)], SchemaStore(kubernetes_version=version))
     return [i.path for i in report.errors()], [i.message for i in report.errors()]
 
@@ -100,7 +101,7 @@ def test_served_versions(minor: int, version: str) -> None:
         assert paths == ["apiVersion"] and ("use resource.k8s.io/v1" in messages[0]) == (minor >= 34), messages
 
 
-# ---- against the real API server (1.36) ------------------------------------------------------------------------
+# ---- against the real API server (the suite's) -----------------------------------------------------------------------
 
 PLURALS = {"ResourceClaimTemplate": "resourceclaimtemplates", "ResourceClaim": "resourceclaims",
            "DeviceClass": "deviceclasses"}

@@ -1,6 +1,6 @@
 """Pod rules that differ between Kubernetes minor versions (kubetrain/rules/k8s/versions.py): each case's
-verdict under every supported `--kubernetes-version`, and the 1.36 verdicts (the default) against the suite's
-real kube-apiserver 1.36, the object and each pod template as a Pod."""
+verdict under every supported `--kubernetes-version`, and the default version's verdicts against the suite's
+real kube-apiserver (tests/testenv/versions.env, the same minor version), the object and each pod template as a Pod."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from kubetrain.rules.k8s.check import k8s_findings
 from kubetrain.rules.k8s.versions import DEFAULT, rules_for
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.engine import validate_objects
+from tests.testenv import binaries
 from tests.validate import oracle
 
 Obj = dict[str, Any]
@@ -199,8 +200,9 @@ def test_cli_refuses_versions_it_has_no_rules_for(tmp_path: Path, text: str) -> 
 def test_default_version_agrees_with_the_server(name: str, change: Callable[[Obj], None], field: str,
                                                verdicts: dict[int, str], k8s: kubernetes.client.ApiClient,
                                                namespace: str) -> None:
-    assert DEFAULT == "1.36"  # the suite's kube-apiserver (tests/testenv/versions.env)
+    suite = binaries.versions()["KUBERNETES_VERSION"].lstrip("v").split(".")[1]
+    assert f"1.{suite}" == DEFAULT  # the default is the suite's kube-apiserver
     for obj in (_pod(change), _deployment(change)):
         server = oracle.server_errors(k8s, obj, namespace)
-        offline, _ = _verdict(obj, 36)
+        offline, _ = _verdict(obj, int(suite))
         assert (offline == ERR) == bool(server), (name, obj["kind"], offline, server)

@@ -16,7 +16,7 @@ from kubetrain.errors import SchemaError
 
 OLDEST = 31
 NEWEST = 37
-SUITE = 36  # the suite's kube-apiserver (tests/testenv/versions.env): the default, and what render refuses by
+SUITE = 37  # the suite's kube-apiserver (tests/testenv/versions.env): the default, and what render refuses by
 DEFAULT = f"1.{SUITE}"
 
 
