@@ -37,7 +37,6 @@ def main() -> None:
 
     from kubetrain.jobs.localapi import LocalApiServer, install_crds, stop_all
     from kubetrain.jobs.localwebhooks import LocalWebhooks
-
     from kubetrain.rules.k8s.versions import DEFAULT
     from kubetrain.validate import SchemaStore
     from kubetrain.validate.schemas import load_crd_source

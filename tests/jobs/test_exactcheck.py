@@ -16,7 +16,6 @@ from click.testing import CliRunner
 from kubetrain.cli.main import cli
 from kubetrain.jobs.localapi import read_state, state_dir
 from kubetrain.jobs.trainjobset import TORCH_DISTRIBUTED
-
 from kubetrain.rules.k8s.versions import DEFAULT
 from tests.conftest import LocalApiServer
 from tests.validate.kubectl_cases import CASES, Case

@@ -11,7 +11,6 @@ import pytest
 from kubetrain.jobs.localapi import LocalApiServer as Server
 from kubetrain.jobs.localapi import install_crds
 from kubetrain.jobs.localwebhooks import LocalWebhooks
-
 from kubetrain.rules.k8s.versions import DEFAULT
 from kubetrain.validate import SchemaStore
 from kubetrain.validate.schemas import load_crd_source
