@@ -120,8 +120,9 @@ def run(*, filename: str, output: str) -> None:
 @handle_errors
 def best(*, name: str | None, filename: str, context: str | None, kubeconfig: str | None, namespace: str | None,
          request_timeout: float | None, output: str, promote: str | None, force: bool) -> None:
-    """The best trial of a sweep, and (--promote) its spec: of the Sweep NAME in the cluster, or without NAME
-    of the spec's last local sweep (`kubetrain sweep run`).
+    """The best trial of a sweep, and (--promote) its spec.
+
+    Of the Sweep NAME in the cluster, or without NAME of the spec's last local sweep (`kubetrain sweep run`).
 
     The promoted spec is the sweep's job with the best trial's values, its own name and checkpoint directory:
     `kubetrain run` or `kubetrain submit` it as any job. An existing FILE is kept unless --force. Exit status

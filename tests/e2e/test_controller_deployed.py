@@ -113,7 +113,11 @@ def deploy(controlplane: Any, real_node: real.RealNode, cli: Cli, controller_ima
     admin = controlplane.api_client()
     apps, core = kubernetes.client.AppsV1Api(admin), kubernetes.client.CoreV1Api(admin)
     # An earlier test's uninstall may still be deleting the namespace, which refuses new objects meanwhile.
-    wait_for(lambda: _gone(lambda: core.read_namespace(NAMESPACE)), "an earlier kubetrain-system removed", 180)
+    try:
+        wait_for(lambda: _gone(lambda: core.read_namespace(NAMESPACE)), "an earlier kubetrain-system removed", 180)
+    except TimedOut as exc:  # the namespace controller says why in the namespace's conditions
+        conditions = [(c.type, c.reason, c.message) for c in core.read_namespace(NAMESPACE).status.conditions or []]
+        raise TimedOut(f"{exc}: {conditions}") from None
     forwarder = Forwarder(real_node.gateway, controlplane.ports["apiserver"])
     installed = cli("controller", "install", "--image", controller_image).stdout.split()
     assert {"serviceaccount/kubetrain-controller", "deployment/kubetrain-controller",
