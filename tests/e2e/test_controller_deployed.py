@@ -112,9 +112,10 @@ def deploy(controlplane: Any, real_node: real.RealNode, cli: Cli, controller_ima
     pods, uninstalled after."""
     admin = controlplane.api_client()
     apps, core = kubernetes.client.AppsV1Api(admin), kubernetes.client.CoreV1Api(admin)
-    # An earlier test's uninstall may still be deleting the namespace, which refuses new objects meanwhile.
+    # An earlier test's uninstall may still be deleting the namespace, which refuses new objects meanwhile (an
+    # Active one, from the modules that run the controller as a process, is applied over).
     try:
-        wait_for(lambda: _gone(lambda: core.read_namespace(NAMESPACE)), "an earlier kubetrain-system removed", 180)
+        wait_for(lambda: _not_terminating(core), "an earlier kubetrain-system removed", 180)
     except TimedOut as exc:  # the namespace controller says why in the namespace's conditions
         conditions = [(c.type, c.reason, c.message) for c in core.read_namespace(NAMESPACE).status.conditions or []]
         raise TimedOut(f"{exc}: {conditions}") from None
@@ -205,6 +206,13 @@ def holder(k8s: Any) -> str | None:
 def real_node_name(core: Any) -> str:
     nodes = core.list_node(label_selector=f"{real.NODE_LABEL}=real").items
     return str(nodes[0].metadata.name)
+
+
+def _not_terminating(core: kubernetes.client.CoreV1Api) -> bool:
+    try:
+        return core.read_namespace(NAMESPACE).status.phase != "Terminating"
+    except ApiException as exc:
+        return bool(exc.status == 404)
 
 
 def _gone(read: Any) -> bool:
