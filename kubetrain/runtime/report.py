@@ -49,6 +49,15 @@ class Reporter:
         if self.enabled or force:
             self._write(format_metrics(kind, rank=self.env.rank, **fields))
 
+    def close_tracker(self) -> None:
+        """Flush and close the trackers, then announce a run page that opened only after the last record (a
+        resumed run with few steps left can end before its tracker's thread has opened the run)."""
+        if self.tracker is None:
+            return
+        self.tracker.close()
+        if links := self.tracker.new_links():
+            self._write(format_metrics("tracking", rank=self.env.rank, runs=links))
+
     def _write(self, line: str) -> None:
         stream = self.stream or sys.stdout
         # One write per line: with PYTHONUNBUFFERED (set in every pod) print() writes the text and the

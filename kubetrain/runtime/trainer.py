@@ -133,8 +133,7 @@ class Trainer:
                     return loop.run()
                 finally:
                     loop.heartbeat.stop()
-                    if loop.reporter.tracker is not None:
-                        loop.reporter.tracker.close()
+                    loop.reporter.close_tracker()
                     stop.uninstall()
                     stop.drain()
                     del loop  # drop the model and optimizer before the process group goes

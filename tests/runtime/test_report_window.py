@@ -64,3 +64,36 @@ def test_a_checkpoint_and_the_end_together_announce_the_runs_once() -> None:
     reporter.emit("end", step=10)
     lines = out.getvalue().splitlines()
     assert [json.loads(line.split(" ", 1)[1])["kind"] for line in lines] == ["tracking", "checkpoint", "end"]
+
+
+class _LateRun:
+    """A tracker whose thread opens the run only while it is closed (a resumed run that ends within seconds)."""
+
+    def __init__(self) -> None:
+        self.link: str | None = None
+        self.announced: set[str] = set()
+
+    def record(self, kind: str, fields: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        self.link = "http://mlflow/#/runs/2"
+
+    def new_links(self, again: bool = False) -> dict[str, str]:  # as kubetrain.runtime.tracking.Tracker answers it
+        links = {"mlflow": self.link} if self.link and (again or "mlflow" not in self.announced) else {}
+        self.announced.update(links)
+        return links
+
+
+def test_a_run_that_opens_after_the_last_record_is_announced_at_close() -> None:
+    """`status` finds the run's page in rank 0's log: a run opened after the end record is still announced."""
+    env = DistEnv(rank=0, world_size=1, local_rank=0, local_world_size=1, device=torch.device("cpu"),
+                  backend="gloo")
+    out = io.StringIO()
+    reporter = Reporter(env, out, tracker=_LateRun())  # type: ignore[arg-type]
+    reporter.emit("end", step=10)
+    reporter.close_tracker()
+    reporter.close_tracker()  # once
+    records = [json.loads(line.split(" ", 1)[1]) for line in out.getvalue().splitlines()]
+    assert [r["kind"] for r in records] == ["end", "tracking"]
+    assert records[-1]["runs"] == {"mlflow": "http://mlflow/#/runs/2"}
