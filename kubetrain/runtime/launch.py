@@ -14,11 +14,10 @@ options, same PET_* handling) and exits with:
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 from kubetrain.podenv import FAILED_RANK
 
@@ -109,15 +108,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def exit_now(code: int) -> NoReturn:
-    """Flush stdio and end the agent without interpreter finalization. Once torchrun has returned, its workers
-    are reaped and the rendezvous is closed: finalizing torch's thousands of modules only costs about 0.5 s of
-    CPU (seconds on a loaded machine), during which the pod, or `kubetrain run`, waits for this process."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    exit_now(main())
+    sys.exit(main())

@@ -260,26 +260,6 @@ def test_launcher_exit_codes() -> None:
     assert failure_exit_code(failed(2, 143)) == 2  # the root cause, a configuration error
 
 
-FINALIZED = "import atexit, os, sys\natexit.register(lambda: print(f'finalized {os.getpid()}', file=sys.stderr))\n"
-
-
-@pytest.mark.parametrize("code", [0, 3])
-def test_the_launcher_exits_with_its_workers_code_without_finalizing_torch(tmp_path: Path, code: int) -> None:
-    """The pod's launcher ends as soon as torchrun has returned: no interpreter finalization (about 0.5 s of
-    CPU for torch's modules, seconds on a loaded machine, while the pod or `kubetrain run` waits), which an
-    atexit hook in every process shows; its workers still finalize, and the exit code is theirs."""
-    (tmp_path / "sitecustomize.py").write_text(FINALIZED)
-    (tmp_path / "worker.py").write_text(f"import sys\nsys.exit({code})\n")
-    launcher = subprocess.Popen([sys.executable, "-m", "kubetrain.runtime.launch", "--standalone", "--nproc-per-node",
-                                 "1", "--monitor-interval", "0.1", str(tmp_path / "worker.py")],
-                                env=quiet_env(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}"), cwd=tmp_path,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = launcher.communicate(timeout=120)
-    assert launcher.returncode == code, out + err
-    finalized = {int(line.split()[-1]) for line in (out + err).splitlines() if line.startswith("finalized ")}
-    assert finalized and launcher.pid not in finalized, out + err  # the worker's hook ran, the launcher's did not
-
-
 def test_profiler_writes_traces_and_a_summary(tmp_path: Path) -> None:
     from kubetrain.runtime.settings import Profile
 
