@@ -278,12 +278,16 @@ def _wait_established(rest: Rest, name: str) -> None:
     raise LocalServerError(f"the CRD {name} was not established on the local API server within 30 s")
 
 
-def _discoverable(rest: Rest, group: Any, version: str, plural: Any) -> bool:
+def api_resources(rest: Rest, group_version: str) -> list[dict[str, Any]]:
+    """The resources the server's discovery lists for `group/version` ([] while it lists none)."""
     try:
-        listing = rest.get(f"/apis/{group}/{version}")
+        return list(rest.get(f"/apis/{group_version}").get("resources", []))
     except ApiError:
-        return False
-    return any(r.get("name") == plural for r in listing.get("resources", []))
+        return []
+
+
+def _discoverable(rest: Rest, group: Any, version: str, plural: Any) -> bool:
+    return any(r.get("name") == plural for r in api_resources(rest, f"{group}/{version}"))
 
 
 def _status_message(exc: ApiError) -> str:

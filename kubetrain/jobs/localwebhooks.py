@@ -36,6 +36,7 @@ from kubetrain.jobs.localapi import (
     LocalServerError,
     ServerState,
     alive,
+    api_resources,
     candidate_dirs,
     flocked,
     free_ports,
@@ -469,11 +470,7 @@ def write_kubeconfig(directory: Path, state: ServerState) -> Path:
 
 
 def _served(rest: Rest, api_version: str, kind: str) -> bool:
-    try:
-        listing = rest.get(f"/apis/{api_version}")
-    except ApiError:
-        return False
-    return any(r.get("kind") == kind for r in listing.get("resources", []))
+    return any(r.get("kind") == kind for r in api_resources(rest, api_version))
 
 
 def _ready(port: int) -> bool:
