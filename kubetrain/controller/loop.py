@@ -45,6 +45,8 @@ from kubetrain.sweeps import resource as sweep_resource
 log = logging.getLogger("kubetrain.controller")
 MANAGED = "app.kubernetes.io/managed-by=kubetrain"
 CONFIGMAP_CACHE = 16  # code ConfigMaps kept in memory (each ≤ 1 MiB)
+# How long shutdown waits for the reconciles in flight; under the Deployment's 30 s termination grace period.
+DRAIN_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class Controller:
         self.progress_seconds = 0.0
         self.progress: Fanout[bool] = Fanout("progress", self.errors, self.settings.parallel_reads)
         self.threads: list[threading.Thread] = []
+        self.workers: list[threading.Thread] = []  # the reconciling ones, which shutdown waits for
         self.hangs = hangs.ClusterHangWatch(self.rest, self.jobs, self._spec_of, self.events.record, self.queue.add,
                                      errors=self.errors, parallel=self.settings.parallel_reads)
 
@@ -124,23 +127,30 @@ class Controller:
             self._spawn(informer.run, self.stop, name=f"informer-{informer.name}")
         wait_synced(informers, self.stop)
         for index in range(self.settings.workers):
-            self._spawn(self._work, self.queue, self.reconcile, name=f"worker-{index}")
+            self.workers.append(self._spawn(self._work, self.queue, self.reconcile, name=f"worker-{index}"))
         if self.sweeper is not None:
-            self._spawn(self._work, self.sweep_queue, self.sweeper.reconcile, name="sweeps")
+            self.workers.append(self._spawn(self._work, self.sweep_queue, self.sweeper.reconcile, name="sweeps"))
         if self.settings.hang_interval > 0:
             self._spawn(self.hangs.run, self.stop, self.settings.hang_interval, name="hangs")
         log.info("controller: caches synced (%d TrainingJobs); %d workers", len(self.jobs.items()),
                  self.settings.workers)
 
-    def _spawn(self, target: Any, *args: Any, name: str) -> None:
+    def _spawn(self, target: Any, *args: Any, name: str) -> threading.Thread:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
         thread.start()
         self.threads.append(thread)
+        return thread
 
-    def shutdown(self) -> None:
+    def shutdown(self, grace: float = DRAIN_SECONDS) -> None:
+        """Take no new work, let the reconciles in flight end (a TrainingJob just created still records its
+        Event), then send the Events waiting. The worker threads are daemons: a process that returned without
+        waiting for them would cut a reconcile between its write and its Event."""
         self.stop.set()
         self.queue.close()
         self.sweep_queue.close()
+        deadline = time.monotonic() + grace
+        for worker in self.workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
         self.events.close()
         self.progress.close()
 

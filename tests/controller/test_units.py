@@ -287,3 +287,36 @@ def test_request_counter_counts_the_clients_requests() -> None:
     with pytest.raises(Exception):  # noqa: B017
         rest.request("PATCH", "/apis/x", retry=False)
     assert dict(counter.counts) == {"WATCH": 1, "PATCH": 1} and counter.total() == 2
+
+
+def test_shutdown_lets_a_reconcile_in_flight_record_its_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM while a worker has just created a trial: its Event still reaches the API server (the real-node
+    sweep drill lost a TrialCreated Event this way when shutdown closed the recorder under a running reconcile)."""
+    import threading
+
+    from kubetrain.controller import kube
+    from kubetrain.controller.faults import ErrorCounter, Fanout
+    from kubetrain.controller.loop import Controller
+    from kubetrain.controller.queue import WorkQueue
+
+    sent: list[str] = []
+    monkeypatch.setattr(kube, "create_event", lambda api, namespace, body: sent.append(body["message"]))
+    controller = Controller.__new__(Controller)  # no API server: only the loop's own parts
+    controller.stop, controller.failures, controller.errors = threading.Event(), 0, ErrorCounter()
+    controller.queue, controller.sweep_queue = WorkQueue(), WorkQueue()
+    controller.events = kube.EventRecorder(object(), senders=1)  # type: ignore[arg-type]
+    controller.progress = Fanout("progress", controller.errors, 1)
+    controller.threads, controller.workers = [], []
+    inside = threading.Event()
+
+    def reconcile(key: Any) -> None:
+        inside.set()
+        controller.stop.wait(10)  # the create's round trip outlasts the signal
+        time.sleep(0.2)
+        controller.events.record(tj(GOOD), "Normal", "TrialCreated", f"created TrainingJob {key[1]}")
+
+    controller.workers.append(controller._spawn(controller._work, controller.queue, reconcile, name="worker-0"))
+    controller.queue.add(("ns", "sw-t2"))
+    assert inside.wait(10)
+    controller.shutdown(grace=10)
+    assert sent == ["created TrainingJob sw-t2"]
