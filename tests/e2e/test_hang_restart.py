@@ -19,7 +19,7 @@ from tests.controller.operator_env import Operator, create, namespaced_operator,
 from tests.testenv.polling import TimedOut, wait_for
 
 from .conftest import Cli
-from .test_recovery import _exec, _model_hash, _starts
+from .test_recovery import EPOCHS, _exec, _model_hash, _starts
 from .test_stacks import STOP
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -43,7 +43,7 @@ def _job(project: Path, image: str, namespace: str, name: str) -> dict[str, Any]
     spec.pop("build")
     spec.update(image=image, resources={"cpu": "250m", "memory": "1Gi"}, hang=HANG,
                 checkpoint={"dir": f"/ckpt/{name}", "everySteps": 10, "keep": 2})
-    spec["train"]["epochs"] = 16  # still training after the first checkpoint (as in test_recovery)
+    spec["train"]["epochs"] = EPOCHS  # still training after the first checkpoint (as in test_recovery)
     return {**doc, "metadata": {"name": name, "namespace": namespace}}
 
 

@@ -31,6 +31,9 @@ from tests.testenv.polling import wait_for
 from .conftest import KUBETRAIN, Cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
+# On an idle machine 4 epochs took 17 s: with fewer, the job could finish before the kill (the first checkpoint
+# is at step 10) or before the restarted worker's shape is checked.
+EPOCHS = 8
 # The training process, not torchrun (whose own command line also names kubetrain.runtime) nor a wrapper.
 KILL = ("import os, signal\n"
         "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
@@ -47,9 +50,7 @@ def _spec(project: Path, name: str, tracking: dict[str, Any] | None = None) -> P
     spec["metadata"]["name"] = name
     spec["spec"]["resources"] = {"cpu": "250m", "memory": "1Gi"}  # two 2-pod jobs on a 2-CPU node
     spec["spec"]["checkpoint"] = {"dir": f"/ckpt/{name}", "everySteps": 10, "keep": 2}
-    # Long enough that the worker still trains after the first checkpoint on an idle machine (4 epochs took
-    # 17 s there: the job could finish before the kill).
-    spec["spec"]["train"]["epochs"] = 16
+    spec["spec"]["train"]["epochs"] = EPOCHS
     spec["spec"]["security"] = {"readOnlyRootFilesystem": True}  # g: TMPDIR=/tmp on an emptyDir
     # No runPolicy: the default backoffLimit (10) must survive one kill -9. The training-operator sums the
     # restarts of all running pods: the killed worker's, the master's when its collective fails, and a worker
@@ -186,7 +187,7 @@ def _check_tensorboard_pod(cli: Cli, core: kubernetes.client.CoreV1Api, namespac
                          2, tolerate=(OSError, ValueError))
         assert {"loss", "eval_accuracy"} <= set(found), found
         accuracy = scalars("scalars?run=.&tag=eval_accuracy")
-        assert len(accuracy) == 16, accuracy  # [wall time, step, value], one per epoch
+        assert len(accuracy) == EPOCHS, accuracy  # [wall time, step, value], one per epoch
     finally:
         board.send_signal(signal.SIGINT)
         _, messages = board.communicate(timeout=60)
@@ -216,7 +217,7 @@ def _check_one_run(cli: Cli, server: MLflowServer, tracked: dict[str, str], name
     for kind, key in (("train", "loss"), ("eval", "eval_accuracy")):
         steps = sorted({int(r["step"]) for r in records if r["kind"] == kind and r.get(key) is not None})
         assert sorted(m.step for m in client.get_metric_history(run.info.run_id, key)) == steps, key
-    assert len(client.get_metric_history(run.info.run_id, "eval_accuracy")) == 16  # one per epoch
+    assert len(client.get_metric_history(run.info.run_id, "eval_accuracy")) == EPOCHS  # one per epoch
     cluster = yaml.safe_load(Path(cli.kubeconfig).read_text())["contexts"][0]["context"]["cluster"]
     assert run.data.tags["kubetrain.cluster"] == cluster and run.data.tags["kubetrain.namespace"] == namespace
     status = cli("status", "digits-kill", "-n", namespace).stdout
