@@ -5,6 +5,7 @@ it from the records alone."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,12 @@ def _spec(project: Path, name: str) -> Path:
     path = project / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
+
+
+def verdict(stacks: str) -> str:
+    """The first line without its live reading: rank 0's record can still move (its last steps and eval were
+    written after the first command read it, on a busy machine) before it blocks on the stopped rank."""
+    return re.sub(r"step \d+, phase \w+", "step N, phase P", stacks.partition("\n")[0])
 
 
 def test_stacks_names_a_stopped_worker_and_shows_the_other_ranks_stack(cli: Cli, image: str, project: Path,
@@ -59,7 +66,7 @@ def test_stacks_names_a_stopped_worker_and_shows_the_other_ranks_stack(cli: Cli,
         assert "1 rank(s) did not answer" in out.splitlines()[0], out
         assert result.returncode == 0
         one = cli("stacks", name, "-n", namespace, "--replica", "worker-0").stdout  # the same verdict, its stacks
-        assert one.partition("\n")[0] == out.partition("\n")[0], one
+        assert verdict(one) == verdict(out), one
         assert stopped_lines[0] in one.splitlines() and "--- rank 0 " not in one, one
         shown = cli("status", name, "-n", namespace, "--hang").stdout
         assert f"1 rank(s) cannot run: rank 1 (node 2, {name}-worker-0 on " in shown, shown

@@ -97,8 +97,10 @@ def test_a_sweep_on_the_real_node_prunes_survives_its_controller_and_stops_clean
         assert done["trials"] == {"total": TRIALS, "running": 0, "failed": 0, "stopped": 0, **counts}, done
         assert done["best"]["trial"] == 0 and done["best"]["value"] == 1.0, done["best"]
         pruned = [n for n, s in enumerate(states) if s == "pruned"]
-        wait_for(lambda: not pods_of(core, namespace, pruned), "the pruned trials' pods deleted", 120)
-        assert all(f"{SWEEP}-t{n}" not in trial_jobs(k8s, namespace) for n in pruned)
+        # Deleted in the foreground: the garbage collector removes a TrainingJob after its pods, a moment later.
+        wait_for(lambda: not pods_of(core, namespace, pruned)
+                 and not {f"{SWEEP}-t{n}" for n in pruned} & set(trial_jobs(k8s, namespace)),
+                 "the pruned trials' pods and TrainingJobs deleted", 120)
 
         cli("sweep", "stop", SWEEP, "-n", namespace, "--timeout", "120")
         assert trial_jobs(k8s, namespace) == []
