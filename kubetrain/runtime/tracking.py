@@ -34,7 +34,6 @@ RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0)
 SEND_SECONDS = 1.0
 
 
-
 class Point(NamedTuple):
     """One record's metrics, stamped when recorded: a batch sent again after its answer was lost (a request
     that timed out after the server applied it) carries the same timestamps, and MLflow keeps one copy of a
