@@ -32,9 +32,9 @@ def quiet_env(**extra: str) -> dict[str, str]:
 def write_spec(path: Path, *, name: str = "ft", nodes: int = 2, train: dict[str, Any] | None = None,
                checkpoint: dict[str, Any] | None = None, command: list[str] | None = None,
                elastic: dict[str, Any] | None = None, env: dict[str, str] | None = None,
-               code: Path = JOBS, procs: int = 1) -> Path:
+               code: Path = JOBS) -> Path:
     spec: dict[str, Any] = {
-        "image": "example.com/test:1", "nodes": nodes, "procsPerNode": procs, "code": {"path": str(code)},
+        "image": "example.com/test:1", "nodes": nodes, "procsPerNode": 1, "code": {"path": str(code)},
         "volumes": [{"name": "ckpt", "claim": "ckpt", "mountPath": "/ckpt", "localPath": str(path.parent / "ckpt")}],
         "env": {"OMP_NUM_THREADS": "1", **(env or {})},
     }
