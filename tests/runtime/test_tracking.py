@@ -1,6 +1,7 @@
 """spec.tracking with a real MLflow server: the digits job, with kill -9 of the rank that logs, is one run with
 every point once; TensorBoard's own reader and W&B's offline run files find the same points (one W&B run ID
-across the restart, the API key in no file or log); a tracker that is down never stops training."""
+across the restart, the API key in no file or log); a batch sent again after its answer was lost is logged
+once; a tracker that is down never stops training."""
 
 from __future__ import annotations
 
