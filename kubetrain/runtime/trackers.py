@@ -4,7 +4,6 @@ TensorBoard. Each client is imported when its tracker is configured, never other
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +120,8 @@ class MLflowConnection(Connection):
     def send(self, points: list[Point]) -> None:
         from mlflow.entities import Metric  # a tracker's client only when spec.tracking sets it (.importlinter)
 
-        now = int(time.time() * 1000)
-        metrics = [Metric(key, value, now, step) for step, values in points for key, value in values.items()]
+        metrics = [Metric(key, value, time_ms, step) for step, values, time_ms in points
+                   for key, value in values.items()]
         for start in range(0, len(metrics), BATCH):
             self.client.log_batch(self.run_id, metrics=metrics[start:start + BATCH])
 
@@ -180,7 +179,7 @@ class WandbConnection(Connection):
         return dict(self.last)
 
     def send(self, points: list[Point]) -> None:
-        for step, values in points:
+        for step, values, _ in points:
             self.run.log(values, step=step)
             self.last.update(dict.fromkeys(values, step))
         self.run_file.update(self.name, {"runId": self.config.key, "lastSteps": self.last})
@@ -221,9 +220,9 @@ class TensorBoardConnection(Connection):
         return last
 
     def send(self, points: list[Point]) -> None:
-        for step, values in points:
+        for step, values, time_ms in points:
             for key, value in values.items():
-                self.writer.add_scalar(key, value, step)
+                self.writer.add_scalar(key, value, step, walltime=time_ms / 1000)
         self.writer.flush()
 
     def close(self, outcome: Outcome) -> None:

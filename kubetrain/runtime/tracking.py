@@ -16,10 +16,11 @@ import json
 import os
 import sys
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kubetrain.podenv import RUN_KEY_ENV, TRACKING_ENV
 from kubetrain.runtime.config import json_object
@@ -32,7 +33,19 @@ STOP_FLUSH_SECONDS = 5.0  # the same after a stop signal or an error
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0)
 SEND_SECONDS = 1.0
 
-Point = tuple[int, dict[str, float]]
+
+class Point(NamedTuple):
+    """One record's metrics, stamped when recorded: a batch sent again after its answer was lost (a request
+    that timed out after the server applied it) carries the same timestamps, and MLflow keeps one copy of a
+    metric it already has (same key, step, value and timestamp)."""
+
+    step: int
+    values: dict[str, float]
+    time_ms: int
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -166,16 +179,18 @@ class Buffered:
             if len(self.points) >= self.capacity:
                 self.points.popleft()  # the oldest goes: the newest say where training is
                 self.dropped += 1
-            self.points.append((step, values))
+            self.points.append(Point(step, values, _now_ms()))
 
     def unsent(self) -> list[list[Any]]:
         """The points not sent yet (or being sent), for a checkpoint."""
         with self._lock:
-            return [[step, values] for step, values in self.points]
+            return [[step, values, time_ms] for step, values, time_ms in self.points]
 
     def restore(self, saved: list[list[Any]]) -> None:
         """A resumed process: first the points its predecessor had not sent at the checkpoint."""
-        restored = [(int(step), {str(k): float(v) for k, v in values.items()}) for step, values in saved]
+        restored = [Point(int(point[0]), {str(k): float(v) for k, v in point[1].items()},
+                          int(point[2]) if len(point) > 2 else _now_ms())  # older checkpoints: no timestamp
+                    for point in saved]
         with self._lock:
             self.points.extendleft(reversed(restored))
 
@@ -198,10 +213,11 @@ class Buffered:
         while True:
             self._wake.clear()  # set by `finish` only: the last round starts at once
             try:
-                if self._step():
-                    return
+                done = self._step()
                 failures = 0
                 self.error = None
+                if done:
+                    return
             except Exception as exc:  # a tracker's failure is never training's
                 self.error = " ".join(str(exc).split())[:300] or type(exc).__name__
                 if self.outcome is not None and failures >= 2:
@@ -222,7 +238,7 @@ class Buffered:
         if fresh:
             self.connection.send(fresh)
         assert self.last_steps is not None
-        for step, values in fresh:
+        for step, values, _ in fresh:
             self.last_steps.update(dict.fromkeys(values, step))
         sent = {id(point) for point in batch}  # `add` may have dropped some of them meanwhile
         with self._lock:
@@ -238,11 +254,11 @@ class Buffered:
         assert self.last_steps is not None
         last = dict(self.last_steps)
         fresh = []
-        for step, values in batch:
+        for step, values, time_ms in batch:
             kept = {k: v for k, v in values.items() if step > last.get(k, -1)}
             last.update(dict.fromkeys(kept, step))
             if kept:
-                fresh.append((step, kept))
+                fresh.append(Point(step, kept, time_ms))
         return fresh
 
 

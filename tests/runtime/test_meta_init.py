@@ -34,16 +34,25 @@ def torchrun(*args: str) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three torchruns, each a fresh pair of processes: a memory measure first, then training in them.
+    a: meta memory, then two epochs in one go; b: eager memory, then one epoch; then b resumed for the second."""
+    out = tmp_path_factory.mktemp("meta-init")
+    torchrun("memory", "meta", str(out), str(out / "a"), "2")
+    torchrun("memory", "eager", str(out), str(out / "b"), "1")
+    torchrun("train", str(out / "b"), "2")
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_no_rank_holds_the_whole_model(tmp_path: Path) -> None:
+def test_no_rank_holds_the_whole_model(runs: Path) -> None:
     """A 512 MiB model, a per-process cap of 90% of it on the RSS growth of building, sharding and
     initialising: the meta-initialised run fits on both ranks; building it whole first (metaInit false) does
     not, which shows the measure can fail."""
-    for mode in ("meta", "eager"):
-        torchrun("memory", mode, str(tmp_path))
-    meta = [json.loads((tmp_path / f"memory-meta-{rank}.json").read_text()) for rank in (0, 1)]
-    eager = [json.loads((tmp_path / f"memory-eager-{rank}.json").read_text()) for rank in (0, 1)]
+    meta = [json.loads((runs / f"memory-meta-{rank}.json").read_text()) for rank in (0, 1)]
+    eager = [json.loads((runs / f"memory-eager-{rank}.json").read_text()) for rank in (0, 1)]
     full = meta[0]["full"]
     cap = 0.9 * full
     assert full == 512 * MiB
@@ -59,18 +68,15 @@ def test_no_rank_holds_the_whole_model(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_meta_init_resume_is_bit_exact(tmp_path: Path) -> None:
+def test_meta_init_resume_is_bit_exact(runs: Path) -> None:
     """Two epochs in one go, against one epoch, then resumed for the second: the final sharded checkpoints
     (model and SGD momentum) are identical."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    torchrun("train", str(tmp_path / "a"), "2")
-    torchrun("train", str(tmp_path / "b"), "1")
-    torchrun("train", str(tmp_path / "b"), "2")
     states = []
     for run in ("a", "b"):
-        dcp_to_torch_save(tmp_path / run / "step-0000000008", tmp_path / f"{run}.pt")
-        states.append(torch.load(tmp_path / f"{run}.pt", weights_only=False))
+        dcp_to_torch_save(runs / run / "step-0000000008", runs / f"{run}.pt")
+        states.append(torch.load(runs / f"{run}.pt", weights_only=False))
     a, b = states
     assert sorted(a["model"]) == ["first.bias", "first.weight", "second.bias", "second.weight"]
     for key in a["model"]:

@@ -1,6 +1,7 @@
 """spec.tracking with a real MLflow server: the digits job, with kill -9 of the rank that logs, is one run with
 every point once; TensorBoard's own reader and W&B's offline run files find the same points (one W&B run ID
-across the restart, the API key in no file or log); a tracker that is down never stops training."""
+across the restart, the API key in no file or log); a batch sent again after its answer was lost is logged
+once; a tracker that is down never stops training."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tests.testenv.s3 import _free_port
 
 require_torch()
 from kubetrain.runtime.trackers import MLflowConnection  # noqa: E402
-from kubetrain.runtime.tracking import Buffered, Outcome, RunFile, TrackingConfig  # noqa: E402
+from kubetrain.runtime.tracking import Buffered, Outcome, Point, RunFile, TrackingConfig  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(420)]
 WANDB_KEY = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c"  # 40 characters, as W&B's keys are
@@ -128,6 +129,36 @@ def assert_tensorboard_scalars(logdir: Path, expected: dict[str, list[int]]) -> 
     assert set(reader.Tags()["scalars"]) == set(expected)
     for key, steps in expected.items():
         assert sorted(event.step for event in reader.Scalars(key)) == steps, key
+
+
+class AnswerLost(MLflowConnection):
+    """MLflow whose answer to the first batch is lost after the server applied it (a request that timed out on
+    a busy machine, with the server's commit done): the tracker sends the batch again."""
+
+    lost = 1
+
+    def send(self, points: list[Point]) -> None:
+        super().send(points)
+        if self.lost:
+            self.lost -= 1
+            raise ConnectionError("Read timed out. (read timeout=15)")
+
+
+def test_a_batch_sent_again_after_its_answer_was_lost_is_logged_once(
+        tmp_path: Path, mlflow_server: MLflowServer) -> None:
+    experiment = f"lost-{uuid.uuid4().hex[:8]}"
+    config = TrackingConfig({"runName": "lost", "mlflow": {"trackingUri": mlflow_server.uri,
+                                                           "experiment": experiment}}, uuid.uuid4().hex)
+    connection = AnswerLost(config, RunFile(str(tmp_path)), config.data["mlflow"])
+    tracker = Buffered(connection, capacity=100)
+    for step in range(1, 6):
+        tracker.add(step, {"loss": 1.0 / step})  # all in the first batch
+    tracker.start()
+    assert tracker.finish(Outcome("completed", 5, None), timeout=120) is None
+    assert connection.lost == 0  # the first answer was lost, and the batch sent again
+    client = mlflow_server.client()
+    history = client.get_metric_history(connection.run_id, "loss")
+    assert sorted(m.step for m in history) == [1, 2, 3, 4, 5]  # every point once
 
 
 def test_a_tracker_that_is_down_never_stops_training_and_the_loss_is_said(tmp_path: Path) -> None:

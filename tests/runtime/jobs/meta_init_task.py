@@ -3,6 +3,7 @@
     meta_init_task.py memory meta|eager OUT   build, shard and initialise BIG; OUT/memory-<mode>-<rank>.json
                                               holds the process's RSS growth over it and its parameter bytes
     meta_init_task.py train DIR EPOCHS        the Trainer with metaInit and sharded checkpoints in DIR
+    meta_init_task.py memory MODE OUT DIR EPOCHS   both, in the same processes: one torchrun start-up
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from kubetrain.runtime import Trainer
-from kubetrain.runtime.distributed import distributed
+from kubetrain.runtime.distributed import init_distributed, shutdown_distributed
 from kubetrain.runtime.settings import FSDP, Checkpoint, Train
 from kubetrain.runtime.wrap import meta_device, wrap_model
 
@@ -47,20 +48,20 @@ def _peak() -> int:
 def memory(mode: str, out: Path) -> None:
     train = Train(model="meta_init_task:Big", dataset="meta_init_task:data", strategy="fsdp", backend="gloo",
                   fsdp=FSDP(metaInit=mode == "meta"))
-    with distributed("gloo") as env:
-        gc.collect()
-        before = max(_rss(), _peak())  # growth is measured from the high-water mark so far
-        with meta_device(train):
-            model = Big()
-        wrap_model(model, train, env)
-        growth = _peak() - before
-        local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())  # type: ignore[attr-defined]
-        full = sum(p.numel() * p.element_size() for p in model.parameters())  # a DTensor's numel is the global one
-        weight = model.layers[0].weight.to_local()  # type: ignore[operator]
-        bound = 1 / WIDTH ** 0.5  # nn.Linear's kaiming_uniform_(a=sqrt(5)) bound for fan-in WIDTH
-        result = {"growth": growth, "local": local, "full": full, "min": weight.min().item(),
-                  "max": weight.max().item(), "std": weight.std().item(), "bound": bound}
-        (out / f"memory-{mode}-{env.rank}.json").write_text(json.dumps(result))
+    env = init_distributed("gloo")  # left running for a `train` after it
+    gc.collect()
+    before = max(_rss(), _peak())  # growth is measured from the high-water mark so far
+    with meta_device(train):
+        model = Big()
+    wrap_model(model, train, env)
+    growth = _peak() - before
+    local = sum(p.to_local().numel() * p.element_size() for p in model.parameters())  # type: ignore[attr-defined]
+    full = sum(p.numel() * p.element_size() for p in model.parameters())  # a DTensor's numel is the global one
+    weight = model.layers[0].weight.to_local()  # type: ignore[operator]
+    bound = 1 / WIDTH ** 0.5  # nn.Linear's kaiming_uniform_(a=sqrt(5)) bound for fan-in WIDTH
+    result = {"growth": growth, "local": local, "full": full, "min": weight.min().item(),
+              "max": weight.max().item(), "std": weight.std().item(), "bound": bound}
+    (out / f"memory-{mode}-{env.rank}.json").write_text(json.dumps(result))
 
 
 class Small(nn.Module):
@@ -94,5 +95,10 @@ def train(directory: str, epochs: int) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "memory":
         memory(sys.argv[2], Path(sys.argv[3]))
+        # then train in the same processes and process group (the Trainer joins it, and ends it): a second
+        # process group in a torchrun worker hangs at its start
+        if len(sys.argv) > 4:
+            train(sys.argv[4], int(sys.argv[5]))
+        shutdown_distributed()
     else:
         train(sys.argv[2], int(sys.argv[3]))
