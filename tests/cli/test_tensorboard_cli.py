@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -38,11 +39,11 @@ def write_events(logdir: Path, points: list[tuple[int, dict[str, float]]]) -> No
     """Event files as the runtime writes them (its TensorBoard connection, torch's SummaryWriter)."""
     require_torch()
     from kubetrain.runtime.trackers import TensorBoardConnection
-    from kubetrain.runtime.tracking import Outcome, RunFile, TrackingConfig
+    from kubetrain.runtime.tracking import Outcome, Point, RunFile, TrackingConfig
 
     connection = TensorBoardConnection(TrackingConfig({}, "key"), RunFile(None), {"logDir": str(logdir)})
     connection.open()
-    connection.send(points)
+    connection.send([Point(step, values, int(time.time() * 1000)) for step, values in points])
     connection.close(Outcome("completed", points[-1][0], None))
 
 

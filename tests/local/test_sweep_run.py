@@ -7,6 +7,7 @@ import json
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from kubetrain.local.sweep import STOP_GRACE_SECONDS, TRIAL_ENV
 from tests.runtime.helpers import EXAMPLE, KUBETRAIN, REPO, pids_with_env, quiet_env, records
 from tests.runtime.torchmod import require_torch
 
+MARKER_ENV = "KUBETRAIN_TEST_SWEEP"
+
 require_torch()
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(900)]
 SLACK_SECONDS = 5.0  # after SIGKILL: the kernel reaping the processes
@@ -22,24 +25,27 @@ SLACK_SECONDS = 5.0  # after SIGKILL: the kernel reaping the processes
 
 class TrialProcesses:
     """Samples /proc: when each trial's processes (KUBETRAIN_SWEEP_TRIAL) were last seen, and how many trials
-    had processes at once."""
+    had processes at once. Only this sweep's processes count (their environment carries `marker`): another
+    worker may run another sweep of the same example, with the same trial names, at the same time."""
 
     def __init__(self) -> None:
+        self.marker = uuid.uuid4().hex
         self.last_seen: dict[str, float] = {}
         self.most_at_once = 0
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
 
     def _sample(self) -> None:
-        needle = f"{TRIAL_ENV}=".encode()
+        needle, marker = f"{TRIAL_ENV}=".encode(), f"{MARKER_ENV}={self.marker}".encode()
         while not self.done.wait(0.25):
             names = set()
             for entry in Path("/proc").iterdir():
                 try:
-                    environ = (entry / "environ").read_bytes() if entry.name.isdigit() else b""
+                    environ = (entry / "environ").read_bytes().split(b"\0") if entry.name.isdigit() else []
                 except OSError:
                     continue
-                names |= {item[len(needle):].decode() for item in environ.split(b"\0") if item.startswith(needle)}
+                if marker in environ:
+                    names |= {item[len(needle):].decode() for item in environ if item.startswith(needle)}
             now = time.time()
             self.last_seen.update(dict.fromkeys(names, now))
             self.most_at_once = max(self.most_at_once, len(names))
@@ -51,8 +57,9 @@ def test_an_8_trial_sweep_prunes_the_worst_and_its_best_trial_reproduces(tmp_pat
     watch = TrialProcesses()
     watch.thread.start()
     try:
-        result = subprocess.run([*KUBETRAIN, "sweep", "run", "-f", str(spec), "-o", "json"], env=quiet_env(),
-                                cwd=REPO, capture_output=True, text=True, timeout=840, check=False)
+        result = subprocess.run([*KUBETRAIN, "sweep", "run", "-f", str(spec), "-o", "json"],
+                                env={**quiet_env(), MARKER_ENV: watch.marker}, cwd=REPO,
+                                capture_output=True, text=True, timeout=840, check=False)
     finally:
         watch.done.set()
         watch.thread.join()

@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -33,11 +34,39 @@ PR_SET_PDEATHSIG = 1
 _LIVE: weakref.WeakSet[Supervisor] = weakref.WeakSet()
 
 
+# Above the defaults of Kubernetes' own components (10248-10259: kubelet, kube-proxy, ...), below torch's
+# (23456: the operator's master port, 29400/29500: torchrun's and `kubetrain run`'s).
+PORTS = (12000, 22999)
+_HANDED: set[int] = set()
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range for the source ports of outgoing connections (and for bind to port 0)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1 (bind to 0 and release)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A currently free TCP port on 127.0.0.1, below the kernel's ephemeral range. A port that bind(0) hands
+    out comes from that range, which is also where every outgoing connection on the machine takes its source
+    port: one of them took ours between this pick and the component's own bind (the training-operator's
+    "bind: address already in use" in a busy two-worker run). Never the same port twice in a process."""
+    lowest, highest = PORTS[0], min(PORTS[1], ephemeral_ports()[0] - 1)
+    for _ in range(1000):
+        port = random.randint(lowest, highest)
+        if port in _HANDED:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED.add(port)
+        return port
+    raise RuntimeError(f"no free TCP port between {lowest} and {highest}")
 
 
 def _die_with_parent() -> None:
