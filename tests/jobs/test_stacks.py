@@ -83,6 +83,27 @@ def test_the_probe_names_a_stopped_rank_with_its_state_and_shows_the_others_stac
     assert report.messages() == ["worker-0 (job-worker-0): not running (ContainerCreating)"]
 
 
+def pending_signals(pid: int) -> set[int]:
+    """The signals sent to PID and not yet delivered (/proc/PID/status: to the process, to its main thread)."""
+    fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    mask = int(fields["ShdPnd"], 16) | int(fields["SigPnd"], 16)
+    return {n + 1 for n in range(64) if mask >> n & 1}
+
+
+def test_a_stopped_rank_is_not_signalled_and_answers_once_resumed(
+        tmp_path: Path, ranks: list[subprocess.Popen[str]]) -> None:
+    """A SIGUSR2 left pending runs faulthandler's dump when the rank resumes, while its writer thread runs Python:
+    that dump reads the other threads' frames without the GIL, and crashed the rank (SIGSEGV)."""
+    os.kill(ranks[1].pid, signal.SIGSTOP)
+    wait_for(lambda: process_state(ranks[1].pid) == "T", "state T", 10, 0.05)
+    assert run_probe(tmp_path).exit_code == 0
+    assert signal.SIGUSR2 not in pending_signals(ranks[1].pid)
+    os.kill(ranks[1].pid, signal.SIGCONT)
+    answer = json.loads(run_probe(tmp_path).stdout)
+    assert "waiting_in_all_reduce" in answer["dumps"]["1"] and answer["states"]["1"] in ("R", "S"), answer
+    assert all(proc.poll() is None for proc in ranks)
+
+
 def test_status_reads_the_records_only_and_names_the_rank_that_cannot_run(
         tmp_path: Path, ranks: list[subprocess.Popen[str]]) -> None:
     os.kill(ranks[1].pid, signal.SIGSTOP)
