@@ -96,11 +96,12 @@ def test_a_stopped_rank_is_not_signalled_and_answers_once_resumed(
     that dump reads the other threads' frames without the GIL, and crashed the rank (SIGSEGV)."""
     os.kill(ranks[1].pid, signal.SIGSTOP)
     wait_for(lambda: process_state(ranks[1].pid) == "T", "state T", 10, 0.05)
-    assert run_probe(tmp_path).exit_code == 0
+    assert probe.probe(tmp_path, answer_seconds=0)["states"]["1"] == "T"
     assert signal.SIGUSR2 not in pending_signals(ranks[1].pid)
     os.kill(ranks[1].pid, signal.SIGCONT)
-    answer = json.loads(run_probe(tmp_path).stdout)
-    assert "waiting_in_all_reduce" in answer["dumps"]["1"] and answer["states"]["1"] in ("R", "S"), answer
+    wait_for(lambda: process_state(ranks[1].pid) in ("R", "S"), "rank 1 running again", 10, 0.05)
+    probe.probe(tmp_path, answer_seconds=0)
+    wait_for(lambda: "waiting_in_all_reduce" in podenv.stacks_path(tmp_path, 1).read_text(), "rank 1's stack", 10)
     assert all(proc.poll() is None for proc in ranks)
 
 
