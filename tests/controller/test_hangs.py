@@ -65,7 +65,7 @@ def ranks(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
     """Two ranks writing into the pods' progress directory on this machine (kwok's exec runs here)."""
     shutil.rmtree(podenv.POD_PROGRESS_DIR, ignore_errors=True)
     env = {**os.environ, podenv.PROGRESS_DIR_ENV: podenv.POD_PROGRESS_DIR}
-    procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", RANK, str(rank), slow,  # a crash says where
+    procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", RANK, str(rank), slow,  # a crash: on stderr
                                str(tmp_path / "store")],
                               stdout=subprocess.PIPE, text=True, env=env) for rank, slow in ((0, "0.001"), (1, "0.03"))]
     try:
