@@ -26,6 +26,7 @@ from kubetrain.local.plan import NodeCommand, RunPlan, free_port
 from kubetrain.local.supervisor import Supervisor, processes_of_run
 from kubetrain.observe.hang import Assessment, RankView, Thresholds, assess
 from kubetrain.observe.stacks import (
+    STOPPED,
     UNRESPONSIVE,
     collect,
     flight_recorder_summary,
@@ -149,7 +150,8 @@ class LocalHangWatch:
         for rank in ranks:
             path = stacks_path(self.directory, rank.rank)
             offsets[rank.rank] = path.stat().st_size if path.exists() else 0
-            if rank.pid in ours:  # never signal a process that is not this run's (a reused PID)
+            # never signal a process that is not this run's (a reused PID), nor a stopped one (probe.signal_ranks)
+            if rank.pid in ours and process_state(rank.pid) not in STOPPED:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(rank.pid, STACK_SIGNAL)
         requested = time.time()

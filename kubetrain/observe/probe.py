@@ -30,6 +30,7 @@ from typing import Any
 
 ANSWER_SECONDS = 3.0  # the ranks' writer threads answer flight-recorder requests every 2 s
 UNRESPONSIVE = "TtDZX"
+STOPPED = "Tt"  # never signalled: see signal_ranks
 FR_FIELDS = ("collective_seq_id", "profiling_name", "state", "is_p2p")
 FR_ENTRIES = 16
 SAVED = ("rank-*.json", "stacks-rank-*.txt", "flight-recorder-rank-*.json", "fr-dump-rank-*")
@@ -74,6 +75,17 @@ def flight(path: Path, requested: float) -> dict[str, Any] | None:
     return {"entries": [{k: e.get(k) for k in FR_FIELDS} for e in entries]}
 
 
+def signal_ranks(pids: list[int]) -> None:
+    """SIGUSR2 (faulthandler's stack dump) to each rank that is not stopped. A stopped process cannot answer, and
+    the signal would stay pending until SIGCONT, then run faulthandler's dump of every thread just as all of
+    them run again: CPython reads the other threads' frames without the GIL there, and that crashed the rank
+    (SIGSEGV) when resumed."""
+    for pid in pids:
+        if state(pid) not in (None, *STOPPED):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGUSR2)
+
+
 def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS, ask: bool = True) -> dict[str, Any]:
     """ask=False (`kubetrain status --hang`): read the records and states only; no signal, no wait."""
     directory = Path(where)
@@ -91,10 +103,8 @@ def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS, ask: bool =
         offsets[record["rank"]] = stacks.stat().st_size if stacks.exists() else 0
         if is_rank(record["pid"], str(directory)):
             ours.add(record["rank"])
-            if not ask:
-                continue
-            with contextlib.suppress(OSError):
-                os.kill(record["pid"], signal.SIGUSR2)
+    if ask:
+        signal_ranks([r["pid"] for r in live if r["rank"] in ours])
     requested = time.time()
     if live and ask:
         with contextlib.suppress(OSError):

@@ -22,6 +22,7 @@ _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func
 STATE_NAMES = {"T": "stopped", "t": "stopped by a debugger", "D": "in uninterruptible sleep (D)", "Z": "a zombie",
                "X": "dead"}
 UNRESPONSIVE = frozenset("TtDZX")
+STOPPED = frozenset("Tt")  # never sent SIGUSR2: kubetrain.observe.probe.signal_ranks says why
 
 
 @dataclass(frozen=True)

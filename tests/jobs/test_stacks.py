@@ -83,6 +83,28 @@ def test_the_probe_names_a_stopped_rank_with_its_state_and_shows_the_others_stac
     assert report.messages() == ["worker-0 (job-worker-0): not running (ContainerCreating)"]
 
 
+def pending_signals(pid: int) -> set[int]:
+    """The signals sent to PID and not yet delivered (/proc/PID/status: to the process, to its main thread)."""
+    fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    mask = int(fields["ShdPnd"], 16) | int(fields["SigPnd"], 16)
+    return {n + 1 for n in range(64) if mask >> n & 1}
+
+
+def test_a_stopped_rank_is_not_signalled_and_answers_once_resumed(
+        tmp_path: Path, ranks: list[subprocess.Popen[str]]) -> None:
+    """A SIGUSR2 left pending runs faulthandler's dump when the rank resumes, while its writer thread runs Python:
+    that dump reads the other threads' frames without the GIL, and crashed the rank (SIGSEGV)."""
+    os.kill(ranks[1].pid, signal.SIGSTOP)
+    wait_for(lambda: process_state(ranks[1].pid) == "T", "state T", 10, 0.05)
+    assert probe.probe(tmp_path, answer_seconds=0)["states"]["1"] == "T"
+    assert signal.SIGUSR2 not in pending_signals(ranks[1].pid)
+    os.kill(ranks[1].pid, signal.SIGCONT)
+    wait_for(lambda: process_state(ranks[1].pid) in ("R", "S"), "rank 1 running again", 10, 0.05)
+    probe.probe(tmp_path, answer_seconds=0)
+    wait_for(lambda: "waiting_in_all_reduce" in podenv.stacks_path(tmp_path, 1).read_text(), "rank 1's stack", 10)
+    assert all(proc.poll() is None for proc in ranks)
+
+
 def test_status_reads_the_records_only_and_names_the_rank_that_cannot_run(
         tmp_path: Path, ranks: list[subprocess.Popen[str]]) -> None:
     os.kill(ranks[1].pid, signal.SIGSTOP)
