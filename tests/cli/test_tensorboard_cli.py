@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from kubetrain.cli.main import cli
 from tests.runtime.torchmod import require_torch
 from tests.testenv.polling import wait_for
-from tests.testenv.s3 import _free_port
+from tests.testenv.processes import free_port
 
 SPEC = {"apiVersion": "kubetrain.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": "digits"},
         "spec": {"image": "repo/digits:1", "command": ["python", "train.py"],
@@ -59,7 +59,7 @@ def test_it_serves_the_scalars_a_local_run_wrote(tmp_path: Path) -> None:
     points = [(step, {"loss": 1.0 / step, "lr": 0.003}) for step in range(20, 220, 20)]
     write_events(tmp_path / "volume" / "tb", points)
     spec = write_spec(tmp_path, SPEC)
-    port = _free_port("127.0.0.1")
+    port = free_port("127.0.0.1")
     server = subprocess.Popen([sys.executable, "-m", "kubetrain", "tensorboard", "digits", "-f", str(spec),
                                "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               start_new_session=True, text=True)

@@ -19,7 +19,7 @@ from tests.runtime.helpers import EXAMPLE, Run, quiet_env, records, run_sync, wo
 from tests.runtime.torchmod import require_torch
 from tests.runtime.wandbfiles import read_offline_run
 from tests.testenv.mlflowserver import MLflowServer
-from tests.testenv.s3 import _free_port
+from tests.testenv.processes import free_port
 
 require_torch()
 from kubetrain.runtime.trackers import MLflowConnection  # noqa: E402
@@ -162,7 +162,7 @@ def test_a_batch_sent_again_after_its_answer_was_lost_is_logged_once(
 
 
 def test_a_tracker_that_is_down_never_stops_training_and_the_loss_is_said(tmp_path: Path) -> None:
-    down = f"http://127.0.0.1:{_free_port('127.0.0.1')}"  # nothing listens there
+    down = f"http://127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens there
     config = TrackingConfig({"runName": "digits", "mlflow": {"trackingUri": down}}, "key")
     tracker = Buffered(MLflowConnection(config, RunFile(str(tmp_path)), config.data["mlflow"]), capacity=5)
     tracker.start()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .polling import TimedOut, wait_for
-from .s3 import _free_port
+from .processes import free_port
 
 
 class MLflowUnavailable(RuntimeError):
@@ -35,7 +35,7 @@ class MLflowServer:
         """`bind`: the address to listen on, when not only `host` (0.0.0.0: also the real node's bridge)."""
         self.host = host
         self.bind = bind or host
-        self.port = _free_port(self.bind)
+        self.port = free_port(self.bind)
         self.uri = f"http://{host}:{self.port}"
         self.workdir = workdir
         self._log = workdir / "mlflow-server.log"

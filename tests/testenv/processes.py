@@ -49,8 +49,8 @@ def ephemeral_ports() -> tuple[int, int]:
         return 32768, 60999
 
 
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1, below the kernel's ephemeral range. A port that bind(0) hands
+def free_port(host: str = "127.0.0.1") -> int:
+    """A currently free TCP port on `host`, below the kernel's ephemeral range. A port that bind(0) hands
     out comes from that range, which is also where every outgoing connection on the machine takes its source
     port: one of them took ours between this pick and the component's own bind (the training-operator's
     "bind: address already in use" in a busy two-worker run). Never the same port twice in a process."""
@@ -61,7 +61,7 @@ def free_port() -> int:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
-                s.bind(("127.0.0.1", port))
+                s.bind((host, port))
             except OSError:
                 continue
         _HANDED.add(port)

@@ -16,7 +16,6 @@ Use the ``s3_server`` fixture (tests/testenv/plugin.py):
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .polling import TimedOut, wait_for
+from .processes import free_port
 
 ACCESS_KEY = "kubetrain-test"
 SECRET_KEY = "kubetrain-test-secret"
@@ -36,18 +36,12 @@ class S3Unavailable(RuntimeError):
     """The S3 server could not be started (moto missing, or it did not answer)."""
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 class S3Server:
     """``python -m moto.server`` on a free port; stop() ends it and its children."""
 
     def __init__(self, workdir: Path, host: str = "127.0.0.1") -> None:
         self.host = host
-        self.port = _free_port(host)
+        self.port = free_port(host)
         self.endpoint_url = f"http://{host}:{self.port}"
         self._log = workdir / "s3-server.log"
         self._proc: subprocess.Popen[bytes] | None = None
