@@ -376,7 +376,7 @@ def read_state(directory: Path) -> ServerState | None:
 
 
 def stop_server(directory: Path, locked: bool = False) -> bool:
-    """Stop the server of `directory` (SIGTERM, then SIGKILL after 10 s); False when none was running."""
+    """Stop the server of `directory`; False when none was running."""
     with contextlib.nullcontext() if locked else flocked(directory / "start.lock", fcntl.LOCK_EX):
         state = read_state(directory)
         with contextlib.suppress(FileNotFoundError):
@@ -384,7 +384,9 @@ def stop_server(directory: Path, locked: bool = False) -> bool:
         if state is None:
             return False
         pids = {k: v for k, v in state.pids.items() if k != "reaper" or v != os.getpid()}
-        kill_all(pids)
+        # SIGKILL at once: its etcd data is deleted next, and kube-apiserver's graceful termination can stall
+        # for over 10 s after "quota evaluator worker shutdown" once clients have come and gone.
+        kill_all(pids, grace=0.0)
         shutil.rmtree(directory / "etcd", ignore_errors=True)
         return True
 
@@ -395,11 +397,12 @@ def stop_all() -> list[str]:
     return [d.name for d in sorted(root.iterdir()) if d.is_dir() and stop_server(d)] if root.is_dir() else []
 
 
-def kill_all(pids: dict[str, int]) -> None:
-    for pid in pids.values():
+def kill_all(pids: dict[str, int], grace: float = 10.0) -> None:
+    """SIGTERM to each process group, SIGKILL to those still alive after `grace` seconds (at once when 0)."""
+    for pid in pids.values() if grace else ():
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)  # each runs in a session (and process group) of its own
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + grace
     while any(alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
         time.sleep(0.05)
     for pid in pids.values():

@@ -141,7 +141,9 @@ class ControlPlane:
         self._wait_reconciling(self.api_client(), child)
 
     def stop(self) -> None:
-        self.sup.stop()
+        # 2 s each, not 10: nothing is kept, and once the tests' clients have come and gone kube-apiserver's
+        # graceful termination stalls after "quota evaluator worker shutdown" until it is killed.
+        self.sup.stop(timeout=2)
         if not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
