@@ -177,10 +177,10 @@ class Kueue:
 
     def _crds(self) -> None:
         ext = kubernetes.client.ApiextensionsV1Api(self._api())
-        for crd in crds(self.ports["webhook"], self.cp.ca.cert_pem):
-            name = crd["metadata"]["name"]
+        for crd in crds(self.ports["webhook"], self.cp.ca.cert_pem):  # all at once, then wait for each
             ext.create_custom_resource_definition(crd)
-            self.crd_names.append(name)
+            self.crd_names.append(crd["metadata"]["name"])
+        for name in self.crd_names:
             wait_until(lambda n=name: established(ext.read_custom_resource_definition(n)), f"CRD {name}", 30)
 
     def _process(self) -> None:

@@ -256,10 +256,12 @@ class TrainerStack:
 
     def _crds(self) -> None:
         ext = kubernetes.client.ApiextensionsV1Api(self.cp.api_client())
-        for path in self.crd_files():
+        names = []
+        for path in self.crd_files():  # all at once, then wait: the apiserver establishes them side by side
             doc = yamlfiles.load(path)
             ext.create_custom_resource_definition(doc)
-            name = doc["metadata"]["name"]
+            names.append(doc["metadata"]["name"])
+        for name in names:
             wait_until(lambda n=name: established(ext.read_custom_resource_definition(n)), f"CRD {name}", 30)
 
     def _admission(self, objs: list[dict[str, Any]]) -> None:
