@@ -38,6 +38,9 @@ _LIVE: weakref.WeakSet[Supervisor] = weakref.WeakSet()
 # (23456: the operator's master port, 29400/29500: torchrun's and `kubetrain run`'s).
 PORTS = (12000, 22999)
 _HANDED: set[int] = set()
+# Not the module `random`: in-process training seeds it (kubetrain.runtime seeds Python's generator), and two
+# pytest workers seeded alike then picked the same ports at the same moment ("bind: address already in use").
+_PICK = random.SystemRandom()
 
 
 def ephemeral_ports() -> tuple[int, int]:
@@ -56,7 +59,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     "bind: address already in use" in a busy two-worker run). Never the same port twice in a process."""
     lowest, highest = PORTS[0], min(PORTS[1], ephemeral_ports()[0] - 1)
     for _ in range(1000):
-        port = random.randint(lowest, highest)
+        port = _PICK.randint(lowest, highest)
         if port in _HANDED:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
