@@ -30,7 +30,13 @@
   for --rounds rounds; and the time from a request to a rank's complete answer (a real rank process, no torch),
   interleaved with the time from SIGUSR2 to faulthandler's dump, --drills each.
 
+* resumes: the crash that stacks on request avoid. Two real rank processes (no torch), each SIGSTOPped for
+  50-300 ms and resumed, --cycles times, interleaved: one is then sent SIGUSR2 at once (what the probe did to
+  a rank that had just resumed), the other asked through a stacks request (probe.ask_stacks); a rank that
+  dies is counted with its signal and started again.
+
     python benchmarks/bench_hang.py requests --rounds 10 --drills 20
+    python benchmarks/bench_hang.py resumes --cycles 150
 
 Not a test: numbers depend on the machine. torch is needed (not by `requests`).
 """
@@ -41,6 +47,7 @@ import argparse
 import contextlib
 import os
 import queue
+import random
 import signal
 import statistics
 import subprocess
@@ -430,6 +437,43 @@ def requests(rounds: int, drills: int) -> None:
           f"{statistics.median(signalled) * 1e3:.1f} ms (max {max(signalled) * 1e3:.1f} ms)")
 
 
+def _resume(rank: subprocess.Popen[bytes], directory: Path, side: str) -> None:
+    """Stop the rank, resume it, and take its stacks at once: by SIGUSR2 or by a request."""
+    from kubetrain.observe import probe
+    from kubetrain.observe.stacks import process_state
+
+    os.kill(rank.pid, signal.SIGSTOP)
+    while process_state(rank.pid) not in ("T", None):
+        time.sleep(0.005)
+    time.sleep(random.uniform(0.05, 0.3))
+    os.kill(rank.pid, signal.SIGCONT)
+    if side == "signal":
+        os.kill(rank.pid, signal.SIGUSR2)
+        time.sleep(0.1)
+    else:
+        probe.ask_stacks(directory, {0: rank.pid})
+
+
+def resumes(cycles: int) -> None:
+    from tests.observe.ranks import rank_processes
+
+    deaths: dict[str, list[int | None]] = {"signal": [], "request": []}
+    with tempfile.TemporaryDirectory() as name, contextlib.ExitStack() as stack:
+        directories = {side: Path(name, side) for side in deaths}
+        ranks = {}
+        for side, directory in directories.items():
+            directory.mkdir()
+            ranks[side] = stack.enter_context(rank_processes(directory, ["plain"]))[0]
+        for index in range(cycles):
+            for side in (("signal", "request") if index % 2 == 0 else ("request", "signal")):
+                _resume(ranks[side], directories[side], side)
+                if ranks[side].poll() is not None:
+                    deaths[side].append(ranks[side].returncode)
+                    ranks[side] = stack.enter_context(rank_processes(directories[side], ["plain"]))[0]
+    for side, codes in deaths.items():
+        print(f"{side}: {len(codes)} of {cycles} resumed ranks died" + (f" (exit {codes})" if codes else ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -449,6 +493,8 @@ def main() -> None:
     req = sub.add_parser("requests")
     req.add_argument("--rounds", type=int, default=10)
     req.add_argument("--drills", type=int, default=20)
+    res = sub.add_parser("resumes")
+    res.add_argument("--cycles", type=int, default=150)
     args = parser.parse_args()
     if args.what == "latency":
         results = latency(args.drills, args.timeout)
@@ -464,6 +510,8 @@ def main() -> None:
               f"{statistics.median(f[0] for f in found):.0f} s)")
     elif args.what == "requests":
         requests(args.rounds, args.drills)
+    elif args.what == "resumes":
+        resumes(args.cycles)
     else:
         overhead(args.rounds, args.steps)
 
