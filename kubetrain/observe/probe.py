@@ -140,7 +140,7 @@ def ask_stacks(directory: Path, pids: Mapping[int, int], answer_seconds: float =
     late = [rank for rank, pid in pids.items() if pid in signalled]
     deadline = time.monotonic() + FALLBACK_SECONDS
     while late:
-        dumps |= {rank: last_answer(text) or text for rank in late if (text := tail(paths[rank], offsets[rank]))}
+        dumps.update({rank: last_answer(text) or text for rank in late if (text := tail(paths[rank], offsets[rank]))})
         if time.monotonic() > deadline or all(dumps[rank] for rank in late):
             break
         time.sleep(0.1)
@@ -171,7 +171,7 @@ def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS, ask: bool =
     if ours and ask:
         with contextlib.suppress(OSError):
             (directory / "flight-recorder.request").write_text(str(requested))
-        dumps |= ask_stacks(directory, ours, answer_seconds, flown)
+        dumps.update(ask_stacks(directory, ours, answer_seconds, flown))  # not |=: the image's Python may be 3.8
     records_fr = flights()
     return {"now": time.time(), "hang": os.environ.get("KUBETRAIN_HANG"), "records": records,
             "dumps": {str(k): v for k, v in dumps.items()},
