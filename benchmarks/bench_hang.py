@@ -24,7 +24,21 @@
     python benchmarks/bench_hang.py phases --drills 3 --timeout 10
     python benchmarks/bench_hang.py overhead --rounds 6 --steps 300
 
-Not a test: numbers depend on the machine. torch is needed.
+* requests: what answering stacks requests costs the writer thread (one tick without a request: the stat of
+  the stacks and flight-recorder request files, every REQUEST_SECONDS), a pure-Python loop's rate in the main
+  thread with the writer looking every 0.2 s vs every 2 s (the record's cadence, as before), A/B interleaved
+  for --rounds rounds; and the time from a request to a rank's complete answer (a real rank process, no torch),
+  interleaved with the time from SIGUSR2 to faulthandler's dump, --drills each.
+
+* resumes: the crash that stacks on request avoid. Two real rank processes (no torch), each SIGSTOPped for
+  50-300 ms and resumed, --cycles times, interleaved: one is then sent SIGUSR2 at once (what the probe did to
+  a rank that had just resumed), the other asked through a stacks request (probe.ask_stacks); a rank that
+  dies is counted with its signal and started again.
+
+    python benchmarks/bench_hang.py requests --rounds 10 --drills 20
+    python benchmarks/bench_hang.py resumes --cycles 150
+
+Not a test: numbers depend on the machine. torch is needed (not by `requests`).
 """
 
 from __future__ import annotations
@@ -33,6 +47,7 @@ import argparse
 import contextlib
 import os
 import queue
+import random
 import signal
 import statistics
 import subprocess
@@ -50,6 +65,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "tests" / "runtime" / "jobs"
 sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO))
 
 
 # --- latency ------------------------------------------------------------------------------------------------
@@ -343,6 +359,121 @@ def overhead(rounds: int, steps: int) -> None:
           f"judging 8 such records: {judge * 1e3:.2f} ms")
 
 
+# --- stacks requests ----------------------------------------------------------------------------------------
+def _tick_cost() -> float:
+    """Seconds of one writer tick without a pending request."""
+    from kubetrain.runtime.heartbeat import Heartbeat
+
+    with tempfile.TemporaryDirectory() as directory:
+        progress = Heartbeat(0, 1, directory)
+        progress.start()
+        progress.stop()
+
+        def tick() -> None:
+            progress._answer_stacks_request()
+            progress._answer_flight_recorder_request()
+
+        return min(timeit.repeat(tick, number=20_000, repeat=5)) / 20_000
+
+
+def _loop_rate(request_seconds: float, seconds: float = 2.0) -> float:
+    """Iterations per second of a pure-Python loop in this thread while a Heartbeat's writer looks for requests
+    every `request_seconds`."""
+    from kubetrain.runtime import heartbeat
+
+    with tempfile.TemporaryDirectory() as directory:
+        heartbeat.REQUEST_SECONDS = request_seconds
+        progress = heartbeat.Heartbeat(0, 1, directory)
+        progress.start()
+        count, end = 0, time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            count += 1
+        progress.stop()
+    return count / seconds
+
+
+def _answer_times(drills: int) -> tuple[list[float], list[float]]:
+    """Seconds from a stacks request to the complete answer, and from SIGUSR2 to the dump, interleaved, on one
+    real rank process."""
+    from kubetrain.observe import probe
+    from kubetrain.podenv import STACKS_ANSWERED, STACKS_REQUEST, stacks_path
+    from tests.observe.ranks import rank_processes
+
+    times: dict[str, list[float]] = {"request": [], "signal": []}
+    with tempfile.TemporaryDirectory() as name, rank_processes(Path(name), ["plain"]) as [rank]:
+        stacks = stacks_path(name, 0)
+        for index in range(drills * 2):
+            side = ("request", "signal")[(index + index // 2) % 2]
+            size = stacks.stat().st_size
+            start = time.perf_counter()
+            if side == "request":
+                probe.request(Path(name), STACKS_REQUEST)
+            else:
+                os.kill(rank.pid, signal.SIGUSR2)
+            done = STACKS_ANSWERED if side == "request" else "in <module>"
+            while done not in probe.tail(stacks, size):
+                time.sleep(0.001)
+            times[side].append(time.perf_counter() - start)
+            time.sleep(0.3)
+    return times["request"], times["signal"]
+
+
+def requests(rounds: int, drills: int) -> None:
+    tick = _tick_cost()
+    print(f"writer tick without a request (2 stats): {tick * 1e6:.1f} us; every 0.2 s = {tick * 5 * 100:.4f} % "
+          "of one CPU")
+    rates: dict[float, list[float]] = {0.2: [], 2.0: []}
+    for index in range(rounds):
+        for every in ((0.2, 2.0) if index % 2 == 0 else (2.0, 0.2)):
+            rates[every].append(_loop_rate(every))
+    new, old = statistics.median(rates[0.2]), statistics.median(rates[2.0])
+    print(f"pure-Python loop in the main thread, median of {rounds} interleaved 2 s runs: writer every 2 s "
+          f"{old / 1e6:.2f} M/s, every 0.2 s {new / 1e6:.2f} M/s ({(new / old - 1) * 100:+.2f} %)")
+    print(f"   runs every 2 s:   {' '.join(f'{r / 1e6:.2f}' for r in rates[2.0])} M/s")
+    print(f"   runs every 0.2 s: {' '.join(f'{r / 1e6:.2f}' for r in rates[0.2])} M/s")
+    asked, signalled = _answer_times(drills)
+    print(f"stacks of a rank, {drills} interleaved drills each: request -> complete answer median "
+          f"{statistics.median(asked) * 1e3:.0f} ms (max {max(asked) * 1e3:.0f} ms); SIGUSR2 -> dump median "
+          f"{statistics.median(signalled) * 1e3:.1f} ms (max {max(signalled) * 1e3:.1f} ms)")
+
+
+def _resume(rank: subprocess.Popen[bytes], directory: Path, side: str) -> None:
+    """Stop the rank, resume it, and take its stacks at once: by SIGUSR2 or by a request."""
+    from kubetrain.observe import probe
+    from kubetrain.observe.stacks import process_state
+
+    os.kill(rank.pid, signal.SIGSTOP)
+    while process_state(rank.pid) not in ("T", None):
+        time.sleep(0.005)
+    time.sleep(random.uniform(0.05, 0.3))
+    os.kill(rank.pid, signal.SIGCONT)
+    if side == "signal":
+        os.kill(rank.pid, signal.SIGUSR2)
+        time.sleep(0.1)
+    else:
+        probe.ask_stacks(directory, {0: rank.pid})
+
+
+def resumes(cycles: int) -> None:
+    from tests.observe.ranks import rank_processes
+
+    deaths: dict[str, list[int | None]] = {"signal": [], "request": []}
+    with tempfile.TemporaryDirectory() as name, contextlib.ExitStack() as stack:
+        directories = {side: Path(name, side) for side in deaths}
+        ranks = {}
+        for side, directory in directories.items():
+            directory.mkdir()
+            ranks[side] = stack.enter_context(rank_processes(directory, ["plain"]))[0]
+        for index in range(cycles):
+            for side in (("signal", "request") if index % 2 == 0 else ("request", "signal")):
+                _resume(ranks[side], directories[side], side)
+                if ranks[side].poll() is not None:
+                    deaths[side].append(ranks[side].returncode)
+                    ranks[side] = stack.enter_context(rank_processes(directories[side], ["plain"]))[0]
+    for side, codes in deaths.items():
+        print(f"{side}: {len(codes)} of {cycles} resumed ranks died" + (f" (exit {codes})" if codes else ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -359,6 +490,11 @@ def main() -> None:
     over = sub.add_parser("overhead")
     over.add_argument("--rounds", type=int, default=6)
     over.add_argument("--steps", type=int, default=300)
+    req = sub.add_parser("requests")
+    req.add_argument("--rounds", type=int, default=10)
+    req.add_argument("--drills", type=int, default=20)
+    res = sub.add_parser("resumes")
+    res.add_argument("--cycles", type=int, default=150)
     args = parser.parse_args()
     if args.what == "latency":
         results = latency(args.drills, args.timeout)
@@ -372,6 +508,10 @@ def main() -> None:
               f"{statistics.median(f[2] for f in found):.1f} s, max {max(f[2] for f in found):.1f} s; eval threshold "
               f"new rule median {statistics.median(f[1] for f in found):.1f} s (old rule "
               f"{statistics.median(f[0] for f in found):.0f} s)")
+    elif args.what == "requests":
+        requests(args.rounds, args.drills)
+    elif args.what == "resumes":
+        resumes(args.cycles)
     else:
         overhead(args.rounds, args.steps)
 

@@ -22,8 +22,9 @@ def stacks(name: str, replica: str, target: str | None, context: str | None, kub
            namespace: str | None, request_timeout: float | None) -> None:
     """Every rank's Python stack from a running job, grouped.
 
-    In every running pod (kubectl exec; needs create on pods/exec), signals the training processes (SIGUSR2:
-    the kubetrain runtime dumps every thread's stack) and reads back their progress records. Prints the
+    In every running pod (kubectl exec; needs create on pods/exec), asks the training processes for every
+    thread's stack (the kubetrain runtime's writer thread answers; SIGUSR2 only to a process that does not)
+    and reads back their progress records. Prints the
     verdict (hung or not, and who is behind), stragglers, torch's flight recorder, and the stacks: ranks
     with the same stack once, outliers first. A rank that cannot answer (stopped, uninterruptible) is
     named with its process state. Exit 1 when no pod has a rank to ask (not running, or a script that

@@ -1,8 +1,9 @@
 """`kubetrain stacks NAME`: every rank's Python stack from a running job, grouped, with the hang verdict.
 
-One exec per running pod (in parallel) runs kubetrain.observe.probe with the image's Python: it signals the
-pod's ranks (SIGUSR2: kubetrain.runtime registered faulthandler on it), and reads back their progress
-records, the new stack dumps, the /proc state of ranks that could not answer, and their flight recorders.
+One exec per running pod (in parallel) runs kubetrain.observe.probe with the image's Python: it asks the pod's
+ranks for their stacks (kubetrain.runtime's writer thread answers; SIGUSR2 only to a rank that does not), and
+reads back their progress records, the new stack dumps, the /proc state of ranks that could not answer, and
+their flight recorders.
 Judging and printing are kubetrain.observe.hang and kubetrain.observe.stacks, as in `kubetrain run`.
 """
 

@@ -2,9 +2,9 @@
 and act on spec.hang.policy (observe, fail, restart from the last checkpoint). See docs/hangs.md.
 
 The ranks write their records into a per-run directory (KUBETRAIN_PROGRESS_DIR, kubetrain.runtime.heartbeat);
-reading it costs one small file per rank per CHECK_SECONDS. On a hang the watch sends SIGUSR2 to every rank
-(faulthandler appends the stacks to the rank's stacks file), asks the ranks' writer threads for torch's flight
-recorder, and reads /proc/PID/stat of the ranks that cannot answer.
+reading it costs one small file per rank per CHECK_SECONDS. On a hang the watch asks the ranks' writer threads
+for their stacks and torch's flight recorder (kubetrain.observe.probe.ask_stacks: SIGUSR2 only to a rank that
+does not answer and is not stopped), and reads /proc/PID/stat of the ranks that cannot answer.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,8 +23,8 @@ from kubetrain.local.endings import RankFailure
 from kubetrain.local.plan import NodeCommand, RunPlan, free_port
 from kubetrain.local.supervisor import Supervisor, processes_of_run
 from kubetrain.observe.hang import Assessment, RankView, Thresholds, assess
+from kubetrain.observe.probe import ask_stacks
 from kubetrain.observe.stacks import (
-    STOPPED,
     UNRESPONSIVE,
     collect,
     flight_recorder_summary,
@@ -41,12 +39,10 @@ from kubetrain.podenv import (
     PROGRESS_DIR_ENV,
     flight_record_path,
     progress_env,
-    stacks_path,
 )
 
-STACK_SIGNAL = signal.SIGUSR2  # kubetrain.runtime.heartbeat registers faulthandler on it
 CHECK_SECONDS = 1.0
-ANSWER_SECONDS = 3.0  # ranks' time to write stacks and flight records (their writer runs every 2 s)
+ANSWER_SECONDS = 3.0  # ranks' time to write stacks and flight records (their writer looks every 0.2 s)
 HANG_EXIT_CODE = 1
 
 
@@ -143,40 +139,21 @@ class LocalHangWatch:
             self.say(line)
 
     def ask(self, ranks: list[RankView]) -> tuple[dict[int, str], dict[int, str | None], dict[int, Any]]:
-        """Signal every rank for its stacks and flight record; (new stack text, /proc state, flight record)
-        per rank, after at most ANSWER_SECONDS."""
+        """Ask every rank of this run (never a reused PID) for its stacks and flight record; (new stack text,
+        /proc state, flight record) per rank, after at most ANSWER_SECONDS (+ probe.FALLBACK_SECONDS)."""
         ours = set(processes_of_run(self.plan.run_id))
-        offsets: dict[int, int] = {}
-        for rank in ranks:
-            path = stacks_path(self.directory, rank.rank)
-            offsets[rank.rank] = path.stat().st_size if path.exists() else 0
-            # never signal a process that is not this run's (a reused PID), nor a stopped one (probe.signal_ranks)
-            if rank.pid in ours and process_state(rank.pid) not in STOPPED:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(rank.pid, STACK_SIGNAL)
+        pids = {r.rank: r.pid for r in ranks if r.pid in ours}
         requested = time.time()
         with contextlib.suppress(OSError):
             (self.directory / FR_REQUEST).write_text(str(requested))
-        states = {r.rank: process_state(r.pid) if r.pid in ours else None for r in ranks}
-        responsive = [r for r in ranks if states[r.rank] not in UNRESPONSIVE and states[r.rank] is not None]
-        deadline = time.monotonic() + ANSWER_SECONDS
-        dumps: dict[int, str] = {}
-        while True:
-            dumps = {r.rank: self._tail(r.rank, offsets[r.rank]) for r in ranks}
-            records = self._flight_records(ranks, requested)
-            if time.monotonic() > deadline or all(dumps[r.rank] and r.rank in records for r in responsive):
-                break
-            time.sleep(0.2)
-        states = {r.rank: process_state(r.pid) if r.pid in ours else None for r in ranks}
-        return dumps, states, records
 
-    def _tail(self, rank: int, offset: int) -> str:
-        try:
-            with open(stacks_path(self.directory, rank), "rb") as handle:
-                handle.seek(offset)
-                return handle.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
+        def flown() -> bool:  # every rank that can run dumped its flight recorder
+            found = self._flight_records(ranks, requested)
+            return all(rank in found for rank, pid in pids.items() if process_state(pid) not in UNRESPONSIVE | {None})
+
+        dumps = {r.rank: "" for r in ranks} | ask_stacks(self.directory, pids, ANSWER_SECONDS, flown)
+        states = {r.rank: process_state(r.pid) if r.pid in ours else None for r in ranks}
+        return dumps, states, self._flight_records(ranks, requested)
 
     def _flight_records(self, ranks: list[RankView], requested: float) -> dict[int, Any]:
         records = {}

@@ -9,7 +9,8 @@ progress directory's files (records, stacks, flight records, torch's own watchdo
 a new `DIR/hang-<UTC time>-<host>/`, for the controller on a hang; `saved` names it, or says why not.)
 
 * `records`: every rank's progress record in $KUBETRAIN_PROGRESS_DIR;
-* `dumps`: what each live rank appended to its stacks file after SIGUSR2 (faulthandler, kubetrain.runtime);
+* `dumps`: each live rank's stacks (faulthandler's text): its writer thread's answer to a stacks request, or
+  for a rank that did not answer within ANSWER_SECONDS and is not stopped, what SIGUSR2 made it append;
 * `states`: /proc/PID/stat's state letter of each live rank after the wait (null: no such process);
 * `flight`: each rank's newest flight-recorder entries (only the fields kubetrain.observe.stacks reads);
 * `now`: the pod's clock (records are judged against it, not the caller's), `hang`: $KUBETRAIN_HANG.
@@ -20,15 +21,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-ANSWER_SECONDS = 3.0  # the ranks' writer threads answer flight-recorder requests every 2 s
+ANSWER_SECONDS = 3.0  # the ranks' writer threads look for requests every 0.2 s
+FALLBACK_SECONDS = 1.0  # SIGUSR2's dump comes from the signal handler, at once
+STACKS_REQUEST = "stacks.request"
+ANSWER = "kubetrain: stacks on request "
+ANSWERED = "kubetrain: end of stacks on request "
+_ANSWER = re.compile(rf"^{re.escape(ANSWER)}(\d+)\n.*?^{re.escape(ANSWERED)}\1\n", re.S | re.M)
 UNRESPONSIVE = "TtDZX"
 STOPPED = "Tt"  # never signalled: see signal_ranks
 FR_FIELDS = ("collective_seq_id", "profiling_name", "state", "is_p2p")
@@ -75,19 +83,72 @@ def flight(path: Path, requested: float) -> dict[str, Any] | None:
     return {"entries": [{k: e.get(k) for k in FR_FIELDS} for e in entries]}
 
 
-def signal_ranks(pids: list[int]) -> None:
-    """SIGUSR2 (faulthandler's stack dump) to each rank that is not stopped. A stopped process cannot answer, and
-    the signal would stay pending until SIGCONT, then run faulthandler's dump of every thread just as all of
-    them run again: CPython reads the other threads' frames without the GIL there, and that crashed the rank
-    (SIGSEGV) when resumed."""
+def signal_ranks(pids: list[int]) -> list[int]:
+    """SIGUSR2 (faulthandler's stack dump) to each rank that is not stopped; the PIDs signalled. A stopped
+    process cannot answer, and the signal would stay pending until SIGCONT, then run faulthandler's dump of
+    every thread just as all of them run again: CPython reads the other threads' frames without the GIL there,
+    and that crashed the rank (SIGSEGV) when resumed."""
+    signalled = []
     for pid in pids:
         if state(pid) not in (None, *STOPPED):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGUSR2)
+                signalled.append(pid)
+    return signalled
+
+
+def request(directory: Path, name: str) -> None:
+    """Replace the request file: a new inode, so the writer threads tell two requests apart even within one tick
+    of the file system's clock."""
+    temp = directory / f".{name}.{os.getpid()}"
+    with contextlib.suppress(OSError):
+        temp.write_text(f"{time.time()}\n")
+        os.replace(temp, directory / name)
+
+
+def last_answer(text: str) -> str:
+    """The last complete answer of a writer thread in `text` (its marker lines included), '' if none."""
+    found = list(_ANSWER.finditer(text))
+    return found[-1].group(0) if found else ""
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def ask_stacks(directory: Path, pids: Mapping[int, int], answer_seconds: float = ANSWER_SECONDS,
+               also: Callable[[], bool] = lambda: True) -> dict[int, str]:
+    """Each rank's new stacks (`pids`: rank -> pid, only processes of this progress directory). The ranks' writer
+    threads answer a stacks request with faulthandler while holding the GIL, so no other thread of the rank
+    runs Python meanwhile. Only a rank that did not answer within `answer_seconds` and is not stopped (its
+    writer cannot run: another thread holds the GIL, and then none runs Python) gets SIGUSR2, and up to
+    FALLBACK_SECONDS more. `also`: what else the caller waits for (the flight records)."""
+    paths = {rank: directory / f"stacks-rank-{rank}.txt" for rank in pids}
+    offsets = {rank: _size(path) for rank, path in paths.items()}
+    request(directory, STACKS_REQUEST)
+    deadline = time.monotonic() + answer_seconds
+    while True:
+        dumps = {rank: last_answer(tail(paths[rank], offsets[rank])) for rank in pids}
+        can_run = [rank for rank, pid in pids.items() if state(pid) not in (None, *UNRESPONSIVE)]
+        if time.monotonic() > deadline or (all(dumps[rank] for rank in can_run) and also()):
+            break
+        time.sleep(0.2)
+    signalled = set(signal_ranks([pid for rank, pid in pids.items() if not dumps[rank]]))
+    late = [rank for rank, pid in pids.items() if pid in signalled]
+    deadline = time.monotonic() + FALLBACK_SECONDS
+    while late:
+        dumps.update({rank: last_answer(text) or text for rank in late if (text := tail(paths[rank], offsets[rank]))})
+        if time.monotonic() > deadline or all(dumps[rank] for rank in late):
+            break
+        time.sleep(0.1)
+    return dumps
 
 
 def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS, ask: bool = True) -> dict[str, Any]:
-    """ask=False (`kubetrain status --hang`): read the records and states only; no signal, no wait."""
+    """ask=False (`kubetrain status --hang`): read the records and states only; no request, no signal, no wait."""
     directory = Path(where)
     records = []
     for path in sorted(directory.glob("rank-*.json")):
@@ -96,28 +157,22 @@ def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS, ask: bool =
         except (OSError, ValueError):
             continue
     live = [r for r in records if r.get("phase") != "done" and "rank" in r and "pid" in r]
-    offsets: dict[int, int] = {}
-    ours: set[int] = set()
-    for record in live:
-        stacks = directory / f"stacks-rank-{record['rank']}.txt"
-        offsets[record["rank"]] = stacks.stat().st_size if stacks.exists() else 0
-        if is_rank(record["pid"], str(directory)):
-            ours.add(record["rank"])
-    if ask:
-        signal_ranks([r["pid"] for r in live if r["rank"] in ours])
+    ours = {r["rank"]: r["pid"] for r in live if is_rank(r["pid"], str(directory))}
     requested = time.time()
-    if live and ask:
+
+    def flights() -> dict[int, dict[str, Any] | None]:
+        return {r["rank"]: flight(directory / f"flight-recorder-rank-{r['rank']}.json", requested) for r in live}
+
+    def flown() -> bool:  # every rank that can run dumped its flight recorder
+        found = flights()
+        return all(found[rank] for rank, pid in ours.items() if state(pid) not in (None, *UNRESPONSIVE))
+
+    dumps: dict[int, str] = {r["rank"]: "" for r in live}
+    if ours and ask:
         with contextlib.suppress(OSError):
             (directory / "flight-recorder.request").write_text(str(requested))
-    responsive = [r for r in live if r["rank"] in ours and state(r["pid"]) not in (None, *UNRESPONSIVE)]
-    deadline = time.monotonic() + (answer_seconds if ask else 0.0)
-    while True:
-        dumps = {r["rank"]: tail(directory / f"stacks-rank-{r['rank']}.txt", offsets[r["rank"]]) for r in live}
-        records_fr = {r["rank"]: flight(directory / f"flight-recorder-rank-{r['rank']}.json", requested)
-                      for r in live}
-        if time.monotonic() > deadline or all(dumps[r["rank"]] and records_fr[r["rank"]] for r in responsive):
-            break
-        time.sleep(0.2)
+        dumps.update(ask_stacks(directory, ours, answer_seconds, flown))  # not |=: the image's Python may be 3.8
+    records_fr = flights()
     return {"now": time.time(), "hang": os.environ.get("KUBETRAIN_HANG"), "records": records,
             "dumps": {str(k): v for k, v in dumps.items()},
             "states": {str(r["rank"]): state(r["pid"]) if r["rank"] in ours else None for r in live},

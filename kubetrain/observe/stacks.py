@@ -1,6 +1,7 @@
 """Every rank's Python stack, grouped, and the one-line verdict on a hung job.
 
-Input: faulthandler dumps (`kill -USR2` on a rank of kubetrain.runtime, see kubetrain.runtime.heartbeat) and,
+Input: faulthandler dumps (a rank's writer thread answering a stacks request between two marker lines, which
+are not frames; or, as the fallback, SIGUSR2: see kubetrain.runtime.heartbeat and kubetrain.observe.probe) and,
 for a process that could not answer, its state from /proc/PID/stat (T stopped, D uninterruptible, Z zombie).
 Ranks with the same training-thread stack are printed once; a stack that only a minority of ranks share is
 an outlier and is printed first.

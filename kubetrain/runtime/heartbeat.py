@@ -9,9 +9,14 @@ With KUBETRAIN_PROGRESS_DIR set (by `kubetrain run`), every rank of the Trainer 
 * has a daemon thread replace `rank-R.json` in that directory atomically every WRITE_SECONDS. The thread
   keeps writing while the training thread waits in a collective (that releases the GIL), so a stale file
   means the process itself does not run (stopped, or stuck holding the GIL);
-* registers faulthandler on SIGUSR2: `kill -USR2 PID` appends every thread's Python stack to
-  `stacks-rank-R.txt`, even while the training thread is blocked in C++ (faulthandler writes from the
-  signal handler, without the GIL). Nothing needs ptrace or extra privileges.
+* answers a stacks request (an asker replaces `stacks.request` in that directory) from the same thread within
+  REQUEST_SECONDS: every thread's Python stack appended to `stacks-rank-R.txt` by faulthandler, called from
+  this thread while it holds the GIL, between two marker lines that carry the request's id;
+* registers faulthandler on SIGUSR2 as the fallback for a rank whose writer thread cannot run (another thread
+  holds the GIL): `kill -USR2 PID` appends the same stacks. faulthandler's signal handler reads the other
+  threads' frames without the GIL, which can crash the rank while one of them runs Python; the askers
+  (kubetrain.observe.probe) signal only a rank that did not answer its request. Nothing needs ptrace or extra
+  privileges.
 """
 
 from __future__ import annotations
@@ -29,10 +34,21 @@ from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
-from kubetrain.podenv import FR_REQUEST, NODE_ENV, PROGRESS_DIR_ENV, flight_record_path, record_path, stacks_path
+from kubetrain.podenv import (
+    FR_REQUEST,
+    NODE_ENV,
+    PROGRESS_DIR_ENV,
+    STACKS_ANSWER,
+    STACKS_ANSWERED,
+    STACKS_REQUEST,
+    flight_record_path,
+    record_path,
+    stacks_path,
+)
 
 STACK_SIGNAL = signal.SIGUSR2
 WRITE_SECONDS = 2.0
+REQUEST_SECONDS = 0.2  # how often the writer thread looks for a stacks or flight-recorder request
 WINDOW = 256  # step times kept (the judge's history)
 PHASE_RUNS = 16  # durations kept per timed phase
 TIMED_PHASES = ("start", "eval", "checkpoint")
@@ -41,6 +57,8 @@ TIMED_PHASES = ("start", "eval", "checkpoint")
 def _flight_recorder() -> bytes | None:
     """torch's flight recorder as JSON (TORCH_FR_BUFFER_SIZE > 0; gloo and nccl), None when off or absent.
     Safe from another thread while the training thread waits in a collective."""
+    if "torch.distributed" not in sys.modules:  # never imported: no process group (and no torch import here)
+        return None
     try:
         # torch's private c10d may be absent: the recorder is then off
         import torch.distributed as dist
@@ -59,6 +77,16 @@ def _replace(target: Path, data: bytes) -> None:
     with contextlib.suppress(OSError):
         temp.write_bytes(data)
         os.replace(temp, target)
+
+
+def _request_key(path: Path) -> tuple[int, int] | None:
+    """A request file's (inode, mtime in ns), None without one. Askers replace the file (a new inode), so two
+    requests within one tick of the file system's clock still differ."""
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return status.st_ino, status.st_mtime_ns
 
 
 def _percentile(values: list[float], fraction: float) -> float | None:
@@ -103,6 +131,7 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self._stacks: IO[str] | None = None
         self._fr_handled = time.time()
+        self._stacks_handled: tuple[int, int] | None = None
 
     @classmethod
     def from_env(cls, rank: int, world_size: int) -> Heartbeat:
@@ -176,6 +205,7 @@ class Heartbeat:
                   "detection for this rank", file=sys.stderr, flush=True)
             self.directory = None
             return
+        self._stacks_handled = _request_key(self.directory / STACKS_REQUEST)  # an earlier run's: not answered
         with contextlib.suppress(ValueError, RuntimeError):  # not the main thread: no signal handlers
             faulthandler.register(STACK_SIGNAL, file=self._stacks, all_threads=True, chain=False)
         self.write()
@@ -183,9 +213,28 @@ class Heartbeat:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(WRITE_SECONDS):
-            self.write()
+        """Requests every REQUEST_SECONDS (a stat each), the record every WRITE_SECONDS."""
+        next_write = time.monotonic() + WRITE_SECONDS
+        while not self._stop.wait(REQUEST_SECONDS):
+            self._answer_stacks_request()
             self._answer_flight_recorder_request()
+            if time.monotonic() >= next_write:
+                next_write = time.monotonic() + WRITE_SECONDS
+                self.write()
+
+    def _answer_stacks_request(self) -> None:
+        """Every thread's stack, dumped from this thread: it holds the GIL, so no other thread runs Python while
+        faulthandler reads their frames (from the SIGUSR2 handler it reads them without the GIL)."""
+        assert self.directory is not None and self._stacks is not None
+        key = _request_key(self.directory / STACKS_REQUEST)
+        if key is None or key == self._stacks_handled:
+            return
+        self._stacks_handled = key
+        with contextlib.suppress(OSError, ValueError):
+            self._stacks.write(f"{STACKS_ANSWER}{key[1]}\n")
+            faulthandler.dump_traceback(self._stacks, all_threads=True)  # flushes the line above first
+            self._stacks.write(f"{STACKS_ANSWERED}{key[1]}\n")
+            self._stacks.flush()
 
     def _answer_flight_recorder_request(self) -> None:
         assert self.directory is not None

@@ -23,6 +23,7 @@ from kubetrain.jobs.pods import Replica
 from kubetrain.jobs.stacks import PodAnswer, ask_pod, combine, job_stacks, probe_command
 from kubetrain.observe import probe
 from kubetrain.observe.stacks import process_state
+from tests.observe.ranks import pending_signals
 from tests.testenv.polling import wait_for
 
 RANK = textwrap.dedent("""
@@ -83,25 +84,19 @@ def test_the_probe_names_a_stopped_rank_with_its_state_and_shows_the_others_stac
     assert report.messages() == ["worker-0 (job-worker-0): not running (ContainerCreating)"]
 
 
-def pending_signals(pid: int) -> set[int]:
-    """The signals sent to PID and not yet delivered (/proc/PID/status: to the process, to its main thread)."""
-    fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
-    mask = int(fields["ShdPnd"], 16) | int(fields["SigPnd"], 16)
-    return {n + 1 for n in range(64) if mask >> n & 1}
-
-
 def test_a_stopped_rank_is_not_signalled_and_answers_once_resumed(
         tmp_path: Path, ranks: list[subprocess.Popen[str]]) -> None:
     """A SIGUSR2 left pending runs faulthandler's dump when the rank resumes, while its writer thread runs Python:
-    that dump reads the other threads' frames without the GIL, and crashed the rank (SIGSEGV)."""
+    that dump reads the other threads' frames without the GIL, and crashed the rank (SIGSEGV). Resumed, the
+    rank's writer thread answers the request with the GIL held."""
     os.kill(ranks[1].pid, signal.SIGSTOP)
     wait_for(lambda: process_state(ranks[1].pid) == "T", "state T", 10, 0.05)
     assert probe.probe(tmp_path, answer_seconds=0)["states"]["1"] == "T"
     assert signal.SIGUSR2 not in pending_signals(ranks[1].pid)
     os.kill(ranks[1].pid, signal.SIGCONT)
     wait_for(lambda: process_state(ranks[1].pid) in ("R", "S"), "rank 1 running again", 10, 0.05)
-    probe.probe(tmp_path, answer_seconds=0)
-    wait_for(lambda: "waiting_in_all_reduce" in podenv.stacks_path(tmp_path, 1).read_text(), "rank 1's stack", 10)
+    dump = probe.probe(tmp_path)["dumps"]["1"]
+    assert dump.startswith(podenv.STACKS_ANSWER) and "waiting_in_all_reduce" in dump, dump
     assert all(proc.poll() is None for proc in ranks)
 
 
@@ -135,8 +130,10 @@ def test_the_probe_uses_the_same_file_names_as_the_runtime(tmp_path: Path) -> No
     source = Path(probe.__file__).read_text()
     for named in (podenv.record_path, podenv.stacks_path, podenv.flight_record_path):
         path = named(tmp_path, 7)
-        assert path.name.replace("7", "") in source.replace("{record['rank']}", "").replace("{r['rank']}", "")
+        assert path.name.replace("7", "") in source.replace("{rank}", "").replace("{r['rank']}", "")
     assert f'"{podenv.FR_REQUEST}"' in source and f'"{podenv.POD_PROGRESS_DIR}"' in source
+    assert (probe.STACKS_REQUEST, probe.ANSWER, probe.ANSWERED) == (
+        podenv.STACKS_REQUEST, podenv.STACKS_ANSWER, podenv.STACKS_ANSWERED)
     assert f"{podenv.PROGRESS_DIR_ENV}=" in source and f'"{podenv.HANG_ENV}"' in source
 
 

@@ -1,0 +1,27 @@
+"""The stacks probe on real rank processes: a rank whose writer thread answers the stacks request is never sent
+SIGUSR2 (faulthandler's signal handler reads the other threads' frames without the GIL, which can crash a rank
+while another of its threads runs Python); a rank whose writer cannot run (the GIL held in C) still gets its
+stack through SIGUSR2."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from kubetrain import podenv
+from kubetrain.observe import probe
+from kubetrain.observe.stacks import parse_dump
+from tests.observe.ranks import pending_signals, rank_processes
+
+
+def test_only_the_rank_whose_writer_cannot_run_is_signalled(tmp_path: Path) -> None:
+    with rank_processes(tmp_path, ["answering", "gil"]) as (answering, holding):
+        answer = probe.probe(tmp_path)
+        assert signal.SIGUSR2 not in pending_signals(answering.pid)
+        assert answer["dumps"]["0"].startswith(podenv.STACKS_ANSWER)
+        frames, threads = parse_dump(answer["dumps"]["0"])
+        assert frames[0].startswith("waiting_in_all_reduce (<string>:") and threads == 2, answer["dumps"]["0"]
+        frames, threads = parse_dump(answer["dumps"]["1"])
+        assert frames[0].startswith("holding_the_gil (<string>:") and threads == 2, answer["dumps"]["1"]
+        assert podenv.STACKS_ANSWER not in podenv.stacks_path(tmp_path, 1).read_text()  # SIGUSR2's dump
+        assert holding.poll() is None
