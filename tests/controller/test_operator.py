@@ -270,7 +270,9 @@ def test_recreate_starts_fresh_and_continue_resumes_the_old_checkpoints(k8s, nam
                              checkpoint={"dir": "/ckpt/fresh", "everySteps": 5}))
     first = wait_for(lambda: pytorchjob(k8s, namespace, "fresh"), "child", 60)
     assert _checkpoint_dir_of(first) == "/ckpt/fresh"
-    wait_for(lambda: (tj(k8s, namespace, "fresh")["status"].get("checkpointDir")) == "/ckpt/fresh", "status", 30)
+    # the child may exist before the controller's first status write
+    wait_for(lambda: ((tj(k8s, namespace, "fresh") or {}).get("status") or {}).get("checkpointDir") == "/ckpt/fresh",
+             "status.checkpointDir", 30)
     _patch_spec(k8s, namespace, "fresh", {"train": {**train, "epochs": 4}},
                 **{"kubetrain.dev/update-policy": "recreate"})
     second = _recreated(k8s, namespace, "fresh", first)
