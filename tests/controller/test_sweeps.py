@@ -33,10 +33,12 @@ def sweep_body(name: str, namespace: str) -> dict[str, Any]:
                      "earlyStopping": {"rule": "median", "minTrials": 1, "warmupSteps": 0}, "trial": trial}}
 
 
-def trial_names(k8s: Any, namespace: str, name: str) -> list[str]:
+def trial_names(k8s: Any, namespace: str, name: str, terminating: bool = False) -> list[str]:
+    """The Sweep's trial TrainingJobs; with `terminating`, also those being deleted (foreground deletion keeps a
+    pruned trial's object until its pods are gone, and `kubetrain list` still counts it)."""
     items = custom(k8s).list_namespaced_custom_object(GROUP, VERSION, namespace, "trainingjobs",
                                                       label_selector=f"kubetrain.dev/sweep={name}")["items"]
-    return sorted(t["metadata"]["name"] for t in items if not t["metadata"].get("deletionTimestamp"))
+    return sorted(t["metadata"]["name"] for t in items if terminating or not t["metadata"].get("deletionTimestamp"))
 
 
 def sweep_obj(k8s: Any, namespace: str, name: str) -> dict[str, Any]:
@@ -104,7 +106,7 @@ def test_a_sweep_in_the_cluster_restarts_prunes_and_stops_clean(controlplane, k8
                       "trial 1 pruned", 90)
     assert [t["number"] for t in pruned] == list(range(len(pruned)))  # no trial twice
     wait_for(lambda: not running_pod(k8s, namespace, "sw-t1-master-0") and "sw-t1" not in trial_names(
-        k8s, namespace, "sw"), "the pruned trial's TrainingJob and pod deleted", 120)
+        k8s, namespace, "sw", terminating=True), "the pruned trial's TrainingJob and pod deleted", 120)
     names = wait_for(lambda: (n := trial_names(k8s, namespace, "sw")) == ["sw-t0", "sw-t2", "sw-t3"] and n,
                      "trial 3 in trial 1's place", 60)
     assert [t["number"] for t in trials_in_state(k8s, namespace, "sw")] == [0, 1, 2, 3], names
