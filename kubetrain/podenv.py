@@ -29,6 +29,9 @@ FAILED_RANK = f"{LAUNCHER}: rank "  # starts the launcher's one line per failed 
 PROGRESS_DIR_ENV = "KUBETRAIN_PROGRESS_DIR"
 NODE_ENV = "KUBETRAIN_NODE"  # set per agent by `kubetrain run` (1-based); pods use GROUP_RANK + 1
 FR_REQUEST = "flight-recorder.request"  # touched by the watch: every rank dumps its flight recorder
+# A rank's answer when it has no flight recorder to dump (no process group yet, or the recorder off): the asker
+# then stops waiting for it.
+FR_NONE = b'{"entries": []}'
 STACKS_REQUEST = "stacks.request"  # replaced by an asker: every rank's writer thread appends its stacks
 STACKS_ANSWER = "kubetrain: stacks on request "  # the writer's line before its dump (+ the request's id)
 STACKS_ANSWERED = "kubetrain: end of stacks on request "  # and after it: the answer is complete

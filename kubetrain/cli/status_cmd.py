@@ -134,7 +134,7 @@ def _print_events(events: list[EventRow], with_hints: bool = True) -> None:
 @handle_errors
 def list_(context: str | None, kubeconfig: str | None, namespace: str | None, request_timeout: float | None,
           all_namespaces: bool, output: str) -> None:
-    """List PyTorchJobs and TrainJobs with their state and size.
+    """List PyTorchJobs and TrainJobs with their state (Terminating while deleted) and size.
 
     \b
     Examples:

@@ -15,6 +15,7 @@ from kubetrain.kube.objects import SWEEP_LABEL, conditions_of, meta_of, status_o
 from kubetrain.kube.rest import Rest, path_of
 
 TERMINAL = ("Succeeded", "Failed")
+TERMINATING = "Terminating"  # `list`: a job being deleted (metadata.deletionTimestamp set)
 # Later entries win: a job that is Running and then Succeeded is Succeeded.
 PYTORCHJOB_STATES = ("Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 TRAINJOB_STATES = {"Created": "Created", "Suspended": "Suspended", "Complete": "Succeeded", "Failed": "Failed"}
@@ -105,7 +106,10 @@ def summary(obj: dict[str, Any], target: Target) -> JobSummary:
     pods, gpus = shape(obj)
     labels = meta.get("labels") or {}
     queue = str(labels.get("kueue.x-k8s.io/queue-name") or "")
-    return JobSummary(meta.get("name", ""), meta.get("namespace", ""), target.name, state(obj), pods, gpus,
+    # Deleted in the foreground (as `delete` and the sweep's pruning do), a job stays listed with its last
+    # conditions until its pods are gone: say so, as kubectl does for a pod.
+    shown = TERMINATING if meta.get("deletionTimestamp") else state(obj)
+    return JobSummary(meta.get("name", ""), meta.get("namespace", ""), target.name, shown, pods, gpus,
                       meta.get("creationTimestamp", ""), str(meta.get("uid") or ""), queue,
                       trainingjob=controlling_trainingjob(obj) or "", sweep=str(labels.get(SWEEP_LABEL) or ""))
 

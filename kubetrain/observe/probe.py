@@ -163,9 +163,9 @@ def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS, ask: bool =
     def flights() -> dict[int, dict[str, Any] | None]:
         return {r["rank"]: flight(directory / f"flight-recorder-rank-{r['rank']}.json", requested) for r in live}
 
-    def flown() -> bool:  # every rank that can run dumped its flight recorder
+    def flown() -> bool:  # every rank that can run answered (its records, or none: FR_NONE)
         found = flights()
-        return all(found[rank] for rank, pid in ours.items() if state(pid) not in (None, *UNRESPONSIVE))
+        return all(found[rank] is not None for rank, pid in ours.items() if state(pid) not in (None, *UNRESPONSIVE))
 
     dumps: dict[int, str] = {r["rank"]: "" for r in live}
     if ours and ask:
@@ -176,7 +176,7 @@ def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS, ask: bool =
     return {"now": time.time(), "hang": os.environ.get("KUBETRAIN_HANG"), "records": records,
             "dumps": {str(k): v for k, v in dumps.items()},
             "states": {str(r["rank"]): state(r["pid"]) if r["rank"] in ours else None for r in live},
-            "flight": {str(k): v for k, v in records_fr.items() if v}}
+            "flight": {str(k): v for k, v in records_fr.items() if v and v["entries"]}}
 
 
 def save(where: str | Path, answer: dict[str, Any], into: str) -> str:

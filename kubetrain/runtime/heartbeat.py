@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kubetrain.podenv import (
+    FR_NONE,
     FR_REQUEST,
     NODE_ENV,
     PROGRESS_DIR_ENV,
@@ -245,9 +246,7 @@ class Heartbeat:
         if requested <= self._fr_handled:
             return
         self._fr_handled = requested
-        data = _flight_recorder()
-        if data:
-            _replace(flight_record_path(self.directory, self.rank), data)
+        _replace(flight_record_path(self.directory, self.rank), _flight_recorder() or FR_NONE)
 
     def stop(self) -> None:
         """Final record (phase done) and stop the thread; the stack signal stays registered."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import yaml
 from click.testing import CliRunner
@@ -102,6 +103,26 @@ def test_list_shows_a_sweeps_trials_as_one_row() -> None:
     assert rows == [["a", "pytorchjob", "Running"], ["sweep/sw", "pytorchjob", "3 trials: 2 Running, 1 Succeeded"],
                     ["b", "pytorchjob", "Pending"]]
     assert job("sw-t0", "Succeeded", "sw").as_dict()["sweep"] == "sw" and "sweep" not in job("a", "Running").as_dict()
+
+
+def test_list_counts_a_trial_being_deleted_as_terminating() -> None:
+    """Deleted in the foreground, a pruned trial's job keeps its last conditions until its pods are gone."""
+    from kubetrain.cli.status_cmd import _grouped
+    from kubetrain.jobs.crud import summary
+    from kubetrain.jobs.targets import PYTORCHJOB
+
+    def job(name: str, condition: str, deleted: bool = False) -> dict[str, Any]:
+        meta = {"name": name, "namespace": "ns", "labels": {"kubetrain.dev/sweep": "sw"},
+                "creationTimestamp": "2026-11-27T10:00:00Z"}
+        if deleted:
+            meta["deletionTimestamp"] = "2026-11-27T10:05:00Z"
+        return {"kind": "PyTorchJob", "metadata": meta, "spec": {"pytorchReplicaSpecs": {}},
+                "status": {"conditions": [{"type": condition, "status": "True"}]}}
+
+    found = [summary(job("sw-t0", "Succeeded"), PYTORCHJOB), summary(job("sw-t1", "Running", deleted=True), PYTORCHJOB),
+             summary(job("sw-t2", "Running"), PYTORCHJOB)]
+    assert [row[2] for _, row in _grouped(found)] == ["3 trials: 1 Running, 1 Succeeded, 1 Terminating"]
+    assert found[1].as_dict()["state"] == "Terminating"
 
 
 def test_promote_keeps_an_existing_file_unless_forced_and_no_complete_trial_is_one_line(tmp_path: Path) -> None:

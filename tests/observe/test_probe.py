@@ -6,6 +6,7 @@ stack through SIGUSR2."""
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 from kubetrain import podenv
@@ -25,3 +26,16 @@ def test_only_the_rank_whose_writer_cannot_run_is_signalled(tmp_path: Path) -> N
         assert frames[0].startswith("holding_the_gil (<string>:") and threads == 2, answer["dumps"]["1"]
         assert podenv.STACKS_ANSWER not in podenv.stacks_path(tmp_path, 1).read_text()  # SIGUSR2's dump
         assert holding.poll() is None
+
+
+def test_ranks_without_a_flight_recorder_answer_so_the_probe_does_not_wait_for_its_deadline(tmp_path: Path) -> None:
+    """A rank with no process group (a plain script, or one not started yet) has no flight recorder to dump: it
+    answers the request with no entries, and the probe stops waiting once every rank answered."""
+    with rank_processes(tmp_path, ["answering", "answering"]):
+        started = time.monotonic()
+        answer = probe.probe(tmp_path, answer_seconds=30)
+        waited = time.monotonic() - started
+    assert waited < 15, f"the probe waited {waited:.1f} s: for flight records no rank will write"
+    assert all(answer["dumps"][rank].startswith(podenv.STACKS_ANSWER) for rank in ("0", "1"))
+    assert answer["flight"] == {}
+    assert podenv.flight_record_path(tmp_path, 1).read_bytes() == podenv.FR_NONE
