@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -52,19 +53,26 @@ def kind_of(argv: str) -> str:
 Key = tuple[int, str]  # (pid, start time in ticks): a reused PID is another process
 
 
+def processes() -> Iterator[tuple[str, Key, list[str]]]:
+    """(its /proc directory, its key, the fields of /proc/PID/stat after the command name) of each process."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+                yield entry.path, (int(entry.name), fields[19]), fields
+            except (OSError, IndexError):
+                continue  # gone between listing and reading
+
+
 def sample(seen: dict[Key, tuple[str, float]], before: set[Key]) -> None:
     """Update seen[key] = (kind, CPU seconds so far) for every process not in `before`."""
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    for path, key, fields in processes():
         try:
-            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
-            key = (int(entry.name), fields[19])
             if key in before:
                 continue
             cpu = (int(fields[11]) + int(fields[12])) / TICK
             if key not in seen:
-                argv = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                argv = Path(path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 if not argv:
                     continue  # a kernel thread, or a process already gone
                 seen[key] = (kind_of(argv), cpu)
@@ -74,14 +82,7 @@ def sample(seen: dict[Key, tuple[str, float]], before: set[Key]) -> None:
 
 
 def running() -> set[Key]:
-    found = set()
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                found.add((int(entry.name), Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()[19]))
-            except (OSError, IndexError):
-                continue
-    return found
+    return {key for _, key, _ in processes()}
 
 
 def main() -> int:

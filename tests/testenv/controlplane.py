@@ -21,6 +21,7 @@ import ssl
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -319,19 +320,8 @@ class ControlPlane:
         )
 
     def _crds(self) -> None:
-        ext = kubernetes.client.ApiextensionsV1Api(self.api_client())
-        names = []
-        for path in (self.pytorchjob_crd, kwok.LOGS_CRD):
-            for doc in yamlfiles.load_all(path):
-                if doc:
-                    ext.create_custom_resource_definition(doc)
-                    names.append(doc["metadata"]["name"])
-        for name in names:
-            wait_until(
-                lambda n=name: established(ext.read_custom_resource_definition(n)),
-                f"CRD {name} Established",
-                30,
-            )
+        docs = [doc for path in (self.pytorchjob_crd, kwok.LOGS_CRD) for doc in yamlfiles.load_all(path) if doc]
+        create_crds(self.api_client(), docs)
 
     def _kwok(self) -> None:
         core = kubernetes.client.CoreV1Api(self.api_client())
@@ -447,6 +437,19 @@ def _remove_orphaned_workdirs() -> None:
 
 def established(crd: Any) -> bool:
     return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+
+
+def create_crds(api: Any, docs: Iterable[dict[str, Any]], names: list[str] | None = None) -> list[str]:
+    """Create the CRDs all at once, then wait until each is Established (the apiserver establishes them side by
+    side). Each name goes into `names` (returned) as soon as its CRD exists, so a caller's cleanup sees it."""
+    ext = kubernetes.client.ApiextensionsV1Api(api)
+    names = [] if names is None else names
+    for doc in docs:
+        ext.create_custom_resource_definition(doc)
+        names.append(doc["metadata"]["name"])
+    for name in names:
+        wait_until(lambda n=name: established(ext.read_custom_resource_definition(n)), f"CRD {name} Established", 30)
+    return names
 
 
 def _all_nodes_ready(core: kubernetes.client.CoreV1Api) -> bool:

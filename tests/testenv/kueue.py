@@ -30,7 +30,7 @@ import kubernetes
 import yaml
 
 from . import binaries, kwok, yamlfiles
-from .controlplane import established, http_get
+from .controlplane import create_crds, http_get
 from .processes import Child, free_port, wait_until
 from .trainer import crd_exists, create_admission, delete_admission, serving_pki, write_certs
 
@@ -176,12 +176,7 @@ class Kueue:
         return self
 
     def _crds(self) -> None:
-        ext = kubernetes.client.ApiextensionsV1Api(self._api())
-        for crd in crds(self.ports["webhook"], self.cp.ca.cert_pem):  # all at once, then wait for each
-            ext.create_custom_resource_definition(crd)
-            self.crd_names.append(crd["metadata"]["name"])
-        for name in self.crd_names:
-            wait_until(lambda n=name: established(ext.read_custom_resource_definition(n)), f"CRD {name}", 30)
+        create_crds(self._api(), crds(self.ports["webhook"], self.cp.ca.cert_pem), self.crd_names)
 
     def _process(self) -> None:
         core = kubernetes.client.CoreV1Api(self._api())

@@ -27,7 +27,7 @@ import kubernetes
 import yaml
 
 from . import binaries, pki, yamlfiles
-from .controlplane import established, http_get
+from .controlplane import create_crds, http_get
 from .processes import Child, free_port, wait_until
 
 if TYPE_CHECKING:
@@ -255,14 +255,7 @@ class TrainerStack:
         return kubernetes.client.CustomObjectsApi(self.cp.api_client())
 
     def _crds(self) -> None:
-        ext = kubernetes.client.ApiextensionsV1Api(self.cp.api_client())
-        names = []
-        for path in self.crd_files():  # all at once, then wait: the apiserver establishes them side by side
-            doc = yamlfiles.load(path)
-            ext.create_custom_resource_definition(doc)
-            names.append(doc["metadata"]["name"])
-        for name in names:
-            wait_until(lambda n=name: established(ext.read_custom_resource_definition(n)), f"CRD {name}", 30)
+        create_crds(self.cp.api_client(), [yamlfiles.load(path) for path in self.crd_files()])
 
     def _admission(self, objs: list[dict[str, Any]]) -> None:
         self.admission += create_admission(self.cp.api_client(), objs)
