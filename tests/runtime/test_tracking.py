@@ -6,6 +6,7 @@ once; a tracker that is down never stops training."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import uuid
 from pathlib import Path
@@ -15,10 +16,11 @@ import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.runtime.helpers import EXAMPLE, Run, quiet_env, records, run_sync, worker_pid
+from tests.runtime.helpers import EXAMPLE, JOBS, Run, quiet_env, records, run_sync, worker_pid
 from tests.runtime.torchmod import require_torch
 from tests.runtime.wandbfiles import read_offline_run
 from tests.testenv.mlflowserver import MLflowServer
+from tests.testenv.polling import wait_for
 from tests.testenv.processes import free_port
 
 require_torch()
@@ -29,11 +31,16 @@ pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(420)]
 WANDB_KEY = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c"  # 40 characters, as W&B's keys are
 
 
-def tracked_digits(tmp_path: Path, tracking: dict[str, Any]) -> Path:
-    """The digits example with tracking."""
+def tracked_digits(tmp_path: Path, tracking: dict[str, Any], model: str = "digits_task:build_model") -> Path:
+    """The digits example with tracking, its code in `tmp_path/code` (with the held model beside it)."""
     doc = yaml.safe_load((EXAMPLE / "kubetrain.yaml").read_text())
     spec = doc["spec"]
-    spec["code"]["path"] = str(EXAMPLE)
+    code = tmp_path / "code"
+    code.mkdir()
+    shutil.copy(EXAMPLE / "digits_task.py", code)
+    shutil.copy(JOBS / "held_digits.py", code)
+    spec["code"]["path"] = str(code)
+    spec["train"]["model"] = model
     spec["volumes"][0]["localPath"] = str(tmp_path / "ckpt")
     spec["tracking"] = tracking
     path = tmp_path / "kubetrain.yaml"
@@ -50,19 +57,25 @@ def test_kill_9_of_the_logging_rank_leaves_one_run_with_every_point_once(
     experiment = f"digits-{uuid.uuid4().hex[:8]}"
     spec = tracked_digits(tmp_path, {"mlflow": {"trackingUri": mlflow_server.uri, "experiment": experiment},
                                      "wandb": {"project": "digits"},
-                                     "tensorboard": {"logDir": "/ckpt/tb"}, "params": {"width": 64}})
+                                     "tensorboard": {"logDir": "/ckpt/tb"}, "params": {"width": 64}},
+                          model="held_digits:build_model")
     client = mlflow_server.client()
     marker = uuid.uuid4().hex
+    hold = tmp_path / "hold"
+    hold.touch()
     wandb_env = {"WANDB_MODE": "offline", "WANDB_API_KEY": WANDB_KEY}  # W&B's own offline mode: no server here
-    killed = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker, **wandb_env))
+    killed = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker, HOLD_FILE=str(hold), HOLD_BEFORE_STEP="61",
+                                              **wandb_env))
     try:  # rank 0, which logs, dies past the step-50 checkpoint: the job fails, as a pod's container does
-        # ...and once its W&B run is open (wandb-core takes seconds to start: a fast machine trains 60 steps first)
-        killed.wait_for(lambda r: r["kind"] == "train" and r["step"] >= 60
-                        and any((tmp_path / "ckpt" / "digits" / "wandb").glob("offline-run-*")))
+        # ...held before step 61 until its W&B run is open (wandb-core takes seconds to start), so the kill cannot
+        # come after the job ended (digits trains 288 steps in about 3 s)
+        killed.wait_for(lambda r: r["kind"] == "train" and r["step"] == 60)
+        wait_for(lambda: any((tmp_path / "ckpt" / "digits" / "wandb").glob("offline-run-*")), "W&B's run", 120)
         os.kill(worker_pid(marker, rank=0), signal.SIGKILL)
         code, first, err = killed.finish()
     finally:
         killed.kill()
+        hold.unlink()
     assert code != 0, first[-4000:] + err
     restarted = run_sync(["-f", str(spec)], quiet_env(**wandb_env))  # the pod's restart: a new process resumes
     assert restarted.returncode == 0, restarted.stdout[-4000:] + restarted.stderr
