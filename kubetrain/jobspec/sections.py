@@ -356,8 +356,9 @@ class Divergence(Section):
     """What happens when the training loss (or held-out loss) becomes NaN or infinite (docs/runtime.md)."""
 
     policy: Literal["stop", "skip", "continue"] = "stop"
-    """stop: end the run at the first non-finite step, before its update reaches the parameters, with exit
-    code 65 and one line `diverged at step N: loss nan`; the last good checkpoint is kept for a resume.
+    """stop: end the run at the first non-finite step, before anything after it is logged, evaluated or saved,
+    with exit code 65 and one line `diverged at step N: loss nan`; the last good checkpoint is kept for a
+    resume.
     skip (Trainer API): drop that step's update and go on, up to maxSkippedSteps in a row, then stop.
     continue: train to the end regardless (the run still ends as diverged, exit 65). With spec.command,
     `kubetrain run` stops the job on the first non-finite metrics value (stop) or lets it finish (skip,

@@ -1,10 +1,16 @@
 """Non-finite training (spec.divergence): the per-step agreement, the policy, and the checks that keep
 checkpoints finite.
 
-* Under policy stop or skip, each optimizer step's loss (summed over its micro-batches) is checked before
-  the update: every rank contributes [nan, +inf, -inf] flags to one 3-element all_reduce(MAX), so a NaN on
-  one rank stops or skips the step on all of them, at the same step. The cost is that collective and one
-  device sync per optimizer step (fp16's GradScaler already syncs once per step).
+* Every rank contributes each optimizer step's [nan, +inf, -inf] flags (of its loss, summed over its
+  micro-batches) to one 3-element all_reduce(MAX), so all ranks agree on every step.
+* Under policy skip the flags are read before the update: a NaN on one rank skips the step on all of them.
+  The cost is that collective and one device sync per optimizer step (fp16's GradScaler already syncs once
+  per step).
+* Under policy stop (the default) the flags of the first non-finite step stay on the device and are read
+  where the loop waits for the device anyway: before a metrics line, a checkpoint, an evaluation and the
+  end. The run then stops as diverged at that step, as if it had stopped there: nothing after it is logged
+  or saved. The steps in between run on a diverged model; in exchange the host never waits for the GPU at
+  a step (a per-step wait cost 5-22 % of the throughput of GPT-2 small and ResNet-50 on an H200).
 * Under policy continue no step is checked; the logged window's loss and the held-out loss say when it
   diverged, and the run still ends as diverged.
 * Under every policy a checkpoint is written only when every rank's parameters and optimizer state are
@@ -77,15 +83,24 @@ def state_is_finite(module: nn.Module, optimizer: torch.optim.Optimizer, env: Di
     return not bool(flag[0])
 
 
-def nonfinite_kind(loss: torch.Tensor, env: DistEnv) -> str | None:
-    """"nan", "inf" or "-inf" when this step's loss is non-finite on any rank (nan wins), else None; the same
-    answer on every rank (a collective when world_size > 1)."""
+def nonfinite_flags(loss: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    """[nan, +inf, -inf] of this step's loss on any rank, as a float64 tensor on the device: every rank gets
+    the same flags (a collective when world_size > 1, queued on the device like the step's kernels)."""
     value = loss.detach().double()
     flags = torch.stack([torch.isnan(value), torch.isposinf(value), torch.isneginf(value)]).double()
     if env.world_size > 1:
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    nan, pos, neg = flags.tolist()
+    return flags
+
+
+def kind_of(nan: float, pos: float, neg: float) -> str | None:
     return "nan" if nan else "inf" if pos else "-inf" if neg else None
+
+
+def nonfinite_kind(loss: torch.Tensor, env: DistEnv) -> str | None:
+    """"nan", "inf" or "-inf" when this step's loss is non-finite on any rank (nan wins), else None; the same
+    answer on every rank (a collective when world_size > 1), read with one device sync."""
+    return kind_of(*nonfinite_flags(loss, env).tolist())
 
 
 @dataclass
@@ -97,10 +112,33 @@ class Guard:
     skipped: int = 0  # steps skipped in this process's run
     in_a_row: int = 0
     first: tuple[int, str, str] | None = None  # (step, field, value) of the first non-finite value (continue)
+    found: torch.Tensor | None = None  # policy stop: [seen, nan, +inf, -inf, step] of the first non-finite step
 
     @property
     def checks_steps(self) -> bool:
         return self.policy.policy != "continue"
+
+    @property
+    def skips_steps(self) -> bool:
+        """Policy skip decides before each update, which waits for the step's loss (a device sync per step)."""
+        return self.policy.policy == "skip"
+
+    def watch(self, loss: torch.Tensor, step: int) -> None:
+        """Policy stop: keep the first non-finite step's flags on the device, without waiting for the step.
+        `seen` reads them where the loop waits for the device anyway (a metrics line, a checkpoint, an
+        evaluation, the end), so the host runs ahead of the GPU as in a loop without the check."""
+        flags = nonfinite_flags(loss, self.env)
+        row = torch.cat([flags.amax().reshape(1), flags,
+                         torch.full((1,), float(step), dtype=torch.float64, device=flags.device)])
+        self.found = row if self.found is None else torch.where(self.found[0] > 0, self.found, row)
+
+    def seen(self) -> tuple[int, str, str] | None:
+        """(step, "loss", value) of the first non-finite step watched, or None (a device sync)."""
+        if self.found is None:
+            return None
+        seen, nan, pos, neg, step = self.found.tolist()
+        value = kind_of(nan, pos, neg)
+        return (int(step), "loss", value) if seen and value else None
 
     def skips(self, step: int, value: str) -> bool:
         """A non-finite step: True to skip it (policy skip, within maxSkippedSteps in a row), False to stop."""

@@ -212,9 +212,12 @@ class Loop:
         return last
 
     def _end_step(self) -> None:
-        """Apply the step's update, unless its loss is non-finite on any rank (policy stop or skip): then the
-        update never reaches the parameters, and the run stops as diverged or skips the step."""
-        value = nonfinite_kind(self.window.pending, self.env) if self.guard.checks_steps else None
+        """Apply the step's update, unless its loss is non-finite on any rank under policy skip: then the
+        update never reaches the parameters, and the step is skipped (or the run stops as diverged past
+        maxSkippedSteps). Policy stop only watches the loss here (`_stop_if_diverged` reads it)."""
+        value = nonfinite_kind(self.window.pending, self.env) if self.guard.skips_steps else None
+        if self.guard.checks_steps and not self.guard.skips_steps:
+            self.guard.watch(self.window.pending, self.step + 1)
         if value is None:
             self.guard.finite_step()
             self.window.commit()
@@ -227,6 +230,12 @@ class Loop:
         if self.scheduler is not None:
             self.scheduler.step()  # a skipped step still counts: the schedule stays on the step count
         self.step += 1
+
+    def _stop_if_diverged(self) -> None:
+        """Policy stop: the run ends as diverged at the first non-finite step watched, before anything after
+        it is logged, evaluated or saved (a device sync: called only where the loop waits anyway)."""
+        if (seen := self.guard.seen()) is not None:
+            self._diverge(*seen)
 
     def _diverge(self, step: int, field: str, value: str) -> None:
         """End the run as diverged: publish checkpoints still in flight (written before), say so, raise."""
@@ -271,6 +280,7 @@ class Loop:
             raise TrainingStopped(signum, self.last_checkpoint)
 
     def _log(self) -> None:
+        self._stop_if_diverged()
         loss, rate = self.window.read(self.env)
         self.last_loss = loss
         skipped: dict[str, Any] = {"skipped_steps": self.guard.skipped} if self.guard.skipped else {}
@@ -286,6 +296,7 @@ class Loop:
     def _evaluate(self) -> None:
         """Loss (and accuracy, for class logits) over the held-out set, each rank a disjoint shard."""
         assert self.eval_loader is not None
+        self._stop_if_diverged()
         previous = self.heartbeat.current
         self.heartbeat.phase("eval")
         try:
@@ -355,6 +366,7 @@ class Loop:
 
     def _save(self, reason: str) -> None:
         """A checkpoint at the current step (a collective: every rank calls it at the same step)."""
+        self._stop_if_diverged()
         if self.store is None:
             return
         previous = self.heartbeat.current

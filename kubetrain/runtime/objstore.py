@@ -18,13 +18,13 @@ environment (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL_S3 for MinIO and other S3-compa
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import time
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader, FsspecWriter
 
 from kubetrain.objectstore import OBJECT_STORE_BACKENDS, BackendMissing, url_filesystem
 from kubetrain.runtime.checkpoint import FORMAT_VERSION, NAME_RE, SHARDED_META, CheckpointStore, StoreBase
@@ -32,6 +32,16 @@ from kubetrain.runtime.config import RuntimeConfigError
 
 MANIFEST = "MANIFEST.json"
 STATE = "state.pt"
+
+
+def fsspec_dcp() -> Any:
+    """torch's DCP storage on fsspec, imported only for sharded checkpoints on an object store. Its public name
+    `torch.distributed.checkpoint.fsspec_filesystem` is newer than the private `_fsspec_filesystem` (torch
+    2.11 has only the private one), and importing it at module level kept every Trainer from starting there."""
+    try:
+        return importlib.import_module("torch.distributed.checkpoint.fsspec_filesystem")
+    except ModuleNotFoundError:
+        return importlib.import_module("torch.distributed.checkpoint._fsspec_filesystem")
 
 
 def object_store_url(directory: str | None) -> bool:
@@ -114,11 +124,11 @@ class ObjectCheckpointStore(StoreBase):
         self.publish(final, sharded=True)
 
     def dcp_writer(self, url: str) -> Any:
-        return FsspecWriter(url)
+        return fsspec_dcp().FsspecWriter(url)
 
     def dcp_reader(self, url: str) -> Any:
         self.verify(url)
-        return FsspecReader(url)
+        return fsspec_dcp().FsspecReader(url)
 
     def write_meta(self, url: str, meta: dict[str, Any]) -> None:
         buffer = io.BytesIO()

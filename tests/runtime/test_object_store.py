@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -122,3 +124,18 @@ def test_a_missing_backend_is_one_line_naming_the_field() -> None:
     message = str(info.value)
     assert message.startswith("spec.checkpoint.dir: az:// needs the adlfs package (pip install 'kubetrain[azure]')")
     assert "\n" not in message
+
+
+def test_the_trainer_starts_on_a_torch_whose_dcp_has_only_the_private_fsspec_module() -> None:
+    """torch 2.11 (the H200's) has `torch.distributed.checkpoint._fsspec_filesystem` but not its later public
+    name: every Trainer failed to import there, object store or not."""
+    # torch 2.11's layout in this torch: the classes under the private name only, the public one gone
+    code = ("import sys, torch.distributed.checkpoint as dcp\n"
+            "private = sys.modules['torch.distributed.checkpoint._fsspec_filesystem'] = dcp.fsspec_filesystem\n"
+            "sys.modules['torch.distributed.checkpoint.fsspec_filesystem'] = None; del dcp.fsspec_filesystem\n"
+            "from kubetrain.runtime.trainer import Trainer\n"
+            "from kubetrain.runtime.objstore import fsspec_dcp\n"
+            "print(fsspec_dcp() is private, fsspec_dcp().FsspecWriter.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "FsspecWriter"]

@@ -52,6 +52,25 @@ def unique_steps(lines: list[dict[str, Any]], key: str) -> list[int]:
     return sorted({r["step"] for r in lines if r.get(key) is not None})
 
 
+def killed_past_step_60(tmp_path: Path, spec: Path, wandb_env: dict[str, str]) -> tuple[int, str, str]:
+    """Rank 0, which logs, dies past the step-50 checkpoint: the job fails, as a pod's container does. It is held
+    before step 61 until its W&B run is open (wandb-core takes seconds to start), so the kill cannot come after
+    the job ended (digits trains 288 steps in about 3 s)."""
+    marker = uuid.uuid4().hex
+    hold = tmp_path / "hold"
+    hold.touch()
+    killed = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker, HOLD_FILE=str(hold), HOLD_BEFORE_STEP="61",
+                                              **wandb_env))
+    try:
+        killed.wait_for(lambda r: r["kind"] == "train" and r["step"] == 60)
+        wait_for(lambda: any((tmp_path / "ckpt" / "digits" / "wandb").glob("offline-run-*")), "W&B's run", 120)
+        os.kill(worker_pid(marker, rank=0), signal.SIGKILL)
+        return killed.finish()
+    finally:
+        killed.kill()
+        hold.unlink()
+
+
 def test_kill_9_of_the_logging_rank_leaves_one_run_with_every_point_once(
         tmp_path: Path, mlflow_server: MLflowServer) -> None:
     experiment = f"digits-{uuid.uuid4().hex[:8]}"
@@ -60,22 +79,8 @@ def test_kill_9_of_the_logging_rank_leaves_one_run_with_every_point_once(
                                      "tensorboard": {"logDir": "/ckpt/tb"}, "params": {"width": 64}},
                           model="held_digits:build_model")
     client = mlflow_server.client()
-    marker = uuid.uuid4().hex
-    hold = tmp_path / "hold"
-    hold.touch()
     wandb_env = {"WANDB_MODE": "offline", "WANDB_API_KEY": WANDB_KEY}  # W&B's own offline mode: no server here
-    killed = Run(["-f", str(spec)], quiet_env(TEST_MARKER=marker, HOLD_FILE=str(hold), HOLD_BEFORE_STEP="61",
-                                              **wandb_env))
-    try:  # rank 0, which logs, dies past the step-50 checkpoint: the job fails, as a pod's container does
-        # ...held before step 61 until its W&B run is open (wandb-core takes seconds to start), so the kill cannot
-        # come after the job ended (digits trains 288 steps in about 3 s)
-        killed.wait_for(lambda r: r["kind"] == "train" and r["step"] == 60)
-        wait_for(lambda: any((tmp_path / "ckpt" / "digits" / "wandb").glob("offline-run-*")), "W&B's run", 120)
-        os.kill(worker_pid(marker, rank=0), signal.SIGKILL)
-        code, first, err = killed.finish()
-    finally:
-        killed.kill()
-        hold.unlink()
+    code, first, err = killed_past_step_60(tmp_path, spec, wandb_env)
     assert code != 0, first[-4000:] + err
     restarted = run_sync(["-f", str(spec)], quiet_env(**wandb_env))  # the pod's restart: a new process resumes
     assert restarted.returncode == 0, restarted.stdout[-4000:] + restarted.stderr

@@ -11,9 +11,8 @@ import os
 import time
 from typing import Any
 
-from torch import nn
-
 from digits_task import build_model as build_digits_model
+from torch import nn
 
 HOLD_FILE = os.environ.get("HOLD_FILE", "")
 HOLD_BEFORE_STEP = int(os.environ.get("HOLD_BEFORE_STEP", "0"))
