@@ -1,7 +1,8 @@
 """Benchmark: what spec.divergence's per-step check costs the Trainer (docs/performance.md).
 
-Policy stop (the default) checks each optimizer step's loss before the update: a 3-element all_reduce of
-the nan/+inf/-inf flags and one device sync per step. Policy continue checks nothing per step. Both sides
+Policy stop (the default) checks each optimizer step's loss: a 3-element all_reduce of the nan/+inf/-inf
+flags per step, read on the host only at metrics lines, evaluations, checkpoints and the end. Policy continue
+checks nothing per step. Both sides
 are bench_runtime.py's Trainer workload (2 processes, gloo, CPU, MLP 256-1024-1024-10, batch 64 per
 process), run in alternating order for `--rounds` rounds; the ratio of the fastest run of each side is
 reported (on a shared VM interference only slows runs down).

@@ -4,7 +4,7 @@ newest checkpoint is always the last finite one, and a resume from it trains to 
 * 16 Trainer API runs in this process (a world of one), policies stop and continue alternating, random
   checkpoint interval, `keep` and log interval; each is then resumed without the NaN.
 * 1 Trainer API run of 2 real processes (gloo, `kubetrain run`, 2 nodes) with the NaN on rank 1 only: both
-  ranks stop at that step (the non-finite flag is agreed by all ranks before the update).
+  ranks stop at that step (the non-finite flags are agreed by all ranks at every step).
 * 3 plain-script runs (`spec.command`, `kubetrain run`): the script prints metrics lines and checkpoints with
   CheckpointStore; `kubetrain run` reads the NaN from its metrics line and stops the job; one is resumed.
 Plus the skip policy: a transient NaN (one bad step) is skipped, the run completes with finite parameters.
@@ -81,7 +81,8 @@ def assert_only_finite_checkpoints(directory: Path, keep: int, newest_step: int 
 @pytest.mark.parametrize("seed", range(16))
 def test_trainer_never_succeeds_and_keeps_the_last_finite_checkpoint(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
-    nan_at, every, keep, log_every = rng.randint(1, TOTAL), rng.choice([2, 3, 4]), rng.randint(1, 3), rng.randint(1, 3)
+    nan_at, every, keep = rng.randint(1, TOTAL), rng.choice([2, 3, 4]), rng.randint(1, 3)
+    log_every = rng.choice([1, 2, 3, TOTAL])  # stop reads the flags at lines, evaluations and checkpoints
     policy = ("stop", "continue")[seed % 2]
     checkpoint = Checkpoint(dir=str(tmp_path / "ckpt"), everySteps=every, keep=keep)
     outcome, lines = fit(nan_at, checkpoint, policy, log_every)
@@ -89,8 +90,9 @@ def test_trainer_never_succeeds_and_keeps_the_last_finite_checkpoint(tmp_path: P
     assert isinstance(outcome, TrainingDiverged), f"NaN at step {nan_at}, policy {policy}: {outcome}"
     ends = [r for r in lines if r["kind"] == "end"]
     assert [(e["status"], e["nonfinite"]) for e in ends] == [("diverged", {outcome.field: "nan"})]
-    if policy == "stop":  # stopped at that very step, before its update
+    if policy == "stop":  # that very step, and nothing from it on was logged
         assert (outcome.step, outcome.field) == (nan_at, "loss")
+        assert all(r["step"] < nan_at for r in lines if r["kind"] in ("train", "eval", "checkpoint")), lines
     else:  # trained on; the first logged non-finite value (a train line or the epoch's held-out loss)
         assert nan_at <= outcome.step <= TOTAL
     good = saved_steps(every, nan_at)
