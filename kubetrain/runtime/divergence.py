@@ -8,9 +8,10 @@ checkpoints finite.
   per step).
 * Under policy stop (the default) the flags of the first non-finite step stay on the device and are read
   where the loop waits for the device anyway: before a metrics line, a checkpoint, an evaluation and the
-  end. The run then stops as diverged at that step, as if it had stopped there: nothing after it is logged
-  or saved. The steps in between run on a diverged model; in exchange the host never waits for the GPU at
-  a step (a per-step wait cost 5-22 % of the throughput of GPT-2 small and ResNet-50 on an H200).
+  end. The run then stops as diverged, reporting that step; nothing from it on is logged or saved. The
+  steps in between run on a diverged model and are discarded; in exchange the host never waits for the GPU
+  at a step (on an H200, dropping that wait took the Trainer from 0.95 to 0.99 of a hand loop's throughput
+  on GPT-2 small, and from 0.77 to 0.91 on ResNet-50).
 * Under policy continue no step is checked; the logged window's loss and the held-out loss say when it
   diverged, and the run still ends as diverged.
 * Under every policy a checkpoint is written only when every rank's parameters and optimizer state are
