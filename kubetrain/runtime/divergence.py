@@ -113,33 +113,34 @@ class Guard:
     skipped: int = 0  # steps skipped in this process's run
     in_a_row: int = 0
     first: tuple[int, str, str] | None = None  # (step, field, value) of the first non-finite value (continue)
-    found: torch.Tensor | None = None  # policy stop: [seen, nan, +inf, -inf, step] of the first non-finite step
+    found: torch.Tensor | None = None  # policy stop: [nan, +inf, -inf, step] of the first non-finite step
 
     @property
     def checks_steps(self) -> bool:
         return self.policy.policy != "continue"
 
-    @property
-    def skips_steps(self) -> bool:
-        """Policy skip decides before each update, which waits for the step's loss (a device sync per step)."""
-        return self.policy.policy == "skip"
-
-    def watch(self, loss: torch.Tensor, step: int) -> None:
-        """Policy stop: keep the first non-finite step's flags on the device, without waiting for the step.
-        `seen` reads them where the loop waits for the device anyway (a metrics line, a checkpoint, an
-        evaluation, the end), so the host runs ahead of the GPU as in a loop without the check."""
-        flags = nonfinite_flags(loss, self.env)
-        row = torch.cat([flags.amax().reshape(1), flags,
-                         torch.full((1,), float(step), dtype=torch.float64, device=flags.device)])
-        self.found = row if self.found is None else torch.where(self.found[0] > 0, self.found, row)
+    def check(self, loss: torch.Tensor, step: int) -> str | None:
+        """An optimizer step's loss, before its update. Policy skip decides now: "nan", "inf" or "-inf" to skip
+        (a device sync per step), else None. Policy stop keeps the first non-finite step's flags on the device,
+        without waiting for the step: `seen` reads them where the loop waits for the device anyway (a metrics
+        line, a checkpoint, an evaluation, the end), so the host runs ahead of the GPU as in a loop without
+        the check. Policy continue checks nothing."""
+        if self.policy.policy == "skip":
+            return nonfinite_kind(loss, self.env)
+        if self.policy.policy == "stop":
+            flags = nonfinite_flags(loss, self.env)
+            row = torch.cat([flags, torch.full((1,), float(step), dtype=torch.float64, device=flags.device)])
+            self.found = row if self.found is None else torch.where(self.found[:3].any(), self.found, row)
+        return None
 
     def seen(self) -> tuple[int, str, str] | None:
-        """(step, "loss", value) of the first non-finite step watched, or None (a device sync)."""
+        """(step, "loss", value) of the first non-finite step checked under policy stop, or None (a device
+        sync)."""
         if self.found is None:
             return None
-        seen, nan, pos, neg, step = self.found.tolist()
+        nan, pos, neg, step = self.found.tolist()
         value = kind_of(nan, pos, neg)
-        return (int(step), "loss", value) if seen and value else None
+        return (int(step), "loss", value) if value else None
 
     def skips(self, step: int, value: str) -> bool:
         """A non-finite step: True to skip it (policy skip, within maxSkippedSteps in a row), False to stop."""

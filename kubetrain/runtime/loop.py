@@ -18,7 +18,7 @@ from kubetrain.runtime.checkpoint import StoreBase
 from kubetrain.runtime.config import RuntimeConfigError
 from kubetrain.runtime.data import ResumableSampler, batch_size_of, to_device
 from kubetrain.runtime.distributed import DistEnv
-from kubetrain.runtime.divergence import NONFINITE_VALUES, Guard, TrainingDiverged, nonfinite_kind, state_is_finite
+from kubetrain.runtime.divergence import NONFINITE_VALUES, Guard, TrainingDiverged, state_is_finite
 from kubetrain.runtime.heartbeat import Heartbeat
 from kubetrain.runtime.profile import StepProfiler
 from kubetrain.runtime.report import Reporter, Window, gpu_memory_mb
@@ -214,10 +214,8 @@ class Loop:
     def _end_step(self) -> None:
         """Apply the step's update, unless its loss is non-finite on any rank under policy skip: then the
         update never reaches the parameters, and the step is skipped (or the run stops as diverged past
-        maxSkippedSteps). Policy stop only watches the loss here (`_stop_if_diverged` reads it)."""
-        value = nonfinite_kind(self.window.pending, self.env) if self.guard.skips_steps else None
-        if self.guard.checks_steps and not self.guard.skips_steps:
-            self.guard.watch(self.window.pending, self.step + 1)
+        maxSkippedSteps). Policy stop only keeps the flags here (`_stop_if_diverged` reads them)."""
+        value = self.guard.check(self.window.pending, self.step + 1)
         if value is None:
             self.guard.finite_step()
             self.window.commit()
@@ -232,7 +230,7 @@ class Loop:
         self.step += 1
 
     def _stop_if_diverged(self) -> None:
-        """Policy stop: the run ends as diverged at the first non-finite step watched, before anything after
+        """Policy stop: the run ends as diverged at the first non-finite step checked, before anything after
         it is logged, evaluated or saved (a device sync: called only where the loop waits anyway)."""
         if (seen := self.guard.seen()) is not None:
             self._diverge(*seen)
