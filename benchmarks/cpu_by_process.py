@@ -3,11 +3,11 @@
     python3 benchmarks/cpu_by_process.py [--interval 0.5] [--json FILE] -- env CI=true bash .ci/run
 
 Every `--interval` seconds each process's CPU (user + system, all its threads) is read from /proc/PID/stat and
-kept under a kind taken from its command line (a torch rank, torchrun's agent, the rendezvous store, an API
-server, ...). Processes started before the command are left out, and the whole machine is sampled: pods and
-containers count, and so does anything else running beside the command. A process that lives shorter than one
-interval, or the CPU it spends in its last interval, is missed: the table undercounts many short processes.
-The command's exit status is this script's.
+kept under a kind taken from its command line (a torch rank, torchrun's agent, an API server, ...; the
+rendezvous store by its process name). Processes started before the command are left out, and the whole
+machine is sampled: pods and containers count, and so does anything else running beside the command. A process
+that lives shorter than one interval, or the CPU it spends in its last interval, is missed: the table
+undercounts many short processes. The command's exit status is this script's.
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kubetrain.podenv import STORE_PROCESS_NAME  # the comm of a local run's store process
+
 TICK = os.sysconf("SC_CLK_TCK")
 # The first match in the command line wins: the more specific names come first.
 KINDS = (
-    ("kubetrain.runtime.store", "rendezvous store"),
     ("kubetrain.runtime.launch", "torchrun agent"),
     ("torch.distributed.run", "torchrun agent"),
     ("bin/torchrun", "torchrun agent"),
@@ -43,7 +46,9 @@ KINDS = (
 )
 
 
-def kind_of(argv: str) -> str:
+def kind_of(argv: str, comm: str = "") -> str:
+    if comm == STORE_PROCESS_NAME:
+        return "rendezvous store"
     for needle, kind in KINDS:
         if needle in argv:
             return kind
@@ -75,7 +80,7 @@ def sample(seen: dict[Key, tuple[str, float]], before: set[Key]) -> None:
                 argv = Path(path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 if not argv:
                     continue  # a kernel thread, or a process already gone
-                seen[key] = (kind_of(argv), cpu)
+                seen[key] = (kind_of(argv, Path(path, "comm").read_text().strip()), cpu)
             seen[key] = (seen[key][0], cpu)
         except (OSError, IndexError, ValueError):
             continue  # gone between listing and reading

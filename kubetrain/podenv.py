@@ -25,6 +25,15 @@ WANDB_KEY_ENV = "WANDB_API_KEY"
 # code on failure (torchrun itself exits 1 for both)
 LAUNCHER = "kubetrain.runtime.launch"
 FAILED_RANK = f"{LAUNCHER}: rank "  # starts the launcher's one line per failed rank (`kubetrain run` reads it)
+# A local run's node 1: "1" = its launcher starts the rendezvous store on its --rdzv-endpoint port (every agent
+# is a client), in a process that lives until the pipe STORE_HOLD_FD_ENV names reaches its end (kubetrain run
+# closes it once every agent has exited). STORE_PROCESS_NAME is that process's /proc/PID/comm.
+STORE_HOST_ENV = "KUBETRAIN_STORE_HOST"
+STORE_HOLD_FD_ENV = "KUBETRAIN_STORE_HOLD_FD"  # set by `kubetrain run` when it starts node 1's agent
+STORE_PROCESS_NAME = "kubetrain-store"
+# Where a launcher keeps its temporary files (torchrun's copies of its workers' output): `kubetrain run` gives
+# each run's agents one directory and removes it after the run, even when it had to SIGKILL an agent.
+LAUNCH_TMPDIR_ENV = "KUBETRAIN_LAUNCH_TMPDIR"
 
 PROGRESS_DIR_ENV = "KUBETRAIN_PROGRESS_DIR"
 NODE_ENV = "KUBETRAIN_NODE"  # set per agent by `kubetrain run` (1-based); pods use GROUP_RANK + 1

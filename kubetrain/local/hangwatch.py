@@ -73,8 +73,7 @@ def with_fresh_endpoint(plan: RunPlan) -> RunPlan:
         argv = list(node.argv)
         argv[argv.index("--rdzv-endpoint") + 1] = f"127.0.0.1:{port}"
         nodes.append(NodeCommand(node.index, argv, node.env))
-    # the rendezvous store (its own process, kubetrain.runtime.store) listens on the new port too
-    return dataclasses.replace(plan, nodes=nodes, store_argv=[*plan.store_argv[:-1], str(port)])
+    return dataclasses.replace(plan, nodes=nodes)  # node 1's launcher serves the store on the new port
 
 
 class LocalHangWatch:

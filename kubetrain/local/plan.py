@@ -25,7 +25,7 @@ from kubetrain.errors import UsageError
 from kubetrain.jobspec.load import LoadedSpec
 from kubetrain.jobspec.model import JobSpec
 from kubetrain.local.paths import PathMap, build_path_map
-from kubetrain.podenv import LAUNCHER, NODE_ENV, PATH_MAP_ENV, RUN_ID_ENV, RUN_KEY_ENV
+from kubetrain.podenv import LAUNCHER, NODE_ENV, PATH_MAP_ENV, RUN_ID_ENV, RUN_KEY_ENV, STORE_HOST_ENV
 from kubetrain.render.context import RenderOptions, run_identity
 from kubetrain.render.context import env as container_env
 from kubetrain.rules.command import LaunchCommand, parse_command
@@ -37,7 +37,6 @@ LAUNCHER_ENV_PREFIXES = ("PET_", "TORCHELASTIC_")
 LAUNCHER_ENV = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
                 "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_WORLD_SIZE", "ROLE_NAME"}
 REDACTED = "<redacted>"
-STORE = "kubetrain.runtime.store"  # hosts the rendezvous store until every agent has exited
 # torchrun flags of a command that kubetrain sets itself for the local agents (the operator's PET_*
 # variables do it in a pod; the render warns about those a command pins).
 LOCAL_FLAGS = frozenset({"--nnodes", "--nproc-per-node", "--rdzv-backend", "--rdzv-endpoint", "--rdzv-id",
@@ -83,20 +82,18 @@ class RunPlan:
     stop_grace_seconds: float
     trainer_refs: dict[str, str]
     program: list[str]
-    store_argv: list[str]
     kind: str  # of the program: "trainer", "module", "script" or "executable" (LaunchCommand.kind)
     target: str  # the module, the local path of the script, or the executable
 
     def describe(self) -> list[str]:
         """The commands as shell lines, with secret values redacted (for --dry-run)."""
         lines = [f"cd {shlex.quote(str(self.cwd))}"]
-        first = self.nodes[0].env
-        for key in sorted(first):
-            if os.environ.get(key) != first[key] or key in {RUN_ID_ENV, PATH_MAP_ENV}:
-                lines.append(f"export {key}={shlex.quote(self.redact(first[key]))}")
-        lines.append(f"# rendezvous store\n{shlex.join(self.store_argv)} &")
+        common = {k: v for k, v in self.nodes[0].env.items() if all(n.env.get(k) == v for n in self.nodes)}
+        for key in sorted(common):
+            if os.environ.get(key) != common[key] or key in {RUN_ID_ENV, PATH_MAP_ENV}:
+                lines.append(f"export {key}={shlex.quote(self.redact(common[key]))}")
         for node in self.nodes:
-            extra = {k: v for k, v in node.env.items() if first.get(k) != v}
+            extra = {k: v for k, v in node.env.items() if k not in common}
             prefix = "".join(f"{k}={shlex.quote(self.redact(v))} " for k, v in sorted(extra.items()))
             lines.append(f"# node-{node.index}\n{prefix}{shlex.join(self.redact(a) for a in node.argv)} &")
         return lines
@@ -149,7 +146,7 @@ def _agent_argv(spec: JobSpec, plan_args: list[str], *, index: int, nodes: int, 
     nnodes = f"{spec.elastic.minNodes}:{spec.elastic.maxNodes}" if spec.elastic else str(nodes)
     argv = [sys.executable, "-m", LAUNCHER, "--nnodes", nnodes, "--nproc-per-node", str(procs),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-            "--rdzv-conf", "is_host=0,last_call_timeout=2",  # the store is in STORE
+            "--rdzv-conf", "is_host=0,last_call_timeout=2",  # node 1's launcher serves the store
             "--max-restarts", str(spec.elastic.maxRestarts if spec.elastic else 0),
             "--monitor-interval", "0.5", "--local-addr", "127.0.0.1",
             "--shutdown-timeout", str(spec.checkpoint.sigtermTimeoutSeconds + 2),
@@ -174,6 +171,8 @@ def _node_env(spec: JobSpec, env: dict[str, str], index: int, procs: int, total:
     """Per-node variables: disjoint GPUs per node (as on separate machines) and a fair thread count."""
     env = dict(env)
     env[NODE_ENV] = str(index)
+    if index == 1:
+        env[STORE_HOST_ENV] = "1"  # its launcher serves the rendezvous store (kubetrain.runtime.launch)
     if spec.gpusPerNode and "CUDA_VISIBLE_DEVICES" not in env:
         first = (index - 1) * spec.gpusPerNode
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(first + i) for i in range(spec.gpusPerNode))
@@ -216,7 +215,7 @@ def build_plan(loaded: LoadedSpec, options: RunOptions, environ: Mapping[str, st
     return RunPlan(loaded.job.metadata.name, run_id, commands, procs, code_dir or loaded.base_dir, path_map,
                    spec.elastic is not None, frozenset(secrets.values()),
                    float(spec.checkpoint.sigtermTimeoutSeconds + 10), refs, program,
-                   [sys.executable, "-m", STORE, str(port)], command.kind,
+                   command.kind,
                    path_map.rewrite(target))
 
 

@@ -8,8 +8,9 @@
   SIGKILLed `kubetrain run` does not leave a training job running.
 * Every process of the run inherits KUBETRAIN_RUN_ID; after the agents exit, any process still carrying
   this run's id (e.g. a worker whose agent was killed) is killed, so no orphan survives.
-* The rendezvous store runs in a process of its own (kubetrain.runtime.store), stopped only after every
-  agent has exited, so no agent loses the store while it closes the rendezvous.
+* The rendezvous store runs in a process that node 1's launcher forks (kubetrain.runtime.launch), which ends
+  when we close the pipe it holds, only after every agent has exited: no agent loses the store while it
+  closes the rendezvous. It is not a leftover.
 * With `divergence` (a plain script under spec.divergence.policy stop), the job is stopped like on Ctrl-C
   once its metrics lines show a non-finite loss, and the run exits EXIT_DIVERGED (65).
 * Log lines become `[node-N rank-R] text` (worker output, via torchrun's --tee) or `[node-N] text` (the
@@ -23,9 +24,11 @@ import contextlib
 import ctypes
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -35,7 +38,14 @@ from typing import IO, Any, Protocol, TextIO
 from kubetrain.local.endings import RankTails
 from kubetrain.local.plan import NodeCommand, RunPlan
 from kubetrain.metrics import EXIT_DIVERGED
-from kubetrain.podenv import FAILED_RANK, RUN_ID_ENV
+from kubetrain.podenv import (
+    FAILED_RANK,
+    LAUNCH_TMPDIR_ENV,
+    RUN_ID_ENV,
+    STORE_HOLD_FD_ENV,
+    STORE_HOST_ENV,
+    STORE_PROCESS_NAME,
+)
 
 _RANK_LINE = re.compile(r"^\[rank-(\d+)\]:(.*)$", re.DOTALL)
 FAILURE_GRACE_SECONDS = 15.0  # after one node fails (not elastic), how long the others get to notice
@@ -94,6 +104,14 @@ def has_no_children(pid: int) -> bool:
         return False
 
 
+def is_store(pid: int) -> bool:
+    """Whether `pid` is the process serving a local run's rendezvous store (kubetrain.runtime.launch)."""
+    try:
+        return _read(f"/proc/{pid}/comm").strip() == STORE_PROCESS_NAME
+    except OSError:
+        return False
+
+
 def _read(path: str) -> str:
     with open(path) as handle:
         return handle.read()
@@ -117,7 +135,8 @@ class Supervisor:
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.store: subprocess.Popen[bytes] | None = None
+        self.store_hold: int | None = None  # our end of the pipe that keeps the rendezvous store
+        self.scratch = ""  # the agents' temporary files (torchrun's copies of the workers' output)
         self.readers: list[threading.Thread] = []
         self.lock = threading.Lock()
         self.signum = 0
@@ -130,18 +149,18 @@ class Supervisor:
     # --- public ---------------------------------------------------------------------------------------
     def run(self) -> int:
         previous = self._install_signals()
+        self.scratch = tempfile.mkdtemp(prefix=f"kubetrain-{self.plan.run_id}-agents-")
         try:
-            self.store = self._spawn(self.plan.store_argv, self.plan.nodes[0].env, stdout=subprocess.DEVNULL)
             for node in self.plan.nodes:  # all agents first: no reader thread exists while forking
                 self.procs.append(self._start(node))
-            self._read_store(self.store)
             for node, proc in zip(self.plan.nodes, self.procs, strict=True):
                 self._read(node.index, proc)
             code = self._wait()
         finally:
             self._kill_all()
-            self._stop_store()
+            self._release_store()
             self._kill_leftovers()
+            shutil.rmtree(self.scratch, ignore_errors=True)
             for reader in self.readers:
                 reader.join(timeout=5)
             for signum, handler in previous.items():
@@ -150,29 +169,27 @@ class Supervisor:
 
     # --- processes ------------------------------------------------------------------------------------
     def _start(self, node: NodeCommand) -> subprocess.Popen[bytes]:
-        return self._spawn(node.argv, node.env, stdout=subprocess.PIPE)
+        if node.env.get(STORE_HOST_ENV) != "1":
+            return self._spawn(node.argv, node.env, stdout=subprocess.PIPE)
+        hold, self.store_hold = os.pipe()
+        try:
+            return self._spawn(node.argv, {**node.env, STORE_HOLD_FD_ENV: str(hold)}, stdout=subprocess.PIPE,
+                               keep=(hold,))
+        finally:
+            os.close(hold)
 
-    def _spawn(self, argv: list[str], env: dict[str, str], stdout: int) -> subprocess.Popen[bytes]:
+    def _spawn(self, argv: list[str], env: dict[str, str], stdout: int,
+               keep: tuple[int, ...] = ()) -> subprocess.Popen[bytes]:
+        env = {**env, LAUNCH_TMPDIR_ENV: self.scratch}
         return subprocess.Popen(argv, env=env, cwd=self.plan.cwd, stdin=subprocess.DEVNULL, stdout=stdout,
-                                stderr=subprocess.PIPE, start_new_session=True,
+                                stderr=subprocess.PIPE, start_new_session=True, pass_fds=keep,
                                 preexec_fn=_term_with_parent)  # noqa: PLW1509 - no threads yet
 
-    def _read_store(self, proc: subprocess.Popen[bytes]) -> None:
-        """The store's stderr (only a failure to start, e.g. --port in use) goes to our stderr."""
-        def pump() -> None:
-            assert proc.stderr is not None
-            for raw in iter(proc.stderr.readline, b""):
-                text = raw.decode("utf-8", "replace").rstrip()
-                print(f"kubetrain run: rendezvous store: {text}", file=self.err, flush=True)
-            proc.stderr.close()
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
-        self.readers.append(reader)
-
-    def _stop_store(self) -> None:
-        if self.store is not None and self.store.poll() is None:
-            self.store.kill()  # after every agent has exited: nothing uses it any more
-            self.store.wait()
+    def _release_store(self) -> None:
+        """After every agent has exited: the store's process sees its pipe end and exits."""
+        if self.store_hold is not None:
+            os.close(self.store_hold)
+            self.store_hold = None
 
     def _read(self, node: int, proc: subprocess.Popen[bytes]) -> None:
         for pipe in (proc.stdout, proc.stderr):
@@ -294,8 +311,7 @@ class Supervisor:
                 proc.wait()
 
     def _kill_leftovers(self) -> None:
-        store = self.store.pid if self.store is not None and self.store.poll() is None else None
-        pids = [pid for pid in processes_of_run(self.plan.run_id) if pid != store]  # the store is no leftover
+        pids = [pid for pid in processes_of_run(self.plan.run_id) if not is_store(pid)]  # it ends on release
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

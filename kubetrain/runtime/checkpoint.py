@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 
 from kubetrain.runtime.divergence import any_nonfinite, floating_tensors
 
@@ -211,7 +210,11 @@ class CheckpointStore(StoreBase):
         publish(Path(tmp), Path(final))
 
     def dcp_writer(self, tmp: str | Path) -> Any:
+        from torch.distributed.checkpoint.filesystem import FileSystemWriter  # only for strategy fsdp (sharded.py)
+
         return FileSystemWriter(str(tmp))
 
     def dcp_reader(self, path: str | Path) -> Any:
+        from torch.distributed.checkpoint.filesystem import FileSystemReader
+
         return FileSystemReader(str(path))

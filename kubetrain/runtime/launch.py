@@ -10,16 +10,33 @@ options, same PET_* handling) and exits with:
 * the exit code of the first failed worker otherwise (its root cause, by time), a death by signal N as
   128 + N: workers that stopped after a good checkpoint give 143, a configuration error 2, a crash 1;
 * 0 when every worker succeeded.
+
+In a local run (`kubetrain run`), node 1's launcher also starts the rendezvous store (STORE_HOST_ENV).
+torchrun's own c10d host is the agent that hosts it, and that agent exits as soon as it is done, while another
+agent may still be closing the rendezvous or sending it a keep-alive: that agent then printed a C++
+`recvVector failed` trace and a RendezvousConnectionError under a successful run. So every agent is a client
+(`is_host=0`), and the store lives in a process forked from this one once torch is imported (no import of its
+own: about 1.7 s of CPU less per run than a `python` process of its own), detached from the agent, until
+`kubetrain run` closes the pipe it passed (STORE_HOLD_FD_ENV) after every agent has exited, or dies.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import glob
 import os
+import shutil
+import signal
 import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
-from kubetrain.podenv import FAILED_RANK
+from kubetrain.podenv import FAILED_RANK, LAUNCH_TMPDIR_ENV, STORE_HOLD_FD_ENV, STORE_HOST_ENV, STORE_PROCESS_NAME
+
+PR_SET_NAME = 15
 
 
 def worker_exit_code(exitcode: int) -> int:
@@ -79,19 +96,86 @@ def _options(parser: Any) -> dict[str, bool]:
     return {flag: action.nargs != 0 for action in parser._actions for flag in action.option_strings}
 
 
+@contextlib.contextmanager
+def own_tempdir() -> Iterator[None]:
+    """This process's temporary files go to a directory of its own, removed when torchrun returns: without
+    --log-dir, torchrun keeps its workers' tee'd output in `tempfile.mkdtemp(prefix="torchelastic_")` and never
+    removes it, which left one directory with every rank's output per run in /tmp. Under `kubetrain run` it
+    is made in the run's directory (LAUNCH_TMPDIR_ENV), which the run removes even after a SIGKILL. The
+    workers (processes of their own) keep TMPDIR as it is."""
+    scratch = tempfile.mkdtemp(prefix="kubetrain-launch-", dir=os.environ.pop(LAUNCH_TMPDIR_ENV, None))
+    previous, tempfile.tempdir = tempfile.tempdir, scratch
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def start_store(endpoint: str, hold_fd: int) -> None:
+    """Fork (twice: it is no child of this agent) the process that serves the rendezvous store on the
+    endpoint's port until the pipe `hold_fd` reaches its end."""
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+    with warnings.catch_warnings():  # Python 3.12 warns of fork in a process with threads (OpenBLAS's idle pool)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        child = os.fork()
+    if child:
+        os.waitpid(child, 0)
+        os.close(hold_fd)
+        return
+    try:
+        if os.fork() == 0:
+            os.closerange(3, hold_fd)  # nothing of the agent's: its sockets, and a pipe end it holds itself
+            os.closerange(hold_fd + 1, os.sysconf("SC_OPEN_MAX"))
+            _serve_store(TCPStore, endpoint, hold_fd)
+    finally:
+        os._exit(0)  # never back into the agent's code (its finally blocks, atexit)
+
+
+def _serve_store(store_type: Any, endpoint: str, hold_fd: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(PR_SET_NAME, STORE_PROCESS_NAME.encode(), 0, 0, 0)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a stop of the job: agents still need it
+        signal.signal(signum, signal.SIG_IGN)
+    host, _, port = endpoint.rpartition(":")
+    try:
+        store = store_type(host or "127.0.0.1", int(port), is_master=True, wait_for_workers=False)
+    except (RuntimeError, ValueError) as exc:  # e.g. --port in use: the agents then time out naming the endpoint
+        print(f"kubetrain.runtime.launch: cannot serve the rendezvous store on {endpoint}: {exc}", file=sys.stderr,
+              flush=True)
+        return
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # the agent's output pipes close when the agent exits, not when the store does
+        os.dup2(devnull, fd)
+    with contextlib.suppress(OSError):
+        while os.read(hold_fd, 64):
+            pass
+    del store
+
+
 def main(argv: list[str] | None = None) -> int:
+    with own_tempdir():
+        return _launch(sys.argv[1:] if argv is None else argv)
+
+
+def _launch(argv: list[str]) -> int:
     # torch only when torchrun runs (launcher import budget)
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser, parse_args
     from torch.distributed.run import main as torchrun
 
-    argv, env, dropped = for_this_torchrun(sys.argv[1:] if argv is None else argv,
-                                           _options(get_args_parser()))
+    argv, env, dropped = for_this_torchrun(argv, _options(get_args_parser()))
     os.environ.update(env)
     if dropped:
         print(f"kubetrain.runtime.launch: this torchrun has no {', '.join(dropped)}: left out", file=sys.stderr,
               flush=True)
+    hold = os.environ.pop(STORE_HOLD_FD_ENV, "")  # neither is for the workers
+    if os.environ.pop(STORE_HOST_ENV, "") == "1":
+        # Started by hand (the lines of `kubetrain run --dry-run`): the store lives as long as this agent.
+        fd = int(hold) if hold else os.pipe()[0]
+        start_store(parse_args(argv).rdzv_endpoint, fd)  # type: ignore[no-untyped-call]
     try:
         torchrun(argv)
     except SignalException as exc:

@@ -60,25 +60,32 @@ def job(tmp_path: Path) -> Path:
     return path
 
 
-def run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*KUBETRAIN, "run", *args], env=quiet_env(**env), cwd=REPO, capture_output=True,
-                          text=True, timeout=180, check=False)
+def run(tmp_path: Path, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    """`kubetrain run` with a temporary directory of its own, which it must leave as it found it, whatever the
+    ending (torchrun kept a copy of every rank's output in a torchelastic_* directory of it, per run)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    result = subprocess.run([*KUBETRAIN, "run", *args], env=quiet_env(TMPDIR=str(tmp), **env), cwd=REPO,
+                            capture_output=True, text=True, timeout=180, check=False)
+    assert sorted(path.name for path in tmp.iterdir()) == [], result.stdout + result.stderr
+    return result
 
 
 @pytest.mark.parametrize("attempt", range(3))
 def test_a_successful_two_node_run_ends_without_a_stack_trace(tmp_path: Path, attempt: int) -> None:
     (tmp_path / "slow").mkdir()
     (tmp_path / "slow" / "sitecustomize.py").write_text(SLOW_NODE)
-    result = run(["-f", str(job(tmp_path))], PYTHONPATH=str(tmp_path / "slow"))
+    result = run(tmp_path, ["-f", str(job(tmp_path))], PYTHONPATH=str(tmp_path / "slow"))
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert sorted(line for line in result.stdout.splitlines() if "done" in line) == [
         "[node-1 rank-0] done 0", "[node-2 rank-1] done 1"]
     assert [marker for marker in STACK_TRACES if marker in output] == [], output
+    assert "leftover" not in result.stderr  # the store's process ends on its own once every agent has exited
 
 
 def test_a_failed_run_ends_with_one_line_per_failed_rank_and_its_log(tmp_path: Path) -> None:
-    result = run(["-f", str(job(tmp_path)), "--log-dir", str(tmp_path / "logs")], FAIL_RANK="1")
+    result = run(tmp_path, ["-f", str(job(tmp_path)), "--log-dir", str(tmp_path / "logs")], FAIL_RANK="1")
     assert result.returncode == 1, result.stdout + result.stderr
     prefix = "kubetrain run: node-2 rank 1 exited with 1; log: "
     summary = next((line for line in result.stderr.splitlines() if line.startswith(prefix)), "")
@@ -110,7 +117,7 @@ def test_a_full_disk_ends_naming_enospc_the_rank_its_node_and_its_last_lines(tmp
     full.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
     try:
-        result = run(["-f", str(job(tmp_path))], FULL_RANK="1", FULL_DIR=str(full))
+        result = run(tmp_path, ["-f", str(job(tmp_path))], FULL_RANK="1", FULL_DIR=str(full))
     finally:
         subprocess.run(["umount", str(full)], check=True)
     assert result.returncode == 1, result.stdout + result.stderr
@@ -121,7 +128,7 @@ def test_a_full_disk_ends_naming_enospc_the_rank_its_node_and_its_last_lines(tmp
 
 
 def test_a_rank_killed_by_sigkill_ends_naming_the_signal_and_the_rank(tmp_path: Path) -> None:
-    result = run(["-f", str(job(tmp_path))], KILLED_RANK="1")
+    result = run(tmp_path, ["-f", str(job(tmp_path))], KILLED_RANK="1")
     assert result.returncode == 137, result.stdout + result.stderr
     line, tail = ending_block(result.stderr)
     assert "node-2 rank 1" in line and "killed by SIGKILL" in line and "out of memory" in line, line

@@ -20,7 +20,7 @@ from kubetrain.local.paths import PathMap
 from kubetrain.local.plan import RunOptions, build_plan
 from kubetrain.local.preflight import gpu_check, gpu_count_check
 from kubetrain.local.supervisor import format_line
-from kubetrain.podenv import RUN_ID_ENV
+from kubetrain.podenv import RUN_ID_ENV, STORE_HOST_ENV
 from tests.runtime.helpers import EXAMPLE, REPO, write_spec
 
 
@@ -74,9 +74,9 @@ def test_plan_runs_the_manifests_program_through_one_agent_per_node(tmp_path: Pa
     value = dict(itertools.pairwise(argv))
     assert value["--nnodes"] == "2" and value["--nproc-per-node"] == "1" and value["--rdzv-backend"] == "c10d"
     assert value["--max-restarts"] == "0" and value["--rdzv-endpoint"].startswith("127.0.0.1:")
-    # every agent is a client of the store that kubetrain.runtime.store hosts on the endpoint's port
+    # every agent is a client of the store that node 1's launcher serves on the endpoint's port
     assert all("is_host=0" in dict(itertools.pairwise(node.argv))["--rdzv-conf"] for node in plan.nodes)
-    assert plan.store_argv[-2:] == ["kubetrain.runtime.store", value["--rdzv-endpoint"].split(":")[1]]
+    assert [node.env.get(STORE_HOST_ENV) for node in plan.nodes] == ["1", None]
     env = plan.nodes[0].env
     assert env[RUN_ID_ENV] == plan.run_id and env["PATH"] == "/bin"
     assert "RANK" not in env and "PET_NNODES" not in env and "MASTER_ADDR" not in env  # launcher leftovers
@@ -143,6 +143,10 @@ def test_dry_run_prints_commands_without_secrets(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "kubetrain.runtime.launch" in result.stdout and "# node-2" in result.stdout
     assert "topsecret-value" not in result.stdout + result.stderr
+    # node 1's agent serves the rendezvous store: only its line says so
+    agents = [line for line in result.stdout.splitlines() if "kubetrain.runtime.launch" in line]
+    assert [f"{STORE_HOST_ENV}=1 " in line for line in agents] == [True, False], agents
+    assert f"export {STORE_HOST_ENV}" not in result.stdout
 
 
 def test_cli_paths_that_must_stay_light_do_not_import_torch() -> None:
@@ -222,13 +226,15 @@ def test_gpus_requested_on_a_machine_without_any_are_a_warning(tmp_path: Path) -
     assert gpu_check(1, dev=tmp_path) is None
 
 
-def test_a_restart_moves_the_store_and_every_agent_to_the_same_new_port(tmp_path: Path) -> None:
-    """spec.hang's restart: the store has its own process, so it must follow the agents' new endpoint."""
+def test_a_restart_moves_every_agent_to_the_same_new_port(tmp_path: Path) -> None:
+    """spec.hang's restart: node 1's launcher serves the store on its endpoint, so all must move together."""
     from kubetrain.local.hangwatch import with_fresh_endpoint
 
-    plan = with_fresh_endpoint(_plan(tmp_path))
-    ports = {dict(itertools.pairwise(node.argv))["--rdzv-endpoint"].split(":")[1] for node in plan.nodes}
-    assert ports == {plan.store_argv[-1]}
+    before = _plan(tmp_path)
+    plan = with_fresh_endpoint(before)
+    endpoints = {dict(itertools.pairwise(node.argv))["--rdzv-endpoint"] for node in plan.nodes}
+    assert len(endpoints) == 1 and endpoints != {dict(itertools.pairwise(before.nodes[0].argv))["--rdzv-endpoint"]}
+    assert plan.nodes[0].env[STORE_HOST_ENV] == "1"
 
 
 def test_a_cpu_job_sees_no_gpu_as_its_pods_do(tmp_path: Path) -> None:
