@@ -17,7 +17,7 @@ from tests.observe.ranks import pending_signals, rank_processes
 
 
 def plan(run_id: str, directory: Path) -> RunPlan:
-    return RunPlan("job", run_id, [], 2, directory, PathMap(()), False, frozenset(), 5.0, {}, [], [], "trainer", "")
+    return RunPlan("job", run_id, [], 2, directory, PathMap(()), False, frozenset(), 5.0, {}, [], "trainer", "")
 
 
 def test_the_hang_watch_signals_only_the_rank_whose_writer_cannot_run(tmp_path: Path) -> None:
