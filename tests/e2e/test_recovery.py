@@ -86,6 +86,29 @@ def _model_hash(checkpoint_dir: Path) -> tuple[str, str]:
     return newest.name, sha.hexdigest()
 
 
+def _kill_the_training_process(core: kubernetes.client.CoreV1Api, namespace: str, worker: str) -> None:
+    """kill -9 through exec in the worker's container. Its training process may be between restarts of its
+    rendezvous when we look: look again."""
+    found: list[str] = []
+
+    def kill() -> bool:
+        try:
+            code, killed = _exec(core, namespace, worker, ["python3", "-c", KILL])
+        except kubernetes.client.exceptions.ApiException as exc:  # the container is restarting right now
+            pod = core.read_namespaced_pod(worker, namespace)
+            found[:] = [str(exc.reason)[-80:], str(pod.status.phase),
+                        str([(c.name, c.state, c.last_state, c.restart_count)
+                             for c in pod.status.container_statuses or []])[:3000]]
+            return False
+        found[:] = [f"exit {code}: {killed!r}"]
+        return code == 0 and bool(killed.split())
+
+    try:
+        wait_for(kill, f"a training process to kill in {worker}", 60, 1)
+    except AssertionError:
+        raise AssertionError(f"no training process killed in {worker}: {found}") from None
+
+
 def _starts(text: str) -> list[dict[str, Any]]:
     records = (parse_metrics_line(line.split("] ", 1)[-1]) for line in text.splitlines())
     return [r for r in records if r is not None and r.get("kind") == "start"]
@@ -116,28 +139,11 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
     cli("submit", "-f", str(_spec(project, "digits-kill", tracking)), "-n", namespace, "--image", image)
     follow = subprocess.Popen([*KUBETRAIN, "logs", "digits-kill", "-n", namespace, "-f", "--raw"], env=cli.env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    board: subprocess.Popen[str] | None = None
     try:
         worker = "digits-kill-worker-0"
         wait_for(lambda: any((claim / "digits-kill").glob("step-*.pt")), "the first checkpoint of digits-kill", 600, 1)
-        # The worker's training process may be between restarts of its rendezvous when we look: look again.
-        found: list[str] = []
-
-        def kill() -> bool:
-            try:
-                code, killed = _exec(core, namespace, worker, ["python3", "-c", KILL])
-            except kubernetes.client.exceptions.ApiException as exc:  # the container is restarting right now
-                pod = core.read_namespaced_pod(worker, namespace)
-                found[:] = [str(exc.reason)[-80:], str(pod.status.phase),
-                            str([(c.name, c.state, c.last_state, c.restart_count)
-                                 for c in pod.status.container_statuses or []])[:3000]]
-                return False
-            found[:] = [f"exit {code}: {killed!r}"]
-            return code == 0 and bool(killed.split())
-
-        try:
-            wait_for(kill, f"a training process to kill in {worker}", 60, 1)
-        except AssertionError:
-            raise AssertionError(f"no training process killed in {worker}: {found}") from None
+        _kill_the_training_process(core, namespace, worker)
 
         def restarted_and_running() -> bool:
             statuses = core.read_namespaced_pod(worker, namespace).status.container_statuses or []
@@ -150,7 +156,11 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
                                  text=True)
         assert board.stdout is not None
         url = board.stdout.readline().strip()  # once the pod runs; "" if the command ended
-        stdout, stderr = follow.communicate(timeout=900)
+        stdout, stderr = _follow_to_the_end(follow, core, namespace)
+    except BaseException:
+        if board is not None:
+            board.kill()
+        raise
     finally:
         follow.kill()
     try:
@@ -170,6 +180,33 @@ def test_kill9_in_a_worker_resumes_to_identical_parameters(cli: Cli, image: str,
         _check_tensorboard_pod(cli, core, namespace, board, url)
     finally:
         board.kill()  # when a check above failed; nothing once it stopped
+
+
+# The job ends about a minute after the restarted worker runs on an idle machine. Well within the test's own
+# timeout: a job that never ends fails here with what its pods were doing, not with pytest's bare timeout.
+FOLLOW_SECONDS = 480
+
+
+def _follow_to_the_end(follow: subprocess.Popen[str], core: kubernetes.client.CoreV1Api,
+                       namespace: str) -> tuple[str, str]:
+    """`kubetrain logs -f`'s output once the job ended; if it did not within FOLLOW_SECONDS, an AssertionError
+    with each pod's state and last log lines, and the follower's last lines."""
+    try:
+        return follow.communicate(timeout=FOLLOW_SECONDS)
+    except subprocess.TimeoutExpired:
+        follow.kill()
+        stdout, stderr = follow.communicate()
+    lines = [f"`kubetrain logs -f` still following after {FOLLOW_SECONDS} s; its last lines:",
+             *stdout.splitlines()[-15:], *stderr.splitlines()[-5:]]
+    for pod in core.list_namespaced_pod(namespace).items:
+        name = pod.metadata.name
+        states = [(c.name, c.restart_count, c.state.to_dict(), c.last_state.to_dict())
+                  for c in pod.status.container_statuses or []]
+        lines.append(f"pod {name}: {pod.status.phase} {str(states)[:1500]}")
+        with contextlib.suppress(kubernetes.client.exceptions.ApiException):
+            log = core.read_namespaced_pod_log(name, namespace, container=pod.spec.containers[0].name, tail_lines=20)
+            lines += [f"  {line}" for line in log.splitlines()]
+    raise AssertionError("\n".join(lines))
 
 
 def _check_tensorboard_pod(cli: Cli, core: kubernetes.client.CoreV1Api, namespace: str,
