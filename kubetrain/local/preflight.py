@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -87,6 +88,20 @@ def _executable(plan: RunPlan) -> bool:
 def _gpu_devices(dev: Path) -> list[Path]:
     """The NVIDIA GPU device nodes (/dev/nvidia0, ...; not nvidiactl or nvidia-uvm)."""
     return [d for d in dev.glob("nvidia*") if d.name.removeprefix("nvidia").isdigit()]
+
+
+def check_port(port: int) -> None:
+    """--port must be free on 127.0.0.1, where node 1's agent serves the rendezvous store: agents that find
+    another program there wait for a rendezvous that never comes (10 minutes, torchrun's join timeout)."""
+    if not port:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store binds: TIME_WAIT is no conflict
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise UsageError(f"--port {port}: 127.0.0.1:{port} is in use ({exc.strerror}); choose another port, "
+                             "or leave --port out for a free one") from None
 
 
 def machine_checks(plan: RunPlan, gpus_per_node: int | None, dev: Path | None = None,

@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +129,19 @@ def test_log_lines_get_node_and_rank_prefixes() -> None:
 def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kubetrain", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=60, check=False)
+
+
+def test_a_port_in_use_is_a_one_line_error(tmp_path: Path) -> None:
+    """Agents that met another program on --port waited for their rendezvous for 10 minutes."""
+    spec = write_spec(tmp_path / "job.yaml", command=["python", "sleeper.py"])  # a job that would start
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = _cli("run", "-f", str(spec), "--port", str(port))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(f"error: --port {port}: 127.0.0.1:{port} is in use (")
+    assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
 
 
 def test_run_help_has_examples() -> None:
