@@ -269,7 +269,7 @@ def delete(name: str, *, namespace: str | None = None, wait: bool = False, timeo
 
 
 def run(spec: Spec, *, nodes: int | None = None, procs_per_node: int | None = None, volumes: tuple[str, ...] = (),
-        secrets: dict[str, str] | None = None, port: int = 29500, log_dir: Path | None = None) -> int:
+        secrets: dict[str, str] | None = None, port: int = 0, log_dir: Path | None = None) -> int:
     """Run the job on this machine with torchrun, as `kubetrain run`, with its hang watch (spec.hang, see
     docs/hangs.md: a hang is reported on stderr and acted on by its policy); returns its exit status. The
     same checks as `kubetrain run` come first (kubetrain.local.prepare): its warnings go to the "kubetrain"
