@@ -44,9 +44,9 @@ FR_ENTRIES = 16
 SAVED = ("rank-*.json", "stacks-rank-*.txt", "flight-recorder-rank-*.json", "fr-dump-rank-*")
 
 
-def state(pid: int) -> str | None:
+def state(pid: int, proc: str = "/proc") -> str | None:
     try:
-        with open(f"/proc/{pid}/stat") as handle:
+        with open(f"{proc}/{pid}/stat") as handle:
             text = handle.read()
     except OSError:
         return None
@@ -137,14 +137,30 @@ def ask_stacks(directory: Path, pids: Mapping[int, int], answer_seconds: float =
             break
         time.sleep(0.2)
     signalled = set(signal_ranks([pid for rank, pid in pids.items() if not dumps[rank]]))
-    late = [rank for rank, pid in pids.items() if pid in signalled]
+    late = {rank: pid for rank, pid in pids.items() if pid in signalled}
     deadline = time.monotonic() + FALLBACK_SECONDS
     while late:
-        dumps.update({rank: last_answer(text) or text for rank in late if (text := tail(paths[rank], offsets[rank]))})
-        if time.monotonic() > deadline or all(dumps[rank] for rank in late):
-            break
-        time.sleep(0.1)
+        resting = {rank for rank, pid in late.items() if at_rest(pid)}  # before the text: see at_rest
+        for rank in list(late):
+            text = tail(paths[rank], offsets[rank])
+            if last_answer(text) or (rank in resting and text.endswith("\n")) or time.monotonic() > deadline:
+                dumps[rank] = last_answer(text) or text
+                del late[rank]
+        if late:
+            time.sleep(0.1)
     return dumps
+
+
+def at_rest(pid: int) -> bool:
+    """True when no thread of PID runs (all sleep, or it is gone), so no signal handler is writing. faulthandler
+    writes a dump in many small writes and no end marker, and the scheduler can stop it between two. SIGUSR2
+    wakes a sleeping thread to run the handler, so a dump read after every thread was seen asleep is whole. A
+    rank busy in C (always running) waits for the deadline."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    return all(state(int(task), f"/proc/{pid}/task") in (None, "S") for task in tasks)
 
 
 def probe(where: str | Path, answer_seconds: float = ANSWER_SECONDS, ask: bool = True) -> dict[str, Any]:

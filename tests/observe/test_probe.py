@@ -6,6 +6,8 @@ stack through SIGUSR2."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -39,3 +41,36 @@ def test_ranks_without_a_flight_recorder_answer_so_the_probe_does_not_wait_for_i
     assert all(answer["dumps"][rank].startswith(podenv.STACKS_ANSWER) for rank in ("0", "1"))
     assert answer["flight"] == {}
     assert podenv.flight_record_path(tmp_path, 1).read_bytes() == podenv.FR_NONE
+
+
+SLOW_DUMP = """
+import os, signal, sys, time
+
+def dump(signum, frame):  # faulthandler writes a dump in many small writes, with no end marker
+    with open(sys.argv[1], "a") as out:
+        out.write('Current thread 0x1 (most recent call first):\\n  File "<string>", line 8 in inner\\n')
+        out.flush()
+        until = time.monotonic() + 0.4  # a dump the scheduler interrupts: the rank keeps running, nothing written
+        while time.monotonic() < until:
+            pass
+        out.write('  File "<string>", line 20 in <module>\\n')
+
+signal.signal(signal.SIGUSR2, dump)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_a_dump_the_scheduler_interrupts_is_read_whole(tmp_path: Path) -> None:
+    """A rank that does not answer the request gets SIGUSR2, and its dump is read only once the rank has gone back
+    to sleep: not its first frames while its handler still writes."""
+    stacks = podenv.stacks_path(tmp_path, 0)
+    with subprocess.Popen([sys.executable, "-c", SLOW_DUMP, str(stacks)], stdout=subprocess.PIPE) as rank:
+        try:
+            assert rank.stdout is not None and rank.stdout.readline() == b"ready\n"
+            dumps = probe.ask_stacks(tmp_path, {0: rank.pid}, answer_seconds=0.2)
+        finally:
+            rank.kill()
+    frames, threads = parse_dump(dumps[0])
+    assert frames == ("inner (<string>:8)", "<module> (<string>:20)") and threads == 1, dumps[0]
