@@ -93,6 +93,12 @@ def image(real_node: real.RealNode, project: Path, cli: Cli) -> str:
                  "--containerd", str(real_node.socket), timeout=1800)
     ref = result.stdout.strip().splitlines()[-1]
     assert ref.startswith("ghcr.io/kubetrain/digits:kt-"), result.stdout
+    # The node's containerd root outlives the session (one per machine): drop earlier builds' images there, or
+    # it grows by an image per change (5 GB each once the base changes), as a kubelet with image GC would.
+    loaded = real_node.ctr("images", "ls", "--quiet").stdout.split()
+    stale = [name for name in loaded if name.startswith(ref.split(":")[0] + ":") and name != ref]
+    if stale:
+        real_node.ctr("images", "rm", *stale)
     return ref
 
 
