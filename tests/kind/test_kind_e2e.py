@@ -41,7 +41,8 @@ class Kind:
     env: dict[str, str]
     kindenv: kindenv.KindEnv
     create_env: dict[str, str]  # `cluster create`'s: the node's containerd root from the cache
-    store_warm: bool  # that cache held the images of an earlier run
+    store: kindenv.ImageStore  # warm: that cache holds an earlier run's image on this base
+    base: str  # the training image's base image (its ID)
     volumes_before: set[str] = field(default_factory=set)
 
     def __call__(self, *args: str, timeout: float = 600, check: bool = True,
@@ -55,6 +56,12 @@ class Kind:
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(argv), capture_output=True, text=True, env=self.env, check=check, timeout=300)
+
+
+def _base_image_id() -> str:
+    ref = (real.node_bin_dir() / "base-image").read_text().strip()
+    return subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True,
+                          text=True, check=True, timeout=60).stdout.strip()
 
 
 def _volumes(kind: Kind) -> set[str]:
@@ -84,8 +91,9 @@ def kind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kind]:
     workdir = tmp_path_factory.mktemp("kind")
     env = prepared.env(workdir / "kubeconfig")
     env["PYTHONPATH"] = str(REPO)
-    with kindenv.image_store(prepared, workdir) as store:
-        runner = Kind(env, prepared, {**env, "CONTAINERS_CONF": str(store.containers_conf)}, store.warm)
+    base = _base_image_id()
+    with kindenv.image_store(prepared, workdir, base) as store:
+        runner = Kind(env, prepared, {**env, "CONTAINERS_CONF": str(store.containers_conf)}, store, base)
         runner("cluster", "delete", "--name", NAME)  # a cluster left over by an interrupted run
         runner.volumes_before = _volumes(runner)
         yield runner
@@ -185,7 +193,8 @@ def test_digits_builds_loads_and_trains_on_the_cluster(kind: Kind, cluster: str,
     assert image in loaded or f"docker.io/{image}" in loaded, (image, loaded)
     sent = [line for line in built.stderr.splitlines() if "layer blob(s) already; sending" in line]
     print(sent or "the whole image: the node's containerd root was empty")
-    if kind.store_warm:  # the base is in the node: only the new top layers go, not the 5 GB image again
+    kind.store.loaded(kind.base)
+    if kind.store.warm:  # the base is in the node: only the new top layers go, not the 5 GB image again
         assert len(sent) == 1 and float(sent[0].split(", ")[-1].split()[0]) < 50, built.stderr[-3000:]
         assert "podman save" not in built.stderr, built.stderr[-3000:]
     # The node's containerd root outlives the cluster (kindenv.image_store): drop earlier runs' images there.

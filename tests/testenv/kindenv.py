@@ -77,17 +77,25 @@ def requirements() -> KindEnv:
 @dataclass(frozen=True)
 class ImageStore:
     containers_conf: Path  # for `cluster create`
-    warm: bool  # the node's containerd root is the cache, and an earlier run left images in it
+    warm: bool  # the node's containerd root is the cache, and an earlier run loaded an image on `base` into it
+    marker: Path | None = None  # the cache's note of the base its images are on (None: the node's own root)
+
+    def loaded(self, base: str) -> None:
+        """Note that an image on `base` (an image ID) is now in the cache."""
+        if self.marker is not None:
+            self.marker.write_text(f"{base}\n")
 
 
 @contextmanager
-def image_store(kind: KindEnv, workdir: Path) -> Iterator[ImageStore]:
+def image_store(kind: KindEnv, workdir: Path, base: str) -> Iterator[ImageStore]:
     """The containers.conf for `cluster create`: the kind node's containerd root (/var/lib/containerd) is a
     cache shared across sessions, bind-mounted into the node (containers.conf's `volumes`, which podman adds
     to every container it creates with it), so the training image's gigabytes of base layers reach the node
     once per machine and `build --kind` sends only the layers a code change made. Held with an exclusive
     flock while the cluster lives; a session that finds it locked gets the node's own empty root. The node
-    imports kubeadm's images at every boot (kind-preload.service), so an empty cache is a working one."""
+    imports kubeadm's images at every boot (kind-preload.service), so an empty cache is a working one.
+    `base`: the training image's base (an image ID); the cache is warm only for the base of its last load, as
+    a rebuilt base has new layers the node lacks."""
     root = image_cache_dir() / "containerd-root"
     root.mkdir(parents=True, exist_ok=True)
     conf = workdir / "containers.conf"
@@ -101,4 +109,6 @@ def image_store(kind: KindEnv, workdir: Path) -> Iterator[ImageStore]:
         volume = f'volumes = ["{root}:/var/lib/containerd"]'
         conf.write_text(kind.containers_conf.read_text().replace("[containers]\n", f"[containers]\n{volume}\n", 1))
         blobs = root / "io.containerd.content.v1.content" / "blobs" / "sha256"
-        yield ImageStore(conf, warm=blobs.is_dir() and any(blobs.iterdir()))
+        marker = image_cache_dir() / "containerd-root.base"
+        noted = marker.read_text().strip() if marker.is_file() else ""
+        yield ImageStore(conf, blobs.is_dir() and any(blobs.iterdir()) and noted == base, marker)
