@@ -65,6 +65,8 @@ def test_ci_reports_its_time_against_the_warm_budget_and_keeps_makes_status(tmp_
     assert result.stdout.splitlines()[0] == "make test"
     assert re.fullmatch(r"budget: warm run of make test \(exit 3\) took 0 min \d+ s against 20 min: within budget",
                         result.stdout.splitlines()[-1]), result.stdout
+    assert re.fullmatch(r"machine: the CPU probe took \d+\.\d\d s before and \d+\.\d\d s after .*",
+                        result.stdout.splitlines()[-2]), result.stdout
 
 
 def test_ci_over_budget_is_a_line_not_a_failure(tmp_path: Path) -> None:
