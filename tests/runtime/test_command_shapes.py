@@ -35,12 +35,13 @@ line = "SHAPE " + json.dumps({"rank": int(os.environ["RANK"]), "world": int(os.e
 os.write(1, line.encode())
 """
 
+# One per launch path (a flag's spellings are parsed in tests/render/test_launch_and_limits.py): each shape
+# starts four torchrun agents here, two locally and two as pods.
 SHAPES: list[tuple[list[str], dict[str, Any], int]] = [  # (command, other spec fields, processes expected)
     (["python", "train.py", "--lr", "0.1"], {}, 2),
     (["python", "-m", "shape_mod", "--lr", "0.1"], {"args": ["--epochs", "2"]}, 2),
     (["torchrun", "train.py"], {}, 2),
-    (["torchrun", "--nproc_per_node=2", "train.py", "--lr", "0.1"], {}, 4),
-    (["python", "-m", "torch.distributed.run", "--nproc-per-node", "2", "train.py"], {}, 4),
+    (["python", "-m", "torch.distributed.run", "--nproc_per_node=2", "train.py", "--lr", "0.1"], {}, 4),
     (["torchrun", "--nproc-per-node=1", "--max-restarts", "0", "-m", "shape_mod"], {"args": ["--x"]}, 2),
     (["sh", "run.sh", "--lr", "0.1"], {}, 2),
     (["torchrun", "--standalone", "--nnodes=1", "--nproc_per_node=2", "train.py"], {"nodes": 1}, 2),

@@ -59,7 +59,8 @@ go_tools() {
   if stamp_ok "$name" "$stamp"; then log "$name: up to date"; return 0; fi
   local start; start=$(date +%s)
   log "$name: building $*"
-  (cd "$HERE/gomod/$dir" && GOFLAGS="${GOFLAGS:-} -mod=readonly" \
+  # GOGC 400: as prepare.sh's builds (the compiler collects garbage less often; about 14 % less CPU)
+  (cd "$HERE/gomod/$dir" && GOFLAGS="${GOFLAGS:-} -mod=readonly" GOGC="${GOGC:-400}" \
     go build -trimpath -buildvcs=false -ldflags="$ldflags" -o "$out/" "$@") || die "$name: go build failed"
   write_stamp "$name" "$stamp"
   log "$name: built in $(( $(date +%s) - start ))s"

@@ -65,6 +65,10 @@ ORDER=(etcd kwok training-operator kubernetes trainer)
 # Set KUBETRAIN_TESTENV_DRA=0 to skip the DRA example driver (tests/jobs/test_dra_cluster.py).
 [[ "${KUBETRAIN_TESTENV_DRA:-1}" == 0 ]] || ORDER+=(draexample)
 MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/manifests"
+# The Go compiler collects its garbage less often (GOGC 400 instead of 100): building etcd from an empty build
+# cache took 14 % less CPU and wall time (2 interleaved pairs), and the largest Kubernetes package's compile peaks
+# at 0.7 GB. Only the builds get it: the test binaries run with Go's defaults.
+BUILD_GOGC="${GOGC:-400}"
 
 check_go() {
   command -v go >/dev/null 2>&1 || die "go is not on PATH; install Go >= 1.26 (the pinned modules need it)"
@@ -210,7 +214,7 @@ build() {
   tmp="$(mktemp -d "$out/.build-$comp.XXXXXX")"
   trap 'rm -rf "$tmp"' EXIT
   # shellcheck disable=SC2086  # pkgs is a list
-  if ! (cd "$HERE/gomod/$dir" && GOFLAGS="${GOFLAGS:-} -mod=readonly" \
+  if ! (cd "$HERE/gomod/$dir" && GOFLAGS="${GOFLAGS:-} -mod=readonly" GOGC="$BUILD_GOGC" \
         go build -trimpath -buildvcs=false -tags="${TAGS[$comp]:-}" -ldflags="$(ldflags_of "$comp")" -o "$tmp/" $pkgs); then
     rm -rf "$tmp"
     die "$comp: go build failed (see output above); the module proxy must be reachable for a cold build"
@@ -223,16 +227,36 @@ build() {
   log "$comp: built in $(( $(date +%s) - start ))s"
 }
 
+# Downloads the modules of every component that will be built, all at once, while the first ones compile: each
+# `go build` would otherwise fetch its own first, one after another (about 80 s and 3 GB on a cold machine). The
+# builds wait on the module cache's own locks; a failed download here shows again, with its reason, in the build.
+prefetch_modules() {
+  local comp dir pkgs bins dirs=()
+  for comp in "${ORDER[@]}"; do
+    IFS='|' read -r dir pkgs bins <<<"${SPEC[$comp]}"
+    is_fresh "$comp" "$bins" || dirs+=("$dir")
+  done
+  [[ ${#dirs[@]} == 0 ]] && return 0
+  check_go
+  log "downloading the modules of ${dirs[*]}"
+  for dir in "${dirs[@]}"; do
+    (cd "$HERE/gomod/$dir" && GOFLAGS="${GOFLAGS:-} -mod=readonly" go mod download) >/dev/null 2>&1 &
+  done
+  wait
+}
+
 main() {
   mkdir -p "$BIN_DIR"
   check_pins
-  local total_start comp go_pid node_pid="" go_rc=0 node_rc=0
+  local total_start comp go_pid node_pid="" go_rc=0 node_rc=0 fetch_pid
   total_start=$(date +%s)
+  prefetch_modules & fetch_pid=$!
   # The real node's packages and images (prepare-node.sh) need none of the Go builds: they wait on apt, the
   # disk and podman while the Go builds keep both cores busy, so a cold run prepares both at once.
   if [[ "${KUBETRAIN_TESTENV_NODE:-1}" != 0 ]]; then bash "$HERE/prepare-node.sh" >&2 & node_pid=$!; fi
   ( for comp in "${ORDER[@]}"; do build "$comp"; done; copy_reference ) & go_pid=$!
   wait "$go_pid" || go_rc=$?
+  wait "$fetch_pid" || true
   [[ -z "$node_pid" ]] || wait "$node_pid" || node_rc=$?
   [[ $go_rc == 0 ]] || die "the Go builds failed (see above)"
   [[ $node_rc == 0 ]] || die "the real node's packages or images failed (see [testenv:node] above)"
