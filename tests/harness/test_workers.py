@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.testenv.processes import port_range
+
 REPO = Path(__file__).resolve().parents[2]
 CONFTEST = """
 import json, os
@@ -75,3 +77,13 @@ def test_a_real_node_test_outside_the_group_is_refused(pytester: pytest.Pytester
     result = pytester.runpytest_subprocess(*WORKERS)
     result.assert_outcomes(passed=1, errors=1)  # a parameter called `kind` is no kind cluster
     result.stdout.fnmatch_lines(["*test_elsewhere.py::test_one uses the real node outside*"])
+
+
+def test_each_worker_hands_out_ports_from_its_own_share() -> None:
+    """Each worker remembers only its own ports: two workers get disjoint parts of the range below the
+    kernel's ephemeral ports, so they never hand one port to two components."""
+    whole = port_range({})
+    shares = [port_range({"PYTEST_XDIST_WORKER": f"gw{n}", "PYTEST_XDIST_WORKER_COUNT": "2"}) for n in (0, 1)]
+    assert shares[0][0] == whole[0] and shares[0][1] + 1 == shares[1][0] and shares[1][1] <= whole[1]
+    assert shares[0][1] - shares[0][0] == shares[1][1] - shares[1][0] > 1000
+    assert port_range({"PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "1"}) == whole

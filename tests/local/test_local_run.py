@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubetrain.local.plan import free_port
 from kubetrain.podenv import NODE_ENV
 from tests.runtime.helpers import (
     EXAMPLE,
@@ -34,6 +33,7 @@ from tests.runtime.helpers import (
 )
 from tests.runtime.torchmod import require_torch
 from tests.testenv.polling import TimedOut, wait_for
+from tests.testenv.processes import free_port
 
 torch = require_torch()
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(240)]

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from kubetrain.jobspec.load import parse_spec
-from kubetrain.local.plan import free_port
 from kubetrain.render import render_job
 from tests.runtime.helpers import JOBS, REPO, ft_train, quiet_env, records
 from tests.runtime.torchmod import require_torch
+from tests.testenv.processes import free_port
 
 require_torch()
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(300)]

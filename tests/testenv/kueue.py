@@ -32,7 +32,14 @@ import yaml
 from . import binaries, kwok, yamlfiles
 from .controlplane import create_crds, http_get
 from .processes import Child, free_port, wait_until
-from .trainer import crd_exists, create_admission, delete_admission, serving_pki, write_certs
+from .trainer import (
+    crd_exists,
+    create_admission,
+    delete_admission,
+    delete_in_every_namespace,
+    serving_pki,
+    write_certs,
+)
 
 if TYPE_CHECKING:
     from .controlplane import ControlPlane
@@ -389,8 +396,7 @@ class QueueSetup:
 
     def delete(self) -> None:
         custom = self._custom()
-        for ns in kubernetes.client.CoreV1Api(self.cp.api_client()).list_namespace().items:
-            custom.delete_collection_namespaced_custom_object(GROUP, VERSION, ns.metadata.name, "localqueues")
-            custom.delete_collection_namespaced_custom_object(GROUP, VERSION, ns.metadata.name, "workloads")
+        for plural in ("localqueues", "workloads"):
+            delete_in_every_namespace(custom, GROUP, VERSION, plural)
         custom.delete_collection_cluster_custom_object(GROUP, VERSION, "clusterqueues")
         custom.delete_collection_cluster_custom_object(GROUP, VERSION, "resourceflavors")

@@ -67,7 +67,7 @@ ORDER=(etcd kwok training-operator kubernetes trainer)
 MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/manifests"
 # The Go compiler collects its garbage less often (GOGC 400 instead of 100): building etcd from an empty build
 # cache took 14 % less CPU and wall time (2 interleaved pairs), and the largest Kubernetes package's compile peaks
-# at 0.7 GB. Only the builds get it: the test binaries run with Go's defaults.
+# at 0.7 GB. Only the builds get it here (the harness sets its components' own: tests/testenv/processes.py).
 BUILD_GOGC="${GOGC:-400}"
 
 check_go() {

@@ -57,12 +57,26 @@ def ephemeral_ports() -> tuple[int, int]:
         return 32768, 60999
 
 
+def port_range(environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """PORTS below the kernel's ephemeral range; under pytest-xdist, this worker's share of it. Each worker
+    remembers only the ports it handed out, so two workers picking from one range could hand out the same
+    port to two components (the Trainer's "bind: address already in use" in a two-worker run)."""
+    lowest, highest = PORTS[0], min(PORTS[1], ephemeral_ports()[0] - 1)
+    worker, count = environ.get("PYTEST_XDIST_WORKER", ""), environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit() and int(count) > 1:
+        size = (highest - lowest + 1) // int(count)
+        lowest += int(worker[2:]) % int(count) * size
+        highest = lowest + size - 1
+    return lowest, highest
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A currently free TCP port on `host`, below the kernel's ephemeral range. A port that bind(0) hands
     out comes from that range, which is also where every outgoing connection on the machine takes its source
     port: one of them took ours between this pick and the component's own bind (the training-operator's
-    "bind: address already in use" in a busy two-worker run). Never the same port twice in a process."""
-    lowest, highest = PORTS[0], min(PORTS[1], ephemeral_ports()[0] - 1)
+    "bind: address already in use" in a busy two-worker run). Never the same port twice in a process, nor
+    one that another pytest-xdist worker may hand out (port_range)."""
+    lowest, highest = port_range()
     for _ in range(1000):
         port = _PICK.randint(lowest, highest)
         if port in _HANDED:
