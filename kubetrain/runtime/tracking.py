@@ -200,10 +200,15 @@ class Buffered:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        # still inside a request: a server that stopped answering holds it up to the client's own timeout
+        hung = self._thread is not None and self._thread.is_alive()
         with self._lock:
             unsent = len(self.points) + self.dropped
         why = f" ({self.error})" if self.error else ""
         if not unsent:
+            if hung:
+                return (f"kubetrain.runtime: tracking: {self.connection.name}: the run was not closed within "
+                        f"{timeout:g} s{why or ' (its last request had no answer)'}")
             return f"kubetrain.runtime: tracking: {self.connection.name}: the run was not closed{why}" if why else None
         return (f"kubetrain.runtime: tracking: {self.connection.name}: {unsent} points not logged "
                 f"({self.dropped} dropped from a full buffer of {self.capacity}){why}")

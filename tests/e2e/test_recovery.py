@@ -259,7 +259,10 @@ def _check_one_run(cli: Cli, server: MLflowServer, tracked: dict[str, str], name
     runs = client.search_runs([client.get_experiment_by_name(tracked["experiment"]).experiment_id])
     assert len(runs) == 1, [(r.info.run_id, r.info.status) for r in runs]
     run = runs[0]
-    assert run.info.status == "FINISHED" and run.info.run_name == "digits-kill"
+    # what the trackers said on stderr (in the pods' logs), and the last requests the server had
+    said = [line for line in stdout.splitlines() if "tracking:" in line]
+    assert run.info.status == "FINISHED" and run.info.run_name == "digits-kill", \
+        (run.info.status, said[-5:], [line for line in server.log().splitlines() if " - \"" in line][-5:])
     records = [r for r in map(parse_metrics_line, stdout.splitlines()) if r is not None]
     for kind, key in (("train", "loss"), ("eval", "eval_accuracy")):
         steps = sorted({int(r["step"]) for r in records if r["kind"] == kind and r.get(key) is not None})

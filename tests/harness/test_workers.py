@@ -87,3 +87,52 @@ def test_each_worker_hands_out_ports_from_its_own_share() -> None:
     assert shares[0][0] == whole[0] and shares[0][1] + 1 == shares[1][0] and shares[1][1] <= whole[1]
     assert shares[0][1] - shares[0][0] == shares[1][1] - shares[1][0] > 1000
     assert port_range({"PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "1"}) == whole
+
+
+KEPT_CONFTEST = CONFTEST + """
+from tests.testenv.plugin import _kept
+
+pytest_plugins = ["tests.testenv.plugin"]  # its hooks; the fixture below stands in for its `trainer`
+
+class Part:
+    def start(self):
+        with open(os.environ["WHERE_PROBE"], "a") as probe:
+            probe.write(json.dumps(["start", os.environ.get("PYTEST_XDIST_WORKER", "main")]) + "\\n")
+
+    def stop(self):
+        with open(os.environ["WHERE_PROBE"], "a") as probe:
+            probe.write(json.dumps(["stop", os.environ.get("PYTEST_XDIST_WORKER", "main")]) + "\\n")
+
+@pytest.fixture(scope="module")
+def trainer(request):  # stands in for the plugin's Trainer stack, kept the same way
+    yield from _kept(request, "trainer", Part)
+"""
+
+
+def test_the_trainer_modules_run_together_on_one_stack(pytester: pytest.Pytester, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The modules that use the Trainer stack are one unit: one start and one stop for all of them, stopped
+    before any other module runs on that worker."""
+    probe = tmp_path / "where.jsonl"
+    monkeypatch.setenv("WHERE_PROBE", str(probe))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
+    pytester.makeconftest(KEPT_CONFTEST)
+    uses = "\n".join(f"def test_{n}(trainer):\n    pass\n" for n in range(2))
+    for module in ("tests/jobs/test_trainjob.py", "tests/queues/test_kueue.py", "tests/validate/test_oracle.py"):
+        (pytester.path / module).parent.mkdir(parents=True, exist_ok=True)
+        (pytester.path / module).write_text(uses)
+    # a module whose first test does not use it: the stack runs on through that test
+    (pytester.path / "tests/validate/test_oracle.py").write_text("def test_first():\n    pass\n" + uses)
+    for name in ("test_a", "test_b", "test_c", "test_d"):
+        pytester.makepyfile(**{name: PLAIN})
+    pytester.makepyfile(test_elsewhere="def test_one(trainer):\n    pass\n")
+
+    result = pytester.runpytest_subprocess(*WORKERS)
+    result.assert_outcomes(passed=3 * 2 + 1 + 4 * 4, errors=1)
+    result.stdout.fnmatch_lines(["*test_elsewhere.py::test_one uses the trainer fixture outside TRAINER_MODULES*"])
+    ran = [json.loads(line) for line in probe.read_text().splitlines()]
+    (worker,) = {w for nodeid, w in ran if nodeid.startswith("tests/")}
+    on_it = [nodeid for nodeid, w in ran if w == worker]
+    assert on_it.count("start") == on_it.count("stop") == 1, on_it
+    between = on_it[on_it.index("start") + 1:on_it.index("stop")]
+    assert len(between) == 7 and all(nodeid.startswith("tests/") for nodeid in between), on_it

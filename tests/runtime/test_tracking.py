@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -191,3 +192,30 @@ def test_a_tracker_that_is_down_never_stops_training_and_the_loss_is_said(tmp_pa
         "kubetrain.runtime: tracking: mlflow: 12 points not logged (7 dropped from a full buffer of 5) (")
     assert "\n" not in line
     assert not (tmp_path / "tracking.json").exists()
+
+
+class CloseHangs(MLflowConnection):
+    """MLflow whose last request (closing the run) hangs past the end of training's flush."""
+
+    released = threading.Event()
+
+    def close(self, outcome: Outcome) -> None:
+        self.released.wait(60)
+        super().close(outcome)
+
+
+def test_a_run_left_open_at_the_flush_deadline_is_said(tmp_path: Path, mlflow_server: MLflowServer) -> None:
+    config = TrackingConfig({"runName": "open", "mlflow": {"trackingUri": mlflow_server.uri,
+                                                           "experiment": f"open-{uuid.uuid4().hex[:8]}"}}, "key")
+    connection = CloseHangs(config, RunFile(str(tmp_path)), config.data["mlflow"])
+    tracker = Buffered(connection, capacity=100)
+    tracker.add(1, {"loss": 1.0})
+    tracker.start()
+    try:
+        line = tracker.finish(Outcome("completed", 1, None), timeout=5)
+    finally:
+        CloseHangs.released.set()
+    assert line == "kubetrain.runtime: tracking: mlflow: the run was not closed within 5 s (its last request " \
+                   "had no answer)"
+    history = mlflow_server.client().get_metric_history(connection.run_id, "loss")
+    assert [m.step for m in history] == [1]  # every point was sent: only the close is missing

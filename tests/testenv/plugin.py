@@ -7,7 +7,8 @@ Enable with ``pytest_plugins = ["tests.testenv.plugin"]`` in tests/conftest.py.
   ``controlplane`` automatically.
 * ``namespace`` (function): a fresh namespace per test, deleted afterwards.
 * ``k8s`` (function): an admin ApiClient.
-* ``trainer`` (module): Kubeflow Trainer v2 + JobSet added for one module.
+* ``trainer`` (module): Kubeflow Trainer v2 + JobSet added for the modules that use it, kept from one such
+  module to the next on the same worker (tests/testenv/workers.py runs them one after another).
 * ``kueue`` (module): Kueue (with Trainer v2 + JobSet, for its TrainJob integration), flavors and
   ClusterQueues; see kueue.py.
 * ``real_node`` (session): a real kubelet node (containerd, runc, CNI, CoreDNS)
@@ -44,6 +45,9 @@ from .trainer import TrainerStack
 MARKER = "controlplane"
 FIXTURES = {"controlplane", "namespace", "k8s", "trainer", "real_node", "kueue"}
 E2E_MARKER = "e2e"
+NEXT_ITEM = pytest.StashKey["pytest.Item | None"]()
+MODULE_FIXTURES = pytest.StashKey[frozenset[str]]()  # the fixtures that any test of the item's module uses
+_KEPT: dict[str, Any] = {}  # this process's parts that outlive one module (_kept)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -54,7 +58,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    in_module: dict[str, set[str]] = {}
     for item in items:
+        in_module.setdefault(item.nodeid.split("::", 1)[0], set()).update(getattr(item, "fixturenames", ()))
+    for item in items:
+        item.stash[MODULE_FIXTURES] = frozenset(in_module[item.nodeid.split("::", 1)[0]])
         names = set(getattr(item, "fixturenames", ()))
         if FIXTURES & names:
             item.add_marker(MARKER)
@@ -87,18 +95,41 @@ def controlplane() -> Iterator[ControlPlane]:
         cp.stop()
 
 
-def _running(make: Callable[[], Any]) -> Iterator[Any]:
-    """make() (skipped locally / failed under CI when its binaries are missing), started, then stopped."""
+def _started(make: Callable[[], Any]) -> Any:
+    """make() (skipped locally / failed under CI when its binaries are missing), started."""
     try:
         part = make()
     except MissingBinaries as exc:
         unavailable(str(exc))
         raise
     part.start()
+    return part
+
+
+def _running(make: Callable[[], Any]) -> Iterator[Any]:
+    """make(), started, then stopped."""
+    part = _started(make)
     try:
         yield part
     finally:
         part.stop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    item.session.stash[NEXT_ITEM] = nextitem  # before the default teardown finalizes the module's fixtures
+
+
+def _kept(request: pytest.FixtureRequest, name: str, make: Callable[[], Any]) -> Iterator[Any]:
+    """A module fixture's part, started once for consecutive modules that use fixture `name`: it is stopped
+    when the module's last test is torn down and the next test on this process is in a module that does not
+    use it (or there is none). tests/testenv/workers.py runs such modules one after another on one worker."""
+    if name not in _KEPT:
+        _KEPT[name] = _started(make)
+    yield _KEPT[name]
+    following = request.session.stash.get(NEXT_ITEM, None)
+    if following is None or name not in following.stash.get(MODULE_FIXTURES, frozenset()):
+        _KEPT.pop(name).stop()
 
 
 @pytest.fixture(scope="session")
@@ -134,10 +165,10 @@ def _served(server: Any, unavailable: type[Exception], what: str) -> Iterator[An
 
 
 @pytest.fixture(scope="module")
-def trainer(controlplane: ControlPlane) -> Iterator[TrainerStack]:
-    """Kubeflow Trainer v2 + JobSet on the session's control plane, for one test
-    module: its CRDs, webhooks and controllers are removed again afterwards."""
-    yield from _running(lambda: TrainerStack(controlplane))
+def trainer(controlplane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[TrainerStack]:
+    """Kubeflow Trainer v2 + JobSet on the session's control plane, for the test modules that use it: its CRDs,
+    webhooks and controllers are removed again after the last of consecutive such modules."""
+    yield from _kept(request, "trainer", lambda: TrainerStack(controlplane))
 
 
 @pytest.fixture(scope="module")
