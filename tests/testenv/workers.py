@@ -24,7 +24,7 @@ SERIAL_PATHS = ("tests/e2e/", "tests/kind/test_kind_e2e.py")
 SERIAL_FIXTURE = "real_node"  # the session's real node (a parameter may be called `kind`: not a fixture to go by)
 # The modules that use the `trainer` fixture (outside the group above): one unit, so that one Trainer + JobSet
 # serves them all (tests/testenv/plugin.py keeps it from one module to the next). Installing and removing the
-# stack costs about 15 s of the API server's and our CPU each time (its CRDs' OpenAPI is rebuilt).
+# stack takes about 10 s and 7 CPU-seconds of the API server's each time (it rebuilds its OpenAPI).
 TRAINER_GROUP = "trainer-stack"
 TRAINER_MODULES = ("tests/controller/test_operator_trainjob.py", "tests/harness/test_trainjob.py",
                    "tests/jobs/test_trainjob.py", "tests/jobs/test_trainjobset.py", "tests/queues/test_kueue.py",
