@@ -94,14 +94,16 @@ from tests.testenv.plugin import _kept
 
 pytest_plugins = ["tests.testenv.plugin"]  # its hooks; the fixture below stands in for its `trainer`
 
+def said(event):
+    with open(os.environ["WHERE_PROBE"], "a") as probe:
+        probe.write(json.dumps([event, os.environ.get("PYTEST_XDIST_WORKER", "main")]) + "\\n")
+
 class Part:
     def start(self):
-        with open(os.environ["WHERE_PROBE"], "a") as probe:
-            probe.write(json.dumps(["start", os.environ.get("PYTEST_XDIST_WORKER", "main")]) + "\\n")
+        said("start")
 
     def stop(self):
-        with open(os.environ["WHERE_PROBE"], "a") as probe:
-            probe.write(json.dumps(["stop", os.environ.get("PYTEST_XDIST_WORKER", "main")]) + "\\n")
+        said("stop")
 
 @pytest.fixture(scope="module")
 def trainer(request):  # stands in for the plugin's Trainer stack, kept the same way

@@ -197,7 +197,9 @@ def test_a_tracker_that_is_down_never_stops_training_and_the_loss_is_said(tmp_pa
 class CloseHangs(MLflowConnection):
     """MLflow whose last request (closing the run) hangs past the end of training's flush."""
 
-    released = threading.Event()
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.released = threading.Event()
 
     def close(self, outcome: Outcome) -> None:
         self.released.wait(60)
@@ -214,7 +216,7 @@ def test_a_run_left_open_at_the_flush_deadline_is_said(tmp_path: Path, mlflow_se
     try:
         line = tracker.finish(Outcome("completed", 1, None), timeout=5)
     finally:
-        CloseHangs.released.set()
+        connection.released.set()
     assert line == "kubetrain.runtime: tracking: mlflow: the run was not closed within 5 s (its last request " \
                    "had no answer)"
     history = mlflow_server.client().get_metric_history(connection.run_id, "loss")

@@ -58,11 +58,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    modules = [item.nodeid.split("::", 1)[0] for item in items]
     in_module: dict[str, set[str]] = {}
-    for item in items:
-        in_module.setdefault(item.nodeid.split("::", 1)[0], set()).update(getattr(item, "fixturenames", ()))
-    for item in items:
-        item.stash[MODULE_FIXTURES] = frozenset(in_module[item.nodeid.split("::", 1)[0]])
+    for module, item in zip(modules, items, strict=True):
+        in_module.setdefault(module, set()).update(getattr(item, "fixturenames", ()))
+    frozen = {module: frozenset(names) for module, names in in_module.items()}
+    for module, item in zip(modules, items, strict=True):
+        item.stash[MODULE_FIXTURES] = frozen[module]
         names = set(getattr(item, "fixturenames", ()))
         if FIXTURES & names:
             item.add_marker(MARKER)
