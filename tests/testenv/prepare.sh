@@ -35,16 +35,18 @@ BIN_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/bin"
 declare -A SPEC=(
   [kubernetes]="kubernetes|k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler|kube-apiserver kube-controller-manager kube-scheduler"
   [etcd]="etcd|go.etcd.io/etcd/server/v3|server:etcd"
-  [kwok]="kwok|sigs.k8s.io/kwok/cmd/kwok|kwok"
-  [training-operator]="training-operator|github.com/kubeflow/training-operator/cmd/training-operator.v1|training-operator.v1:training-operator"
-  [trainer]="trainer|github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager sigs.k8s.io/jobset|trainer-controller-manager jobset"
+  # The four operators are one module (gomod/operators): one resolution of their dependencies, so the client
+  # libraries they share (k8s.io/*, controller-runtime, gRPC, ...) are compiled once for all of them.
+  [kwok]="operators|sigs.k8s.io/kwok/cmd/kwok|kwok"
+  [training-operator]="operators|github.com/kubeflow/training-operator/cmd/training-operator.v1|training-operator.v1:training-operator"
+  [trainer]="operators|github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager sigs.k8s.io/jobset|trainer-controller-manager jobset"
   # The real node (tests/testenv/node.py): kubelet from the same pinned Kubernetes version (its own module
   # dir, whose extra dependencies would otherwise change the stamp of the binaries above), CoreDNS with
   # the few plugins it needs (gomod/coredns/main.go).
   [kubelet]="kubelet|k8s.io/kubernetes/cmd/kubelet|kubelet"
   [coredns]="coredns|.|coredns"
   # Kueue (tests/testenv/kueue.py): the manager binary only.
-  [kueue]="kueue|sigs.k8s.io/kueue/cmd/kueue|kueue"
+  [kueue]="operators|sigs.k8s.io/kueue/cmd/kueue|kueue"
   # The DRA example driver's kubelet plugin (tests/testenv/dradriver.py).
   [draexample]="draexample|sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin|dra-example-kubeletplugin"
   # The real node's containerd, shim and ctr (Debian's 1.6 has no CDI, which DRA drivers' devices need).
@@ -82,11 +84,11 @@ check_pins() {
   grep -q "github.com/coredns/coredns $COREDNS_VERSION" "$HERE/gomod/coredns/go.mod" || die "gomod/coredns/go.mod does not pin $COREDNS_VERSION"
   grep -q "k8s.io/kubernetes $KUBERNETES_VERSION" "$HERE/gomod/kubernetes/go.mod" || die "gomod/kubernetes/go.mod does not pin $KUBERNETES_VERSION (re-run gomod/gen_k8s_replace.py)"
   grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION" "$HERE/gomod/etcd/go.mod" || die "gomod/etcd/go.mod does not pin $ETCD_VERSION"
-  grep -q "sigs.k8s.io/kwok $KWOK_VERSION" "$HERE/gomod/kwok/go.mod" || die "gomod/kwok/go.mod does not pin $KWOK_VERSION"
-  grep -q "github.com/kubeflow/training-operator $TRAINING_OPERATOR_VERSION" "$HERE/gomod/training-operator/go.mod" || die "gomod/training-operator/go.mod does not pin $TRAINING_OPERATOR_VERSION"
-  grep -q "github.com/kubeflow/trainer/v2 $TRAINER_VERSION" "$HERE/gomod/trainer/go.mod" || die "gomod/trainer/go.mod does not pin $TRAINER_VERSION"
-  grep -q "sigs.k8s.io/jobset $JOBSET_VERSION" "$HERE/gomod/trainer/go.mod" || die "gomod/trainer/go.mod does not pin $JOBSET_VERSION"
-  grep -q "sigs.k8s.io/kueue $KUEUE_VERSION" "$HERE/gomod/kueue/go.mod" || die "gomod/kueue/go.mod does not pin $KUEUE_VERSION"
+  grep -q "sigs.k8s.io/kwok $KWOK_VERSION" "$HERE/gomod/operators/go.mod" || die "gomod/operators/go.mod does not pin $KWOK_VERSION"
+  grep -q "github.com/kubeflow/training-operator $TRAINING_OPERATOR_VERSION" "$HERE/gomod/operators/go.mod" || die "gomod/operators/go.mod does not pin $TRAINING_OPERATOR_VERSION"
+  grep -q "github.com/kubeflow/trainer/v2 $TRAINER_VERSION" "$HERE/gomod/operators/go.mod" || die "gomod/operators/go.mod does not pin $TRAINER_VERSION"
+  grep -q "sigs.k8s.io/jobset $JOBSET_VERSION" "$HERE/gomod/operators/go.mod" || die "gomod/operators/go.mod does not pin $JOBSET_VERSION"
+  grep -q "sigs.k8s.io/kueue $KUEUE_VERSION" "$HERE/gomod/operators/go.mod" || die "gomod/operators/go.mod does not pin $KUEUE_VERSION"
   grep -q "sigs.k8s.io/dra-example-driver $DRA_EXAMPLE_DRIVER_VERSION" "$HERE/gomod/draexample/go.mod" || die "gomod/draexample/go.mod does not pin $DRA_EXAMPLE_DRIVER_VERSION"
   grep -q "github.com/containerd/containerd $CONTAINERD_VERSION" "$HERE/gomod/containerd/go.mod" || die "gomod/containerd/go.mod does not pin $CONTAINERD_VERSION"
 }
@@ -134,8 +136,8 @@ module_dir() {  # where the pinned module $2 of gomod/$1 is unpacked (downloads 
 post_trainer() {
   check_go
   local trainer_dir jobset_dir
-  trainer_dir="$(module_dir trainer github.com/kubeflow/trainer/v2)"
-  jobset_dir="$(module_dir trainer sigs.k8s.io/jobset)"
+  trainer_dir="$(module_dir operators github.com/kubeflow/trainer/v2)"
+  jobset_dir="$(module_dir operators sigs.k8s.io/jobset)"
   [[ -d "$trainer_dir" && -d "$jobset_dir" ]] || die "trainer: could not get the module sources of Trainer/JobSet"
   rm -rf "$MANIFESTS_DIR" && mkdir -p "$MANIFESTS_DIR/trainer" "$MANIFESTS_DIR/jobset"
   cp "$trainer_dir"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$MANIFESTS_DIR/trainer/"
@@ -152,8 +154,8 @@ REFERENCE_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/reference"
 copy_reference() {
   check_go
   local op_dir trainer_dir tmp
-  op_dir="$(module_dir training-operator "github.com/kubeflow/training-operator")"
-  trainer_dir="$(module_dir trainer github.com/kubeflow/trainer/v2)"
+  op_dir="$(module_dir operators "github.com/kubeflow/training-operator")"
+  trainer_dir="$(module_dir operators github.com/kubeflow/trainer/v2)"
   [[ -d "$op_dir" && -d "$trainer_dir" ]] || die "reference: could not get the training-operator/Trainer module sources"
   tmp="$(mktemp -d "$CACHE_ROOT/$KUBERNETES_VERSION/.reference.XXXXXX")"
   mkdir -p "$tmp/kubeflow-training-operator-$TRAINING_OPERATOR_VERSION" "$tmp/kubeflow-trainer-$TRAINER_VERSION"
@@ -171,7 +173,7 @@ KUEUE_MANIFESTS_DIR="$CACHE_ROOT/$KUBERNETES_VERSION/kueue-manifests"
 post_kueue() {
   check_go
   local kueue_dir tmp
-  kueue_dir="$(module_dir kueue sigs.k8s.io/kueue)"
+  kueue_dir="$(module_dir operators sigs.k8s.io/kueue)"
   [[ -d "$kueue_dir" ]] || die "kueue: could not get the module source of Kueue"
   tmp="$(mktemp -d "$CACHE_ROOT/$KUBERNETES_VERSION/.kueue-manifests.XXXXXX")"
   cp "$kueue_dir"/config/components/crd/bases/kueue.x-k8s.io_*.yaml "$kueue_dir"/config/components/webhook/manifests.yaml "$tmp/"
@@ -234,7 +236,7 @@ prefetch_modules() {
   local comp dir pkgs bins dirs=()
   for comp in "${ORDER[@]}"; do
     IFS='|' read -r dir pkgs bins <<<"${SPEC[$comp]}"
-    is_fresh "$comp" "$bins" || dirs+=("$dir")
+    is_fresh "$comp" "$bins" || [[ " ${dirs[*]} " == *" $dir "* ]] || dirs+=("$dir")
   done
   [[ ${#dirs[@]} == 0 ]] && return 0
   check_go
