@@ -6,6 +6,7 @@ That covers the repository's scripts and the scripts kubetrain runs inside kind 
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -66,3 +67,28 @@ def test_shellcheck_really_finds_problems(tmp_path: Path) -> None:
     bad.write_text('#!/bin/sh\nrm -rf $1/*\n')
     with pytest.raises(AssertionError, match="SC2086"):
         _check([bad])
+
+
+TESTENV = REPO / "tests" / "testenv"
+# Where the testenv scripts name a Go module directory under gomod/: a SPEC entry ("[comp]="dir|..."), a
+# module_dir or go_tools call, or a go.mod path.
+GOMOD_NAMES = (re.compile(r'^\s*\[[\w-]+\]="([a-z][a-z0-9-]*)\|', re.M), re.compile(r"\bmodule_dir ([a-z][a-z0-9-]*) "),
+               re.compile(r"\bgo_tools \S+ ([a-z][a-z0-9-]*) "), re.compile(r"gomod/([a-z][a-z0-9-]*)/go\.mod"))
+
+
+def gomod_dirs_named(text: str) -> set[str]:
+    return {name for pattern in GOMOD_NAMES for name in pattern.findall(text)}
+
+
+def test_every_go_module_the_testenv_scripts_name_exists() -> None:
+    named = {script.name: gomod_dirs_named(script.read_text()) for script in sorted(TESTENV.glob("prepare*.sh"))}
+    assert {"kubernetes", "operators", "kindnode"} <= set().union(*named.values())
+    missing = [f"{script}: gomod/{name}" for script, names in named.items() for name in sorted(names)
+               if not (TESTENV / "gomod" / name / "go.mod").is_file()]
+    assert not missing, "no go.mod for " + ", ".join(missing)
+
+
+def test_a_renamed_module_directory_is_caught() -> None:
+    text = 'src="$(module_dir training-operator github.com/kubeflow/training-operator)"\n'
+    assert gomod_dirs_named(text) == {"training-operator"}
+    assert not (TESTENV / "gomod" / "training-operator" / "go.mod").is_file()

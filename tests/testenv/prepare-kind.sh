@@ -167,7 +167,7 @@ node_image() {
 
 # The training-operator's manifests (kubetrain cluster create --operator-manifests: GitHub is not reachable).
 operator_manifests() {
-  local src; src="$(module_dir training-operator github.com/kubeflow/training-operator)"
+  local src; src="$(module_dir operators github.com/kubeflow/training-operator)"
   [[ -d "$src/manifests/overlays/standalone" ]] || die "could not unpack the training-operator module"
   rm -rf "$KIND_DIR/training-operator" && mkdir -p "$KIND_DIR/training-operator"
   cp -r "$src/manifests" "$KIND_DIR/training-operator/" && chmod -R u+w "$KIND_DIR/training-operator"
