@@ -105,10 +105,12 @@ class LocalHangWatch:
                 self.stragglers_told.add(straggler.rank.rank)
                 self.say(f"straggler: {straggler.describe()}")
         if not assessment.hung:
-            self.reported_since = None
             return False
+        # One report per hang: `since` is the last progress of any rank, so the same `since` is the same hang,
+        # even after a check that found none in between (the threshold of a stopped rank's phase applies again
+        # once it runs and refreshes its record, before it makes progress).
         if self.reported_since == assessment.since:
-            return False  # this hang has been reported
+            return False
         self.reported_since = assessment.since
         self.hangs += 1
         self._report(assessment)

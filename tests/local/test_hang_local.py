@@ -123,6 +123,13 @@ class Streams:
     def wait_step(self, step: int, timeout: float = 120) -> None:
         wait_for(lambda: self.step() >= step, f"training step {step}", timeout, guard=self._alive)
 
+    def wait_eval(self, timeout: float = 120) -> None:
+        """Until the run's first eval has ended: before it, a rank stopped in that eval is judged by
+        phaseTimeoutSeconds (no earlier eval to time it by), after it, by the same floor as a step."""
+        def evaluated() -> bool:
+            return any(r is not None and r["kind"] == "eval" for r in map(parse_metrics_line, list(self.out)))
+        wait_for(evaluated, "the first eval", timeout, guard=self._alive)
+
     def mark(self) -> None:
         """From now on, wait_err and since see only the stderr lines written after this call."""
         self.start = len(self.err)
@@ -185,7 +192,7 @@ def test_a_second_hang_after_a_recovered_stall_is_judged_by_the_usual_threshold(
     soon as the first was."""
     streams, marker = observed
     streams.mark()
-    streams.wait_step(8)
+    streams.wait_eval()  # the first hang must be judged by the 4 s floor, in whichever phase it falls
     pid = worker_pid(marker, 1)
     try:
         os.kill(pid, signal.SIGSTOP)
