@@ -107,8 +107,8 @@ class LocalHangWatch:
         if not assessment.hung:
             return False
         # One report per hang: `since` is the last progress of any rank, so the same `since` is the same hang,
-        # even after a check that found none in between (the threshold of a stopped rank's phase applies again
-        # once it runs and refreshes its record, before it makes progress).
+        # even when a check in between found none (a resumed rank's record counts again before its next step,
+        # and its phase may carry a longer threshold).
         if self.reported_since == assessment.since:
             return False
         self.reported_since = assessment.since
