@@ -116,9 +116,11 @@ class Streams:
         for stream, lines in ((run.proc.stdout, self.out), (run.proc.stderr, self.err)):
             threading.Thread(target=lambda s=stream, ls=lines: ls.extend(iter(s.readline, "")), daemon=True).start()
 
+    def records(self, kind: str) -> list[dict[str, Any]]:
+        return [r for r in map(parse_metrics_line, list(self.out)) if r is not None and r["kind"] == kind]
+
     def step(self) -> int:
-        steps = [r["step"] for r in map(parse_metrics_line, list(self.out)) if r is not None and r["kind"] == "train"]
-        return max(steps, default=0)
+        return max((r["step"] for r in self.records("train")), default=0)
 
     def wait_step(self, step: int, timeout: float = 120) -> None:
         wait_for(lambda: self.step() >= step, f"training step {step}", timeout, guard=self._alive)
@@ -126,9 +128,7 @@ class Streams:
     def wait_eval(self, timeout: float = 120) -> None:
         """Until the run's first eval has ended: before it, a rank stopped in that eval is judged by
         phaseTimeoutSeconds (no earlier eval to time it by), after it, by the same floor as a step."""
-        def evaluated() -> bool:
-            return any(r is not None and r["kind"] == "eval" for r in map(parse_metrics_line, list(self.out)))
-        wait_for(evaluated, "the first eval", timeout, guard=self._alive)
+        wait_for(lambda: bool(self.records("eval")), "the first eval", timeout, guard=self._alive)
 
     def mark(self) -> None:
         """From now on, wait_err and since see only the stderr lines written after this call."""
